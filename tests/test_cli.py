@@ -1,0 +1,180 @@
+"""`tilec explain` (CLI and Python API): every stage is inspectable (DESIGN.md §1)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import llvmlite.binding as llvm
+import pytest
+
+import tilec
+import tilec.cli
+
+MATMUL = "C[i,j:M,N] = +(A[i,k]*B[k,j])"
+MATMUL_FN = "function (A[M, L], B[L, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }"
+SHAPES = ["--shape", "A=64x32", "--shape", "B=32x16"]
+SOFTMAX = (
+    "function (X[N, C]) -> (O) { M[i, 0: N, 1] = >(X[i, j]); E = exp(X - M);"
+    " S[i, 0: N, 1] = +(E[i, j]); O = E / S; }"
+)
+
+
+def run_cli(capsys, *argv):
+    """Run tilec.cli.main; argparse-style SystemExit counts as a return code."""
+    try:
+        rc = tilec.cli.main(list(argv))
+    except SystemExit as e:  # e.g. argparse usage errors
+        rc = e.code if isinstance(e.code, int) else 1
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def parse_llvm(text: str):
+    mod = llvm.parse_assembly(text)
+    mod.verify()
+    return mod
+
+
+def lines(text: str) -> list[str]:
+    return [ln.strip() for ln in text.splitlines() if ln.strip()]
+
+
+def test_explain_stage_llvm_is_parseable_ir(capsys):
+    rc, out, err = run_cli(capsys, "explain", MATMUL, *SHAPES, "--stage", "llvm")
+    assert rc == 0, err
+    mod = parse_llvm(out)
+    assert any(not f.is_declaration for f in mod.functions), "no function defined in the IR"
+
+
+def test_explain_stage_tensor(capsys):
+    rc, out, err = run_cli(capsys, "explain", MATMUL, *SHAPES, "--stage", "tensor")
+    assert rc == 0, err
+    assert out.strip()
+    for name in ("A", "B", "C"):
+        assert name in out
+    assert "define " not in out  # not LLVM IR
+
+
+def test_explain_stage_loop(capsys):
+    rc, out, err = run_cli(capsys, "explain", MATMUL, *SHAPES, "--stage", "loop")
+    assert rc == 0, err
+    assert "for" in out.lower()
+    assert "64" in out and "16" in out  # concrete extents from the shapes
+    assert "define " not in out
+
+
+def test_explain_all_stages_by_default(capsys):
+    rc, full, err = run_cli(capsys, "explain", MATMUL, *SHAPES)
+    assert rc == 0, err
+    _, tensor, _ = run_cli(capsys, "explain", MATMUL, *SHAPES, "--stage", "tensor")
+    _, loop, _ = run_cli(capsys, "explain", MATMUL, *SHAPES, "--stage", "loop")
+    full_lines = set(lines(full))
+    missing_tensor = [ln for ln in lines(tensor) if ln not in full_lines]
+    missing_loop = [ln for ln in lines(loop) if ln not in full_lines]
+    assert not missing_tensor, f"tensor stage lines missing from full output: {missing_tensor[:5]}"
+    assert not missing_loop, f"loop stage lines missing from full output: {missing_loop[:5]}"
+    assert "define" in full  # the LLVM IR is printed too
+    assert len(full) > len(tensor) + len(loop)
+
+
+def test_explain_function_form_program(capsys):
+    rc, out, err = run_cli(capsys, "explain", SOFTMAX, "--shape", "X=4x8", "--stage", "llvm")
+    assert rc == 0, err
+    parse_llvm(out)
+
+
+def test_explain_syntax_error_exits_nonzero_without_traceback(capsys):
+    rc, out, err = run_cli(capsys, "explain", "C[i,j:M,N] = +(A[i,k]*B[k,j]", *SHAPES)
+    assert rc != 0
+    assert "Traceback" not in err and "Traceback" not in out
+    assert "^" in err
+    assert "define" not in out
+
+
+def test_explain_semantic_error_names_culprit(capsys):
+    src = "function (A[N]) -> (O) { O[i: N] = +(Bogus[i]); }"
+    rc, out, err = run_cli(capsys, "explain", src, "--shape", "A=8")
+    assert rc != 0
+    assert "Bogus" in err
+    assert "Traceback" not in err
+
+
+def test_explain_shape_mismatch_exits_nonzero(capsys):
+    rc, out, err = run_cli(capsys, "explain", MATMUL_FN, "--shape", "A=4x5", "--shape", "B=6x3")
+    assert rc != 0
+    assert err.strip()
+    assert "Traceback" not in err
+
+
+def test_explain_bad_shape_argument_exits_nonzero(capsys):
+    rc, out, err = run_cli(capsys, "explain", MATMUL, "--shape", "A=64by32", "--shape", "B=32x16")
+    assert rc != 0
+    assert "Traceback" not in err
+
+
+def test_cli_as_a_process():
+    code = "import sys, tilec.cli; sys.exit(tilec.cli.main(sys.argv[1:]))"
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    ok = subprocess.run(
+        [sys.executable, "-c", code, "explain", MATMUL, *SHAPES, "--stage", "llvm"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert ok.returncode == 0, ok.stderr
+    parse_llvm(ok.stdout)
+    bad = subprocess.run(
+        [sys.executable, "-c", code, "explain", "C[i,j:M,N] = +(A[i,k]*B[k,j]", *SHAPES],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert bad.returncode != 0
+    assert "Traceback" not in bad.stderr
+    assert "^" in bad.stderr
+
+
+# --------------------------------------------------------------------------- Python API
+
+def test_explain_api_all_stages():
+    text = tilec.explain(MATMUL, shapes={"A": (64, 32), "B": (32, 16)})
+    assert isinstance(text, str)
+    assert "define" in text
+    assert "for" in text.lower()
+
+
+@pytest.mark.parametrize("stage", ["tensor", "loop", "llvm"])
+def test_explain_api_single_stage(stage):
+    text = tilec.explain(MATMUL, shapes={"A": (64, 32), "B": (32, 16)}, stage=stage)
+    assert isinstance(text, str) and text.strip()
+    if stage == "llvm":
+        parse_llvm(text)
+    else:
+        assert "define " not in text
+
+
+def test_explain_api_dtypes():
+    text = tilec.explain(
+        MATMUL,
+        shapes={"A": (8, 4), "B": (4, 2)},
+        dtypes={"A": "float64", "B": "float64"},
+        stage="llvm",
+    )
+    parse_llvm(text)
+    assert "double" in text
+    text32 = tilec.explain(MATMUL, shapes={"A": (8, 4), "B": (4, 2)}, stage="llvm")
+    assert "float" in text32
+
+
+def test_explain_api_keyword_sizes():
+    text = tilec.explain(
+        "function (A[L]) -> (O) { O[i: N] = =(A[i]); }", shapes={"A": (5,)}, N=8, stage="llvm"
+    )
+    parse_llvm(text)
+
+
+def test_explain_api_errors_are_tilec_errors():
+    with pytest.raises(tilec.TileSyntaxError):
+        tilec.explain("O = A @ B", shapes={"A": (2,), "B": (2,)})
+    with pytest.raises(tilec.SemanticError):
+        tilec.explain("function (A[N]) -> (O) { O[i: N] = +(Bogus[i]); }", shapes={"A": (3,)})

@@ -1,0 +1,346 @@
+"""Every bad input is refused with a tilec.TilecError subclass that says what is wrong
+(DESIGN.md §2 "Errors")."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import tilec
+from reference import randn, rng
+
+
+def names(message: str, word: str) -> bool:
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])", message) is not None
+
+
+def compile_and_call(src, *arrays, **sizes):
+    """Errors may surface at compile time or at the first call; both paths are covered."""
+    return tilec.compile(src, **sizes)(*arrays)
+
+
+# --------------------------------------------------------------------------- hierarchy
+
+@pytest.mark.parametrize("name", ["TileSyntaxError", "SemanticError", "BindError"])
+def test_error_classes_are_tilec_errors(name):
+    cls = getattr(tilec, name)
+    assert issubclass(cls, tilec.TilecError)
+    assert issubclass(tilec.TilecError, Exception)
+
+
+# --------------------------------------------------------------------------- syntax errors
+
+def assert_caret_points_at(err, source: str, expected_char: str) -> None:
+    """The message shows the offending source line with a caret under `expected_char`,
+    and err.line / err.column (1-based) point at that same character."""
+    src_line = source.splitlines()[err.line - 1]
+    assert 1 <= err.column <= len(src_line), (err.line, err.column, src_line)
+    assert src_line[err.column - 1] == expected_char, (err.column, src_line)
+    lines = str(err).splitlines()
+    caret_rows = [k for k, ln in enumerate(lines) if ln.strip() == "^"]
+    assert caret_rows, f"no caret line in message:\n{err}"
+    k = caret_rows[-1]
+    assert k > 0
+    shown, caret_col = lines[k - 1], lines[k].index("^")
+    assert src_line.strip() in shown, f"source line not shown above the caret:\n{err}"
+    assert caret_col < len(shown) and shown[caret_col] == expected_char, f"caret misplaced:\n{err}"
+
+
+def test_syntax_error_unexpected_token_position():
+    src = "C[i, j: M, N] = +(A[i, k] * * B[k, j])"
+    with pytest.raises(tilec.TileSyntaxError) as info:
+        tilec.parse(src)
+    err = info.value
+    assert err.line == 1
+    assert err.column == src.index("* *") + 3  # the second '*', 1-based
+    assert_caret_points_at(err, src, "*")
+
+
+def test_syntax_error_bad_character_on_third_line():
+    src = "function (A[N]) -> (O) {\n    T = A + 1;\n    O = T $ 2;\n}\n"
+    with pytest.raises(tilec.TileSyntaxError) as info:
+        tilec.parse(src)
+    err = info.value
+    assert err.line == 3
+    assert err.column == 11
+    assert_caret_points_at(err, src, "$")
+
+
+def test_syntax_error_missing_semicolon_points_at_next_statement():
+    src = "function (A[N]) -> (O) {\n    T = A + 1\n    O = T * 2;\n}"
+    with pytest.raises(tilec.TileSyntaxError) as info:
+        tilec.parse(src)
+    err = info.value
+    assert (err.line, err.column) == (3, 5)
+    assert_caret_points_at(err, src, "O")
+
+
+def test_syntax_error_bad_aggregation():
+    src = "O[i: N] = %(A[i])"
+    with pytest.raises(tilec.TileSyntaxError) as info:
+        tilec.parse(src)
+    assert info.value.line == 1
+    assert_caret_points_at(info.value, src, "%")
+
+
+def test_syntax_error_unclosed_paren_at_end():
+    src = "C[i,j:M,N] = +(A[i,k]*B[k,j]"
+    with pytest.raises(tilec.TileSyntaxError) as info:
+        tilec.parse(src)
+    assert info.value.line == 1
+    assert "^" in str(info.value)
+
+
+def test_syntax_error_unterminated_function():
+    src = "function (A) -> (O) {\n  O = A;\n"
+    with pytest.raises(tilec.TileSyntaxError) as info:
+        tilec.parse(src)
+    assert info.value.line >= 2
+    assert "^" in str(info.value)
+
+
+def test_syntax_error_from_compile_too():
+    with pytest.raises(tilec.TileSyntaxError) as info:
+        tilec.compile("O = A @ B")
+    assert (info.value.line, info.value.column) == (1, 5)
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        "",
+        "   ",
+        "// only a comment",
+        "O[i: N] = +(A[i]",
+        "O[i: N] +(A[i])",
+        "O[i: N] = +(A[i]) extra",
+        "function (A) -> (O) { O = A; } trailing",
+        "function (A) (O) { O = A; }",
+        "O = A +",
+        "O = ? A : B",
+        "O[i: N] = +(A[i]),",
+        "O = exp(A",
+        "function (A[N] -> (O) { O = A; }",
+    ],
+)
+def test_malformed_sources_raise_tilec_error(src):
+    with pytest.raises(tilec.TilecError):
+        tilec.parse(src)
+    with pytest.raises(tilec.TilecError):
+        compile_and_call(src, np.ones(3, np.float32))
+
+
+# --------------------------------------------------------------------------- semantic errors
+
+def assert_semantic(src, culprit):
+    with pytest.raises(tilec.SemanticError) as info:
+        tilec.parse(src)
+    assert names(str(info.value), culprit), f"{culprit!r} not named in: {info.value}"
+    with pytest.raises(tilec.SemanticError):
+        tilec.compile(src)
+
+
+def test_valid_programs_parse_without_shapes():
+    for src in [
+        "C[i,j:M,N] = +(A[i,k]*B[k,j])",
+        "function (X[N, C]) -> (O) { M[i, 0: N, 1] = >(X[i, j]); E = exp(X - M);"
+        " S[i, 0: N, 1] = +(E[i, j]); O = E / S; }",
+        "function (A, B) -> (C) { C = A + B; }",
+        "function (I[N], K[KN]) -> (O) { O[x: N] = +(I[x + i - 2] * K[i]); }",
+    ]:
+        assert tilec.parse(src) is not None
+
+
+def test_undefined_tensor_in_contraction():
+    assert_semantic("function (A[N]) -> (O) { O[i: N] = +(Bogus[i]); }", "Bogus")
+
+
+def test_undefined_tensor_in_elementwise():
+    assert_semantic("function (A) -> (O) { O = A + Missing; }", "Missing")
+
+
+def test_tensor_used_before_definition():
+    assert_semantic("function (A) -> (O) { O = Later + A; Later = A * 2; }", "Later")
+
+
+def test_rank_mismatch_with_declared_input():
+    assert_semantic("function (Amat[N, M]) -> (O) { O[i: N] = +(Amat[i]); }", "Amat")
+
+
+def test_rank_mismatch_with_intermediate():
+    assert_semantic(
+        "function (A[N, M]) -> (O) { Tmp[i: N] = +(A[i, j]); O[i: N] = +(Tmp[i, 0]); }", "Tmp"
+    )
+
+
+def test_rank_mismatch_between_two_reads():
+    assert_semantic("O[i: N] = +(Amat[i, j] * Amat[j])", "Amat")
+
+
+def test_output_index_and_size_counts_differ():
+    assert_semantic("function (A[N, M]) -> (Out) { Out[i, j: N] = +(A[i, j]); }", "Out")
+
+
+def test_tensor_assigned_twice():
+    assert_semantic(
+        "function (A[N]) -> (Twice) { Twice[i: N] = +(A[i]); Twice[i: N] = >(A[i]); }", "Twice"
+    )
+
+
+def test_tensor_assigned_twice_elementwise():
+    assert_semantic("function (A) -> (Twice) { Twice = A; Twice = A + 1; }", "Twice")
+
+
+def test_input_assigned():
+    assert_semantic("function (Inp[N]) -> (O) { Inp = Inp + 1; O = Inp; }", "Inp")
+
+
+def test_output_never_assigned():
+    assert_semantic("function (A) -> (O, Never) { O = A; }", "Never")
+
+
+def test_duplicate_input():
+    assert_semantic("function (Dup, Dup) -> (O) { O = Dup; }", "Dup")
+
+
+def test_unknown_builtin():
+    with pytest.raises(tilec.TilecError) as info:
+        tilec.parse("function (A) -> (O) { O = frobnicate(A); }")
+    assert names(str(info.value), "frobnicate")
+
+
+def test_builtin_wrong_arity():
+    with pytest.raises(tilec.TilecError) as info:
+        tilec.parse("function (A) -> (O) { O = exp(A, A); }")
+    assert names(str(info.value), "exp")
+
+
+def test_unbound_size_symbol_in_index():
+    src = "function (A[N]) -> (O) { O[i: N] = +(A[i + Qoff]); }"
+    with pytest.raises(tilec.SemanticError) as info:
+        compile_and_call(src, np.ones(4, np.float32))
+    assert names(str(info.value), "Qoff"), str(info.value)
+
+
+def test_unbound_size_symbol_in_output_size():
+    src = "function (A[N]) -> (O) { O[i: N + Extra] = +(A[i]); }"
+    with pytest.raises(tilec.SemanticError) as info:
+        compile_and_call(src, np.ones(4, np.float32))
+    assert names(str(info.value), "Extra"), str(info.value)
+
+
+def test_unbound_size_symbol_is_fine_when_given_as_keyword():
+    src = "function (A[N]) -> (O) { O[i: N + Extra] = +(A[i]); }"
+    out = tilec.compile(src, Extra=2)(np.ones(4, np.float32))
+    np.testing.assert_array_equal(out, [1, 1, 1, 1, 0, 0])
+
+
+def test_upper_case_index_variable():
+    # `Ix` is capitalised, hence a size symbol, not an index variable; nothing binds it.
+    src = "function (A[N, M]) -> (O) { O[Ix: N] = +(A[Ix, j]); }"
+    with pytest.raises(tilec.SemanticError) as info:
+        compile_and_call(src, np.ones((3, 2), np.float32))
+    assert names(str(info.value), "Ix"), str(info.value)
+
+
+def test_assign_aggregation_with_visible_conflict():
+    # j is not in the output and runs over 3 values: three tuples write each cell under `=`.
+    with pytest.raises(tilec.TilecError):
+        compile_and_call("O[i: N] = =(A[i, j])", np.ones((4, 3), np.float32))
+
+
+# --------------------------------------------------------------------------- call-time errors
+
+MATMUL = "function (Lhs[M, Kd], Rhs[Kd, N]) -> (C) { C[i, j: M, N] = +(Lhs[i, k] * Rhs[k, j]); }"
+
+
+def test_shape_disagreeing_with_size_symbol():
+    f = tilec.compile(MATMUL)
+    with pytest.raises(tilec.BindError) as info:
+        f(np.ones((3, 4), np.float32), np.ones((5, 2), np.float32))
+    msg = str(info.value)
+    assert names(msg, "Rhs") and names(msg, "Kd"), msg
+    assert "5" in msg and "4" in msg, msg
+
+
+def test_shape_disagreeing_keyword_call():
+    f = tilec.compile(MATMUL)
+    with pytest.raises(tilec.BindError) as info:
+        f(Rhs=np.ones((5, 2), np.float32), Lhs=np.ones((3, 4), np.float32))
+    assert names(str(info.value), "Kd"), str(info.value)
+
+
+def test_shape_disagreeing_with_keyword_size():
+    f = tilec.compile("function (Vec[N]) -> (O) { O = Vec * 2; }", N=5)
+    with pytest.raises(tilec.BindError) as info:
+        f(np.ones(4, np.float32))
+    msg = str(info.value)
+    assert names(msg, "N") and names(msg, "Vec"), msg
+
+
+def test_wrong_rank_argument():
+    f = tilec.compile(MATMUL)
+    with pytest.raises(tilec.BindError) as info:
+        f(np.ones(4, np.float32), np.ones((4, 2), np.float32))
+    assert names(str(info.value), "Lhs"), str(info.value)
+
+
+def test_scalar_input_given_array():
+    f = tilec.compile("function (X[N], Sc[]) -> (O) { O = X * Sc; }")
+    with pytest.raises(tilec.BindError) as info:
+        f(np.ones(3, np.float32), np.ones(2, np.float32))
+    assert names(str(info.value), "Sc"), str(info.value)
+
+
+@pytest.mark.parametrize("nargs", [0, 1, 3])
+def test_wrong_number_of_arguments(nargs):
+    f = tilec.compile(MATMUL)
+    args = [np.ones((2, 2), np.float32)] * nargs
+    with pytest.raises(tilec.BindError):
+        f(*args)
+
+
+def test_unknown_keyword_argument():
+    f = tilec.compile(MATMUL)
+    with pytest.raises(tilec.BindError) as info:
+        f(np.ones((2, 2), np.float32), Bogus=np.ones((2, 2), np.float32))
+    assert names(str(info.value), "Bogus"), str(info.value)
+
+
+def test_missing_keyword_argument():
+    f = tilec.compile(MATMUL)
+    with pytest.raises(tilec.BindError) as info:
+        f(Lhs=np.ones((2, 2), np.float32))
+    assert names(str(info.value), "Rhs"), str(info.value)
+
+
+def test_argument_given_twice():
+    f = tilec.compile(MATMUL)
+    a = np.ones((2, 2), np.float32)
+    with pytest.raises(tilec.BindError) as info:
+        f(a, a, Lhs=a)
+    assert names(str(info.value), "Lhs"), str(info.value)
+
+
+def test_unsupported_dtype():
+    f = tilec.compile(MATMUL)
+    with pytest.raises(tilec.BindError) as info:
+        f(np.ones((2, 2), np.complex128), np.ones((2, 2), np.float32))
+    assert names(str(info.value), "Lhs"), str(info.value)
+
+
+def test_elementwise_shapes_do_not_broadcast():
+    f = tilec.compile("function (A, B) -> (C) { C = A + B; }")
+    with pytest.raises(tilec.BindError):
+        f(np.ones(3, np.float32), np.ones(4, np.float32))
+
+
+def test_function_still_works_after_bind_error():
+    f = tilec.compile(MATMUL)
+    with pytest.raises(tilec.BindError):
+        f(np.ones((3, 4), np.float32), np.ones((5, 2), np.float32))
+    r = rng(1)
+    a, b = randn(r, 3, 4), randn(r, 4, 2)
+    np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5, atol=1e-5)

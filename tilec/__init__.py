@@ -1,0 +1,31 @@
+"""tilec: a Tile tensor-expression language and kernel compiler.
+
+    >>> import numpy as np, tilec
+    >>> matmul = tilec.compile("C[i, j: M, N] = +(A[i, k] * B[k, j])")
+    >>> C = matmul(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tilec.errors import BindError, CodegenError, ScheduleError, SemanticError, TilecError, TileSyntaxError
+from tilec.frontend import parse
+from tilec.runtime.function import Function
+from tilec.target import Target
+from tilec.version import __version__
+
+
+def compile(source: str, target: "str | Target" = "llvm", **sizes: int) -> Function:  # noqa: A001
+    """Compile Tile source; size symbols not bound by input shapes can be given as keywords."""
+    return Function(source, target, **sizes)
+
+
+def explain(source: str, shapes: dict[str, Any], dtypes: dict[str, str] | None = None,
+            stage: str | None = None, target: "str | Target" = "llvm", **sizes: int) -> str:
+    """Every compilation stage (tensor IR, loop IR, LLVM IR) for the given input shapes, or one `stage`."""
+    return Function(source, target, **sizes).explain(shapes, dtypes, stage)
+
+
+__all__ = ["compile", "explain", "parse", "Function", "Target", "TilecError", "TileSyntaxError", "SemanticError",
+           "BindError", "ScheduleError", "CodegenError", "__version__"]

@@ -1,0 +1,46 @@
+"""Every error tilec raises on bad input is a :class:`TilecError`.
+
+The subclasses say which stage refused the input; the message says what was
+expected, what was received and how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class TilecError(Exception):
+    """Base class of every error tilec raises on purpose."""
+
+
+class TileSyntaxError(TilecError):
+    """The source text does not parse. Carries the 1-based line and column."""
+
+    def __init__(self, message: str, source: str, line: int, column: int) -> None:
+        self.line = line
+        self.column = column
+        self.source = source
+        self.reason = message
+        super().__init__(f"{message} at line {line}, column {column}\n{caret_snippet(source, line, column)}")
+
+
+class SemanticError(TilecError):
+    """The program parses but means nothing: undefined tensor, rank mismatch, ..."""
+
+
+class BindError(TilecError):
+    """Call-time arguments do not fit the program (shape, dtype, size symbol)."""
+
+
+class ScheduleError(TilecError):
+    """A schedule primitive is illegal for the loop nest it is applied to."""
+
+
+class CodegenError(TilecError):
+    """The backend could not compile the lowered program (a tilec bug or an unsupported construct)."""
+
+
+def caret_snippet(source: str, line: int, column: int) -> str:
+    """The offending source line with a caret under `column` (both 1-based)."""
+    lines = source.splitlines() or [""]
+    line = max(1, min(line, len(lines)))
+    text = lines[line - 1].expandtabs(1)
+    return f"    {text}\n    {' ' * max(0, column - 1)}^"

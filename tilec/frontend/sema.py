@@ -1,0 +1,285 @@
+"""Semantic analysis: syntax tree -> tensor IR (:mod:`tilec.ir.tensor`).
+
+Checks every name: tensors and size symbols are capitalised, index variables are
+lower-case; tensors are defined before use and assigned once; ranks agree between
+declarations and accesses; index expressions are affine; builtins exist with the
+right arity. Errors are :class:`~tilec.errors.SemanticError` naming the culprit
+and its position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from tilec.errors import SemanticError, caret_snippet
+from tilec.frontend import ast
+from tilec.ir import tensor as T
+from tilec.ir.builtins import BUILTINS
+
+
+def is_capitalised(name: str) -> bool:
+    return name[:1].isupper()
+
+
+@dataclass
+class _Scope:
+    source: str
+    sizes: set[str]  # size symbols known so far (declared dims, output sizes, keywords)
+    ranks: dict[str, int | None] = field(default_factory=dict)  # defined tensors -> rank
+    inputs: set[str] = field(default_factory=set)
+
+    def error(self, message: str, pos: ast.Pos) -> SemanticError:
+        line, col = pos
+        snippet = caret_snippet(self.source, line, col) if self.source else ""
+        return SemanticError(f"{message} (line {line}, column {col})\n{snippet}".rstrip())
+
+
+def analyse(node: ast.ProgramNode, source: str = "", size_names: Iterable[str] = ()) -> T.Program:
+    """Check `node` and build its tensor IR. `size_names` are sizes given by keyword."""
+    scope = _Scope(source, set(size_names))
+    if node.single_statement:
+        node = _as_function(node)
+    params = tuple(_param(p, scope) for p in node.params)
+    statements = tuple(_statement(s, scope) for s in node.statements)
+    outputs: list[str] = []
+    for out in node.outputs:
+        if out.name in scope.inputs:
+            raise scope.error(f"output '{out.name}' is an input; an output must be computed by a statement", out.pos)
+        if out.name not in scope.ranks:
+            raise scope.error(f"output '{out.name}' is never assigned; add a statement that computes it", out.pos)
+        if out.name in outputs:
+            raise scope.error(f"output '{out.name}' is listed twice", out.pos)
+        outputs.append(out.name)
+    if not outputs:
+        raise SemanticError("the function has no outputs; list them after '->', e.g. '-> (C)'")
+    return T.Program(params, tuple(outputs), statements)
+
+
+def _as_function(node: ast.ProgramNode) -> ast.ProgramNode:
+    """Single-statement form: inputs are the tensors read on the right, in order."""
+    (stmt,) = node.statements
+    read: list[ast.Name] = []
+    if isinstance(stmt, ast.ContractionNode):
+        read = [a.tensor for a in stmt.operands]
+        if stmt.default is not None:
+            read.append(stmt.default)
+        target = stmt.lhs.tensor
+    else:
+        read = [n for n in _walk_names(stmt.expr) if is_capitalised(n.name)]
+        target = stmt.target
+    params: list[ast.ParamNode] = []
+    for name in read:
+        if name.name != target.name and all(p.name.name != name.name for p in params):
+            params.append(ast.ParamNode(name, None))
+    return ast.ProgramNode(tuple(params), (target,), node.statements, single_statement=False)
+
+
+def _walk_names(e: ast.Expr) -> list[ast.Name]:
+    if isinstance(e, ast.Name):
+        return [e]
+    if isinstance(e, (ast.Bin, ast.Compare)):
+        return _walk_names(e.a) + _walk_names(e.b)
+    if isinstance(e, ast.Neg):
+        return _walk_names(e.a)
+    if isinstance(e, ast.Select):
+        return _walk_names(e.cond) + _walk_names(e.a) + _walk_names(e.b)
+    if isinstance(e, ast.Call):
+        return [n for a in e.args for n in _walk_names(a)]
+    return []
+
+
+def _param(p: ast.ParamNode, scope: _Scope) -> T.TensorParam:
+    name = p.name
+    if not is_capitalised(name.name):
+        raise scope.error(f"input '{name.name}' must be capitalised (tensor names start with an upper-case letter)", name.pos)
+    if name.name in scope.ranks:
+        raise scope.error(f"input '{name.name}' is declared twice", name.pos)
+    dims: tuple[T.IExpr, ...] | None = None
+    if p.dims is not None:
+        out = []
+        for d in p.dims:
+            if isinstance(d, ast.Int):
+                out.append(T.IConst(d.value))
+            elif isinstance(d, ast.Name) and is_capitalised(d.name):
+                scope.sizes.add(d.name)
+                out.append(T.ISize(d.name))
+            else:
+                raise scope.error(
+                    f"dimension of input '{name.name}' must be a size symbol (capitalised name) or an integer", ast.expr_pos(d))
+        dims = tuple(out)
+    scope.ranks[name.name] = None if dims is None else len(dims)
+    scope.inputs.add(name.name)
+    return T.TensorParam(name.name, dims)
+
+
+def _statement(s: ast.StatementNode, scope: _Scope) -> T.Statement:
+    target = s.lhs.tensor if isinstance(s, ast.ContractionNode) else s.target
+    if not is_capitalised(target.name):
+        raise scope.error(f"'{target.name}' cannot be assigned: tensor names start with an upper-case letter", target.pos)
+    if target.name in scope.inputs:
+        raise scope.error(f"tensor '{target.name}' is an input and cannot be assigned", target.pos)
+    if target.name in scope.ranks:
+        raise scope.error(f"tensor '{target.name}' is assigned twice; give the second result a new name", target.pos)
+    if target.name in scope.sizes:
+        raise scope.error(f"'{target.name}' is a size symbol and cannot also name a tensor", target.pos)
+    if isinstance(s, ast.ContractionNode):
+        stmt: T.Statement = _contraction(s, scope)
+        scope.ranks[target.name] = len(stmt.indices)
+    else:
+        expr = _eexpr(s.expr, scope)
+        scope.ranks[target.name] = _elementwise_rank(expr, scope)
+        stmt = T.Elementwise(target.name, expr)
+    return stmt
+
+
+def _elementwise_rank(expr: T.EExpr, scope: _Scope) -> int | None:
+    ranks = [scope.ranks[n] for n in T.eexpr_tensors(expr)]
+    if any(r is None for r in ranks):
+        return None
+    return max([r for r in ranks if r is not None], default=0)
+
+
+# ------------------------------------------------------------------ contractions
+
+
+def _contraction(s: ast.ContractionNode, scope: _Scope) -> T.Contraction:
+    out = s.lhs.tensor
+    sizes = None
+    if s.lhs.sizes is not None:
+        if len(s.lhs.sizes) != len(s.lhs.indices):
+            raise scope.error(
+                f"output '{out.name}' has {len(s.lhs.indices)} indices but {len(s.lhs.sizes)} sizes; give one size per index",
+                out.pos)
+        # Output sizes may introduce new size symbols (bound from index ranges or keywords).
+        for e in s.lhs.sizes:
+            for n in _walk_names(e):
+                if is_capitalised(n.name):
+                    scope.sizes.add(n.name)
+        sizes = tuple(_size_expr(e, scope, f"size of output '{out.name}'") for e in s.lhs.sizes)
+    indices = tuple(_index_expr(e, scope) for e in s.lhs.indices)
+    operands = tuple(_access(a, scope) for a in s.operands)
+    constraints = tuple(
+        T.Constraint(_index_expr(c.poly, scope), _size_expr(c.bound, scope, "constraint bound"))
+        for c in s.constraints)
+    default = None
+    if s.default is not None:
+        _check_defined(s.default, scope)
+        rank = scope.ranks[s.default.name]
+        if rank is not None and rank > len(indices):
+            raise scope.error(
+                f"default tensor '{s.default.name}' has rank {rank}, more than output '{out.name}' (rank {len(indices)})",
+                s.default.pos)
+        default = s.default.name
+    return T.Contraction(out.name, indices, sizes, s.agg, s.combo, operands, constraints, default, s.no_defract)
+
+
+def _check_defined(name: ast.Name, scope: _Scope) -> None:
+    if not is_capitalised(name.name):
+        raise scope.error(f"'{name.name}' is used as a tensor but tensor names are capitalised", name.pos)
+    if name.name not in scope.ranks:
+        known = ", ".join(sorted(scope.ranks)) or "none"
+        raise scope.error(f"undefined tensor '{name.name}' (defined so far: {known})", name.pos)
+
+
+def _access(a: ast.AccessNode, scope: _Scope) -> T.Access:
+    _check_defined(a.tensor, scope)
+    rank = scope.ranks[a.tensor.name]
+    if rank is None:  # declared without dims: the first access fixes the rank
+        scope.ranks[a.tensor.name] = len(a.indices)
+    elif rank != len(a.indices):
+        raise scope.error(
+            f"rank mismatch: tensor '{a.tensor.name}' has rank {rank} but is indexed with {len(a.indices)} indices",
+            a.tensor.pos)
+    return T.Access(a.tensor.name, tuple(_index_expr(e, scope) for e in a.indices))
+
+
+def _index_expr(e: ast.Expr, scope: _Scope) -> T.IExpr:
+    """An affine polynomial in index variables with integer/size-symbol coefficients."""
+    result = _iexpr(e, scope, allow_vars=True, what="index expression")
+    _check_affine(result, e, scope)
+    return result
+
+
+def _size_expr(e: ast.Expr, scope: _Scope, what: str) -> T.IExpr:
+    return _iexpr(e, scope, allow_vars=False, what=what)
+
+
+def _iexpr(e: ast.Expr, scope: _Scope, allow_vars: bool, what: str) -> T.IExpr:
+    if isinstance(e, ast.Int):
+        return T.IConst(e.value)
+    if isinstance(e, ast.Name):
+        if is_capitalised(e.name):
+            if e.name in scope.sizes:
+                return T.ISize(e.name)
+            if allow_vars:
+                raise scope.error(
+                    f"index variable '{e.name}' is upper-case: upper-case names are size symbols and no size "
+                    f"'{e.name}' is declared; index variables must be lower-case (did you mean '{e.name.lower()}'?)",
+                    e.pos)
+            raise scope.error(f"unbound size symbol '{e.name}' in {what}; declare it as an input dimension "
+                              f"or pass it as a keyword (tilec.compile(..., {e.name}=...))", e.pos)
+        if not allow_vars:
+            raise scope.error(f"index variable '{e.name}' cannot appear in a {what}; use size symbols and integers", e.pos)
+        return T.IVar(e.name)
+    if isinstance(e, ast.Neg):
+        return T.INeg(_iexpr(e.a, scope, allow_vars, what))
+    if isinstance(e, ast.Bin):
+        return T.IBin(e.op, _iexpr(e.a, scope, allow_vars, what), _iexpr(e.b, scope, allow_vars, what))
+    raise scope.error(f"a {what} must be an integer expression", ast.expr_pos(e))
+
+
+def _check_affine(e: T.IExpr, node: ast.Expr, scope: _Scope) -> None:
+    if isinstance(e, T.IBin):
+        _check_affine(e.a, node.a, scope)  # type: ignore[union-attr]
+        _check_affine(e.b, node.b, scope)  # type: ignore[union-attr]
+        a_vars = T.iexpr_names(e.a)[0]
+        b_vars = T.iexpr_names(e.b)[0]
+        if e.op == "*" and a_vars and b_vars:
+            raise scope.error(
+                f"index expression is not affine: product of index variables {sorted(a_vars)} and {sorted(b_vars)}",
+                ast.expr_pos(node))
+        if e.op == "/" and b_vars:
+            raise scope.error(f"index expression is not affine: division by index variable(s) {sorted(b_vars)}",
+                              ast.expr_pos(node))
+    elif isinstance(e, T.INeg):
+        _check_affine(e.a, node.a, scope)  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------ elementwise
+
+
+def _eexpr(e: ast.Expr, scope: _Scope) -> T.EExpr:
+    if isinstance(e, ast.Int):
+        return T.EConst(e.value)
+    if isinstance(e, ast.Float):
+        return T.EConst(e.value)
+    if isinstance(e, ast.Name):
+        if not is_capitalised(e.name):
+            raise scope.error(
+                f"'{e.name}' is lower-case: elementwise statements work on whole tensors (capitalised names) and take "
+                f"no index variables; use a contraction 'O[i, ...] = ...' for indexed access", e.pos)
+        if e.name in scope.ranks:
+            return T.ETensor(e.name)
+        if e.name in scope.sizes:
+            raise scope.error(f"size symbol '{e.name}' cannot be used as a value in an elementwise statement", e.pos)
+        _check_defined(e, scope)
+    if isinstance(e, ast.Neg):
+        inner = _eexpr(e.a, scope)
+        if isinstance(inner, T.EConst):
+            return T.EConst(-inner.value)
+        return T.EUnary("-", inner)
+    if isinstance(e, ast.Bin):
+        return T.EBinary(e.op, _eexpr(e.a, scope), _eexpr(e.b, scope))
+    if isinstance(e, ast.Compare):
+        return T.ECompare(e.op, _eexpr(e.a, scope), _eexpr(e.b, scope))
+    if isinstance(e, ast.Select):
+        return T.ESelect(_eexpr(e.cond, scope), _eexpr(e.a, scope), _eexpr(e.b, scope))
+    if isinstance(e, ast.Call):
+        builtin = BUILTINS.get(e.func.name)
+        if builtin is None:
+            raise scope.error(f"unknown function '{e.func.name}'; builtins are {', '.join(sorted(BUILTINS))}", e.func.pos)
+        if len(e.args) != builtin.arity:
+            raise scope.error(f"'{e.func.name}' takes {builtin.arity} argument(s), got {len(e.args)}", e.func.pos)
+        return T.ECall(e.func.name, tuple(_eexpr(a, scope) for a in e.args))
+    raise scope.error("unsupported expression", ast.expr_pos(e))

@@ -1,0 +1,128 @@
+"""Concrete affine forms over index variables, once size symbols are bound.
+
+`Affine` has rational coefficients (Tile allows ``(x + i) / 2``). `IntAffine` is the
+integer form every condition is normalised to: a rational index ``e / m`` becomes
+the integer affine `e` with divisor `m` (the index is valid only where m divides e).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from tilec.errors import BindError
+from tilec.ir import tensor as T
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class Affine:
+    coeffs: tuple[tuple[str, Fraction], ...]  # sorted by name, no zero coefficients
+    const: Fraction
+
+    @staticmethod
+    def make(coeffs: dict[str, Fraction], const: Fraction) -> "Affine":
+        return Affine(tuple(sorted((k, v) for k, v in coeffs.items() if v != 0)), Fraction(const))
+
+    def scale(self, k: Fraction) -> "Affine":
+        return Affine.make({v: c * k for v, c in self.coeffs}, self.const * k)
+
+    def add(self, other: "Affine", sign: int = 1) -> "Affine":
+        coeffs = dict(self.coeffs)
+        for v, c in other.coeffs:
+            coeffs[v] = coeffs.get(v, Fraction(0)) + sign * c
+        return Affine.make(coeffs, self.const + sign * other.const)
+
+    @property
+    def is_constant(self) -> bool:
+        return not self.coeffs
+
+    def to_int(self) -> "IntAffine":
+        """Scale to integer coefficients: returns IntAffine whose `divisor` restores the value."""
+        denom = 1
+        for _, c in self.coeffs:
+            denom = math.lcm(denom, c.denominator)
+        denom = math.lcm(denom, self.const.denominator)
+        return IntAffine(tuple((v, int(c * denom)) for v, c in self.coeffs), int(self.const * denom), denom)
+
+
+@dataclass(frozen=True)
+class IntAffine:
+    """``(sum(c * v) + const) / divisor``, with the division exact where valid."""
+
+    coeffs: tuple[tuple[str, int], ...]
+    const: int
+    divisor: int = 1
+
+    @property
+    def vars(self) -> tuple[str, ...]:
+        return tuple(v for v, _ in self.coeffs)
+
+    def interval(self, ranges: dict[str, tuple[float, float]]) -> tuple[float, float]:
+        """Range of the numerator (sum + const) over the box `ranges`."""
+        lo = hi = float(self.const)
+        for v, c in self.coeffs:
+            vlo, vhi = ranges[v]
+            a, b = c * vlo if vlo != -INF or c != 0 else 0, c * vhi if vhi != INF or c != 0 else 0
+            lo += min(a, b)
+            hi += max(a, b)
+        return lo, hi
+
+    def __str__(self) -> str:
+        terms = [(f"{v}" if c == 1 else f"-{v}" if c == -1 else f"{c}*{v}") for v, c in self.coeffs]
+        if self.const or not terms:
+            terms.append(str(self.const))
+        text = " + ".join(terms).replace("+ -", "- ")
+        return f"({text}) / {self.divisor}" if self.divisor != 1 else text
+
+
+def evaluate_size(e: T.IExpr, sizes: dict[str, int], what: str) -> int:
+    """Evaluate a size expression (floor division) with bound size symbols."""
+    if isinstance(e, T.IConst):
+        return e.value
+    if isinstance(e, T.ISize):
+        if e.name not in sizes:
+            raise BindError(f"unbound size symbol '{e.name}' in {what}: it is not an input dimension and cannot be "
+                            f"inferred; pass it as a keyword, e.g. tilec.compile(src, {e.name}=...)")
+        return sizes[e.name]
+    if isinstance(e, T.INeg):
+        return -evaluate_size(e.a, sizes, what)
+    if isinstance(e, T.IBin):
+        a, b = evaluate_size(e.a, sizes, what), evaluate_size(e.b, sizes, what)
+        if e.op == "+":
+            return a + b
+        if e.op == "-":
+            return a - b
+        if e.op == "*":
+            return a * b
+        if b == 0:
+            raise BindError(f"division by zero in {what}")
+        return a // b
+    raise BindError(f"index variable in {what}")
+
+
+def to_affine(e: T.IExpr, sizes: dict[str, int], what: str) -> Affine:
+    """Evaluate an (already checked) affine index polynomial with bound sizes."""
+    if isinstance(e, T.IConst):
+        return Affine.make({}, Fraction(e.value))
+    if isinstance(e, T.ISize):
+        return Affine.make({}, Fraction(evaluate_size(e, sizes, what)))
+    if isinstance(e, T.IVar):
+        return Affine.make({e.name: Fraction(1)}, Fraction(0))
+    if isinstance(e, T.INeg):
+        return to_affine(e.a, sizes, what).scale(Fraction(-1))
+    assert isinstance(e, T.IBin)
+    a, b = to_affine(e.a, sizes, what), to_affine(e.b, sizes, what)
+    if e.op == "+":
+        return a.add(b)
+    if e.op == "-":
+        return a.add(b, -1)
+    if e.op == "*":
+        if a.is_constant:
+            return b.scale(a.const)
+        return a.scale(b.const)  # sema guarantees one side is constant
+    if b.const == 0:
+        raise BindError(f"division by zero in {what}")
+    return a.scale(1 / b.const)

@@ -1,0 +1,334 @@
+"""Bind size symbols and infer index bounds: tensor IR + argument shapes -> BoundProgram.
+
+Semantics (DESIGN.md §2): a tuple of index values contributes exactly when every
+access index (left and right) is inside its tensor and every constraint holds.
+Each index variable gets an integer range implied by those conditions (interval
+propagation to a fixpoint, which is sound: it never drops a valid tuple); the
+conditions the ranges do not already imply become guards. Output sizes that are
+a lone unbound size symbol over a lone index variable are bound from that
+variable's range; omitted output sizes are inferred the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Union
+
+import numpy as np
+
+from tilec.errors import BindError, SemanticError
+from tilec.ir import tensor as T
+from tilec.ir.affine import INF, Affine, IntAffine, evaluate_size, to_affine
+from tilec.ir.dtypes import contraction_dtype, elementwise_dtype
+
+
+@dataclass(frozen=True)
+class Condition:
+    """``lo <= expr.numerator <= hi`` and ``expr.divisor`` divides the numerator."""
+
+    expr: IntAffine
+    lo: float
+    hi: float
+
+    def __str__(self) -> str:
+        num = IntAffine(self.expr.coeffs, self.expr.const)
+        parts = []
+        if self.lo != -INF:
+            parts.append(f"{num} >= {int(self.lo)}")
+        if self.hi != INF:
+            parts.append(f"{num} <= {int(self.hi)}")
+        if self.expr.divisor != 1:
+            parts.append(f"{num} % {self.expr.divisor} == 0")
+        return " && ".join(parts)
+
+
+@dataclass(frozen=True)
+class BoundAccess:
+    tensor: str
+    indices: tuple[IntAffine, ...]
+
+
+@dataclass(frozen=True)
+class BoundContraction:
+    stmt: T.Contraction
+    shape: tuple[int, ...]
+    dtype: str
+    out_indices: tuple[IntAffine, ...]
+    operands: tuple[BoundAccess, ...]
+    ranges: tuple[tuple[str, int, int], ...]  # (var, lo, hi) inclusive, loop order
+    guards: tuple[Condition, ...]
+    empty: bool  # some index range is empty: no tuple contributes
+
+    @property
+    def output(self) -> str:
+        return self.stmt.output
+
+
+@dataclass(frozen=True)
+class BoundElementwise:
+    stmt: T.Elementwise
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def output(self) -> str:
+        return self.stmt.output
+
+
+BoundStatement = Union[BoundContraction, BoundElementwise]
+
+
+@dataclass(frozen=True)
+class BoundProgram:
+    program: T.Program
+    sizes: dict[str, int]
+    shapes: dict[str, tuple[int, ...]]
+    dtypes: dict[str, str]
+    statements: tuple[BoundStatement, ...]
+
+    @property
+    def temporaries(self) -> tuple[str, ...]:
+        """Tensors computed by the program that are not outputs."""
+        return tuple(s.output for s in self.statements if s.output not in self.program.outputs)
+
+
+@dataclass
+class _Env:
+    sizes: dict[str, int]
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    dtypes: dict[str, str] = field(default_factory=dict)
+
+
+def bind(program: T.Program, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str],
+         sizes: dict[str, int] | None = None) -> BoundProgram:
+    """Bind every size symbol and infer every statement's shape, dtype, ranges and guards."""
+    env = _Env(dict(sizes or {}))
+    for param in program.params:
+        _bind_param(param, tuple(shapes[param.name]), env)
+        env.shapes[param.name] = tuple(shapes[param.name])
+        env.dtypes[param.name] = dtypes[param.name]
+    bound: list[BoundStatement] = []
+    for stmt in program.statements:
+        b = _bind_contraction(stmt, env) if isinstance(stmt, T.Contraction) else _bind_elementwise(stmt, env)
+        env.shapes[stmt.output] = b.shape
+        env.dtypes[stmt.output] = b.dtype
+        bound.append(b)
+    return BoundProgram(program, env.sizes, env.shapes, env.dtypes, tuple(bound))
+
+
+def _bind_param(param: T.TensorParam, shape: tuple[int, ...], env: _Env) -> None:
+    if param.dims is None:
+        return
+    if len(shape) != len(param.dims):
+        raise BindError(f"argument '{param.name}' has shape {shape} (rank {len(shape)}) but is declared as "
+                        f"{param} (rank {len(param.dims)})")
+    for axis, (dim, extent) in enumerate(zip(param.dims, shape)):
+        if isinstance(dim, T.IConst):
+            if dim.value != extent:
+                raise BindError(f"argument '{param.name}' has shape {shape}, but dimension {axis} is declared as "
+                                f"{dim.value}")
+        elif isinstance(dim, T.ISize):
+            known = env.sizes.get(dim.name)
+            if known is not None and known != extent:
+                raise BindError(f"size symbol '{dim.name}' disagrees: argument '{param.name}' has shape {shape}, "
+                                f"so {dim.name} = {extent} (dimension {axis}), but {dim.name} = {known} already "
+                                f"(from an earlier argument or keyword)")
+            env.sizes[dim.name] = extent
+
+
+def _check_rank(access: T.Access, env: _Env) -> tuple[int, ...]:
+    shape = env.shapes[access.tensor]
+    if len(shape) != len(access.indices):
+        raise BindError(f"tensor '{access.tensor}' has shape {shape} (rank {len(shape)}) but the program indexes "
+                        f"it as {access} (rank {len(access.indices)})")
+    return shape
+
+
+def _access_conditions(indices: tuple[IntAffine, ...], shape: tuple[int, ...]) -> list[Condition]:
+    return [Condition(e, 0, e.divisor * (n - 1)) for e, n in zip(indices, shape)]
+
+
+def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
+    what = f"statement '{stmt}'"
+    operands = []
+    conds: list[Condition] = []
+    for access in stmt.operands:
+        shape = _check_rank(access, env)
+        idx = tuple(to_affine(e, env.sizes, what).to_int() for e in access.indices)
+        operands.append(BoundAccess(access.tensor, idx))
+        conds += _access_conditions(idx, shape)
+    for c in stmt.constraints:
+        bound = evaluate_size(c.bound, env.sizes, f"constraint '{c}'")
+        e = to_affine(c.poly, env.sizes, what).to_int()
+        conds.append(Condition(e, 0, e.divisor * (bound - 1)))
+    out_idx = tuple(to_affine(e, env.sizes, what).to_int() for e in stmt.indices)
+
+    # Output dims whose size is known now constrain the tuples; others are inferred.
+    known_dims: dict[int, int] = {}
+    deferred: list[int] = []
+    for axis, e in enumerate(out_idx):
+        size_expr = stmt.sizes[axis] if stmt.sizes is not None else None
+        try:
+            if size_expr is None:
+                raise KeyError
+            known_dims[axis] = evaluate_size(size_expr, env.sizes, f"size of output '{stmt.output}'")
+        except (KeyError, BindError):
+            if size_expr is not None and not _inferable(size_expr, stmt.indices[axis]):
+                evaluate_size(size_expr, env.sizes, f"size of output '{stmt.output}'")  # raises the clear error
+            deferred.append(axis)
+    for axis, n in known_dims.items():
+        conds.append(Condition(out_idx[axis], 0, out_idx[axis].divisor * (n - 1)))
+
+    variables = stmt.index_vars
+    ranges = _propagate(conds, variables)
+    if deferred:
+        shape_fix = {}
+        for axis in deferred:
+            lo, hi = out_idx[axis].interval(ranges)
+            if hi == INF:
+                raise SemanticError(f"cannot infer dimension {axis} of output '{stmt.output}' in {what}: its index "
+                                    f"is unbounded; give the output sizes explicitly")
+            n = max(0, int(hi) // out_idx[axis].divisor + 1)
+            shape_fix[axis] = n
+            size_expr = stmt.sizes[axis] if stmt.sizes is not None else None
+            if isinstance(size_expr, T.ISize):
+                env.sizes[size_expr.name] = n
+            conds.append(Condition(out_idx[axis], 0, out_idx[axis].divisor * (n - 1)))
+        known_dims.update(shape_fix)
+        ranges = _propagate(conds, variables)
+    shape = tuple(known_dims[a] for a in range(len(out_idx)))
+    if any(n < 0 for n in shape):
+        raise BindError(f"output '{stmt.output}' would have negative shape {shape} in {what}")
+
+    for v in variables:
+        lo, hi = ranges[v]
+        if lo == -INF or hi == INF:
+            raise SemanticError(f"index variable '{v}' is unbounded in {what}: no access or constraint limits its "
+                                f"range; index a tensor with it or add a constraint like '{v} < N'")
+    empty = any(ranges[v][0] > ranges[v][1] for v in variables) or 0 in shape
+    guards = () if empty else _guards(conds, ranges)
+    int_ranges = tuple((v, int(ranges[v][0]), int(ranges[v][1])) for v in variables)
+    if stmt.agg == "=" and not empty:
+        _check_single_assignment(stmt, out_idx, int_ranges, guards)
+
+    default_dtype = None
+    if stmt.default is not None:
+        dshape = env.shapes[stmt.default]
+        try:
+            np.broadcast_shapes(dshape, shape)
+        except ValueError:
+            raise BindError(f"default tensor '{stmt.default}' has shape {dshape}, which does not broadcast to "
+                            f"output '{stmt.output}' of shape {shape}") from None
+        default_dtype = env.dtypes[stmt.default]
+    dtype = contraction_dtype(stmt.combo, [env.dtypes[a.tensor] for a in stmt.operands], default_dtype)
+    return BoundContraction(stmt, shape, dtype, out_idx, tuple(operands), int_ranges, guards, empty)
+
+
+def _inferable(size: T.IExpr, index: T.IExpr) -> bool:
+    return isinstance(size, T.ISize) and isinstance(index, T.IVar)
+
+
+def _floor_div(x: float, c: int) -> float:
+    return x / c if x in (INF, -INF) else Fraction(int(x), c).__floor__() if c else x
+
+
+def _ceil_div(x: float, c: int) -> float:
+    return x / c if x in (INF, -INF) else Fraction(int(x), c).__ceil__() if c else x
+
+
+def _propagate(conds: list[Condition], variables: tuple[str, ...]) -> dict[str, tuple[float, float]]:
+    """Tighten each variable's interval from every condition until nothing changes."""
+    ranges: dict[str, tuple[float, float]] = {v: (-INF, INF) for v in variables}
+    for _ in range(64):  # bounded: pathological systems stop with a sound (looser) box
+        changed = False
+        for cond in conds:
+            for v, c in cond.expr.coeffs:
+                rest = IntAffine(tuple(t for t in cond.expr.coeffs if t[0] != v), cond.expr.const)
+                rlo, rhi = rest.interval(ranges)
+                num_lo, num_hi = cond.lo - rhi, cond.hi - rlo  # c*v in [num_lo, num_hi]
+                if c > 0:
+                    new_lo, new_hi = _ceil_div(num_lo, c), _floor_div(num_hi, c)
+                else:
+                    new_lo, new_hi = _ceil_div(num_hi, c), _floor_div(num_lo, c)
+                lo, hi = ranges[v]
+                lo2, hi2 = max(lo, new_lo), min(hi, new_hi)
+                if (lo2, hi2) != (lo, hi):
+                    ranges[v] = (lo2, hi2)
+                    changed = True
+        if not changed or any(lo > hi for lo, hi in ranges.values()):
+            break
+    return ranges
+
+
+def _guards(conds: list[Condition], ranges: dict[str, tuple[float, float]]) -> tuple[Condition, ...]:
+    """The conditions the ranges do not already imply, deduplicated."""
+    out: dict[tuple, Condition] = {}
+    for cond in conds:
+        lo, hi = cond.expr.interval(ranges)
+        divisible = all(c % cond.expr.divisor == 0 for _, c in cond.expr.coeffs) and \
+            cond.expr.const % cond.expr.divisor == 0
+        need_lo, need_hi = lo < cond.lo, hi > cond.hi
+        if not (need_lo or need_hi or not divisible):
+            continue
+        key = (cond.expr.coeffs, cond.expr.const, cond.expr.divisor)
+        prev = out.get(key)
+        new_lo = cond.lo if need_lo else -INF
+        new_hi = cond.hi if need_hi else INF
+        if prev is not None:
+            new_lo, new_hi = max(prev.lo, new_lo), min(prev.hi, new_hi)
+        out[key] = Condition(cond.expr, new_lo, new_hi)
+    return tuple(out.values())
+
+
+def _check_single_assignment(stmt: T.Contraction, out_idx: tuple[IntAffine, ...],
+                             ranges: tuple[tuple[str, int, int], ...], guards: tuple[Condition, ...]) -> None:
+    """Under '=' two tuples must not write one cell: the output map must be injective."""
+    if stmt.constraints or guards:
+        return  # the compiler cannot see it; the last write wins
+    moving = [v for v, lo, hi in ranges if hi > lo]
+    rows = [[Fraction(dict(e.coeffs).get(v, 0), e.divisor) for v in moving] for e in out_idx]
+    if _rank(rows, len(moving)) < len(moving):
+        lhs_vars = {v for e in out_idx for v in e.vars}
+        free = [v for v in moving if v not in lhs_vars]
+        why = (f"index variable(s) {', '.join(repr(v) for v in free)} do not appear on the left"
+               if free else "the left-hand side maps several index tuples to one cell")
+        raise SemanticError(f"'=' in '{stmt}' writes some output cells more than once: {why}; use an aggregation "
+                            f"such as '+' or '>' instead, or add constraints")
+
+
+def _rank(rows: list[list[Fraction]], ncols: int) -> int:
+    m = [r[:] for r in rows]
+    rank = 0
+    for col in range(ncols):
+        pivot = next((r for r in range(rank, len(m)) if m[r][col] != 0), None)
+        if pivot is None:
+            continue
+        m[rank], m[pivot] = m[pivot], m[rank]
+        for r in range(len(m)):
+            if r != rank and m[r][col] != 0:
+                f = m[r][col] / m[rank][col]
+                m[r] = [a - f * b for a, b in zip(m[r], m[rank])]
+        rank += 1
+    return rank
+
+
+def _bind_elementwise(stmt: T.Elementwise, env: _Env) -> BoundElementwise:
+    names = T.eexpr_tensors(stmt.expr)
+    try:
+        shape = tuple(np.broadcast_shapes(*[env.shapes[n] for n in names])) if names else ()
+    except ValueError:
+        listing = ", ".join(f"{n} {env.shapes[n]}" for n in names)
+        raise BindError(f"shapes do not broadcast in '{stmt}': {listing}") from None
+    dtype = elementwise_dtype(stmt.expr, env.dtypes)
+    return BoundElementwise(stmt, shape, dtype)
+
+
+def describe(b: BoundContraction) -> str:
+    """One line per range and guard, for `tilec explain`."""
+    ranges = ", ".join(f"{v} in [{lo}, {hi}]" for v, lo, hi in b.ranges)
+    guards = "; ".join(str(g) for g in b.guards) or "none"
+    return f"ranges: {ranges or '(scalar)'}; guards: {guards}"
+
+
+__all__ = ["bind", "BoundProgram", "BoundContraction", "BoundElementwise", "BoundAccess", "Condition", "describe"]

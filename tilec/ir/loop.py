@@ -1,0 +1,230 @@
+"""Loop IR: a small imperative IR that schedules transform and backends compile.
+
+Expressions carry their dtype (a numpy dtype name, or "bool"). Index arithmetic is
+int64. Buffers are row-major; `Load`/`Store` take one index per dimension. Nodes
+are frozen dataclasses with tuple children; `str(node)` prints readable pseudo-code
+(:mod:`tilec.ir.printer`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+INDEX = "int64"
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    scope: str = "global"  # global (a kernel argument) | local (stack/registers) | shared (GPU)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+# ---------------------------------------------------------------- expressions
+
+
+@dataclass(frozen=True)
+class Const:
+    value: Union[int, float, bool]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+    dtype: str = INDEX
+
+
+@dataclass(frozen=True)
+class Bin:
+    """Arithmetic on operands of one dtype.
+
+    ops: add sub mul div (true division; floor division on integers, x // 0 == 0),
+    mod (floor modulo), min, max (NaN-propagating on floats), and, or.
+    """
+
+    op: str
+    a: "Expr"
+    b: "Expr"
+
+    @property
+    def dtype(self) -> str:
+        return self.a.dtype
+
+
+@dataclass(frozen=True)
+class Cmp:
+    op: str  # lt le gt ge eq ne
+    a: "Expr"
+    b: "Expr"
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True)
+class Not:
+    a: "Expr"
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True)
+class Select:
+    cond: "Expr"
+    a: "Expr"
+    b: "Expr"
+
+    @property
+    def dtype(self) -> str:
+        return self.a.dtype
+
+
+@dataclass(frozen=True)
+class Cast:
+    dtype: str
+    a: "Expr"
+
+
+@dataclass(frozen=True)
+class Call:
+    """A math builtin (see tilec.ir.builtins) on float operands of `dtype`, or abs/relu on ints."""
+
+    func: str
+    args: tuple["Expr", ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Load:
+    buffer: str
+    indices: tuple["Expr", ...]
+    dtype: str
+
+
+Expr = Union[Const, Var, Bin, Cmp, Not, Select, Cast, Call, Load]
+
+# ---------------------------------------------------------------- statements
+
+
+@dataclass(frozen=True)
+class Store:
+    buffer: str
+    indices: tuple[Expr, ...]
+    value: Expr
+
+
+@dataclass(frozen=True)
+class For:
+    """``for var in [begin, end)``; kind: serial | parallel | vectorized | unrolled."""
+
+    var: str
+    begin: Expr
+    end: Expr
+    body: "Stmt"
+    kind: str = "serial"
+
+
+@dataclass(frozen=True)
+class If:
+    cond: Expr
+    then: "Stmt"
+    orelse: "Stmt | None" = None
+
+
+@dataclass(frozen=True)
+class Seq:
+    stmts: tuple["Stmt", ...]
+
+
+@dataclass(frozen=True)
+class Allocate:
+    """A buffer that lives for `body` (scope local: stack / registers)."""
+
+    buffer: Buffer
+    body: "Stmt"
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """All threads of a GPU block wait here (no-op on the CPU)."""
+
+
+Stmt = Union[Store, For, If, Seq, Allocate, Barrier]
+
+
+@dataclass(frozen=True)
+class PrimFunc:
+    """A kernel: `params` are global buffers (inputs, outputs, workspaces, in that order)."""
+
+    name: str
+    params: tuple[Buffer, ...]
+    body: Stmt
+
+    def __str__(self) -> str:
+        from tilec.ir.printer import format_func
+
+        return format_func(self)
+
+
+# ---------------------------------------------------------------- constructors
+
+
+def const(value: Union[int, float, bool], dtype: str = INDEX) -> Const:
+    return Const(value, dtype)
+
+
+def seq(*stmts: "Stmt | None") -> Stmt:
+    """A sequence, flattening nested sequences and dropping Nones."""
+    flat: list[Stmt] = []
+    for s in stmts:
+        if s is None:
+            continue
+        if isinstance(s, Seq):
+            flat.extend(s.stmts)
+        else:
+            flat.append(s)
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+def cast(dtype: str, e: Expr) -> Expr:
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, Const):
+        if dtype == "bool":
+            return Const(bool(e.value), dtype)
+        return Const(float(e.value) if dtype.startswith("float") else int(e.value), dtype)
+    return Cast(dtype, e)
+
+
+def add(a: Expr, b: Expr) -> Expr:
+    if isinstance(b, Const) and b.value == 0:
+        return a
+    if isinstance(a, Const) and a.value == 0:
+        return b
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(a.value + b.value, a.dtype)
+    return Bin("add", a, b)
+
+
+def mul(a: Expr, b: Expr) -> Expr:
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(a.value * b.value, a.dtype)
+    if isinstance(b, Const) and b.value == 1:
+        return a
+    if isinstance(a, Const) and a.value == 1:
+        return b
+    return Bin("mul", a, b)
+
+
+def logical_and(conds: list[Expr]) -> Expr | None:
+    out: Expr | None = None
+    for c in conds:
+        out = c if out is None else Bin("and", out, c)
+    return out

@@ -1,0 +1,280 @@
+"""Lowering: BoundProgram -> PrimFunc (loop IR) with the default schedule.
+
+Requires: a BoundProgram (sizes bound, ranges and guards inferred).
+Guarantees: a PrimFunc whose params are inputs, outputs, temporaries and workspaces
+(in that order) and that computes exactly the Tile semantics:
+
+* A contraction whose output indices are distinct lone variables spanning the
+  whole output ("direct" form) loops over the output cells, accumulates the
+  reduction in a local register and stores each cell once.
+* Any other contraction ("scatter" form: complex left-hand sides, partial
+  coverage) initialises the output, scatters every tuple into it, and, where an
+  aggregation has no neutral "unwritten" value, tracks written cells in a
+  workspace so unwritten cells end up 0.
+* A guard on the innermost variable it mentions becomes that loop's bounds
+  (``max``/``min`` of affine expressions), so padding and triangular domains cost
+  no branch in the inner loop; divisibility guards stay as ``if``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilec.errors import BindError
+from tilec.ir import loop as L
+from tilec.ir.affine import INF, IntAffine
+from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram, Condition
+from tilec.ir.elementwise import lower_expression
+from tilec.ir.dtypes import is_float
+
+KERNEL_NAME = "tilec_kernel"
+
+
+def lower(bp: BoundProgram, name: str = KERNEL_NAME) -> L.PrimFunc:
+    workspaces: list[L.Buffer] = []
+    body = L.seq(*[
+        _lower_contraction(s, bp, workspaces) if isinstance(s, BoundContraction) else _lower_elementwise(s, bp)
+        for s in bp.statements
+    ])
+    names = list(bp.program.input_names) + list(bp.program.outputs) + list(bp.temporaries)
+    params = [L.Buffer(n, bp.dtypes[n], bp.shapes[n]) for n in names] + workspaces
+    return L.PrimFunc(name, tuple(params), body)
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def affine_expr(e: IntAffine) -> L.Expr:
+    """The integer numerator of `e` as an int64 expression."""
+    out: L.Expr = L.const(e.const)
+    for v, c in e.coeffs:
+        term = L.mul(L.const(c), L.Var(v)) if c != 1 else L.Var(v)
+        out = L.add(term, out) if not (isinstance(out, L.Const) and out.value == 0) else term
+    return out
+
+
+def index_expr(e: IntAffine) -> L.Expr:
+    num = affine_expr(e)
+    return num if e.divisor == 1 else L.Bin("div", num, L.const(e.divisor))
+
+
+def condition_expr(c: Condition) -> L.Expr:
+    num = affine_expr(c.expr)
+    parts: list[L.Expr] = []
+    if c.lo != -INF:
+        parts.append(L.Cmp("ge", num, L.const(int(c.lo))))
+    if c.hi != INF:
+        parts.append(L.Cmp("le", num, L.const(int(c.hi))))
+    if c.expr.divisor != 1:
+        parts.append(L.Cmp("eq", L.Bin("mod", num, L.const(c.expr.divisor)), L.const(0)))
+    return L.logical_and(parts) or L.Const(True, "bool")
+
+
+def broadcast_indices(shape: tuple[int, ...], out_shape: tuple[int, ...], out_vars: list[L.Expr]) -> tuple[L.Expr, ...]:
+    """Indices into a tensor of `shape` broadcast (numpy rules) against `out_shape`."""
+    offset = len(out_shape) - len(shape)
+    return tuple(L.const(0) if n == 1 and out_shape[offset + k] != 1 else out_vars[offset + k]
+                 for k, n in enumerate(shape))
+
+
+def identity(agg: str, dtype: str) -> L.Const:
+    if agg in ("+", "=", "*"):
+        return L.cast(dtype, L.Const(int(agg == "*"), "int64"))  # type: ignore[return-value]
+    if dtype == "bool":
+        return L.Const(agg == "<", dtype)
+    if is_float(dtype):
+        return L.Const(-np.inf if agg == ">" else np.inf, dtype)
+    info = np.iinfo(dtype)
+    return L.Const(int(info.min) if agg == ">" else int(info.max), dtype)
+
+
+def combine(agg: str, acc: L.Expr, value: L.Expr) -> L.Expr:
+    if agg == "=":
+        return value
+    if acc.dtype == "bool":
+        return L.Bin("or" if agg in ("+", ">") else "and", acc, value)
+    return L.Bin({"+": "add", "*": "mul", ">": "max", "<": "min"}[agg], acc, value)
+
+
+def loop_nest(variables: list[tuple[str, int, int]], body: L.Stmt, guards: list[Condition]) -> L.Stmt:
+    """Nest loops (outermost first) around `body`, turning guards into loop bounds where possible."""
+    order = [v for v, _, _ in variables]
+    lower: dict[str, list[L.Expr]] = {v: [] for v in order}
+    upper: dict[str, list[L.Expr]] = {v: [] for v in order}
+    ifs: dict[str | None, list[L.Expr]] = {}
+    for g in guards:
+        inner = max((v for v in g.expr.vars if v in order), key=order.index, default=None)
+        if inner is None or g.expr.divisor != 1:
+            ifs.setdefault(inner, []).append(condition_expr(g))
+            continue
+        c = dict(g.expr.coeffs)[inner]
+        rest = IntAffine(tuple(t for t in g.expr.coeffs if t[0] != inner), g.expr.const)
+        rest_expr, lo, hi = affine_expr(rest), g.lo, g.hi
+        if c < 0:  # normalise to a positive coefficient: -|c| v + r in [lo, hi]  <=>  |c| v - r in [-hi, -lo]
+            c, rest_expr, lo, hi = -c, L.Bin("sub", L.const(0), rest_expr), -hi, -lo
+        if lo != -INF:  # v >= ceil((lo - r) / c)
+            num = L.Bin("sub", L.const(int(lo)), rest_expr)
+            lower[inner].append(num if c == 1 else L.Bin("sub", L.const(0),
+                                                          L.Bin("div", L.Bin("sub", L.const(0), num), L.const(c))))
+        if hi != INF:  # v <= floor((hi - r) / c)
+            num = L.Bin("sub", L.const(int(hi)), rest_expr)
+            upper[inner].append(num if c == 1 else L.Bin("div", num, L.const(c)))
+    stmt = body
+    if None in ifs:
+        stmt = L.If(L.logical_and(ifs[None]), stmt)  # type: ignore[arg-type]
+    for v, lo, hi in reversed(variables):
+        if v in ifs:
+            stmt = L.If(L.logical_and(ifs[v]), stmt)  # type: ignore[arg-type]
+        begin: L.Expr = L.const(lo)
+        for e in lower[v]:
+            begin = L.Bin("max", begin, e)
+        end: L.Expr = L.const(hi)
+        for e in upper[v]:
+            end = L.Bin("min", end, e)
+        stmt = L.For(v, begin, L.add(end, L.const(1)), stmt)
+    return stmt
+
+
+def _cell_loops(shape: tuple[int, ...], prefix: str) -> tuple[list[tuple[str, int, int]], list[L.Expr]]:
+    names = [f"{prefix}{k}" for k in range(len(shape))]
+    return [(n, 0, d - 1) for n, d in zip(names, shape)], [L.Var(n) for n in names]
+
+
+# ------------------------------------------------------------------ contractions
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What every contraction form needs: the value of one tuple and its condition."""
+
+    value: L.Expr
+    cond: L.Expr | None  # the '==' of a ternary combination
+
+
+def _tuple_value(b: BoundContraction, bp: BoundProgram) -> _Parts:
+    loads = [L.Load(a.tensor, tuple(index_expr(i) for i in a.indices), bp.dtypes[a.tensor]) for a in b.operands]
+    dt = b.dtype
+    combo = b.stmt.combo
+    if combo == "single":
+        return _Parts(L.cast(dt, loads[0]), None)
+    if combo in ("mul", "add"):
+        op = {"mul": "*", "add": "+"}[combo]
+        return _Parts(combine(op, L.cast(dt, loads[0]), L.cast(dt, loads[1])), None)
+    ct = np.result_type(loads[0].dtype, loads[1].dtype).name
+    equal = L.Cmp("eq", L.cast(ct, loads[0]), L.cast(ct, loads[1]))
+    if combo == "eq":
+        return _Parts(L.cast(dt, equal), None)
+    return _Parts(L.cast(dt, loads[2]), equal)
+
+
+def _default_value(b: BoundContraction, bp: BoundProgram, cell: list[L.Expr]) -> L.Expr | None:
+    d = b.stmt.default
+    if d is None:
+        return None
+    return L.cast(b.dtype, L.Load(d, broadcast_indices(bp.shapes[d], b.shape, cell), bp.dtypes[d]))
+
+
+def _is_direct(b: BoundContraction) -> bool:
+    ranges = {v: (lo, hi) for v, lo, hi in b.ranges}
+    seen = set()
+    for e, n in zip(b.out_indices, b.shape):
+        if e.divisor != 1 or e.const != 0 or len(e.coeffs) != 1 or e.coeffs[0][1] != 1:
+            return False
+        v = e.coeffs[0][0]
+        if v in seen or ranges[v] != (0, n - 1):
+            return False
+        seen.add(v)
+    return True
+
+
+def _lower_contraction(b: BoundContraction, bp: BoundProgram, workspaces: list[L.Buffer]) -> L.Stmt:
+    out = b.output
+    if b.empty:  # no tuple contributes: the output is its default, or 0
+        cells, cell = _cell_loops(b.shape, f"{out}.c")
+        fill = _default_value(b, bp, cell) or L.cast(b.dtype, L.const(0))
+        return loop_nest(cells, L.Store(out, tuple(cell), L.cast(b.dtype, fill)), [])
+    if _is_direct(b):
+        return _lower_direct(b, bp)
+    return _lower_scatter(b, bp, workspaces)
+
+
+def _needs_written_flag(b: BoundContraction, always_written: bool) -> bool:
+    return b.stmt.agg in ("*", ">", "<") and b.stmt.default is None and not always_written
+
+
+def _lower_direct(b: BoundContraction, bp: BoundProgram) -> L.Stmt:
+    out, dt = b.output, b.dtype
+    out_vars = [e.coeffs[0][0] for e in b.out_indices]
+    reduce = [(v, lo, hi) for v, lo, hi in b.ranges if v not in out_vars]
+    cell: list[L.Expr] = [L.Var(v) for v in out_vars]
+    outer_guards = [g for g in b.guards if set(g.expr.vars) <= set(out_vars)]
+    inner_guards = [g for g in b.guards if g not in outer_guards]
+    parts = _tuple_value(b, bp)
+    flagged = _needs_written_flag(b, always_written=not b.guards and parts.cond is None)
+
+    acc = L.Buffer(f"{out}.acc", dt, (), "local")
+    flag = L.Buffer(f"{out}.written", "bool", (), "local")
+    acc_now = L.Load(acc.name, (), dt)
+    update = L.seq(L.Store(acc.name, (), combine(b.stmt.agg, acc_now, parts.value)),
+                   L.Store(flag.name, (), L.Const(True, "bool")) if flagged else None)
+    if parts.cond is not None:
+        update = L.If(parts.cond, update)
+    reduction = loop_nest(reduce, update, inner_guards)
+    if outer_guards:
+        reduction = L.If(L.logical_and([condition_expr(g) for g in outer_guards]), reduction)  # type: ignore[arg-type]
+    default = _default_value(b, bp, cell)
+    init = default if default is not None else identity(b.stmt.agg, dt)
+    result: L.Expr = acc_now
+    if flagged:
+        result = L.Select(L.Load(flag.name, (), "bool"), acc_now, L.cast(dt, L.const(0)))
+    per_cell = L.seq(L.Store(acc.name, (), init),
+                     L.Store(flag.name, (), L.Const(False, "bool")) if flagged else None,
+                     reduction,
+                     L.Store(out, tuple(cell), result))
+    cell_ranges = [(v, lo, hi) for v, lo, hi in b.ranges if v in out_vars]
+    cell_ranges.sort(key=lambda r: out_vars.index(r[0]))
+    body: L.Stmt = L.Allocate(acc, L.Allocate(flag, per_cell) if flagged else per_cell)
+    return loop_nest(cell_ranges, body, [])
+
+
+def _lower_scatter(b: BoundContraction, bp: BoundProgram, workspaces: list[L.Buffer]) -> L.Stmt:
+    out, dt = b.output, b.dtype
+    flagged = _needs_written_flag(b, always_written=False)
+    flag_name = f"{out}.written"
+    cells, cell = _cell_loops(b.shape, f"{out}.c")
+    default = _default_value(b, bp, cell)
+    init = L.seq(L.Store(out, tuple(cell), default if default is not None else identity(b.stmt.agg, dt)),
+                 L.Store(flag_name, tuple(cell), L.Const(False, "bool")) if flagged else None)
+    parts = _tuple_value(b, bp)
+    target = tuple(index_expr(e) for e in b.out_indices)
+    update = L.seq(L.Store(out, target, combine(b.stmt.agg, L.Load(out, target, dt), parts.value)),
+                   L.Store(flag_name, target, L.Const(True, "bool")) if flagged else None)
+    if parts.cond is not None:
+        update = L.If(parts.cond, update)
+    stmts = [loop_nest(cells, init, []), loop_nest(list(b.ranges), update, list(b.guards))]
+    if flagged:
+        workspaces.append(L.Buffer(flag_name, "bool", b.shape))
+        unwritten = L.Select(L.Load(flag_name, tuple(cell), "bool"), L.Load(out, tuple(cell), dt), L.cast(dt, L.const(0)))
+        stmts.append(loop_nest(cells, L.Store(out, tuple(cell), unwritten), []))
+    return L.seq(*stmts)
+
+
+# ------------------------------------------------------------------ elementwise
+
+
+def _lower_elementwise(b: BoundElementwise, bp: BoundProgram) -> L.Stmt:
+    cells, cell = _cell_loops(b.shape, "i")
+
+    def load(name: str) -> L.Expr:
+        return L.Load(name, broadcast_indices(bp.shapes[name], b.shape, cell), bp.dtypes[name])
+
+    try:
+        value = lower_expression(b.stmt.expr, bp.dtypes, load, b.dtype)
+    except BindError as err:
+        raise BindError(f"{err} in '{b.stmt}'") from None
+    return loop_nest(cells, L.Store(b.output, tuple(cell), value), [])
+
+
+__all__ = ["lower", "KERNEL_NAME"]

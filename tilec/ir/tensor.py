@@ -1,0 +1,316 @@
+"""Tensor IR: a Tile program as immutable statements over whole tensors.
+
+This is what semantic analysis produces and what autodiff and bounds inference
+consume. Index expressions stay symbolic (size symbols are bound at call time,
+see :mod:`tilec.ir.bounds`). ``str(program)`` prints canonical Tile source that
+parses back to an equal program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+# ---------------------------------------------------------------- index expressions
+
+
+@dataclass(frozen=True)
+class IConst:
+    value: int
+
+
+@dataclass(frozen=True)
+class ISize:
+    """A size symbol (capitalised), bound to an integer at call time."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class IVar:
+    """An index variable (lower-case); lives for one statement."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class IBin:
+    """``a op b`` with op in ``+ - * /``.
+
+    In an index polynomial ``/`` is exact rational division by a constant (a tuple
+    whose index is not an integer does not contribute); in a size expression it is
+    floor division.
+    """
+
+    op: str
+    a: "IExpr"
+    b: "IExpr"
+
+
+@dataclass(frozen=True)
+class INeg:
+    a: "IExpr"
+
+
+IExpr = Union[IConst, ISize, IVar, IBin, INeg]
+
+_IPREC = {"+": 1, "-": 1, "*": 2, "/": 2}
+
+
+def format_iexpr(e: IExpr, parent_prec: int = 0, right: bool = False) -> str:
+    if isinstance(e, IConst):
+        return str(e.value) if e.value >= 0 or parent_prec == 0 else f"({e.value})"
+    if isinstance(e, (ISize, IVar)):
+        return e.name
+    if isinstance(e, INeg):
+        return f"-{format_iexpr(e.a, 3)}"
+    prec = _IPREC[e.op]
+    text = f"{format_iexpr(e.a, prec)} {e.op} {format_iexpr(e.b, prec, right=True)}"
+    if prec < parent_prec or (right and prec == parent_prec):
+        return f"({text})"
+    return text
+
+
+def iexpr_names(e: IExpr) -> tuple[set[str], set[str]]:
+    """(index variable names, size symbol names) used in `e`."""
+    idx: set[str] = set()
+    sizes: set[str] = set()
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, IVar):
+            idx.add(node.name)
+        elif isinstance(node, ISize):
+            sizes.add(node.name)
+        elif isinstance(node, IBin):
+            stack += [node.a, node.b]
+        elif isinstance(node, INeg):
+            stack.append(node.a)
+    return idx, sizes
+
+
+# ---------------------------------------------------------------- elementwise expressions
+
+
+@dataclass(frozen=True)
+class ETensor:
+    name: str
+
+
+@dataclass(frozen=True)
+class EConst:
+    """A literal; `value` is an int or a float (its Python type is its weak type)."""
+
+    value: Union[int, float]
+
+
+@dataclass(frozen=True)
+class EUnary:
+    op: str  # "-"
+    a: "EExpr"
+
+
+@dataclass(frozen=True)
+class EBinary:
+    op: str  # + - * /
+    a: "EExpr"
+    b: "EExpr"
+
+
+@dataclass(frozen=True)
+class ECompare:
+    op: str  # < > <= >= == !=
+    a: "EExpr"
+    b: "EExpr"
+
+
+@dataclass(frozen=True)
+class ESelect:
+    cond: "EExpr"
+    a: "EExpr"
+    b: "EExpr"
+
+
+@dataclass(frozen=True)
+class ECall:
+    func: str
+    args: tuple["EExpr", ...]
+
+
+EExpr = Union[ETensor, EConst, EUnary, EBinary, ECompare, ESelect, ECall]
+
+_EPREC = {"?": 1, "cmp": 2, "+": 3, "-": 3, "*": 4, "/": 4, "neg": 5}
+
+
+def format_eexpr(e: EExpr, parent_prec: int = 0, right: bool = False) -> str:
+    if isinstance(e, ETensor):
+        return e.name
+    if isinstance(e, EConst):
+        text = repr(e.value)
+        return f"({text})" if e.value < 0 else text
+    if isinstance(e, ECall):
+        return f"{e.func}({', '.join(format_eexpr(a) for a in e.args)})"
+    if isinstance(e, EUnary):
+        return f"-{format_eexpr(e.a, _EPREC['neg'])}"
+    if isinstance(e, ESelect):
+        prec = _EPREC["?"]
+        text = f"{format_eexpr(e.cond, prec + 1)} ? {format_eexpr(e.a)} : {format_eexpr(e.b)}"
+    elif isinstance(e, ECompare):
+        prec = _EPREC["cmp"]
+        text = f"{format_eexpr(e.a, prec + 1)} {e.op} {format_eexpr(e.b, prec + 1)}"
+    else:
+        prec = _EPREC[e.op]
+        text = f"{format_eexpr(e.a, prec)} {e.op} {format_eexpr(e.b, prec, right=True)}"
+    if prec < parent_prec or (right and prec == parent_prec):
+        return f"({text})"
+    return text
+
+
+def eexpr_tensors(e: EExpr) -> list[str]:
+    """Tensor names read by `e`, in order of first appearance."""
+    seen: list[str] = []
+
+    def walk(node: EExpr) -> None:
+        if isinstance(node, ETensor):
+            if node.name not in seen:
+                seen.append(node.name)
+        elif isinstance(node, EUnary):
+            walk(node.a)
+        elif isinstance(node, (EBinary, ECompare)):
+            walk(node.a)
+            walk(node.b)
+        elif isinstance(node, ESelect):
+            walk(node.cond)
+            walk(node.a)
+            walk(node.b)
+        elif isinstance(node, ECall):
+            for arg in node.args:
+                walk(arg)
+
+    walk(e)
+    return seen
+
+
+# ---------------------------------------------------------------- statements
+
+AGGREGATIONS = {"+": "sum", "*": "product", ">": "max", "<": "min", "=": "assign"}
+COMBINATIONS = {"single": 1, "mul": 2, "add": 2, "eq": 2, "cond": 3}
+
+
+@dataclass(frozen=True)
+class Access:
+    tensor: str
+    indices: tuple[IExpr, ...]
+
+    def __str__(self) -> str:
+        return f"{self.tensor}[{', '.join(format_iexpr(i) for i in self.indices)}]"
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """``poly < bound`` meaning ``0 <= poly < bound``."""
+
+    poly: IExpr
+    bound: IExpr
+
+    def __str__(self) -> str:
+        return f"{format_iexpr(self.poly)} < {format_iexpr(self.bound)}"
+
+
+@dataclass(frozen=True)
+class Contraction:
+    output: str
+    indices: tuple[IExpr, ...]
+    sizes: tuple[IExpr, ...] | None  # None: sizes inferred from the index ranges
+    agg: str  # one of AGGREGATIONS
+    combo: str  # one of COMBINATIONS
+    operands: tuple[Access, ...]
+    constraints: tuple[Constraint, ...] = ()
+    default: str | None = None
+    no_defract: bool = False
+
+    def __str__(self) -> str:
+        idx = ", ".join(format_iexpr(i) for i in self.indices)
+        if self.sizes is not None and self.indices:
+            idx += ": " + ", ".join(format_iexpr(s) for s in self.sizes)
+        ops = [str(a) for a in self.operands]
+        body = {
+            "single": lambda: ops[0],
+            "mul": lambda: f"{ops[0]} * {ops[1]}",
+            "add": lambda: f"{ops[0]} + {ops[1]}",
+            "eq": lambda: f"{ops[0]} == {ops[1]}",
+            "cond": lambda: f"{ops[0]} == {ops[1]} ? {ops[2]}",
+        }[self.combo]()
+        text = f"{self.output}[{idx}] = {self.agg}({body})"
+        for c in self.constraints:
+            text += f", {c}"
+        if self.default is not None:
+            text += f" default {self.default}"
+        if self.no_defract:
+            text += " no_defract"
+        return text
+
+    @property
+    def index_vars(self) -> tuple[str, ...]:
+        """Every index variable of the statement, in order of first appearance (LHS first)."""
+        order: list[str] = []
+        exprs = list(self.indices) + [i for a in self.operands for i in a.indices]
+        exprs += [c.poly for c in self.constraints]
+        for e in exprs:
+            for name in _ordered_vars(e):
+                if name not in order:
+                    order.append(name)
+        return tuple(order)
+
+
+def _ordered_vars(e: IExpr) -> list[str]:
+    if isinstance(e, IVar):
+        return [e.name]
+    if isinstance(e, IBin):
+        return _ordered_vars(e.a) + _ordered_vars(e.b)
+    if isinstance(e, INeg):
+        return _ordered_vars(e.a)
+    return []
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    output: str
+    expr: EExpr
+
+    def __str__(self) -> str:
+        return f"{self.output} = {format_eexpr(self.expr)}"
+
+
+Statement = Union[Contraction, Elementwise]
+
+
+@dataclass(frozen=True)
+class TensorParam:
+    """An input. `dims` is None when declared without brackets (any shape)."""
+
+    name: str
+    dims: tuple[IExpr, ...] | None
+
+    def __str__(self) -> str:
+        if self.dims is None:
+            return self.name
+        return f"{self.name}[{', '.join(format_iexpr(d) for d in self.dims)}]"
+
+
+@dataclass(frozen=True)
+class Program:
+    params: tuple[TensorParam, ...]
+    outputs: tuple[str, ...]
+    statements: tuple[Statement, ...]
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def __str__(self) -> str:
+        params = ", ".join(str(p) for p in self.params)
+        lines = [f"function ({params}) -> ({', '.join(self.outputs)}) {{"]
+        lines += [f"    {s};" for s in self.statements]
+        lines.append("}")
+        return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Runtime: compiled Functions, their kernel caches, and argument handling."""

@@ -1,0 +1,137 @@
+"""`tilec.compile` returns a Function: parse once, compile per argument signature.
+
+Kernels are cached in memory per (program, shapes, dtypes, sizes, target, schedule)
+for the whole process, and their object code on disk (see tilec.driver).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+import numpy as np
+
+from tilec import driver
+from tilec.errors import BindError
+from tilec.frontend import parse
+from tilec.ir.dtypes import check_supported
+from tilec.target import Target, resolve_target
+
+_KERNELS: dict[str, driver.Kernel] = {}
+_KERNELS_LOCK = threading.Lock()
+
+
+class Function:
+    """A compiled Tile program. Call it with numpy arrays (positionally or by name)."""
+
+    def __init__(self, source: str, target: "str | Target" = "llvm", **sizes: int) -> None:
+        for name, value in sizes.items():
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+                raise BindError(f"size '{name}' must be an integer, got {value!r}")
+        self.source = source
+        self.sizes = {k: int(v) for k, v in sizes.items()}
+        self.program = parse(source, self.sizes)
+        self.target = resolve_target(target)
+        self.inputs: tuple[str, ...] = self.program.input_names
+        self.outputs: tuple[str, ...] = self.program.outputs
+        self.schedule = "default"
+        self._by_signature: dict[tuple, driver.Kernel] = {}
+
+    def __repr__(self) -> str:
+        return f"<tilec.Function ({', '.join(self.inputs)}) -> ({', '.join(self.outputs)}) on {self.target.name}>"
+
+    # ------------------------------------------------------------ calling
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        arrays = self._arguments(args, kwargs)
+        sig_key = tuple((a.shape, a.dtype.char) for a in arrays)
+        kernel = self._by_signature.get(sig_key)
+        if kernel is None:
+            kernel = self.kernel(self._signature(arrays))
+            self._by_signature[sig_key] = kernel
+        return _run(kernel, arrays, len(self.outputs))
+
+    def _arguments(self, args: tuple, kwargs: dict) -> list[np.ndarray]:
+        n = len(self.inputs)
+        if len(args) > n:
+            raise BindError(f"too many arguments: the program takes {n} input(s) ({', '.join(self.inputs)}), "
+                            f"got {len(args)} positional")
+        values: dict[str, Any] = dict(zip(self.inputs, args))
+        for name, value in kwargs.items():
+            if name not in self.inputs:
+                raise BindError(f"unknown argument '{name}'; the inputs are {', '.join(self.inputs)}")
+            if name in values:
+                raise BindError(f"argument '{name}' given twice (positionally and by keyword)")
+            values[name] = value
+        missing = [name for name in self.inputs if name not in values]
+        if missing:
+            raise BindError(f"missing argument(s) {', '.join(missing)}; the inputs are {', '.join(self.inputs)}")
+        return [_as_array(name, values[name]) for name in self.inputs]
+
+    def _signature(self, arrays: list[np.ndarray]) -> driver.Signature:
+        return driver.Signature(
+            shapes=tuple((n, tuple(a.shape)) for n, a in zip(self.inputs, arrays)),
+            dtypes=tuple((n, check_supported(n, a.dtype)) for n, a in zip(self.inputs, arrays)),
+            sizes=tuple(sorted(self.sizes.items())),
+        )
+
+    def kernel(self, sig: driver.Signature) -> driver.Kernel:
+        """The compiled kernel for one signature (from the process-wide cache when possible)."""
+        key = driver.cache_key(self.program, sig, self.target, self.schedule)
+        kernel = _KERNELS.get(key)
+        if kernel is None:
+            kernel = driver.build_kernel(self.program, sig, self.target, self.schedule)
+            with _KERNELS_LOCK:
+                kernel = _KERNELS.setdefault(key, kernel)
+        return kernel
+
+    # ------------------------------------------------------------ inspection
+
+    def explain(self, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str] | None = None,
+                stage: str | None = None) -> str:
+        """Print every stage (or one) for inputs of the given shapes and dtypes (float32 by default)."""
+        unknown = set(shapes) - set(self.inputs)
+        if unknown:
+            raise BindError(f"unknown input(s) {', '.join(sorted(unknown))}; the inputs are {', '.join(self.inputs)}")
+        missing = [n for n in self.inputs if n not in shapes]
+        if missing:
+            raise BindError(f"give a shape for every input; missing {', '.join(missing)}")
+        dtypes = dtypes or {}
+        sig = driver.Signature(
+            shapes=tuple((n, tuple(int(d) for d in shapes[n])) for n in self.inputs),
+            dtypes=tuple((n, check_supported(n, np.dtype(dtypes.get(n, "float32")))) for n in self.inputs),
+            sizes=tuple(sorted(self.sizes.items())),
+        )
+        return driver.explain(self.program, sig, self.target, stage)
+
+
+def _as_array(name: str, value: Any) -> np.ndarray:
+    if isinstance(value, np.ndarray) and value.flags.c_contiguous and value.dtype.isnative:
+        return value
+    try:
+        array = np.ascontiguousarray(value)
+    except (TypeError, ValueError) as err:
+        raise BindError(f"argument '{name}' is not array-like: {err}") from None
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    if array.dtype.kind not in "biuf":
+        raise BindError(f"argument '{name}' has dtype {array.dtype}; tilec takes numeric arrays")
+    return array
+
+
+def _run(kernel: driver.Kernel, inputs: list[np.ndarray], n_outputs: int) -> Any:
+    params = kernel.params
+    pointers = (ctypes.c_void_p * len(params))()
+    outputs = []
+    for k, buf in enumerate(params):
+        if k < len(inputs):
+            array = inputs[k]
+        else:
+            array = np.empty(buf.shape, dtype=buf.dtype)
+            if k < len(inputs) + n_outputs:
+                outputs.append(array)
+        pointers[k] = array.ctypes.data
+    keep_alive = inputs  # noqa: F841 - arrays must outlive the call
+    kernel.loaded.function(pointers)
+    return outputs[0] if n_outputs == 1 else tuple(outputs)
