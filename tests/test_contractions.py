@@ -29,14 +29,14 @@ def test_matmul_single_statement():
     f = tilec.compile(MATMUL)
     assert tuple(f.inputs) == ("A", "B")
     assert tuple(f.outputs) == ("C",)
-    assert_matches(f(a, b), a.astype(np.float64) @ b)
+    assert_matches(f(a, b), a.astype(np.float64) @ b, dtype=np.float32)
 
 
 def test_matmul_single_statement_with_semicolon_and_spaces():
     r = rng(1)
     a, b = randn(r, 4, 6), randn(r, 6, 2)
     f = tilec.compile("  C[i, j : M, N] = +( A[i, k] * B[k, j] ) ;  ")
-    assert_matches(f(a, b), a.astype(np.float64) @ b)
+    assert_matches(f(a, b), a.astype(np.float64) @ b, dtype=np.float32)
 
 
 def test_matmul_function_form_positional_and_keyword():
@@ -45,7 +45,7 @@ def test_matmul_function_form_positional_and_keyword():
     f = tilec.compile(MATMUL_FN)
     assert tuple(f.inputs) == ("A", "B")
     assert tuple(f.outputs) == ("C",)
-    ref = a.astype(np.float64) @ b
+    ref = (a.astype(np.float64) @ b).astype(np.float32)
     assert_matches(f(a, b), ref)
     assert_matches(f(A=a, B=b), ref)
     assert_matches(f(B=b, A=a), ref)
@@ -57,7 +57,7 @@ def test_matmul_larger_than_a_tile():
     r = rng(3)
     a, b = randn(r, 67, 45), randn(r, 45, 38)
     f = tilec.compile(MATMUL_FN)
-    assert_matches(f(a, b), a.astype(np.float64) @ b)
+    assert_matches(f(a, b), a.astype(np.float64) @ b, dtype=np.float32)
 
 
 def test_matmul_inner_dims_disagree_uses_intersection():
@@ -66,13 +66,13 @@ def test_matmul_inner_dims_disagree_uses_intersection():
     r = rng(4)
     a, b = randn(r, 3, 4), randn(r, 6, 5)
     out = tilec.compile(MATMUL)(a, b)
-    assert_matches(out, a.astype(np.float64) @ b[:4])
+    assert_matches(out, a.astype(np.float64) @ b[:4], dtype=np.float32)
 
 
 def test_matmul_size_one_dims():
     r = rng(5)
     a, b = randn(r, 1, 1), randn(r, 1, 7)
-    assert_matches(tilec.compile(MATMUL)(a, b), a.astype(np.float64) @ b)
+    assert_matches(tilec.compile(MATMUL)(a, b), a.astype(np.float64) @ b, dtype=np.float32)
 
 
 def test_batched_matmul():
@@ -80,7 +80,7 @@ def test_batched_matmul():
     x, y = randn(r, 3, 4, 5), randn(r, 3, 5, 2)
     f = tilec.compile("C[b, i, j: NB, M, N] = +(X[b, i, k] * Y[b, k, j])")
     assert tuple(f.inputs) == ("X", "Y")
-    assert_matches(f(x, y), np.einsum("bik,bkj->bij", x.astype(np.float64), y))
+    assert_matches(f(x, y), np.einsum("bik,bkj->bij", x.astype(np.float64), y), dtype=np.float32)
 
 
 # --------------------------------------------------------------------------- aggregations
@@ -88,19 +88,22 @@ def test_batched_matmul():
 def test_sum_over_rows():
     r = rng(10)
     a = randn(r, 6, 11)
-    assert_matches(tilec.compile("O[i: N] = +(A[i, j])")(a), a.astype(np.float64).sum(axis=1))
+    out = tilec.compile("O[i: N] = +(A[i, j])")(a)
+    assert_matches(out, a.astype(np.float64).sum(axis=1), dtype=np.float32)
 
 
 def test_sum_over_columns():
     r = rng(11)
     a = randn(r, 6, 11)
-    assert_matches(tilec.compile("O[j: N] = +(A[i, j])")(a), a.astype(np.float64).sum(axis=0))
+    out = tilec.compile("O[j: N] = +(A[i, j])")(a)
+    assert_matches(out, a.astype(np.float64).sum(axis=0), dtype=np.float32)
 
 
 def test_product_aggregation():
     r = rng(12)
     a = uniform(r, 0.9, 1.1, 5, 8)
-    assert_matches(tilec.compile("O[i: N] = *(A[i, j])")(a), a.astype(np.float64).prod(axis=1))
+    out = tilec.compile("O[i: N] = *(A[i, j])")(a)
+    assert_matches(out, a.astype(np.float64).prod(axis=1), dtype=np.float32)
 
 
 def test_max_aggregation_of_negative_values():
@@ -175,14 +178,14 @@ def test_outer_product():
     r = rng(23)
     a, b = randn(r, 4), randn(r, 6)
     f = tilec.compile("O[i, j: M, N] = +(A[i] * B[j])")
-    assert_matches(f(a, b), np.outer(a.astype(np.float64), b))
+    assert_matches(f(a, b), np.outer(a.astype(np.float64), b), dtype=np.float32)
 
 
 def test_outer_sum_combination_plus():
     r = rng(24)
     a, b = randn(r, 4), randn(r, 3)
     f = tilec.compile("O[i, j: M, N] = =(A[i] + B[j])")
-    assert_matches(f(a, b), a[:, None].astype(np.float64) + b[None, :])
+    assert_matches(f(a, b), a[:, None].astype(np.float64) + b[None, :], dtype=np.float32)
 
 
 def test_sum_of_plus_combination():
@@ -190,7 +193,7 @@ def test_sum_of_plus_combination():
     r = rng(25)
     a, b = randn(r, 3, 5), randn(r, 5)
     f = tilec.compile("O[i: N] = +(A[i, j] + B[j])")
-    assert_matches(f(a, b), (a.astype(np.float64) + b[None, :]).sum(axis=1))
+    assert_matches(f(a, b), (a.astype(np.float64) + b[None, :]).sum(axis=1), dtype=np.float32)
 
 
 def test_constant_index():
@@ -211,7 +214,8 @@ def test_constant_index_on_output():
 def test_matrix_vector():
     r = rng(28)
     a, v = randn(r, 7, 5), randn(r, 5)
-    assert_matches(tilec.compile("O[i: M] = +(A[i, k] * V[k])")(a, v), a.astype(np.float64) @ v)
+    out = tilec.compile("O[i: M] = +(A[i, k] * V[k])")(a, v)
+    assert_matches(out, a.astype(np.float64) @ v, dtype=np.float32)
 
 
 def test_dot_product_scalar():
@@ -495,8 +499,29 @@ def test_output_size_half():
 def test_output_size_product_expression():
     r = rng(67)
     I = randn(r, 3, 4)
-    out = tilec.compile("function (I[N, M]) -> (O) { O[M*i + j: N*M] = =(I[i, j]); }")(I)
+    out = tilec.compile("function (I[N, M]) -> (O) { O[M*i + j: N*M] = +(I[i, j]); }")(I)
     assert_matches(out, I.reshape(-1))
+
+
+@pytest.mark.parametrize(
+    "lhs",
+    ["O[M*i + j: N*M]", "O[4*i + j: 12]"],
+)
+def test_flatten_with_assign(lhs):
+    # (i, j) -> M*i + j is one-to-one because 0 <= j < M: no cell is written twice, so `=`
+    # is legal here (PlaidML's reshape/tile idiom).
+    r = rng(75)
+    I = randn(r, 3, 4)
+    out = tilec.compile(f"function (I[N, M]) -> (O) {{ {lhs} = =(I[i, j]); }}")(I)
+    assert_matches(out, I.reshape(-1))
+
+
+def test_interleave_with_assign():
+    # O[i + 3j] = I[i, j] with i < 3: a transpose-then-flatten, also one-to-one.
+    r = rng(76)
+    I = randn(r, 3, 5)
+    out = tilec.compile("function (I[N, M]) -> (O) { O[i + N*j: N*M] = =(I[i, j]); }")(I)
+    assert_matches(out, I.T.reshape(-1))
 
 
 def test_size_symbol_coefficient_in_index():

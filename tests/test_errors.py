@@ -102,9 +102,11 @@ def test_syntax_error_unterminated_function():
 
 
 def test_syntax_error_from_compile_too():
+    src = "O = A @ B"
     with pytest.raises(tilec.TileSyntaxError) as info:
-        tilec.compile("O = A @ B")
-    assert (info.value.line, info.value.column) == (1, 5)
+        tilec.compile(src)
+    assert (info.value.line, info.value.column) == (1, src.index("@") + 1)
+    assert_caret_points_at(info.value, src, "@")
 
 
 @pytest.mark.parametrize(

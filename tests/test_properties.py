@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import tilec
 from reference import assert_matches, sigmoid
 
-SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 LETTERS = "ijkl"
 
 
@@ -81,7 +81,7 @@ def contraction_reference(sizes, accesses, arrays, out, agg, comb):
     return np.transpose(red, [kept.index(c) for c in out]) if out else red
 
 
-@settings(max_examples=40, **SETTINGS)
+@settings(max_examples=60, **SETTINGS)
 @given(contractions())
 def test_random_contractions_match_numpy(case):
     sizes, accesses, out, agg, comb, dtypes, seed = case
@@ -235,7 +235,7 @@ def elementwise_cases(draw):
     return tree, shapes, dtype, seed
 
 
-@settings(max_examples=40, **SETTINGS)
+@settings(max_examples=60, **SETTINGS)
 @given(elementwise_cases())
 def test_random_elementwise_trees_match_numpy(case):
     tree, shapes, dtype, seed = case
@@ -324,7 +324,7 @@ def only_tilec_errors(thunk):
         return None
 
 
-@settings(max_examples=60, **SETTINGS)
+@settings(max_examples=80, **SETTINGS)
 @given(mutated_programs())
 def test_mutated_programs_raise_only_tilec_errors(case):
     src, shapes, seed = case
@@ -337,14 +337,14 @@ def test_mutated_programs_raise_only_tilec_errors(case):
 ODD_CHARS = "abcdefz$@\\\"'`~|^%\t\r\x00é→"
 
 
-@settings(max_examples=150, **SETTINGS)
+@settings(max_examples=200, **SETTINGS)
 @given(st.text(alphabet=st.sampled_from(FUZZ_CHARS + ODD_CHARS), max_size=60))
 def test_random_text_raises_only_tilec_errors(src):
     only_tilec_errors(lambda: tilec.parse(src))
     only_tilec_errors(lambda: tilec.compile(src))
 
 
-@settings(max_examples=150, **SETTINGS)
+@settings(max_examples=200, **SETTINGS)
 @given(st.lists(st.sampled_from(FUZZ_TOKENS), max_size=25))
 def test_token_soup_raises_only_tilec_errors(tokens):
     src = " ".join(tokens)

@@ -158,6 +158,7 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
         idx = tuple(to_affine(e, env.sizes, what).to_int() for e in access.indices)
         operands.append(BoundAccess(access.tensor, idx))
         conds += _access_conditions(idx, shape)
+    _check_lone_extents(stmt, operands, env)
     for c in stmt.constraints:
         bound = evaluate_size(c.bound, env.sizes, f"constraint '{c}'")
         e = to_affine(c.poly, env.sizes, what).to_int()
@@ -223,6 +224,27 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
         default_dtype = env.dtypes[stmt.default]
     dtype = contraction_dtype(stmt.combo, [env.dtypes[a.tensor] for a in stmt.operands], default_dtype)
     return BoundContraction(stmt, shape, dtype, out_idx, tuple(operands), int_ranges, guards, empty)
+
+
+def _check_lone_extents(stmt: T.Contraction, operands: list[BoundAccess], env: _Env) -> None:
+    """An index variable used alone in two inputs' dimensions of different extents is almost surely a
+    shape bug (a matmul with disagreeing K), not a request to truncate: refuse it unless a
+    constraint on that variable shows the truncation is meant."""
+    constrained = {v for c in stmt.constraints for v in T.iexpr_names(c.poly)[0]}
+    seen: dict[str, tuple[str, int, int]] = {}
+    for access in operands:
+        for axis, e in enumerate(access.indices):
+            if len(e.coeffs) != 1 or e.coeffs[0][1] != 1 or e.const != 0 or e.divisor != 1:
+                continue
+            v = e.coeffs[0][0]
+            extent = env.shapes[access.tensor][axis]
+            first = seen.setdefault(v, (access.tensor, axis, extent))
+            if first[2] != extent and v not in constrained:
+                raise BindError(
+                    f"index '{v}' in '{stmt}' runs over {first[2]} values in '{first[0]}' (dimension {first[1]}, "
+                    f"shape {env.shapes[first[0]]}) but over {extent} in '{access.tensor}' (dimension {axis}, shape "
+                    f"{env.shapes[access.tensor]}); make the shapes agree, or add a constraint such as "
+                    f"'{v} < {min(first[2], extent)}' if truncation is intended")
 
 
 def _inferable(size: T.IExpr, index: T.IExpr) -> bool:

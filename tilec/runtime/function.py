@@ -110,7 +110,9 @@ def _as_array(name: str, value: Any) -> np.ndarray:
     if isinstance(value, np.ndarray) and value.flags.c_contiguous and value.dtype.isnative:
         return value
     try:
-        array = np.ascontiguousarray(value)
+        array = np.asarray(value)
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)  # (never 0-d here: 0-d arrays are contiguous)
     except (TypeError, ValueError) as err:
         raise BindError(f"argument '{name}' is not array-like: {err}") from None
     if not array.dtype.isnative:
@@ -121,17 +123,10 @@ def _as_array(name: str, value: Any) -> np.ndarray:
 
 
 def _run(kernel: driver.Kernel, inputs: list[np.ndarray], n_outputs: int) -> Any:
+    """Allocate outputs, temporaries and workspaces, and call the kernel on all buffers."""
     params = kernel.params
-    pointers = (ctypes.c_void_p * len(params))()
-    outputs = []
-    for k, buf in enumerate(params):
-        if k < len(inputs):
-            array = inputs[k]
-        else:
-            array = np.empty(buf.shape, dtype=buf.dtype)
-            if k < len(inputs) + n_outputs:
-                outputs.append(array)
-        pointers[k] = array.ctypes.data
-    keep_alive = inputs  # noqa: F841 - arrays must outlive the call
-    kernel.loaded.function(pointers)
+    arrays = list(inputs) + [np.empty(b.shape, dtype=b.dtype) for b in params[len(inputs):]]
+    pointers = (ctypes.c_void_p * len(params))(*[a.ctypes.data for a in arrays])
+    kernel.loaded.function(pointers)  # `arrays` keeps every buffer alive during the call
+    outputs = arrays[len(inputs):len(inputs) + n_outputs]
     return outputs[0] if n_outputs == 1 else tuple(outputs)
