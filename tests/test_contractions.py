@@ -69,6 +69,13 @@ def test_matmul_inner_dims_disagree_uses_intersection():
     assert_matches(out, a.astype(np.float64) @ b[:4], dtype=np.float32)
 
 
+def test_elementwise_product_lengths_disagree_uses_intersection():
+    a = np.array([1.0, 2.0, 3.0], np.float32)
+    b = np.array([10.0, 20.0, 30.0, 40.0, 50.0], np.float32)
+    out = tilec.compile("O[i: N] = +(A[i] * B[i])")(a, b)
+    assert_matches(out, np.array([10.0, 40.0, 90.0], np.float32))
+
+
 def test_matmul_size_one_dims():
     r = rng(5)
     a, b = randn(r, 1, 1), randn(r, 1, 7)

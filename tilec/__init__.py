@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tilec.errors import BindError, CodegenError, ScheduleError, SemanticError, TilecError, TileSyntaxError
+from tilec.errors import BindError, CodegenError, ScheduleError, SemanticError, TilecError, TilecWarning, TileSyntaxError
 from tilec.frontend import parse
 from tilec.runtime.function import Function
 from tilec.target import Target
@@ -27,5 +27,5 @@ def explain(source: str, shapes: dict[str, Any], dtypes: dict[str, str] | None =
     return Function(source, target, **sizes).explain(shapes, dtypes, stage)
 
 
-__all__ = ["compile", "explain", "parse", "Function", "Target", "TilecError", "TileSyntaxError", "SemanticError",
+__all__ = ["compile", "explain", "parse", "Function", "Target", "TilecError", "TilecWarning", "TileSyntaxError", "SemanticError",
            "BindError", "ScheduleError", "CodegenError", "__version__"]

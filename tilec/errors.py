@@ -26,6 +26,10 @@ class SemanticError(TilecError):
     """The program parses but means nothing: undefined tensor, rank mismatch, ..."""
 
 
+class TilecWarning(UserWarning):
+    """Legal but suspicious input: the program means something the user probably did not intend."""
+
+
 class BindError(TilecError):
     """Call-time arguments do not fit the program (shape, dtype, size symbol)."""
 

@@ -360,7 +360,9 @@ class _BodyEmitter:
     def _int_call(self, func: str, args: list[ir.Value]) -> ir.Value:
         t = args[0].type
         if func == "abs":
-            fn = self.module.declare_intrinsic("llvm.abs", [t])
+            name = f"llvm.abs.i{t.width}"
+            fn = self.module.globals.get(name) or ir.Function(
+                self.module, ir.FunctionType(t, [t, ir.IntType(1)]), name)
             return self.b.call(fn, [args[0], ir.Constant(ir.IntType(1), 0)])
         if func == "relu":
             return self._int_bin("max", args[0], ir.Constant(t, 0))

@@ -151,11 +151,11 @@ def _contraction(s: ast.ContractionNode, scope: _Scope) -> T.Contraction:
             raise scope.error(
                 f"output '{out.name}' has {len(s.lhs.indices)} indices but {len(s.lhs.sizes)} sizes; give one size per index",
                 out.pos)
-        # Output sizes may introduce new size symbols (bound from index ranges or keywords).
-        for e in s.lhs.sizes:
-            for n in _walk_names(e):
-                if is_capitalised(n.name):
-                    scope.sizes.add(n.name)
+        # A lone new size symbol over a lone index variable is bound from that variable's range.
+        for index, e in zip(s.lhs.indices, s.lhs.sizes):
+            if isinstance(e, ast.Name) and is_capitalised(e.name) and isinstance(index, ast.Name) \
+                    and not is_capitalised(index.name):
+                scope.sizes.add(e.name)
         sizes = tuple(_size_expr(e, scope, f"size of output '{out.name}'") for e in s.lhs.sizes)
     indices = tuple(_index_expr(e, scope) for e in s.lhs.indices)
     operands = tuple(_access(a, scope) for a in s.operands)

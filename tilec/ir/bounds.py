@@ -11,13 +11,14 @@ variable's range; omitted output sizes are inferred the same way.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Union
 
 import numpy as np
 
-from tilec.errors import BindError, SemanticError
+from tilec.errors import BindError, SemanticError, TilecWarning
 from tilec.ir import tensor as T
 from tilec.ir.affine import INF, Affine, IntAffine, evaluate_size, to_affine
 from tilec.ir.dtypes import contraction_dtype, elementwise_dtype
@@ -227,9 +228,10 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
 
 
 def _check_lone_extents(stmt: T.Contraction, operands: list[BoundAccess], env: _Env) -> None:
-    """An index variable used alone in two inputs' dimensions of different extents is almost surely a
-    shape bug (a matmul with disagreeing K), not a request to truncate: refuse it unless a
-    constraint on that variable shows the truncation is meant."""
+    """Tile semantics make an index variable used alone in dimensions of different extents run over
+    their intersection. Across two different inputs that is usually a shape bug (a matmul with
+    disagreeing K), so say so with a TilecWarning, unless a constraint on the variable shows the
+    truncation is meant. (Within one tensor it is ordinary: the diagonal of a rectangular matrix.)"""
     constrained = {v for c in stmt.constraints for v in T.iexpr_names(c.poly)[0]}
     seen: dict[str, tuple[str, int, int]] = {}
     for access in operands:
@@ -239,12 +241,14 @@ def _check_lone_extents(stmt: T.Contraction, operands: list[BoundAccess], env: _
             v = e.coeffs[0][0]
             extent = env.shapes[access.tensor][axis]
             first = seen.setdefault(v, (access.tensor, axis, extent))
-            if first[2] != extent and v not in constrained:
-                raise BindError(
+            if first[2] != extent and first[0] != access.tensor and v not in constrained:
+                warnings.warn(TilecWarning(
                     f"index '{v}' in '{stmt}' runs over {first[2]} values in '{first[0]}' (dimension {first[1]}, "
                     f"shape {env.shapes[first[0]]}) but over {extent} in '{access.tensor}' (dimension {axis}, shape "
-                    f"{env.shapes[access.tensor]}); make the shapes agree, or add a constraint such as "
-                    f"'{v} < {min(first[2], extent)}' if truncation is intended")
+                    f"{env.shapes[access.tensor]}); tilec uses the first {min(first[2], extent)} values (their "
+                    f"intersection). Make the shapes agree, or add the constraint '{v} < {min(first[2], extent)}' "
+                    f"to say the truncation is intended"), stacklevel=2)
+                return
 
 
 def _inferable(size: T.IExpr, index: T.IExpr) -> bool:
@@ -305,34 +309,17 @@ def _guards(conds: list[Condition], ranges: dict[str, tuple[float, float]]) -> t
 
 def _check_single_assignment(stmt: T.Contraction, out_idx: tuple[IntAffine, ...],
                              ranges: tuple[tuple[str, int, int], ...], guards: tuple[Condition, ...]) -> None:
-    """Under '=' two tuples must not write one cell: the output map must be injective."""
+    """Under '=' two tuples must not write one cell. The compiler sees it for sure when a variable
+    that takes several values does not appear on the left at all (and no constraint ties it down);
+    left-hand sides such as ``M*i + j`` can still be injective on the box, so they are trusted."""
     if stmt.constraints or guards:
-        return  # the compiler cannot see it; the last write wins
-    moving = [v for v, lo, hi in ranges if hi > lo]
-    rows = [[Fraction(dict(e.coeffs).get(v, 0), e.divisor) for v in moving] for e in out_idx]
-    if _rank(rows, len(moving)) < len(moving):
-        lhs_vars = {v for e in out_idx for v in e.vars}
-        free = [v for v in moving if v not in lhs_vars]
-        why = (f"index variable(s) {', '.join(repr(v) for v in free)} do not appear on the left"
-               if free else "the left-hand side maps several index tuples to one cell")
-        raise SemanticError(f"'=' in '{stmt}' writes some output cells more than once: {why}; use an aggregation "
-                            f"such as '+' or '>' instead, or add constraints")
-
-
-def _rank(rows: list[list[Fraction]], ncols: int) -> int:
-    m = [r[:] for r in rows]
-    rank = 0
-    for col in range(ncols):
-        pivot = next((r for r in range(rank, len(m)) if m[r][col] != 0), None)
-        if pivot is None:
-            continue
-        m[rank], m[pivot] = m[pivot], m[rank]
-        for r in range(len(m)):
-            if r != rank and m[r][col] != 0:
-                f = m[r][col] / m[rank][col]
-                m[r] = [a - f * b for a, b in zip(m[r], m[rank])]
-        rank += 1
-    return rank
+        return
+    lhs_vars = {v for e in out_idx for v in e.vars}
+    free = [v for v, lo, hi in ranges if hi > lo and v not in lhs_vars]
+    if free:
+        raise SemanticError(f"'=' in '{stmt}' writes some output cells more than once: index variable(s) "
+                            f"{', '.join(repr(v) for v in free)} do not appear on the left; use an aggregation such "
+                            f"as '+' or '>' instead, or add constraints")
 
 
 def _bind_elementwise(stmt: T.Elementwise, env: _Env) -> BoundElementwise:
