@@ -27,8 +27,8 @@ def test_matmul_single_statement():
     r = rng(0)
     a, b = randn(r, 5, 7), randn(r, 7, 3)
     f = tilec.compile(MATMUL)
-    assert tuple(f.inputs) == ("A", "B")
-    assert tuple(f.outputs) == ("C",)
+    assert f.inputs == ("A", "B")
+    assert f.outputs == ("C",)
     assert_matches(f(a, b), a.astype(np.float64) @ b, dtype=np.float32)
 
 
@@ -775,3 +775,63 @@ def test_non_contiguous_input():
     b = randn(r, 6, 3).T.copy().T  # Fortran order
     out = tilec.compile(MATMUL)(a, b)
     assert_matches(out, a.astype(np.float64) @ b, dtype=np.float32)
+
+
+# --------------------------------------------------------------------------- larger shapes
+# Big enough for the default schedule to tile, vectorise and parallelise, with sizes that
+# are not multiples of any vector width or tile size (remainder loops, partial tiles).
+
+def test_large_matmul_odd_sizes():
+    r = rng(110)
+    a, b = randn(r, 203, 157), randn(r, 157, 301)
+    out = tilec.compile(MATMUL_FN)(a, b)
+    assert_matches(out, a.astype(np.float64) @ b, dtype=np.float32, rtol=1e-4, atol=1e-3)
+
+
+def test_large_matmul_float64_and_int32():
+    r = rng(111)
+    a, b = randn(r, 130, 67, dtype=np.float64), randn(r, 67, 95, dtype=np.float64)
+    assert_matches(tilec.compile(MATMUL)(a, b), a @ b)
+    ai, bi = randn(r, 70, 129, dtype=np.int32), randn(r, 129, 33, dtype=np.int32)
+    assert_matches(tilec.compile(MATMUL)(ai, bi), ai @ bi)
+
+
+def test_same_array_passed_twice():
+    r = rng(112)
+    a = randn(r, 33, 33)
+    out = tilec.compile(MATMUL)(a, a)
+    assert_matches(out, a.astype(np.float64) @ a, dtype=np.float32)
+
+
+def test_large_conv2d_same_padding():
+    r = rng(113)
+    I, K = randn(r, 2, 23, 19, 13), randn(r, 3, 3, 13, 21)
+    out = tilec.compile(CONV_SAME)(I, K)
+    assert_matches(out, conv2d_nhwc(I, K, pad=1), dtype=np.float32, rtol=1e-4, atol=1e-3)
+
+
+def test_large_conv2d_stride2():
+    r = rng(114)
+    I, K = randn(r, 1, 31, 28, 6), randn(r, 3, 3, 6, 17)
+    out = tilec.compile(CONV_STRIDE2)(I, K)
+    assert_matches(out, conv2d_nhwc(I, K, stride=2), dtype=np.float32, rtol=1e-4, atol=1e-3)
+
+
+def test_large_max_pool():
+    r = rng(115)
+    I = randn(r, 2, 37, 30, 19)
+    f = tilec.compile(
+        "function (I[N, X, Y, C]) -> (O) {"
+        " O[n, x, y, c: N, X/2, Y/2, C] = >(I[n, 2x + i, 2y + j, c]), i < 2, j < 2; }"
+    )
+    assert_matches(f(I), max_pool_2x2_nhwc(I))
+
+
+def test_large_reductions():
+    r = rng(116)
+    a = randn(r, 129, 1031)
+    assert_matches(tilec.compile("O[i: N] = >(A[i, j])")(a), a.max(axis=1))
+    out = tilec.compile("O[j: N] = +(A[i, j])")(a)
+    assert_matches(out, a.astype(np.float64).sum(axis=0), dtype=np.float32, rtol=1e-4, atol=1e-3)
+    out = tilec.compile("O[] = +(A[i, j])")(a)
+    assert_matches(out, a.astype(np.float64).sum(), dtype=np.float32, rtol=1e-4, atol=1e-2)

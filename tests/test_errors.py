@@ -346,3 +346,8 @@ def test_function_still_works_after_bind_error():
     r = rng(1)
     a, b = randn(r, 3, 4), randn(r, 4, 2)
     np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_keyword_size_agreeing_with_input_is_fine():
+    f = tilec.compile("function (Vec[N]) -> (O) { O = Vec * 2; }", N=4)
+    np.testing.assert_array_equal(f(np.ones(4, np.float32)), np.full(4, 2, np.float32))

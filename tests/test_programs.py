@@ -525,3 +525,36 @@ def test_outputs_are_fresh_arrays():
     o1[:] = 0
     assert_matches(o2, a * 2)
     assert_matches(f(a), a * 2)
+
+
+# --------------------------------------------------------------------------- larger shapes
+
+def test_large_softmax():
+    r = rng(120)
+    x = randn(r, 67, 1029) * 4
+    out = tilec.compile(SOFTMAX)(x)
+    assert_matches(out, softmax_rows(x), dtype=np.float32, rtol=1e-4, atol=1e-7)
+
+
+def test_large_attention():
+    r = rng(121)
+    q, k, v = randn(r, 97, 64), randn(r, 131, 64), randn(r, 131, 40)
+    out = tilec.compile(ATTENTION)(q, k, v)
+    assert_matches(out, attention_ref(q, k, v, 0.25), dtype=np.float32, rtol=1e-4, atol=1e-4)
+
+
+def test_large_gemm_bias_relu():
+    r = rng(122)
+    a, b, bias = randn(r, 150, 77), randn(r, 77, 211), randn(r, 211)
+    out = tilec.compile(GEMM_BIAS_RELU_TERNARY)(a, b, bias)
+    ref = np.maximum(a.astype(np.float64) @ b + bias, 0)
+    assert_matches(out, ref, dtype=np.float32, rtol=1e-4, atol=1e-3)
+
+
+def test_large_elementwise_broadcast_odd_sizes():
+    r = rng(123)
+    a, b, c = randn(r, 7, 1, 1031), randn(r, 13, 1), uniform(r, 0.5, 2.0, 1031)
+    src = "function (A, B, C) -> (O) { O = A > B ? exp(-abs(A)) * log(C) : sigmoid(B) / C; }"
+    out = tilec.compile(src)(a, b, c)
+    ref = np.where(a > b, np.exp(-np.abs(a)) * np.log(c), sigmoid(b) / c)
+    assert_matches(out, ref, rtol=1e-5, atol=1e-6)

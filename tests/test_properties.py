@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 
+import llvmlite.binding as llvm
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -224,6 +225,13 @@ def test_random_affine_contractions_match_brute_force(case):
     result = tilec.compile(src)(*arrays)
     assert_matches(result, ref, dtype=np.dtype(dtype), rtol=1e-4, atol=1e-4)
 
+    # every stage stays inspectable for whatever the bounds/guards turned out to be
+    shapes = {tnames[t]: a.shape for t, a in enumerate(arrays)}
+    dtypes = {tnames[t]: dtype for t in range(len(arrays))}
+    text = tilec.explain(src, shapes=shapes, dtypes=dtypes)
+    assert isinstance(text, str) and text.strip()
+    llvm.parse_assembly(tilec.explain(src, shapes=shapes, dtypes=dtypes, stage="llvm")).verify()
+
 
 # --------------------------------------------------------------------------- elementwise trees
 #
@@ -438,7 +446,7 @@ def mutated_programs(draw):
             src = src[:pos] + draw(st.sampled_from(FUZZ_CHARS)) + src[pos + 1:]
         else:
             src = src[:pos] + " " + draw(st.sampled_from(FUZZ_TOKENS)) + " " + src[pos:]
-    return src, shapes, draw(st.integers(0, 2**32 - 1))
+    return k, src, shapes, draw(st.integers(0, 2**32 - 1))
 
 
 def only_tilec_errors(thunk):
@@ -452,11 +460,14 @@ def only_tilec_errors(thunk):
 @settings(max_examples=80, **SETTINGS)
 @given(mutated_programs())
 def test_mutated_programs_raise_only_tilec_errors(case):
-    src, shapes, seed = case
+    k, src, shapes, seed = case
     r = np.random.default_rng(seed)
     arrays = [make_array(r, s, "float32") for s in shapes]
     only_tilec_errors(lambda: tilec.parse(src))
     only_tilec_errors(lambda: tilec.compile(src)(*arrays))
+    original_names = tilec.compile(VALID_PROGRAMS[k][0]).inputs
+    shape_map = dict(zip(original_names, shapes))
+    only_tilec_errors(lambda: tilec.explain(src, shapes=shape_map))
 
 
 ODD_CHARS = "abcdefz$@\\\"'`~|^%\t\r\x00é→"

@@ -58,6 +58,17 @@ def cache_key(program: Program, sig: Signature, target: Target, schedule: str) -
 
 
 @dataclass
+class Stats:
+    """How kernels were obtained in this process (tests and `tilec explain` read it)."""
+
+    compiled: int = 0  # went through LLVM
+    disk_hits: int = 0  # object code loaded from the disk cache
+
+
+stats = Stats()
+
+
+@dataclass
 class Kernel:
     """A compiled, loaded program for one signature."""
 
@@ -82,6 +93,9 @@ def build_kernel(program: Program, sig: Signature, target: Target, schedule: str
     if obj is None:
         obj = emit_object(optimise(emit_module(func, target), target), target)
         disk_cache.store(key, obj)
+        stats.compiled += 1
+    else:
+        stats.disk_hits += 1
     return Kernel(bound, func.params, load_object(obj, KERNEL_NAME, target), key)
 
 

@@ -213,6 +213,21 @@ def add(a: Expr, b: Expr) -> Expr:
     return Bin("add", a, b)
 
 
+def sub(a: Expr, b: Expr) -> Expr:
+    if isinstance(b, Const) and b.value == 0:
+        return a
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(a.value - b.value, a.dtype)
+    if isinstance(a, Const) and a.value == 0 and isinstance(b, Bin) and b.op == "sub" \
+            and isinstance(b.a, Const) and b.a.value == 0:
+        return b.b  # 0 - (0 - x) == x
+    return Bin("sub", a, b)
+
+
+def neg(a: Expr) -> Expr:
+    return sub(Const(0, a.dtype), a)
+
+
 def mul(a: Expr, b: Expr) -> Expr:
     if isinstance(a, Const) and isinstance(b, Const):
         return Const(a.value * b.value, a.dtype)

@@ -113,13 +113,12 @@ def loop_nest(variables: list[tuple[str, int, int]], body: L.Stmt, guards: list[
         rest = IntAffine(tuple(t for t in g.expr.coeffs if t[0] != inner), g.expr.const)
         rest_expr, lo, hi = affine_expr(rest), g.lo, g.hi
         if c < 0:  # normalise to a positive coefficient: -|c| v + r in [lo, hi]  <=>  |c| v - r in [-hi, -lo]
-            c, rest_expr, lo, hi = -c, L.Bin("sub", L.const(0), rest_expr), -hi, -lo
-        if lo != -INF:  # v >= ceil((lo - r) / c)
-            num = L.Bin("sub", L.const(int(lo)), rest_expr)
-            lower[inner].append(num if c == 1 else L.Bin("sub", L.const(0),
-                                                          L.Bin("div", L.Bin("sub", L.const(0), num), L.const(c))))
+            c, rest_expr, lo, hi = -c, L.neg(rest_expr), -hi, -lo
+        if lo != -INF:  # v >= ceil((lo - r) / c) == -floor((r - lo) / c)
+            num = L.sub(L.const(int(lo)), rest_expr)
+            lower[inner].append(num if c == 1 else L.neg(L.Bin("div", L.neg(num), L.const(c))))
         if hi != INF:  # v <= floor((hi - r) / c)
-            num = L.Bin("sub", L.const(int(hi)), rest_expr)
+            num = L.sub(L.const(int(hi)), rest_expr)
             upper[inner].append(num if c == 1 else L.Bin("div", num, L.const(c)))
     stmt = body
     if None in ifs:
