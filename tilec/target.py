@@ -25,7 +25,7 @@ class Target:
         return f"{self.name}:{self.cpu}:{self.features}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def host_target() -> Target:
     from tilec.codegen.llvm_jit import initialise_llvm
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from tilec.errors import TilecError
 from tilec.frontend.parser import parse_source

@@ -210,11 +210,14 @@ def parse_source(source: str) -> ast.ProgramNode:
     if not source.strip():
         raise TileSyntaxError("empty program: expected a statement or a 'function'", source, 1, 1)
     try:
-        return _parser().parse(source)
+        tree = _parser().parse(source)
+        assert isinstance(tree, ast.ProgramNode)
+        return tree
     except TileSyntaxError as err:
         raise TileSyntaxError(err.reason, source, err.line, err.column) from None
     except lark.exceptions.UnexpectedCharacters as err:
-        char = source[err.pos_in_stream] if err.pos_in_stream < len(source) else "end of input"
+        at = err.pos_in_stream or 0
+        char = source[at] if at < len(source) else "end of input"
         raise TileSyntaxError(f"unexpected character {char!r}", source, err.line, err.column) from None
     except lark.exceptions.UnexpectedToken as err:
         raise TileSyntaxError(_unexpected_token_message(err), source, *_token_pos(err.token, source)) from None
@@ -233,7 +236,7 @@ def parse_source(source: str) -> ast.ProgramNode:
 
 
 def _token_pos(token: Token, source: str) -> tuple[int, int]:
-    if token.type == "$END" or token.line is None:
+    if token.type == "$END" or token.line is None or token.column is None:
         return _end_pos(source)
     return token.line, token.column
 

@@ -10,7 +10,7 @@ and its position.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from collections.abc import Iterable
 
 from tilec.errors import SemanticError, caret_snippet
 from tilec.frontend import ast
@@ -97,7 +97,7 @@ def _param(p: ast.ParamNode, scope: _Scope) -> T.TensorParam:
         raise scope.error(f"input '{name.name}' is declared twice", name.pos)
     dims: tuple[T.IExpr, ...] | None = None
     if p.dims is not None:
-        out = []
+        out: list[T.IExpr] = []
         for d in p.dims:
             if isinstance(d, ast.Int):
                 out.append(T.IConst(d.value))
@@ -124,13 +124,12 @@ def _statement(s: ast.StatementNode, scope: _Scope) -> T.Statement:
     if target.name in scope.sizes:
         raise scope.error(f"'{target.name}' is a size symbol and cannot also name a tensor", target.pos)
     if isinstance(s, ast.ContractionNode):
-        stmt: T.Statement = _contraction(s, scope)
-        scope.ranks[target.name] = len(stmt.indices)
-    else:
-        expr = _eexpr(s.expr, scope)
-        scope.ranks[target.name] = _elementwise_rank(expr, scope)
-        stmt = T.Elementwise(target.name, expr)
-    return stmt
+        contraction = _contraction(s, scope)
+        scope.ranks[target.name] = len(contraction.indices)
+        return contraction
+    expr = _eexpr(s.expr, scope)
+    scope.ranks[target.name] = _elementwise_rank(expr, scope)
+    return T.Elementwise(target.name, expr)
 
 
 def _elementwise_rank(expr: T.EExpr, scope: _Scope) -> int | None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from tilec.errors import BindError, SemanticError, TilecWarning
 from tilec.ir import tensor as T
-from tilec.ir.affine import INF, Affine, IntAffine, evaluate_size, to_affine
+from tilec.ir.affine import INF, IntAffine, evaluate_size, to_affine
 from tilec.ir.dtypes import contraction_dtype, elementwise_dtype
 
 
@@ -169,16 +169,12 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
     # Output dims whose size is known now constrain the tuples; others are inferred.
     known_dims: dict[int, int] = {}
     deferred: list[int] = []
-    for axis, e in enumerate(out_idx):
+    for axis in range(len(out_idx)):
         size_expr = stmt.sizes[axis] if stmt.sizes is not None else None
-        try:
-            if size_expr is None:
-                raise KeyError
-            known_dims[axis] = evaluate_size(size_expr, env.sizes, f"size of output '{stmt.output}'")
-        except (KeyError, BindError):
-            if size_expr is not None and not _inferable(size_expr, stmt.indices[axis]):
-                evaluate_size(size_expr, env.sizes, f"size of output '{stmt.output}'")  # raises the clear error
+        if size_expr is None or (_inferable(size_expr, stmt.indices[axis]) and not _is_bound(size_expr, env.sizes)):
             deferred.append(axis)
+        else:  # raises a clear error if a symbol is unbound
+            known_dims[axis] = evaluate_size(size_expr, env.sizes, f"size of output '{stmt.output}'")
     for axis, n in known_dims.items():
         conds.append(Condition(out_idx[axis], 0, out_idx[axis].divisor * (n - 1)))
 
@@ -249,6 +245,10 @@ def _check_lone_extents(stmt: T.Contraction, operands: list[BoundAccess], env: _
                     f"intersection). Make the shapes agree, or add the constraint '{v} < {min(first[2], extent)}' "
                     f"to say the truncation is intended"), stacklevel=2)
                 return
+
+
+def _is_bound(size: T.IExpr, sizes: dict[str, int]) -> bool:
+    return T.iexpr_names(size)[1] <= sizes.keys()
 
 
 def _inferable(size: T.IExpr, index: T.IExpr) -> bool:

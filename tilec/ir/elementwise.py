@@ -8,7 +8,8 @@ Comparisons give bool; integer `/` is floor division.
 from __future__ import annotations
 
 import math
-from typing import Callable, Union
+from typing import Union
+from collections.abc import Callable
 
 from tilec.errors import BindError
 from tilec.ir import loop as L
@@ -103,12 +104,12 @@ def _fold(e: T.EExpr) -> Weak:
         return _fold(e.a) if _fold(e.cond) else _fold(e.b)
     assert isinstance(e, T.ECall)
     args = [_fold(a) for a in e.args]
-    fn = {
+    fn: Callable[..., Weak] = {
         "exp": math.exp, "log": math.log, "sqrt": math.sqrt, "tanh": math.tanh, "sin": math.sin,
         "cos": math.cos, "erf": math.erf, "floor": math.floor, "ceil": math.ceil, "abs": abs,
         "sigmoid": lambda x: 1.0 / (1.0 + math.exp(-x)), "relu": lambda x: max(x, 0),
         "pow": lambda x, y: x ** y, "max": max, "min": min,
-    }[e.func]
+    }[e.func]  # type: ignore[assignment]
     try:
         result = fn(*args)
     except (ValueError, OverflowError, ZeroDivisionError):
