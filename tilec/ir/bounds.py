@@ -11,6 +11,8 @@ variable's range; omitted output sizes are inferred the same way.
 
 from __future__ import annotations
 
+import math
+import os
 import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -115,7 +117,26 @@ def bind(program: T.Program, shapes: dict[str, tuple[int, ...]], dtypes: dict[st
         env.shapes[stmt.output] = b.shape
         env.dtypes[stmt.output] = b.dtype
         bound.append(b)
+    _check_memory(bound)
     return BoundProgram(program, env.sizes, env.shapes, env.dtypes, tuple(bound))
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 2**62
+
+
+def _check_memory(statements: list[BoundStatement]) -> None:
+    """Refuse results larger than the machine: Linux would hand out the memory lazily and kill
+    the process when the kernel touches it, instead of raising."""
+    need = sum(math.prod(s.shape) * np.dtype(s.dtype).itemsize for s in statements)
+    have = _physical_memory()
+    if need > have:
+        listing = ", ".join(f"{s.output} {s.dtype}{list(s.shape)}" for s in statements)
+        raise BindError(f"the program's results need {need / 2**30:.1f} GiB but this machine has "
+                        f"{have / 2**30:.1f} GiB ({listing}); check the output sizes")
 
 
 def _bind_param(param: T.TensorParam, shape: tuple[int, ...], env: _Env) -> None:
@@ -179,12 +200,15 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
         conds.append(Condition(out_idx[axis], 0, out_idx[axis].divisor * (n - 1)))
 
     variables = stmt.index_vars
+    _check_index_width(conds + [Condition(e, -INF, INF) for e in out_idx], what)
     ranges = _propagate(conds, variables)
     if deferred:
         shape_fix = {}
         for axis in deferred:
             lo, hi = out_idx[axis].interval(ranges)
-            if hi == INF:
+            if any(ranges[v][0] > ranges[v][1] for v in variables):
+                hi = -1  # no tuple at all: the inferred dimension is empty
+            elif hi == INF:
                 raise SemanticError(f"cannot infer dimension {axis} of output '{stmt.output}' in {what}: its index "
                                     f"is unbounded; give the output sizes explicitly")
             n = max(0, int(hi) // out_idx[axis].divisor + 1)
@@ -196,6 +220,8 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
         known_dims.update(shape_fix)
         ranges = _propagate(conds, variables)
     shape = tuple(known_dims[a] for a in range(len(out_idx)))
+    if any(n >= _INDEX_LIMIT for n in shape):
+        raise BindError(f"output '{stmt.output}' would have shape {shape} in {what}: too large to index")
     if any(n < 0 for n in shape):
         raise BindError(f"output '{stmt.output}' would have negative shape {shape} in {what}")
 
@@ -245,6 +271,18 @@ def _check_lone_extents(stmt: T.Contraction, operands: list[BoundAccess], env: _
                     f"intersection). Make the shapes agree, or add the constraint '{v} < {min(first[2], extent)}' "
                     f"to say the truncation is intended"), stacklevel=2)
                 return
+
+
+_INDEX_LIMIT = 2**62  # index arithmetic is int64; leave headroom for sums of terms
+
+
+def _check_index_width(conds: list[Condition], what: str) -> None:
+    for cond in conds:
+        values = [abs(c) for _, c in cond.expr.coeffs] + [abs(cond.expr.const)]
+        values += [abs(b) for b in (cond.lo, cond.hi) if b not in (INF, -INF)]
+        if max(values) >= _INDEX_LIMIT:
+            raise BindError(f"index arithmetic in {what} exceeds 64 bits (a coefficient, offset or size of "
+                            f"{max(values)}); use smaller sizes")
 
 
 def _is_bound(size: T.IExpr, sizes: dict[str, int]) -> bool:

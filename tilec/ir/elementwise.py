@@ -11,6 +11,8 @@ import math
 from typing import Union
 from collections.abc import Callable
 
+import numpy as np
+
 from tilec.errors import BindError
 from tilec.ir import loop as L
 from tilec.ir import tensor as T
@@ -30,7 +32,15 @@ def _to(dtype: str, value: Union[L.Expr, Weak]) -> L.Expr:
     if isinstance(value, (int, float)):
         if dtype == "bool":
             return L.Const(bool(value), "bool")
-        return L.Const(float(value) if is_float(dtype) else int(value), dtype)
+        if is_float(dtype):
+            return L.Const(float(value), dtype)
+        if isinstance(value, float):  # a weak float met an integer: only reachable via select folding
+            value = int(value)
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise BindError(f"the literal {value} does not fit in {dtype} (numpy raises OverflowError here too); "
+                            f"write it as a float or use a wider input dtype")
+        return L.Const(int(value), dtype)
     return L.cast(dtype, value)
 
 

@@ -125,7 +125,12 @@ def _as_array(name: str, value: Any) -> np.ndarray:
 def _run(kernel: driver.Kernel, inputs: list[np.ndarray], n_outputs: int) -> Any:
     """Allocate outputs, temporaries and workspaces, and call the kernel on all buffers."""
     params = kernel.params
-    arrays = list(inputs) + [np.empty(b.shape, dtype=b.dtype) for b in params[len(inputs):]]
+    try:
+        arrays = list(inputs) + [np.empty(b.shape, dtype=b.dtype) for b in params[len(inputs):]]
+    except (MemoryError, ValueError):
+        sizes = ", ".join(f"{b.name} {b.dtype}{list(b.shape)}" for b in params[len(inputs):])
+        raise BindError(f"cannot allocate the program's outputs and temporaries ({sizes}): not enough "
+                        f"memory; check the output sizes") from None
     pointers = (ctypes.c_void_p * len(params))(*[a.ctypes.data for a in arrays])
     kernel.loaded.function(pointers)  # `arrays` keeps every buffer alive during the call
     outputs = arrays[len(inputs):len(inputs) + n_outputs]
