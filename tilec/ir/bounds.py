@@ -278,7 +278,7 @@ _INDEX_LIMIT = 2**62  # index arithmetic is int64; leave headroom for sums of te
 
 def _check_index_width(conds: list[Condition], what: str) -> None:
     for cond in conds:
-        values = [abs(c) for _, c in cond.expr.coeffs] + [abs(cond.expr.const)]
+        values = [float(abs(c)) for _, c in cond.expr.coeffs] + [float(abs(cond.expr.const))]
         values += [abs(b) for b in (cond.lo, cond.hi) if b not in (INF, -INF)]
         if max(values) >= _INDEX_LIMIT:
             raise BindError(f"index arithmetic in {what} exceeds 64 bits (a coefficient, offset or size of "
