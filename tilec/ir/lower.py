@@ -18,6 +18,7 @@ Guarantees: a PrimFunc whose params are inputs, outputs, temporaries and workspa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,12 +33,25 @@ from tilec.ir.dtypes import is_float
 KERNEL_NAME = "tilec_kernel"
 
 
-def lower(bp: BoundProgram, name: str = KERNEL_NAME) -> L.PrimFunc:
+# A strategy may lower a contraction its own way (a schedule template): it returns the
+# statement and the workspaces it needs, or None to leave the contraction to the default.
+Strategy = Callable[[BoundContraction, BoundProgram], "tuple[L.Stmt, list[L.Buffer]] | None"]
+
+
+def lower(bp: BoundProgram, name: str = KERNEL_NAME, strategy: Strategy | None = None) -> L.PrimFunc:
     workspaces: list[L.Buffer] = []
-    body = L.seq(*[
-        _lower_contraction(s, bp, workspaces) if isinstance(s, BoundContraction) else _lower_elementwise(s, bp)
-        for s in bp.statements
-    ])
+    stmts: list[L.Stmt] = []
+    for s in bp.statements:
+        if isinstance(s, BoundElementwise):
+            stmts.append(_lower_elementwise(s, bp))
+            continue
+        custom = strategy(s, bp) if strategy is not None else None
+        if custom is not None:
+            stmts.append(custom[0])
+            workspaces += custom[1]
+        else:
+            stmts.append(_lower_contraction(s, bp, workspaces))
+    body = L.seq(*stmts)
     names = list(bp.program.input_names) + list(bp.program.outputs) + list(bp.temporaries)
     params = [L.Buffer(n, bp.dtypes[n], bp.shapes[n]) for n in names] + workspaces
     return L.PrimFunc(name, tuple(params), body)

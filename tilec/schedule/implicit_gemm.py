@@ -1,0 +1,276 @@
+"""The implicit-GEMM template: any sum-of-products contraction as packed panels and a
+register-blocked micro-kernel (the BLIS/GotoBLAS recipe, DESIGN.md §9).
+
+A contraction ``O[outer..., rows..., col] = +(A[...] * B[...])`` maps onto GEMM when
+the output's innermost index `col` is read by exactly one operand (B); the output
+indices B does not read are the GEMM rows, the indices outside the output are the
+reduction, output indices both operands read are an outer (batch) loop. GEMM in any
+layout, batched GEMM, conv2d in NHWC (rows n, x, y; reduction i, j, c — an implicit
+im2col) and the two matmuls of attention all match.
+
+The loop nest (knobs in capitals)::
+
+    for outer...:                                  # batch
+      for pc in K / KC:                              # reduction block
+        Bp[jr, r, jj] = B(r, col) or 0               # pack B: KC x N in NR-wide panels
+        parallel for t in THREADS:                   # a contiguous range of row blocks each
+          for ic in its row blocks (MC rows each):
+            Ap[t, ir, r, ii] = A(row, r) or 0        # pack A: MC x KC in MR-tall panels
+            for jr in N / NR: for ir in MC / MR:
+              acc[MR, NR] = 0, or the C tile when pc > 0
+              for r in KC: for ii unrolled MR: for jj vectorized NR:
+                acc[ii, jj] += Ap[t, ir, r, ii] * Bp[jr, r, jj]
+              C tile = acc                           # vector stores; a guarded path at the edges
+
+Guards (padding, strides, constraints) and the zero padding of partial panels live in
+the packing loops, so the micro-kernel has no branch. Operands are converted to the
+output dtype while packing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from tilec.ir import loop as L
+from tilec.ir.bounds import BoundAccess, BoundContraction, BoundProgram, Condition
+from tilec.ir.dtypes import is_float
+from tilec.ir.lower import condition_expr, index_expr
+from tilec.target import Target
+
+Range = tuple[str, int, int]  # (var, lo, hi) inclusive
+
+
+@dataclass(frozen=True)
+class GemmKnobs:
+    """The template's tunable knobs (a schedule record: JSON round-trippable via asdict)."""
+
+    mr: int = 6  # rows of the register block
+    nr: int = 64  # columns of the register block, a multiple of the vector lanes
+    kc: int = 256  # reduction block
+    mc: int = 144  # rows packed at once, a multiple of mr
+    threads: int = 0  # 0: one per core
+
+    def to_json(self) -> dict:
+        return {"template": "implicit_gemm", **asdict(self)}
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """How a contraction's index variables map onto the GEMM roles."""
+
+    a: BoundAccess
+    b: BoundAccess
+    outer: tuple[Range, ...]
+    rows: tuple[Range, ...]
+    col: Range
+    red: tuple[Range, ...]
+    a_guards: tuple[Condition, ...]
+    b_guards: tuple[Condition, ...]
+
+    @property
+    def m(self) -> int:
+        return math.prod(_extent(r) for r in self.rows)
+
+    @property
+    def n(self) -> int:
+        return _extent(self.col)
+
+    @property
+    def k(self) -> int:
+        return math.prod(_extent(r) for r in self.red)
+
+
+def _extent(r: Range) -> int:
+    return r[2] - r[1] + 1
+
+
+def match(b: BoundContraction) -> GemmPlan | None:
+    """The GEMM roles of `b`, or None if it is not a plain sum of products onto a direct output."""
+    stmt = b.stmt
+    if stmt.agg != "+" or stmt.combo != "mul" or stmt.default is not None or b.empty:
+        return None
+    if not is_float(b.dtype) or b.dtype == "float16" or not b.shape:
+        return None
+    out_vars = []
+    for e, n in zip(b.out_indices, b.shape):
+        if e.divisor != 1 or e.const != 0 or len(e.coeffs) != 1 or e.coeffs[0][1] != 1:
+            return None
+        out_vars.append(e.coeffs[0][0])
+    if len(set(out_vars)) != len(out_vars):
+        return None
+    ranges = {v: (v, lo, hi) for v, lo, hi in b.ranges}
+    if any(ranges[v][1:] != (0, n - 1) for v, n in zip(out_vars, b.shape)):
+        return None
+    col = out_vars[-1]
+    reads = [{v for e in op.indices for v in e.vars} for op in b.operands]
+    holders = [k for k, vs in enumerate(reads) if col in vs]
+    if len(holders) != 1:
+        return None
+    bk = holders[0]
+    a_op, b_op = b.operands[1 - bk], b.operands[bk]
+    a_vars, b_vars = reads[1 - bk], reads[bk]
+    outer = tuple(ranges[v] for v in out_vars[:-1] if v in b_vars)
+    rows = tuple(ranges[v] for v in out_vars[:-1] if v not in b_vars)
+    red = tuple(ranges[v] for v, _, _ in b.ranges if v not in out_vars)
+    if not rows or not red:
+        return None
+    outer_names = {r[0] for r in outer}
+    a_side = a_vars | outer_names | {r[0] for r in rows} | {r[0] for r in red}
+    b_side = b_vars | outer_names | {r[0] for r in red}
+    a_guards, b_guards = [], []
+    for g in b.guards:
+        vs = set(g.expr.vars)
+        if vs <= b_side:
+            b_guards.append(g)
+        elif vs <= a_side:
+            a_guards.append(g)
+        else:
+            return None  # a condition tying rows to columns: not a GEMM
+    return GemmPlan(a_op, b_op, outer, rows, ranges[col], red, tuple(a_guards), tuple(b_guards))
+
+
+def default_knobs(plan: GemmPlan, dtype: str, target: Target) -> GemmKnobs:
+    """Register block from the vector width; cache blocks from the problem size."""
+    lanes = target.vector_bits // (32 if dtype == "float32" else 64)
+    vectors = 4 if plan.n > 2 * lanes else 2 if plan.n > lanes else 1
+    nr = vectors * lanes
+    mr = min(14, 24 // vectors)  # about 24 accumulator registers of the 32
+    kc = min(plan.k, 256)
+    mc = max(mr, min(_round_up(plan.m, mr), 144 // mr * mr))
+    return GemmKnobs(mr=mr, nr=nr, kc=kc, mc=mc, threads=target.cores)
+
+
+def worthwhile(plan: GemmPlan, target: Target) -> bool:
+    """Small problems are faster as plain loops than packed."""
+    return plan.n >= 8 and plan.m * plan.n * plan.k >= 32**3
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def _decompose(flat: L.Expr, ranges: tuple[Range, ...]) -> dict[str, L.Expr]:
+    """Index variables of a row-major flattening `flat` over `ranges` (last varies fastest)."""
+    out: dict[str, L.Expr] = {}
+    stride = 1
+    for v, lo, hi in reversed(ranges):
+        n = hi - lo + 1
+        q = flat if stride == 1 else L.Bin("div", flat, L.const(stride))
+        idx = q if v == ranges[0][0] else L.Bin("mod", q, L.const(n))
+        out[v] = L.add(idx, L.const(lo))
+        stride *= n
+    return out
+
+
+def _substitute(e: L.Expr, env: dict[str, L.Expr]) -> L.Expr:
+    if isinstance(e, L.Var):
+        return env.get(e.name, e)
+    if isinstance(e, L.Bin):
+        return L.Bin(e.op, _substitute(e.a, env), _substitute(e.b, env))
+    if isinstance(e, L.Cmp):
+        return L.Cmp(e.op, _substitute(e.a, env), _substitute(e.b, env))
+    if isinstance(e, L.Select):
+        return L.Select(_substitute(e.cond, env), _substitute(e.a, env), _substitute(e.b, env))
+    if isinstance(e, L.Cast):
+        return L.Cast(e.dtype, _substitute(e.a, env))
+    if isinstance(e, L.Not):
+        return L.Not(_substitute(e.a, env))
+    if isinstance(e, L.Load):
+        return L.Load(e.buffer, tuple(_substitute(i, env) for i in e.indices), e.dtype)
+    return e
+
+
+def _guarded_store(buffer: str, indices: tuple[L.Expr, ...], op: BoundAccess, guards: tuple[Condition, ...],
+                   env: dict[str, L.Expr], dtype: str, op_dtype: str, extra: list[L.Expr]) -> L.Stmt:
+    """buffer[indices] = op(env) converted to `dtype`, or 0 where a guard (or an `extra` bound) fails.
+
+    An `If`, not a select: the load must not run where its index is out of bounds.
+    """
+    load = L.cast(dtype, L.Load(op.tensor, tuple(_substitute(index_expr(i), env) for i in op.indices), op_dtype))
+    cond = L.logical_and(extra + [_substitute(condition_expr(g), env) for g in guards])
+    if cond is None:
+        return L.Store(buffer, indices, load)
+    return L.If(cond, L.Store(buffer, indices, load), L.Store(buffer, indices, L.cast(dtype, L.const(0))))
+
+
+def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnobs,
+          target: Target) -> tuple[L.Stmt, list[L.Buffer]]:
+    """The loop nest of the template and the workspaces it needs."""
+    dt = b.dtype
+    mr, nr, mc = knobs.mr, knobs.nr, knobs.mc
+    kc = min(knobs.kc, plan.k)
+    m, n, k = plan.m, plan.n, plan.k
+    panels = -(-n // nr)
+    row_blocks = -(-m // mc)
+    threads = max(1, min(knobs.threads or target.cores, row_blocks))
+    per_thread = -(-row_blocks // threads)
+    out = b.output
+    bp_buf = L.Buffer(f"{out}.Bp", dt, (panels, kc, nr))
+    ap_buf = L.Buffer(f"{out}.Ap", dt, (threads, mc // mr, kc, mr))
+    v = L.Var
+    pc, r, jr, jj, t, ic, ir, ii = (f"{out}.{s}" for s in ("pc", "r", "jr", "jj", "t", "ic", "ir", "ii"))
+    kk = L.add(L.mul(v(pc), L.const(kc)), v(r))  # the flat reduction index
+    kc_here = L.Bin("min", L.const(kc), L.sub(L.const(k), L.mul(v(pc), L.const(kc))))
+
+    # -- pack B: Bp[jr, r, jj] = B(kk, col) for col = jr * NR + jj < N, else 0
+    col_var, col_lo, _ = plan.col
+    col_index = L.add(L.mul(v(jr), L.const(nr)), v(jj))
+    env_b = {**_decompose(kk, plan.red), col_var: L.add(col_index, L.const(col_lo))}
+    b_store = _guarded_store(bp_buf.name, (v(jr), v(r), v(jj)), plan.b, plan.b_guards, env_b, dt,
+                             bp.dtypes[plan.b.tensor], [L.Cmp("lt", col_index, L.const(n))])
+    pack_b = L.For(jr, L.const(0), L.const(panels), L.For(r, L.const(0), kc_here, L.For(jj, L.const(0), L.const(nr), b_store)))
+
+    # -- pack A: Ap[t, ir, r, ii] = A(row, kk) for row = ic * MC + ir * MR + ii < M, else 0
+    row_index = L.add(L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr))), v(ii))
+    env_a = {**_decompose(kk, plan.red), **_decompose(row_index, plan.rows)}
+    a_store = _guarded_store(ap_buf.name, (v(t), v(ir), v(r), v(ii)), plan.a, plan.a_guards, env_a, dt,
+                             bp.dtypes[plan.a.tensor], [L.Cmp("lt", row_index, L.const(m))])
+    pack_a = L.For(ir, L.const(0), L.const(mc // mr), L.For(r, L.const(0), kc_here, L.For(ii, L.const(0), L.const(mr), a_store)))
+
+    # -- micro-kernel on acc[MR, NR]
+    acc = L.Buffer(f"{out}.acc", dt, (mr, nr), "local")
+    acc_now = L.Load(acc.name, (v(ii), v(jj)), dt)
+    fma = L.Store(acc.name, (v(ii), v(jj)), L.Bin("add", acc_now, L.Bin(
+        "mul", L.Load(ap_buf.name, (v(t), v(ir), v(r), v(ii)), dt), L.Load(bp_buf.name, (v(jr), v(r), v(jj)), dt))))
+    kernel = L.For(r, L.const(0), kc_here,
+                   L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), fma, "vectorized"),
+                         "unrolled"))
+
+    # -- C tile <-> acc: C[outer..., rows(row0 + ii)..., col0 + jj]
+    row_of_tile = L.add(L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr))), v(ii))
+    cell_env = {**_decompose(row_of_tile, plan.rows), col_var: L.add(col_index, L.const(col_lo))}
+    out_cell = tuple(_substitute(index_expr(e), cell_env) for e in b.out_indices)
+    c_now = L.Load(out, out_cell, dt)
+    zero = L.cast(dt, L.const(0))
+    row0 = L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr)))
+    full = L.Bin("and", L.Cmp("le", L.add(row0, L.const(mr)), L.const(m)),
+                 L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n)))
+    inside = L.Bin("and", L.Cmp("lt", row_of_tile, L.const(m)), L.Cmp("lt", col_index, L.const(n)))
+    first = L.Cmp("eq", v(pc), L.const(0))
+
+    def tile_loops(body: L.Stmt, kind: str) -> L.Stmt:
+        return L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), body, kind),
+                     "unrolled" if kind == "vectorized" else "serial")
+
+    load_fast = tile_loops(L.Store(acc.name, (v(ii), v(jj)), L.Select(first, zero, c_now)), "vectorized")
+    load_edge = tile_loops(L.If(L.Bin("and", L.Not(first), inside), L.Store(acc.name, (v(ii), v(jj)), c_now),
+                                L.Store(acc.name, (v(ii), v(jj)), zero)), "serial")
+    store_fast = tile_loops(L.Store(out, out_cell, acc_now), "vectorized")
+    store_edge = tile_loops(L.If(inside, L.Store(out, out_cell, acc_now)), "serial")
+    tile = L.Allocate(acc, L.seq(L.If(full, load_fast, load_edge), kernel, L.If(full, store_fast, store_edge)))
+
+    rows_here = L.Bin("min", L.const(mc // mr), L.Bin("div", L.add(L.sub(L.const(m), L.mul(v(ic), L.const(mc))),
+                                                                   L.const(mr - 1)), L.const(mr)))
+    block = L.seq(pack_a, L.For(jr, L.const(0), L.const(panels), L.For(ir, L.const(0), rows_here, tile)))
+    first_block = L.mul(v(t), L.const(per_thread))
+    last_block = L.Bin("min", L.const(row_blocks), L.add(first_block, L.const(per_thread)))
+    worker = L.For(ic, first_block, last_block, block)
+    body = L.seq(pack_b, L.For(t, L.const(0), L.const(threads), worker, "parallel" if threads > 1 else "serial"))
+    nest: L.Stmt = L.For(pc, L.const(0), L.const(-(-k // kc)), body)
+    for var, lo, hi in reversed(plan.outer):
+        nest = L.For(var, L.const(lo), L.const(hi + 1), nest)
+    return nest, [bp_buf, ap_buf]
+
+
+__all__ = ["GemmKnobs", "GemmPlan", "match", "build", "default_knobs", "worthwhile"]
