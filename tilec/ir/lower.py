@@ -33,26 +33,43 @@ from tilec.ir.dtypes import is_float
 KERNEL_NAME = "tilec_kernel"
 
 
-# A strategy may lower a contraction its own way (a schedule template): it returns the
-# statement and the workspaces it needs, or None to leave the contraction to the default.
-Strategy = Callable[[BoundContraction, BoundProgram], "tuple[L.Stmt, list[L.Buffer]] | None"]
+@dataclass(frozen=True)
+class LoweredGroup:
+    """What a strategy (a schedule template) made of statements[start : start + consumed]."""
+
+    stmt: L.Stmt
+    workspaces: tuple[L.Buffer, ...] = ()
+    consumed: int = 1  # statements covered, the first one included
+    elided: tuple[str, ...] = ()  # temporaries the group never materialises
+
+
+# A strategy may lower a contraction (and statements fused into it) its own way, given the
+# statement's index; None leaves it to the default lowering.
+Strategy = Callable[[int, BoundProgram], "LoweredGroup | None"]
 
 
 def lower(bp: BoundProgram, name: str = KERNEL_NAME, strategy: Strategy | None = None) -> L.PrimFunc:
     workspaces: list[L.Buffer] = []
     stmts: list[L.Stmt] = []
-    for s in bp.statements:
+    elided: set[str] = set()
+    k = 0
+    while k < len(bp.statements):
+        s = bp.statements[k]
+        group = strategy(k, bp) if strategy is not None and isinstance(s, BoundContraction) else None
+        if group is not None:
+            stmts.append(group.stmt)
+            workspaces += group.workspaces
+            elided.update(group.elided)
+            k += group.consumed
+            continue
         if isinstance(s, BoundElementwise):
             stmts.append(_lower_elementwise(s, bp))
-            continue
-        custom = strategy(s, bp) if strategy is not None else None
-        if custom is not None:
-            stmts.append(custom[0])
-            workspaces += custom[1]
         else:
             stmts.append(_lower_contraction(s, bp, workspaces))
+        k += 1
     body = L.seq(*stmts)
-    names = list(bp.program.input_names) + list(bp.program.outputs) + list(bp.temporaries)
+    temporaries = [t for t in bp.temporaries if t not in elided]
+    names = list(bp.program.input_names) + list(bp.program.outputs) + temporaries
     params = [L.Buffer(n, bp.dtypes[n], bp.shapes[n]) for n in names] + workspaces
     return L.PrimFunc(name, tuple(params), body)
 

@@ -36,6 +36,7 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import BoundAccess, BoundContraction, BoundProgram, Condition
 from tilec.ir.dtypes import is_float
 from tilec.ir.lower import condition_expr, index_expr
+from tilec.schedule.fusion import Epilogue, epilogue_value
 from tilec.target import Target
 
 Range = tuple[str, int, int]  # (var, lo, hi) inclusive
@@ -194,82 +195,112 @@ def _guarded_store(buffer: str, indices: tuple[L.Expr, ...], op: BoundAccess, gu
     return L.If(cond, L.Store(buffer, indices, load), L.Store(buffer, indices, L.cast(dtype, L.const(0))))
 
 
-def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnobs,
-          target: Target) -> tuple[L.Stmt, list[L.Buffer]]:
-    """The loop nest of the template and the workspaces it needs."""
+def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnobs, target: Target,
+          epilogue: Epilogue | None = None) -> tuple[L.Stmt, list[L.Buffer]]:
+    """The loop nest of the template and the workspaces it needs.
+
+    Parallelism: over the outer (batch) loop when it has an iteration per thread, each thread
+    packing into its own slices; otherwise over blocks of rows, after B is packed once.
+    """
     dt = b.dtype
     mr, nr, mc = knobs.mr, knobs.nr, knobs.mc
     kc = min(knobs.kc, plan.k)
     m, n, k = plan.m, plan.n, plan.k
     panels = -(-n // nr)
     row_blocks = -(-m // mc)
-    threads = max(1, min(knobs.threads or target.cores, row_blocks))
-    per_thread = -(-row_blocks // threads)
+    n_outer = math.prod(_extent(r) for r in plan.outer)
+    wanted = max(1, knobs.threads or target.cores)
+    outer_parallel = n_outer >= wanted and wanted > 1
+    threads = wanted if outer_parallel else max(1, min(wanted, row_blocks))
     out = b.output
-    bp_buf = L.Buffer(f"{out}.Bp", dt, (panels, kc, nr))
+    dest = epilogue.dest if epilogue is not None else out
+    bp_buf = L.Buffer(f"{out}.Bp", dt, (threads if outer_parallel else 1, panels, kc, nr))
     ap_buf = L.Buffer(f"{out}.Ap", dt, (threads, mc // mr, kc, mr))
     v = L.Var
-    pc, r, jr, jj, t, ic, ir, ii = (f"{out}.{s}" for s in ("pc", "r", "jr", "jj", "t", "ic", "ir", "ii"))
+    o, pc, r, jr, jj, t, ic, ir, ii = (f"{out}.{s}" for s in ("o", "pc", "r", "jr", "jj", "t", "ic", "ir", "ii"))
+    b_slot = v(t) if outer_parallel else L.const(0)
+    outer_env = _decompose(v(o), plan.outer) if plan.outer else {}
     kk = L.add(L.mul(v(pc), L.const(kc)), v(r))  # the flat reduction index
     kc_here = L.Bin("min", L.const(kc), L.sub(L.const(k), L.mul(v(pc), L.const(kc))))
 
-    # -- pack B: Bp[jr, r, jj] = B(kk, col) for col = jr * NR + jj < N, else 0
+    # -- pack B: Bp[slot, jr, r, jj] = B(kk, col) for col = jr * NR + jj < N, else 0
     col_var, col_lo, _ = plan.col
     col_index = L.add(L.mul(v(jr), L.const(nr)), v(jj))
-    env_b = {**_decompose(kk, plan.red), col_var: L.add(col_index, L.const(col_lo))}
-    b_store = _guarded_store(bp_buf.name, (v(jr), v(r), v(jj)), plan.b, plan.b_guards, env_b, dt,
+    env_b = {**outer_env, **_decompose(kk, plan.red), col_var: L.add(col_index, L.const(col_lo))}
+    b_store = _guarded_store(bp_buf.name, (b_slot, v(jr), v(r), v(jj)), plan.b, plan.b_guards, env_b, dt,
                              bp.dtypes[plan.b.tensor], [L.Cmp("lt", col_index, L.const(n))])
-    pack_b = L.For(jr, L.const(0), L.const(panels), L.For(r, L.const(0), kc_here, L.For(jj, L.const(0), L.const(nr), b_store)))
+    pack_b = L.For(jr, L.const(0), L.const(panels),
+                   L.For(r, L.const(0), kc_here, L.For(jj, L.const(0), L.const(nr), b_store)),
+                   "parallel" if not outer_parallel and panels >= wanted > 1 else "serial")
 
     # -- pack A: Ap[t, ir, r, ii] = A(row, kk) for row = ic * MC + ir * MR + ii < M, else 0
     row_index = L.add(L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr))), v(ii))
-    env_a = {**_decompose(kk, plan.red), **_decompose(row_index, plan.rows)}
+    env_a = {**outer_env, **_decompose(kk, plan.red), **_decompose(row_index, plan.rows)}
     a_store = _guarded_store(ap_buf.name, (v(t), v(ir), v(r), v(ii)), plan.a, plan.a_guards, env_a, dt,
                              bp.dtypes[plan.a.tensor], [L.Cmp("lt", row_index, L.const(m))])
-    pack_a = L.For(ir, L.const(0), L.const(mc // mr), L.For(r, L.const(0), kc_here, L.For(ii, L.const(0), L.const(mr), a_store)))
+    pack_a = L.For(ir, L.const(0), L.const(mc // mr),
+                   L.For(r, L.const(0), kc_here, L.For(ii, L.const(0), L.const(mr), a_store)))
 
     # -- micro-kernel on acc[MR, NR]
     acc = L.Buffer(f"{out}.acc", dt, (mr, nr), "local")
     acc_now = L.Load(acc.name, (v(ii), v(jj)), dt)
     fma = L.Store(acc.name, (v(ii), v(jj)), L.Bin("add", acc_now, L.Bin(
-        "mul", L.Load(ap_buf.name, (v(t), v(ir), v(r), v(ii)), dt), L.Load(bp_buf.name, (v(jr), v(r), v(jj)), dt))))
+        "mul", L.Load(ap_buf.name, (v(t), v(ir), v(r), v(ii)), dt),
+        L.Load(bp_buf.name, (b_slot, v(jr), v(r), v(jj)), dt))))
     kernel = L.For(r, L.const(0), kc_here,
                    L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), fma, "vectorized"),
                          "unrolled"))
 
-    # -- C tile <-> acc: C[outer..., rows(row0 + ii)..., col0 + jj]
-    row_of_tile = L.add(L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr))), v(ii))
-    cell_env = {**_decompose(row_of_tile, plan.rows), col_var: L.add(col_index, L.const(col_lo))}
+    # -- the C tile <-> acc, at dest[outer..., rows(row0 + ii)..., col0 + jj]
+    row_of_tile = row_index
+    cell_env = {**outer_env, **_decompose(row_of_tile, plan.rows), col_var: L.add(col_index, L.const(col_lo))}
     out_cell = tuple(_substitute(index_expr(e), cell_env) for e in b.out_indices)
-    c_now = L.Load(out, out_cell, dt)
+    partial = L.Load(dest, out_cell, dt)
+    final = acc_now if epilogue is None else epilogue_value(epilogue, bp, out, acc_now, out_cell)
     zero = L.cast(dt, L.const(0))
     row0 = L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr)))
     full = L.Bin("and", L.Cmp("le", L.add(row0, L.const(mr)), L.const(m)),
                  L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n)))
     inside = L.Bin("and", L.Cmp("lt", row_of_tile, L.const(m)), L.Cmp("lt", col_index, L.const(n)))
     first = L.Cmp("eq", v(pc), L.const(0))
+    last = L.Cmp("eq", v(pc), L.const(-(-k // kc) - 1))
 
-    def tile_loops(body: L.Stmt, kind: str) -> L.Stmt:
-        return L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), body, kind),
-                     "unrolled" if kind == "vectorized" else "serial")
+    def tile(body: L.Stmt, fast: bool) -> L.Stmt:
+        return L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), body,
+                                                       "vectorized" if fast else "serial"),
+                     "unrolled" if fast else "serial")
 
-    load_fast = tile_loops(L.Store(acc.name, (v(ii), v(jj)), L.Select(first, zero, c_now)), "vectorized")
-    load_edge = tile_loops(L.If(L.Bin("and", L.Not(first), inside), L.Store(acc.name, (v(ii), v(jj)), c_now),
-                                L.Store(acc.name, (v(ii), v(jj)), zero)), "serial")
-    store_fast = tile_loops(L.Store(out, out_cell, acc_now), "vectorized")
-    store_edge = tile_loops(L.If(inside, L.Store(out, out_cell, acc_now)), "serial")
-    tile = L.Allocate(acc, L.seq(L.If(full, load_fast, load_edge), kernel, L.If(full, store_fast, store_edge)))
+    def to_acc(value: L.Expr) -> L.Stmt:
+        return L.Store(acc.name, (v(ii), v(jj)), value)
+
+    def to_dest(value: L.Expr) -> L.Stmt:
+        return L.Store(dest, out_cell, value)
+
+    load_fast = tile(to_acc(L.Select(first, zero, partial)), True)
+    load_edge = tile(L.If(L.Bin("and", L.Not(first), inside), to_acc(partial), to_acc(zero)), False)
+    store_fast = tile(to_dest(L.Select(last, final, acc_now)), True)
+    store_edge = tile(L.If(inside, to_dest(L.Select(last, final, acc_now))), False)
+    micro = L.Allocate(acc, L.seq(L.If(full, load_fast, load_edge), kernel, L.If(full, store_fast, store_edge)))
 
     rows_here = L.Bin("min", L.const(mc // mr), L.Bin("div", L.add(L.sub(L.const(m), L.mul(v(ic), L.const(mc))),
                                                                    L.const(mr - 1)), L.const(mr)))
-    block = L.seq(pack_a, L.For(jr, L.const(0), L.const(panels), L.For(ir, L.const(0), rows_here, tile)))
-    first_block = L.mul(v(t), L.const(per_thread))
-    last_block = L.Bin("min", L.const(row_blocks), L.add(first_block, L.const(per_thread)))
-    worker = L.For(ic, first_block, last_block, block)
-    body = L.seq(pack_b, L.For(t, L.const(0), L.const(threads), worker, "parallel" if threads > 1 else "serial"))
-    nest: L.Stmt = L.For(pc, L.const(0), L.const(-(-k // kc)), body)
-    for var, lo, hi in reversed(plan.outer):
-        nest = L.For(var, L.const(lo), L.const(hi + 1), nest)
+    block = L.seq(pack_a, L.For(jr, L.const(0), L.const(panels), L.For(ir, L.const(0), rows_here, micro)))
+
+    def chunk(var: str, total: int, body: L.Stmt) -> L.Stmt:
+        """`for var` over thread t's contiguous share of [0, total)."""
+        per = -(-total // threads)
+        begin = L.mul(v(t), L.const(per))
+        return L.For(var, begin, L.Bin("min", L.const(total), L.add(begin, L.const(per))), body)
+
+    def thread_loop(body: L.Stmt) -> L.Stmt:
+        return L.For(t, L.const(0), L.const(threads), body, "parallel" if threads > 1 else "serial")
+
+    if outer_parallel:
+        per_pc = L.seq(pack_b, L.For(ic, L.const(0), L.const(row_blocks), block))
+        nest = thread_loop(chunk(o, n_outer, L.For(pc, L.const(0), L.const(-(-k // kc)), per_pc)))
+    else:
+        per_pc = L.seq(pack_b, thread_loop(chunk(ic, row_blocks, block)))
+        nest = L.For(o, L.const(0), L.const(n_outer), L.For(pc, L.const(0), L.const(-(-k // kc)), per_pc))
     return nest, [bp_buf, ap_buf]
 
 

@@ -1,0 +1,72 @@
+"""Epilogue fusion: elementwise statements applied while a contraction's results are in registers.
+
+A chain ``C = contraction; R = f(C, ...); O = g(R, ...)`` fuses when every link has
+the contraction's shape and dtype, reads the previous link, and the previous link is
+a temporary no other statement reads. The fused kernel writes only the last link
+(partial sums of blocked reductions go to that buffer too); C and R never exist.
+Operands other than the chain broadcast against the output cell (a bias vector, a
+scalar).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilec.ir import loop as L
+from tilec.ir import tensor as T
+from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
+from tilec.ir.elementwise import lower_expression
+from tilec.ir.lower import broadcast_indices
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    links: tuple[BoundElementwise, ...]
+
+    @property
+    def dest(self) -> str:
+        return self.links[-1].output
+
+
+def _readers(bp: BoundProgram) -> dict[str, int]:
+    count: dict[str, int] = {}
+    for s in bp.statements:
+        if isinstance(s, BoundContraction):
+            names = [a.tensor for a in s.stmt.operands] + ([s.stmt.default] if s.stmt.default else [])
+        else:
+            names = T.eexpr_tensors(s.stmt.expr)
+        for n in set(names):
+            count[n] = count.get(n, 0) + 1
+    return count
+
+
+def find_epilogue(index: int, bp: BoundProgram) -> Epilogue | None:
+    """The longest fusable chain of elementwise statements after statements[index]."""
+    producer = bp.statements[index]
+    readers = _readers(bp)
+    links: list[BoundElementwise] = []
+    prev = producer.output
+    for s in bp.statements[index + 1:]:
+        if not isinstance(s, BoundElementwise) or prev in bp.program.outputs or readers.get(prev) != 1:
+            break
+        if prev not in T.eexpr_tensors(s.stmt.expr) or s.shape != producer.shape or s.dtype != producer.dtype:
+            break
+        links.append(s)
+        prev = s.output
+    return Epilogue(tuple(links)) if links else None
+
+
+def epilogue_value(epilogue: Epilogue, bp: BoundProgram, producer: str, value: L.Expr,
+                   cell: tuple[L.Expr, ...]) -> L.Expr:
+    """The last link's value at output `cell`, given the producer's `value` there."""
+    shape = bp.shapes[producer]
+    values = {producer: value}
+
+    def load(name: str) -> L.Expr:
+        if name in values:
+            return values[name]
+        return L.Load(name, broadcast_indices(bp.shapes[name], shape, list(cell)), bp.dtypes[name])
+
+    for link in epilogue.links:
+        values[link.output] = lower_expression(link.stmt.expr, bp.dtypes, load, link.dtype)
+    return values[epilogue.dest]
