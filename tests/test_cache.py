@@ -83,3 +83,28 @@ def test_in_memory_cache_reuses_kernels_across_functions_and_shapes():
     c = rng.standard_normal((3, 7)).astype(np.float32)  # a new shape compiles a new kernel
     np.testing.assert_allclose(f(a, c), a @ c, rtol=1e-5)
     assert driver.stats.compiled + driver.stats.disk_hits == before + 1
+
+
+def test_freeing_a_kernel_leaves_the_compiler_usable():
+    """Regression: MCJIT owned the cached target machine, so the next compile crashed."""
+    code = """
+import gc, numpy as np
+from tilec.codegen.llvm_ir import emit_module
+from tilec.codegen.llvm_jit import emit_object, load_object, optimise
+from tilec.ir.bounds import bind
+from tilec.ir.lower import lower
+from tilec.target import host_target
+import tilec
+target = host_target()
+bp = bind(tilec.parse("C[i, j: M, N] = +(A[i, k] * B[k, j])"), {"A": (8, 8), "B": (8, 8)},
+          {"A": "float32", "B": "float32"})
+def build():
+    return load_object(emit_object(optimise(emit_module(lower(bp), target), target), target), "tilec_kernel", target)
+kernel = build()
+del kernel
+gc.collect()
+build()
+print("survived")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "survived" in result.stdout, result.stderr

@@ -12,6 +12,7 @@ from typing import Any
 from tilec.errors import BindError, CodegenError, ScheduleError, SemanticError, TilecError, TilecWarning, TileSyntaxError
 from tilec.frontend import parse
 from tilec.runtime.function import Function
+from tilec.schedule.primitives import Schedule
 from tilec.target import Target
 from tilec.version import __version__
 
@@ -27,5 +28,5 @@ def explain(source: str, shapes: dict[str, Any], dtypes: dict[str, str] | None =
     return Function(source, target, **sizes).explain(shapes, dtypes, stage)
 
 
-__all__ = ["compile", "explain", "parse", "Function", "Target", "TilecError", "TilecWarning", "TileSyntaxError", "SemanticError",
+__all__ = ["compile", "explain", "parse", "Function", "Schedule", "Target", "TilecError", "TilecWarning", "TileSyntaxError", "SemanticError",
            "BindError", "ScheduleError", "CodegenError", "__version__"]

@@ -1,4 +1,4 @@
-"""The compilation pipeline, in one place: bind -> lower -> (verify) -> LLVM IR -> O3 -> object -> load.
+"""The compilation pipeline, in one place: bind -> lower -> schedule -> (verify) -> LLVM IR -> O3 -> object -> load.
 
 Every stage can be printed (`explain`); the object code is cached on disk under a
 key that hashes the program, shapes, dtypes, sizes, target, schedule and the
@@ -24,6 +24,9 @@ from tilec.ir.lower import KERNEL_NAME, lower
 from tilec.ir.tensor import Program
 from tilec.ir.verify import verify
 from tilec.runtime import disk_cache
+from tilec.schedule.auto import auto_lower
+from tilec.schedule.apply import apply_schedule
+from tilec.schedule.primitives import Schedule, schedule_key
 from tilec.target import Target
 from tilec.version import __version__
 
@@ -51,9 +54,9 @@ class Signature:
     sizes: tuple[tuple[str, int], ...]
 
 
-def cache_key(program: Program, sig: Signature, target: Target, schedule: str) -> str:
+def cache_key(program: Program, sig: Signature, target: Target, schedule: "Schedule | str | None") -> str:
     payload = json.dumps([compiler_fingerprint(), str(program), sig.shapes, sig.dtypes, sig.sizes,
-                          target.key, schedule], default=list)
+                          target.key, schedule_key(schedule)], default=list)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -78,16 +81,27 @@ class Kernel:
     key: str
 
 
-def lower_program(program: Program, sig: Signature) -> tuple[BoundProgram, L.PrimFunc]:
+def lower_program(program: Program, sig: Signature, schedule: "Schedule | str | None" = None,
+                  target: Target | None = None) -> tuple[BoundProgram, L.PrimFunc]:
+    """Bind and lower. A user's Schedule applies to the plain default loop nest (whose loop names it
+    refers to); without one, the target's templates (tilec.schedule.auto) pick the loop nests."""
     bound = bind(program, dict(sig.shapes), dict(sig.dtypes), dict(sig.sizes))
-    func = lower(bound)
+    if isinstance(schedule, Schedule) or target is None:
+        func = lower(bound)
+    else:
+        func = auto_lower(bound, target)
     if options.debug:
         verify(func)
+    if isinstance(schedule, Schedule):
+        func = apply_schedule(func, schedule)
+        if options.debug:
+            verify(func)
     return bound, func
 
 
-def build_kernel(program: Program, sig: Signature, target: Target, schedule: str = "default") -> Kernel:
-    bound, func = lower_program(program, sig)
+def build_kernel(program: Program, sig: Signature, target: Target,
+                 schedule: "Schedule | str | None" = None) -> Kernel:
+    bound, func = lower_program(program, sig, schedule, target)
     key = cache_key(program, sig, target, schedule)
     obj = disk_cache.load(key)
     if obj is None:
@@ -99,11 +113,12 @@ def build_kernel(program: Program, sig: Signature, target: Target, schedule: str
     return Kernel(bound, func.params, load_object(obj, KERNEL_NAME, target), key)
 
 
-def explain(program: Program, sig: Signature, target: Target, stage: str | None = None) -> str:
-    """The text of one stage, or of every stage with headers."""
+def explain(program: Program, sig: Signature, target: Target, stage: str | None = None,
+            schedule: "Schedule | str | None" = None) -> str:
+    """The text of one stage, or of every stage with headers (loop IR and later: after `schedule`)."""
     if stage is not None and stage not in STAGES:
         raise TilecError(f"unknown stage '{stage}'; stages are {', '.join(STAGES)}")
-    bound, func = lower_program(program, sig)
+    bound, func = lower_program(program, sig, schedule, target)
     producers: dict[str, Callable[[], str]] = {
         "tensor": lambda: _describe_tensor(bound),
         "loop": lambda: str(func),

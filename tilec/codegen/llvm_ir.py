@@ -11,6 +11,8 @@ with ``x // 0 == 0`` (never a trap).
 
 from __future__ import annotations
 
+import itertools
+import re
 from typing import Any
 
 import llvmlite.ir as ir
@@ -45,7 +47,7 @@ def emit_module(func: L.PrimFunc, target: Target) -> str:
     """The LLVM IR text of `func`, with the target's CPU and vector width as function attributes."""
     module = ir.Module(name=func.name)
     module.triple = _triple()
-    body = _BodyEmitter(module, func).emit()
+    body = _BodyEmitter(module, func, target.cores).emit()
     wrapper = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), func.name)
     b = ir.IRBuilder(wrapper.append_basic_block("entry"))
     args = []
@@ -54,13 +56,46 @@ def emit_module(func: L.PrimFunc, target: Target) -> str:
         args.append(b.load(slot, typ=PTR))
     b.call(body, args)
     b.ret_void()
-    return _add_function_attributes(str(module), target)
+    return _add_function_attributes(_patch_loop_ids(str(module)), target)
 
 
 def _triple() -> str:
     from tilec.codegen.llvm_jit import initialise_llvm
 
     return initialise_llvm().get_process_triple()
+
+
+_LOOP_ID_PLACEHOLDER = "tilec.loop.id."
+
+
+def _patch_loop_ids(text: str) -> str:
+    """llvmlite.ir cannot spell self-referencing nodes: ``!7 = !{!"tilec.loop.id.0", ...}``
+    becomes the loop ID ``!7 = distinct !{!7, ...}``."""
+    pattern = re.compile(r'^(!\d+) = !\{ ?!"' + re.escape(_LOOP_ID_PLACEHOLDER) + r'\d+"', re.MULTILINE)
+    return pattern.sub(lambda m: f"{m.group(1)} = distinct !{{ {m.group(1)}", text)
+
+
+def _names_used(node: Any) -> tuple[list[str], list[str]]:
+    """The buffers and variables a loop-IR node uses (each once, in first-use order)."""
+    buffers: dict[str, None] = {}
+    variables: dict[str, None] = {}
+
+    def visit(n: Any) -> None:
+        if isinstance(n, L.Var):
+            variables[n.name] = None
+        elif isinstance(n, (L.Load, L.Store)):
+            buffers[n.buffer] = None
+        for value in getattr(n, "__dict__", {}).values():
+            for item in value if isinstance(value, tuple) else (value,):
+                if hasattr(item, "__dataclass_fields__") and not isinstance(item, L.Buffer):
+                    visit(item)
+
+    visit(node)
+    return list(buffers), list(variables)
+
+
+def _i32(value: int) -> ir.Constant:
+    return ir.Constant(ir.IntType(32), value)
 
 
 def _add_function_attributes(text: str, target: Target) -> str:
@@ -77,9 +112,11 @@ def _add_function_attributes(text: str, target: Target) -> str:
 
 
 class _BodyEmitter:
-    def __init__(self, module: ir.Module, func: L.PrimFunc) -> None:
+    def __init__(self, module: ir.Module, func: L.PrimFunc, cores: int = 1) -> None:
         self.module = module
         self.func = func
+        self.cores = cores  # threads that parallel loops run on
+        self.ids = itertools.count()  # loop-metadata and outlined-function numbers
         self.buffers: dict[str, L.Buffer] = {b.name: b for b in func.params}
         self.pointers: dict[str, ir.Value] = {}
         self.vars: dict[str, ir.Value] = {}
@@ -121,7 +158,8 @@ class _BodyEmitter:
             raise CodegenError(f"buffer {buf.name}: scope {buf.scope} cannot be allocated inside a CPU kernel")
         entry = ir.IRBuilder(self.entry)
         mem = _MEMORY_TYPES[buf.dtype]
-        ptr = entry.alloca(ir.ArrayType(mem, max(1, buf.size)) if buf.size != 1 else mem, name=buf.name.replace(".", "_"))
+        ptr = entry.alloca(mem, size=ir.Constant(I64, max(1, buf.size)) if buf.size != 1 else None,
+                           name=buf.name.replace(".", "_"))
         saved = self.pointers.get(buf.name)
         self.pointers[buf.name] = ptr
         self.buffers[buf.name] = buf
@@ -144,7 +182,16 @@ class _BodyEmitter:
         self.b.store(v, self.address(buf, s.indices))
 
     def _stmt_For(self, s: L.For) -> None:
-        begin, end = self.expr(s.begin), self.expr(s.end)
+        if s.kind == "unrolled" and isinstance(s.begin, L.Const) and isinstance(s.end, L.Const):
+            self._unrolled_loop(s)
+        elif s.kind == "parallel" and self.cores > 1:
+            self._parallel_loop(s)
+        else:
+            hints = {"vectorized": [("llvm.loop.vectorize.enable", True)],
+                     "unrolled": [("llvm.loop.unroll.full", None)]}.get(s.kind, [])
+            self._serial_loop(s, self.expr(s.begin), self.expr(s.end), hints)
+
+    def _serial_loop(self, s: L.For, begin: ir.Value, end: ir.Value, hints: list[tuple[str, Any]]) -> None:
         pre = self.b.block
         header = self.fn.append_basic_block(f"for_{s.var}")
         body = self.fn.append_basic_block(f"for_{s.var}_body")
@@ -160,10 +207,132 @@ class _BodyEmitter:
         self.stmt(s.body)
         nxt = self.b.add(iv, ir.Constant(I64, 1), flags=("nsw",))
         iv.add_incoming(nxt, self.b.block)
-        self.b.branch(header)
+        back_edge = self.b.branch(header)
+        if hints:
+            back_edge.set_metadata("llvm.loop", self._loop_metadata(hints))
         self.b.position_at_end(exit_)
-        if saved is not None:
-            self.vars[s.var] = saved
+        self._restore_var(s.var, saved)
+
+    def _restore_var(self, name: str, saved: ir.Value | None) -> None:
+        if saved is None:
+            self.vars.pop(name, None)  # a value out of its loop must not be used (or captured) any more
+        else:
+            self.vars[name] = saved
+
+    def _loop_metadata(self, hints: list[tuple[str, Any]]) -> ir.Value:
+        """A loop ID node; its self-reference is patched in textually (see _patch_loop_ids)."""
+        operands: list[Any] = [ir.MetaDataString(self.module, f"{_LOOP_ID_PLACEHOLDER}{next(self.ids)}")]
+        for name, value in hints:
+            md: list[Any] = [ir.MetaDataString(self.module, name)]
+            if value is not None:
+                md.append(ir.Constant(ir.IntType(1), int(value)) if isinstance(value, bool)
+                          else ir.Constant(ir.IntType(32), value))
+            operands.append(self.module.add_metadata(md))
+        return self.module.add_metadata(operands)
+
+    def _unrolled_loop(self, s: L.For) -> None:
+        """The body once per iteration, with the loop variable a constant in each copy."""
+        saved = self.vars.get(s.var)
+        for value in range(int(s.begin.value), int(s.end.value)):  # type: ignore[union-attr]
+            self.vars[s.var] = ir.Constant(I64, value)
+            self.stmt(s.body)
+        self._restore_var(s.var, saved)
+
+    def _parallel_loop(self, s: L.For) -> None:
+        """Split [begin, end) into `cores` chunks; run chunk 0 here and the others on pthreads.
+
+        The loop is outlined into ``ptr task_fn(ptr task)`` with ``task = {i64 lo, i64 hi, ptr ctx}``
+        and ``ctx = {buffer pointers..., loop variables...}``; task_fn unpacks them and calls an
+        always-inlined body whose buffer pointers are ``noalias`` like the kernel's own.
+        """
+        task_fn, ctx_type = self._outline_parallel(s)  # before any code that uses self.vars
+        task_type = ir.LiteralStructType([I64, I64, PTR])
+        entry = ir.IRBuilder(self.entry)
+        tasks_type, threads_type = ir.ArrayType(task_type, self.cores), ir.ArrayType(I64, self.cores)
+        started_type = ir.ArrayType(ir.IntType(1), self.cores)
+
+        ctx, tasks = entry.alloca(ctx_type, name="par_ctx"), entry.alloca(tasks_type, name="par_tasks")
+        threads, started = entry.alloca(threads_type, name="par_threads"), entry.alloca(started_type, name="par_started")
+        buffers, variables = _names_used(s)
+        captured = [self.pointers[b] for b in buffers if b in self.pointers] + \
+            [self.vars[v] for v in variables if v in self.vars]
+        for k, value in enumerate(captured):
+            self.b.store(value, self.b.gep(ctx, [_i32(0), _i32(k)], inbounds=True))
+        begin, end = self.expr(s.begin), self.expr(s.end)
+        n = ir.Constant(I64, self.cores)
+        chunk = self.b.sdiv(self.b.add(self.b.sub(end, begin), ir.Constant(I64, self.cores - 1)), n)
+        create, join = self._pthread_functions()
+        for t in range(self.cores):
+            lo = self.b.add(begin, self.b.mul(chunk, ir.Constant(I64, t)))
+            hi_raw = self.b.add(lo, chunk)
+            hi = self.b.select(self.b.icmp_signed("<", hi_raw, end), hi_raw, end)
+            task = self.b.gep(tasks, [_i32(0), _i32(t)], inbounds=True)
+            for field, value in enumerate((lo, hi, ctx)):
+                self.b.store(value, self.b.gep(task, [_i32(0), _i32(field)], inbounds=True))
+            if t == 0:
+                continue
+            flag = self.b.gep(started, [_i32(0), _i32(t)], inbounds=True)
+            self.b.store(ir.Constant(ir.IntType(1), 0), flag)
+            with self.b.if_then(self.b.icmp_signed("<", lo, hi)):
+                handle = self.b.gep(threads, [_i32(0), _i32(t)], inbounds=True)
+                rc = self.b.call(create, [handle, ir.Constant(PTR, None), task_fn, task])
+                ok = self.b.icmp_signed("==", rc, ir.Constant(ir.IntType(32), 0))
+                self.b.store(ok, flag)
+                with self.b.if_then(self.b.not_(ok)):  # no thread to be had: run the chunk here
+                    self.b.call(task_fn, [task])
+        first = self.b.gep(tasks, [_i32(0), _i32(0)], inbounds=True)
+        self.b.call(task_fn, [first])
+        for t in range(1, self.cores):
+            flag = self.b.gep(started, [_i32(0), _i32(t)], inbounds=True)
+            with self.b.if_then(self.b.load(flag, typ=ir.IntType(1))):
+                handle = self.b.gep(threads, [_i32(0), _i32(t)], inbounds=True)
+                self.b.call(join, [self.b.load(handle, typ=I64), ir.Constant(PTR, None)])
+
+    def _outline_parallel(self, s: L.For) -> tuple[ir.Function, ir.Type]:
+        k = next(self.ids)
+        buffers, variables = _names_used(s)
+        buffers = [b for b in buffers if b in self.pointers]
+        variables = [v for v in variables if v in self.vars]
+        ctx_type = ir.LiteralStructType([PTR] * len(buffers) + [I64] * len(variables))
+        # the body: (buffer pointers..., loop variables..., lo, hi)
+        body_ty = ir.FunctionType(ir.VoidType(), [PTR] * len(buffers) + [I64] * (len(variables) + 2))
+        inner = _BodyEmitter.__new__(_BodyEmitter)
+        inner.module, inner.func, inner.cores, inner.ids = self.module, self.func, self.cores, self.ids
+        inner.buffers = dict(self.buffers)
+        inner.fn = ir.Function(self.module, body_ty, f"{self.func.name}_par{k}_body")
+        inner.fn.linkage = "internal"
+        inner.fn.attributes.add("alwaysinline")
+        args = list(inner.fn.args)
+        for arg, name in zip(args, buffers):
+            arg.add_attribute("noalias")
+            arg.name = name.replace(".", "_")
+        inner.pointers = dict(zip(buffers, args))
+        inner.vars = dict(zip(variables, args[len(buffers):]))
+        inner.entry = inner.fn.append_basic_block("entry")
+        inner.b = ir.IRBuilder(inner.fn.append_basic_block("start"))
+        inner._serial_loop(s, args[-2], args[-1], [])
+        inner.b.ret_void()
+        ir.IRBuilder(inner.entry).branch(inner.fn.blocks[1])
+        # the thread entry point: unpack the task and its context
+        task_fn = ir.Function(self.module, ir.FunctionType(PTR, [PTR]), f"{self.func.name}_par{k}")
+        task_fn.linkage = "internal"
+        b = ir.IRBuilder(task_fn.append_basic_block("entry"))
+        task_type = ir.LiteralStructType([I64, I64, PTR])
+        task = task_fn.args[0]
+        lo, hi, ctx = (b.load(b.gep(task, [_i32(0), _i32(f)], inbounds=True, source_etype=task_type), typ=t)
+                       for f, t in enumerate((I64, I64, PTR)))
+        values = [b.load(b.gep(ctx, [_i32(0), _i32(f)], inbounds=True, source_etype=ctx_type), typ=t)
+                  for f, t in enumerate(ctx_type.elements)]
+        b.call(inner.fn, values + [lo, hi])
+        b.ret(ir.Constant(PTR, None))
+        return task_fn, ctx_type
+
+    def _pthread_functions(self) -> tuple[ir.Function, ir.Function]:
+        create = self.module.globals.get("pthread_create") or ir.Function(
+            self.module, ir.FunctionType(ir.IntType(32), [PTR, PTR, PTR, PTR]), "pthread_create")
+        join = self.module.globals.get("pthread_join") or ir.Function(
+            self.module, ir.FunctionType(ir.IntType(32), [I64, PTR]), "pthread_join")
+        return create, join
 
     def _stmt_If(self, s: L.If) -> None:
         cond = self.expr(s.cond)

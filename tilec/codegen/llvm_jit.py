@@ -77,7 +77,10 @@ class LoadedKernel:
 def load_object(obj: bytes, name: str, target: Target) -> LoadedKernel:
     llvm = initialise_llvm()
     with _LOCK:
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine(target))
+        # The engine takes ownership of its target machine: give it its own, never the cached one.
+        machine = llvm.Target.from_default_triple().create_target_machine(
+            cpu=target.cpu, features=target.features, opt=3, codemodel="jitdefault")
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         address = engine.get_function_address(name)

@@ -6,9 +6,10 @@ for the whole process, and their object code on disk (see tilec.driver).
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from tilec.errors import BindError
 from tilec.frontend import parse
 from tilec.ir.dtypes import check_supported
 from tilec.target import Target, resolve_target
+
+if TYPE_CHECKING:
+    from tilec.schedule.primitives import Schedule
 
 _KERNELS: dict[str, driver.Kernel] = {}
 _KERNELS_LOCK = threading.Lock()
@@ -35,8 +39,24 @@ class Function:
         self.target = resolve_target(target)
         self.inputs: tuple[str, ...] = self.program.input_names
         self.outputs: tuple[str, ...] = self.program.outputs
-        self.schedule = "default"
+        self.schedule: "Schedule | str" = "default"
         self._by_signature: dict[tuple, driver.Kernel] = {}
+
+    def with_schedule(self, schedule: "Schedule") -> "Function":
+        """A Function computing the same program with `schedule` applied to its loop IR.
+
+        The parsed program is shared; the schedule is copied, so later changes to `schedule`
+        do not affect the returned Function. Illegal primitives raise ScheduleError at the
+        first call (or `explain`), when the loop nest they apply to is known.
+        """
+        from tilec.schedule.primitives import Schedule
+
+        if not isinstance(schedule, Schedule):
+            raise TypeError(f"with_schedule takes a tilec.Schedule, got {type(schedule).__name__}")
+        other = copy.copy(self)
+        other.schedule = Schedule(schedule.primitives)
+        other._by_signature = {}
+        return other
 
     def __repr__(self) -> str:
         return f"<tilec.Function ({', '.join(self.inputs)}) -> ({', '.join(self.outputs)}) on {self.target.name}>"
@@ -103,7 +123,7 @@ class Function:
             dtypes=tuple((n, check_supported(n, np.dtype(dtypes.get(n, "float32")))) for n in self.inputs),
             sizes=tuple(sorted(self.sizes.items())),
         )
-        return driver.explain(self.program, sig, self.target, stage)
+        return driver.explain(self.program, sig, self.target, stage, self.schedule)
 
 
 def _as_array(name: str, value: Any) -> np.ndarray:
