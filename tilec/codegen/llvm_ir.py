@@ -17,6 +17,7 @@ from typing import Any
 
 import llvmlite.ir as ir
 
+from tilec.codegen.llvm_vector import VectorLoop, vectorizable
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
 from tilec.ir.dtypes import is_float
@@ -96,6 +97,23 @@ def _names_used(node: Any) -> tuple[list[str], list[str]]:
 
 def _i32(value: int) -> ir.Constant:
     return ir.Constant(ir.IntType(32), value)
+
+
+def _type_suffix(t: ir.Type) -> str:
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{_type_suffix(t.element)}"
+    if isinstance(t, ir.IntType):
+        return f"i{t.width}"
+    return {ir.HalfType: "f16", ir.FloatType: "f32", ir.DoubleType: "f64"}[type(t)]
+
+
+def declare_intrinsic(module: ir.Module, name: str, t: ir.Type, nargs: int) -> ir.Function:
+    """``name.<suffix of t>`` taking `nargs` values of type `t` (scalar or vector) and returning one."""
+    full = f"{name}.{_type_suffix(t)}"
+    existing = module.globals.get(full)
+    if existing is not None:
+        return existing
+    return ir.Function(module, ir.FunctionType(t, [t] * nargs), full)
 
 
 def _add_function_attributes(text: str, target: Target) -> str:
@@ -186,6 +204,8 @@ class _BodyEmitter:
             self._unrolled_loop(s)
         elif s.kind == "parallel" and self.cores > 1:
             self._parallel_loop(s)
+        elif s.kind == "vectorized" and vectorizable(s, self.buffers):
+            VectorLoop(self, s).emit()
         else:
             hints = {"vectorized": [("llvm.loop.vectorize.enable", True)],
                      "unrolled": [("llvm.loop.unroll.full", None)]}.get(s.kind, [])
@@ -420,14 +440,25 @@ class _BodyEmitter:
         return self.b.select(self.expr(e.cond), self.expr(e.a), self.expr(e.b))
 
     def _expr_Cmp(self, e: L.Cmp) -> ir.Value:
-        a, b = self.expr(e.a), self.expr(e.b)
-        if is_float(e.a.dtype):
-            if e.op == "ne":  # NaN != x is true, as in numpy
+        return self.compare(e.op, e.a.dtype, self.expr(e.a), self.expr(e.b))
+
+    def compare(self, op: str, dtype: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        """`a op b` on operands of `dtype` (scalars or vectors)."""
+        if is_float(dtype):
+            if op == "ne":  # NaN != x is true, as in numpy
                 return self.b.fcmp_unordered("!=", a, b)
-            return self.b.fcmp_ordered(_FCMP[e.op], a, b)
-        if e.a.dtype == "bool":
-            return self.b.icmp_unsigned(_FCMP[e.op], a, b)
-        return self.b.icmp_signed(_FCMP[e.op], a, b)
+            return self.b.fcmp_ordered(_FCMP[op], a, b)
+        if dtype == "bool":
+            return self.b.icmp_unsigned(_FCMP[op], a, b)
+        return self.b.icmp_signed(_FCMP[op], a, b)
+
+    @staticmethod
+    def memory_type(dtype: str) -> ir.Type:
+        return _MEMORY_TYPES[dtype]
+
+    @staticmethod
+    def value_type(dtype: str) -> ir.Type:
+        return _type(dtype)
 
     def _expr_Bin(self, e: L.Bin, flags: tuple[str, ...] = ()) -> ir.Value:
         a, b = self.expr(e.a), self.expr(e.b)
@@ -510,10 +541,10 @@ class _BodyEmitter:
 
     def _float_call(self, func: str, args: list[ir.Value], t: ir.Type) -> ir.Value:
         if func in _FLOAT_INTRINSICS:
-            fn = self.module.declare_intrinsic(_FLOAT_INTRINSICS[func], [t])
+            fn = declare_intrinsic(self.module, _FLOAT_INTRINSICS[func], t, len(args))
             return self.b.call(fn, args)
         if func == "sigmoid":
-            exp = self.module.declare_intrinsic("llvm.exp", [t])
+            exp = declare_intrinsic(self.module, "llvm.exp", t, 1)
             e = self.b.call(exp, [self.b.fneg(args[0])])
             return self.b.fdiv(ir.Constant(t, 1.0), self.b.fadd(ir.Constant(t, 1.0), e))
         if func == "relu":

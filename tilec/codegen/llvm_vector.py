@@ -1,0 +1,252 @@
+"""Explicit vector code for `vectorized` loops (the loop's extent is the vector length).
+
+A value that does not depend on the loop variable stays scalar (and is splatted where
+it meets a vector); a load or store whose address moves by one element per lane is a
+vector load or store, one that does not move is a scalar access, any other is done
+lane by lane. ``acc = acc + x * y`` becomes ``llvm.fmuladd`` (one FMA per lane).
+`vectorizable` says whether a loop body is within what this emitter handles; the
+backend falls back to a scalar loop (with LLVM's vectoriser hint) otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import llvmlite.ir as ir
+
+from tilec.ir import loop as L
+from tilec.ir.dtypes import is_float
+
+if TYPE_CHECKING:
+    from tilec.codegen.llvm_ir import _BodyEmitter
+
+
+def declare_intrinsic(module: ir.Module, name: str, t: ir.Type, nargs: int) -> ir.Function:
+    from tilec.codegen.llvm_ir import declare_intrinsic as declare
+
+    return declare(module, name, t, nargs)
+
+I64 = ir.IntType(64)
+_SAFE_CALLS = {"exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "tanh", "pow", "max", "min"}
+_SAFE_BIN = {"add", "sub", "mul", "div", "min", "max", "and", "or"}
+
+
+def _varies(e: Any, var: str) -> bool:
+    if isinstance(e, L.Var):
+        return e.name == var
+    if isinstance(e, (L.Const, L.Buffer)):
+        return False
+    return any(_varies(c, var) for c in _children(e))
+
+
+def _children(e: Any) -> list[Any]:
+    out: list[Any] = []
+    for value in e.__dict__.values():
+        for item in value if isinstance(value, tuple) else (value,):
+            if hasattr(item, "__dataclass_fields__") and not isinstance(item, L.Buffer):
+                out.append(item)
+    return out
+
+
+def _coefficient(e: L.Expr, var: str) -> int | None:
+    """d e / d var for an affine index expression; None where it is not affine in var."""
+    if not _varies(e, var):
+        return 0
+    if isinstance(e, L.Var):
+        return 1
+    if isinstance(e, L.Bin) and e.op in ("add", "sub"):
+        a, b = _coefficient(e.a, var), _coefficient(e.b, var)
+        if a is None or b is None:
+            return None
+        return a + b if e.op == "add" else a - b
+    if isinstance(e, L.Bin) and e.op == "mul":
+        if isinstance(e.a, L.Const) and isinstance(e.a.value, int):
+            c = _coefficient(e.b, var)
+            return None if c is None else e.a.value * c
+        if isinstance(e.b, L.Const) and isinstance(e.b.value, int):
+            c = _coefficient(e.a, var)
+            return None if c is None else e.b.value * c
+    return None
+
+
+def _stride(buf: L.Buffer, indices: tuple[L.Expr, ...], var: str) -> int | None:
+    total, step = 0, 1
+    for idx, n in zip(reversed(indices), reversed(buf.shape)):
+        c = _coefficient(idx, var)
+        if c is None:
+            return None
+        total += c * step
+        step *= n
+    return total
+
+
+def vectorizable(loop: L.For, buffers: dict[str, L.Buffer]) -> bool:
+    """Whether `loop` (kind vectorized, constant bounds) is within what VectorLoop emits."""
+    if not (isinstance(loop.begin, L.Const) and isinstance(loop.end, L.Const)) or loop.end.value - loop.begin.value < 2:
+        return False
+    var = loop.var
+
+    def expr_ok(e: L.Expr) -> bool:
+        if not _varies(e, var):
+            return True
+        if isinstance(e, L.Bin) and (e.op not in _SAFE_BIN or (e.op == "div" and not is_float(e.dtype))):
+            return False
+        if isinstance(e, L.Call) and (e.func not in _SAFE_CALLS or not is_float(e.dtype) or e.dtype == "float16"):
+            return False
+        if isinstance(e, L.Load) and buffers.get(e.buffer) is None:
+            return False
+        if isinstance(e, L.Cast) and (e.dtype == "bool" or e.a.dtype == "bool"):
+            return False  # conversions to and from bool use scalar constants
+        return all(expr_ok(c) for c in _children(e))
+
+    def stmt_ok(s: L.Stmt) -> bool:
+        if isinstance(s, L.Seq):
+            return all(stmt_ok(x) for x in s.stmts)
+        if isinstance(s, L.If):
+            return not _varies(s.cond, var) and stmt_ok(s.then) and (s.orelse is None or stmt_ok(s.orelse))
+        if isinstance(s, L.Store):
+            buf = buffers.get(s.buffer)
+            if buf is None or buf.dtype == "bool" or not expr_ok(s.value):
+                return False
+            stride = _stride(buf, s.indices, var)
+            return stride != 0 or not _varies(s.value, var)  # all lanes into one cell: a reduction
+        return isinstance(s, L.Barrier)
+
+    return stmt_ok(loop.body)
+
+
+class VectorLoop:
+    """Emits one vectorized loop through the scalar emitter `em` (sharing its builder and state)."""
+
+    def __init__(self, em: "_BodyEmitter", loop: L.For) -> None:
+        self.em = em
+        self.loop = loop
+        self.var = loop.var
+        self.begin = int(loop.begin.value)  # type: ignore[union-attr]
+        self.lanes = int(loop.end.value) - self.begin  # type: ignore[union-attr]
+
+    @property
+    def b(self) -> ir.IRBuilder:
+        return self.em.b
+
+    def emit(self) -> None:
+        saved = self.em.vars.get(self.var)
+        self.em.vars[self.var] = ir.Constant(I64, self.begin)  # addresses are taken at lane 0
+        self.stmt(self.loop.body)
+        if saved is None:
+            self.em.vars.pop(self.var, None)
+        else:
+            self.em.vars[self.var] = saved
+
+    # ------------------------------------------------------------ statements
+
+    def stmt(self, s: L.Stmt) -> None:
+        if isinstance(s, L.Seq):
+            for x in s.stmts:
+                self.stmt(x)
+        elif isinstance(s, L.If):
+            cond = self.em.expr(s.cond)
+            if s.orelse is None:
+                with self.b.if_then(cond):
+                    self.stmt(s.then)
+            else:
+                with self.b.if_else(cond) as (then, orelse):
+                    with then:
+                        self.stmt(s.then)
+                    with orelse:
+                        self.stmt(s.orelse)
+        elif isinstance(s, L.Store):
+            self.store(s)
+
+    def store(self, s: L.Store) -> None:
+        buf = self.em.buffers[s.buffer]
+        value = self.fused_update(s) or self.vector(s.value)
+        stride = _stride(buf, s.indices, self.var)
+        if stride == 0:  # the value is uniform (vectorizable() checked it): one scalar store
+            self.b.store(self.em.expr(s.value), self.em.address(buf, s.indices))
+        elif stride == 1:
+            self.b.store(value, self.vector_pointer(buf, s.indices, value.type), align=_align(buf.dtype))
+        else:
+            for lane in range(self.lanes):
+                self.em.vars[self.var] = ir.Constant(I64, self.begin + lane)
+                self.b.store(self.b.extract_element(value, ir.Constant(ir.IntType(32), lane)),
+                             self.em.address(buf, s.indices))
+            self.em.vars[self.var] = ir.Constant(I64, self.begin)
+
+    def fused_update(self, s: L.Store) -> ir.Value | None:
+        """``buf[i] = buf[i] + x * y`` on floats as one fmuladd per lane."""
+        v = s.value
+        if not (isinstance(v, L.Bin) and v.op == "add" and is_float(v.dtype) and isinstance(v.a, L.Load)
+                and v.a.buffer == s.buffer and v.a.indices == s.indices and isinstance(v.b, L.Bin)
+                and v.b.op == "mul"):
+            return None
+        acc, x, y = self.vector(v.a), self.vector(v.b.a), self.vector(v.b.b)
+        fn = declare_intrinsic(self.em.module, "llvm.fmuladd", acc.type, 3)
+        return self.b.call(fn, [x, y, acc])
+
+    # ------------------------------------------------------------ expressions
+
+    def vector(self, e: L.Expr) -> ir.Value:
+        """`e` as a vector of `lanes` values (uniform values splatted)."""
+        if not _varies(e, self.var):
+            return self.splat(self.em.expr(e))
+        if isinstance(e, L.Var):
+            return ir.Constant(ir.VectorType(I64, self.lanes), [self.begin + k for k in range(self.lanes)])
+        if isinstance(e, L.Load):
+            return self.load(e)
+        if isinstance(e, L.Bin):
+            a, b = self.vector(e.a), self.vector(e.b)
+            if e.op == "and":
+                return self.b.and_(a, b)
+            if e.op == "or":
+                return self.b.or_(a, b)
+            if is_float(e.dtype):
+                return self.em._float_bin(e.op, a, b, ())
+            return self.em._int_bin(e.op, a, b)
+        if isinstance(e, L.Cmp):
+            return self.em.compare(e.op, e.a.dtype, self.vector(e.a), self.vector(e.b))
+        if isinstance(e, L.Not):
+            return self.b.not_(self.vector(e.a))
+        if isinstance(e, L.Select):
+            return self.b.select(self.vector(e.cond), self.vector(e.a), self.vector(e.b))
+        if isinstance(e, L.Cast):
+            return self.em.convert(self.vector(e.a), e.a.dtype, e.dtype)
+        if isinstance(e, L.Call):
+            args = [self.vector(a) for a in e.args]
+            if e.func in ("max", "min"):
+                return self.em._float_bin(e.func, args[0], args[1], ())
+            return self.em._float_call(e.func, args, args[0].type)
+        raise AssertionError(f"vectorizable() let {type(e).__name__} through")
+
+    def load(self, e: L.Load) -> ir.Value:
+        buf = self.em.buffers[e.buffer]
+        stride = _stride(buf, e.indices, self.var)
+        elem = self.em.memory_type(buf.dtype)
+        if stride == 0:
+            return self.splat(self.em.expr(e))
+        if stride == 1:
+            vt = ir.VectorType(elem, self.lanes)
+            raw = self.b.load(self.vector_pointer(buf, e.indices, vt), typ=vt, align=_align(buf.dtype))
+            if buf.dtype == "bool":
+                return self.b.icmp_unsigned("!=", raw, ir.Constant(raw.type, [0] * self.lanes))
+            return raw
+        out = ir.Constant(ir.VectorType(self.em.value_type(buf.dtype), self.lanes), None)
+        for lane in range(self.lanes):
+            self.em.vars[self.var] = ir.Constant(I64, self.begin + lane)
+            out = self.b.insert_element(out, self.em.expr(e), ir.Constant(ir.IntType(32), lane))
+        self.em.vars[self.var] = ir.Constant(I64, self.begin)
+        return out
+
+    def vector_pointer(self, buf: L.Buffer, indices: tuple[L.Expr, ...], vt: ir.Type) -> ir.Value:
+        """The address of lane 0, typed for a whole vector (a no-op cast under opaque pointers)."""
+        return self.b.bitcast(self.em.address(buf, indices), ir.PointerType(vt))
+
+    def splat(self, x: ir.Value) -> ir.Value:
+        vt = ir.VectorType(x.type, self.lanes)
+        one = self.b.insert_element(ir.Constant(vt, None), x, ir.Constant(ir.IntType(32), 0))
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), self.lanes), [0] * self.lanes)
+        return self.b.shuffle_vector(one, ir.Constant(vt, None), mask)
+
+
+def _align(dtype: str) -> int:
+    return {"float16": 2, "float32": 4, "float64": 8, "int8": 1, "int16": 2, "int32": 4, "int64": 8}.get(dtype, 1)
