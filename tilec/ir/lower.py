@@ -206,17 +206,19 @@ def _default_value(b: BoundContraction, bp: BoundProgram, cell: list[L.Expr]) ->
     return L.cast(b.dtype, L.Load(d, broadcast_indices(bp.shapes[d], b.shape, cell), bp.dtypes[d]))
 
 
-def _is_direct(b: BoundContraction) -> bool:
+def direct_output_vars(b: BoundContraction) -> list[str] | None:
+    """The output's index variables when each output index is a distinct lone variable spanning its
+    whole dimension (so every cell is one loop iteration); None otherwise."""
     ranges = {v: (lo, hi) for v, lo, hi in b.ranges}
-    seen = set()
+    out_vars: list[str] = []
     for e, n in zip(b.out_indices, b.shape):
         if e.divisor != 1 or e.const != 0 or len(e.coeffs) != 1 or e.coeffs[0][1] != 1:
-            return False
+            return None
         v = e.coeffs[0][0]
-        if v in seen or ranges[v] != (0, n - 1):
-            return False
-        seen.add(v)
-    return True
+        if v in out_vars or ranges[v] != (0, n - 1):
+            return None
+        out_vars.append(v)
+    return out_vars
 
 
 def _lower_contraction(b: BoundContraction, bp: BoundProgram, workspaces: list[L.Buffer]) -> L.Stmt:
@@ -225,7 +227,7 @@ def _lower_contraction(b: BoundContraction, bp: BoundProgram, workspaces: list[L
         cells, cell = _cell_loops(b.shape, f"{out}.c")
         fill = _default_value(b, bp, cell) or L.cast(b.dtype, L.const(0))
         return loop_nest(cells, L.Store(out, tuple(cell), L.cast(b.dtype, fill)), [])
-    if _is_direct(b):
+    if direct_output_vars(b) is not None:
         return _lower_direct(b, bp)
     return _lower_scatter(b, bp, workspaces)
 

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundAccess, BoundContraction, BoundProgram, Condition
 from tilec.ir.dtypes import is_float
-from tilec.ir.lower import condition_expr, index_expr
+from tilec.ir.lower import condition_expr, direct_output_vars, index_expr
 from tilec.schedule.fusion import Epilogue, epilogue_value
 from tilec.target import Target
 
@@ -93,16 +93,10 @@ def match(b: BoundContraction) -> GemmPlan | None:
         return None
     if not is_float(b.dtype) or b.dtype == "float16" or not b.shape:
         return None
-    out_vars = []
-    for e, n in zip(b.out_indices, b.shape):
-        if e.divisor != 1 or e.const != 0 or len(e.coeffs) != 1 or e.coeffs[0][1] != 1:
-            return None
-        out_vars.append(e.coeffs[0][0])
-    if len(set(out_vars)) != len(out_vars):
+    out_vars = direct_output_vars(b)
+    if out_vars is None:
         return None
     ranges = {v: (v, lo, hi) for v, lo, hi in b.ranges}
-    if any(ranges[v][1:] != (0, n - 1) for v, n in zip(out_vars, b.shape)):
-        return None
     col = out_vars[-1]
     reads = [{v for e in op.indices for v in e.vars} for op in b.operands]
     holders = [k for k, vs in enumerate(reads) if col in vs]
