@@ -125,15 +125,25 @@ def match(b: BoundContraction) -> GemmPlan | None:
     return GemmPlan(a_op, b_op, outer, rows, ranges[col], red, tuple(a_guards), tuple(b_guards))
 
 
+L1_BUDGET = 32 * 1024  # bytes of L1 for the B micro-panel that every row tile re-reads
+MC_TARGET = 144  # rows packed at once: MC x KC of A stays in L2
+
+
 def default_knobs(plan: GemmPlan, dtype: str, target: Target) -> GemmKnobs:
-    """Register block from the vector width; cache blocks from the problem size."""
-    lanes = target.vector_bits // (32 if dtype == "float32" else 64)
+    """Register block from the vector width; KC so the B micro-panel (KC x NR) stays in L1;
+    MC so that the row blocks split evenly over the threads when they share the rows."""
+    itemsize = 4 if dtype == "float32" else 8
+    lanes = target.vector_bits // (8 * itemsize)
     vectors = 4 if plan.n > 2 * lanes else 2 if plan.n > lanes else 1
     nr = vectors * lanes
     mr = min(14, 24 // vectors)  # about 24 accumulator registers of the 32
-    kc = min(plan.k, 256)
-    mc = max(mr, min(_round_up(plan.m, mr), 144 // mr * mr))
-    return GemmKnobs(mr=mr, nr=nr, kc=kc, mc=mc, threads=target.cores)
+    kc = min(plan.k, max(16, L1_BUDGET // (nr * itemsize)))
+    threads = target.cores
+    n_outer = math.prod(_extent(r) for r in plan.outer)
+    share = 1 if n_outer >= threads else threads  # row blocks are split over threads only then
+    blocks = share * -(-plan.m // (share * MC_TARGET))
+    mc = _round_up(-(-plan.m // blocks), mr)
+    return GemmKnobs(mr=mr, nr=nr, kc=kc, mc=mc, threads=threads)
 
 
 def worthwhile(plan: GemmPlan, target: Target) -> bool:
