@@ -1,4 +1,5 @@
-"""The `tilec` command line: `tilec explain SRC --shape A=64x32 [--stage tensor|loop|llvm|...]`.
+"""The `tilec` command line: `tilec explain SRC --shape A=64x32 [--stage tensor|loop|llvm|...]`
+and `tilec bench [OP] [--shape M=1024,N=1024,K=1024] [--json]`.
 
 Errors print one clear message on stderr (no traceback) and exit with status 1.
 """
@@ -63,6 +64,60 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from tilec.bench import harness, ops
+    from tilec.target import resolve_target
+
+    cases = ops.select_cases(args.op, args.shape, causal=args.causal, quick=args.quick,
+                             dtype=args.dtype, target=args.target)
+    settings = harness.Settings(args.warmup, args.repeats, args.warmup_time, args.budget)
+    resolve_target(args.target)  # an unknown target fails here, before any case runs
+    table = None if args.json else harness.Table(cases)
+    if table is not None:
+        print(table.header(), flush=True)
+    failed = 0
+    for case in cases:
+        result = harness.run_case(case, settings)
+        if result.error is not None:
+            print(f"tilec: error: {result.error}", file=sys.stderr, flush=True)
+            failed += 1
+        print(harness.to_json(result) if table is None else table.row(result), flush=True)
+    return 1 if failed else 0
+
+
+def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
+    from tilec.bench.ops import OP_NAMES
+
+    bench = sub.add_parser(
+        "bench", help="time tilec kernels against numpy/PyTorch, interleaved in one process",
+        description="Time tilec kernels and their baselines (numpy, PyTorch) side by side in this process, "
+                    "interleaved: tilec, baseline, tilec, baseline, ... Reports the median of the timed "
+                    "calls; ratio = baseline_ms / tilec_ms, so a ratio above 1 means tilec is faster. "
+                    "The first warm-up call of each side is checked against the other.")
+    bench.add_argument("op", nargs="?", default="all", metavar="OP",
+                       help=f"one of {', '.join(OP_NAMES)}, or all (the default: every op's acceptance cases, "
+                            f"causal attention included)")
+    bench.add_argument("--shape", action="append", default=[], metavar="NAME=N,...",
+                       help="the op's sizes, e.g. M=1024,N=1024,K=1024 (gemm, gemm_bias_relu); "
+                            "N=8,C=64,H=56,W=56,CO=64,KH=3,KW=3,stride=1,pad=1 (conv2d; stride 1 and pad 0 "
+                            "by default); B=4,H=8,S=512,D=64 (attention). Repeat for more cases. "
+                            "Without it the op's acceptance cases run")
+    bench.add_argument("--causal", action="store_true", help="attention with a causal mask")
+    bench.add_argument("--quick", action="store_true", help="one small case per op, for a fast check")
+    bench.add_argument("--dtype", default="float32", help="float32 (default) or float64")
+    bench.add_argument("--target", default="llvm", help="compilation target (default: llvm, the host CPU)")
+    bench.add_argument("--warmup", type=int, default=1, metavar="N",
+                       help="untimed pairs before timing, at least 1: the first compiles and checks (default 1)")
+    bench.add_argument("--warmup-time", type=float, default=0.5, metavar="SECONDS",
+                       help="and warm up for at least this long, the first pair included (default 0.5)")
+    bench.add_argument("--repeats", type=int, default=3, metavar="N", help="timed pairs (default 3)")
+    bench.add_argument("--budget", type=float, default=30.0, metavar="SECONDS",
+                       help="per case: after the first warm-up and timed pair, run more pairs only while "
+                            "the case stays within this many seconds (default 30)")
+    bench.add_argument("--json", action="store_true", help="print one JSON object per case instead of a table")
+    bench.set_defaults(run=cmd_bench)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tilec", description="The tilec tensor-expression compiler.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -79,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--stage", choices=STAGES, help="print only this stage, with no headers")
     explain.add_argument("--target", default="llvm", help="compilation target (default: llvm, the host CPU)")
     explain.set_defaults(run=cmd_explain)
+    _add_bench_parser(sub)
     return parser
 
 

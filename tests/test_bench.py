@@ -1,0 +1,280 @@
+"""`tilec bench`: shape parsing, the interleaved harness (with a fake clock), reports, and one tiny
+real run of every op against its numpy/PyTorch baseline."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tilec.cli
+from tilec.bench import harness, ops
+from tilec.bench.ops import BenchError, Case, Prepared, get_op, parse_shape, select_cases
+
+QUICK = ["--repeats", "1", "--warmup-time", "0"]
+JSON_KEYS = {"op", "shape", "dtype", "target", "tilec_ms", "baseline", "baseline_ms", "ratio"}
+
+
+def run_cli(capsys, *argv):
+    try:
+        rc = tilec.cli.main(list(argv))
+    except SystemExit as e:  # argparse usage errors
+        rc = e.code if isinstance(e.code, int) else 1
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def json_lines(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------ --shape
+
+
+def test_parse_shape_in_the_ops_order():
+    assert list(parse_shape(get_op("gemm"), "K=3, N=2,M=1").items()) == [("M", 1), ("N", 2), ("K", 3)]
+    assert parse_shape(get_op("attention"), "B=4,H=8,S=512,D=64") == dict(B=4, H=8, S=512, D=64)
+
+
+def test_parse_shape_conv2d_stride_and_pad_default():
+    conv = get_op("conv2d")
+    shape = parse_shape(conv, "N=8,C=64,H=56,W=56,CO=64,KH=3,KW=3")
+    assert (shape["stride"], shape["pad"]) == (1, 0)
+    assert parse_shape(conv, "N=8,C=64,H=56,W=56,CO=64,KH=3,KW=3,stride=2,pad=1")["pad"] == 1
+
+
+@pytest.mark.parametrize("text, message", [
+    ("M=4,N=4,K=4,X=1", "unknown size 'X'"),
+    ("M=4,N=4", "missing K"),
+    ("M=4,N=four,K=4", "N must be an integer"),
+    ("M=4,N=4.5,K=4", "N must be an integer"),
+    ("M=4,N=4,K=4,M=5", "'M' given twice"),
+    ("M=0,N=4,K=4", "M must be at least 1"),
+    ("M=4,N=4,K", "expected NAME=VALUE"),
+    ("", "expected NAME=VALUE"),
+])
+def test_parse_shape_refuses_bad_input(text, message):
+    with pytest.raises(BenchError, match=message):
+        parse_shape(get_op("gemm"), text)
+
+
+def test_parse_shape_refuses_a_kernel_larger_than_the_image():
+    with pytest.raises(BenchError, match="does not fit"):
+        parse_shape(get_op("conv2d"), "N=1,C=1,H=2,W=2,CO=1,KH=3,KW=3")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["gemm", "--shape", "M=4,N=4,K=4,Q=2"], "unknown size 'Q' for gemm; its sizes are M, N, K"),
+    (["gemm", "--shape", "M=4,K=4"], "missing N"),
+    (["conv2d", "--shape", "N=1,C=1,H=8,W=8,CO=1,KH=3,KW=x"], "KW must be an integer"),
+    (["nosuchop"], "unknown op 'nosuchop'"),
+    (["gemm", "--causal"], "--causal applies to attention only"),
+    (["all", "--shape", "M=4,N=4,K=4"], "--shape needs one op"),
+    (["gemm", "--quick", "--shape", "M=4,N=4,K=4"], "not both"),
+    (["gemm", "--dtype", "int8"], "float32 or float64"),
+    (["gemm", "--quick", "--repeats", "0"], "--repeats must be at least 1"),
+    (["gemm", "--quick", "--target", "tpu"], "unknown target 'tpu'"),
+])
+def test_cli_bad_input_is_one_clear_error(capsys, argv, message):
+    rc, out, err = run_cli(capsys, "bench", *argv)
+    assert rc == 1
+    assert err.startswith("tilec: error: ") and message in err
+    assert "Traceback" not in err and out == ""
+
+
+def test_cli_bad_shape_in_a_real_process_prints_no_traceback():
+    proc = subprocess.run([sys.executable, "-m", "tilec.cli", "bench", "gemm", "--shape", "M=1,N=x,K=1"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("tilec: error: --shape 'M=1,N=x,K=1': N must be an integer")
+    assert "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ which cases run
+
+
+def test_default_cases_are_the_acceptance_cases():
+    def shapes(name, causal=False):
+        return [dict(c.shape) for c in select_cases(name, causal=causal)]
+
+    assert shapes("gemm") == [dict(M=1024, N=1024, K=1024), dict(M=2048, N=2048, K=2048)]
+    assert shapes("gemm_bias_relu") == [dict(M=1024, N=1024, K=1024)]
+    resnet = dict(N=8, KH=3, KW=3, stride=1, pad=1)
+    assert shapes("conv2d") == [dict(resnet, C=64, H=56, W=56, CO=64), dict(resnet, C=256, H=14, W=14, CO=256),
+                                dict(N=8, C=256, H=56, W=56, CO=512, KH=1, KW=1, stride=2, pad=0)]
+    assert shapes("attention") == shapes("attention", causal=True) == [dict(B=4, H=8, S=512, D=64)]
+    labels = [c.op.label for c in select_cases("all")]
+    assert labels == ["gemm", "gemm", "gemm_bias_relu", "conv2d", "conv2d", "conv2d", "attention", "attention-causal"]
+
+
+def test_tile_sources_take_the_static_parameters():
+    conv = ops.conv2d_source(dict(stride=2, pad=1))
+    assert "2*x + i - 1" in conv and "(H + 2 - KH) / 2 + 1" in conv
+    assert "0.125" in ops.attention_source(dict(D=64))
+    causal = ops.attention_source(dict(D=64), causal=True)
+    assert "s - t < S default Neg" in causal
+
+
+# ------------------------------------------------------------------ the harness, with a fake clock
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclasses.dataclass
+class FakeCase:
+    """Each call advances the fake clock by the next of its durations and logs which side ran."""
+
+    clock: FakeClock
+    tilec_s: list[float]
+    baseline_s: list[float]
+    log: list[str] = dataclasses.field(default_factory=list)
+    checked: list[tuple] = dataclasses.field(default_factory=list)
+
+    def _call(self, side: str, durations: list[float]):
+        self.log.append(side)
+        self.clock.now += durations[min(self.log.count(side), len(durations)) - 1]
+        return (side, len(self.log))
+
+    def prepare(self) -> Prepared:
+        return Prepared(lambda: self._call("tilec", self.tilec_s), lambda: self._call("baseline", self.baseline_s),
+                        lambda got, expected: self.checked.append((got, expected)))
+
+
+def test_harness_interleaves_and_checks_the_first_pair_only():
+    clock = FakeClock()
+    case = FakeCase(clock, [0.002], [0.005])
+    samples = harness.measure(case, harness.Settings(warmup=2, repeats=4, warmup_s=0, budget_s=100), clock)
+    assert case.log == ["tilec", "baseline"] * 6
+    assert case.checked == [(("tilec", 1), ("baseline", 2))]
+    assert samples.warmup == 2 and len(samples.tilec) == len(samples.baseline) == 4
+    assert samples.tilec_ms == pytest.approx(2.0) and samples.baseline_ms == pytest.approx(5.0)
+    assert samples.ratio == pytest.approx(2.5)  # baseline / tilec: > 1 means tilec is faster
+
+
+def test_harness_reports_medians_of_the_timed_calls_only():
+    clock = FakeClock()
+    # one warm-up pair (9 s each side), then timed tilec 3, 1, 2 ms and baseline 1, 7, 4 ms
+    case = FakeCase(clock, [9, 0.003, 0.001, 0.002], [9, 0.001, 0.007, 0.004])
+    samples = harness.measure(case, harness.Settings(warmup=1, repeats=3, warmup_s=0, budget_s=100), clock)
+    assert samples.tilec == pytest.approx((0.003, 0.001, 0.002))
+    assert samples.tilec_ms == pytest.approx(2.0) and samples.baseline_ms == pytest.approx(4.0)
+    assert samples.ratio == pytest.approx(2.0)
+
+
+def test_harness_warms_up_for_at_least_warmup_s():
+    clock = FakeClock()
+    case = FakeCase(clock, [0.001], [0.001])
+    samples = harness.measure(case, harness.Settings(warmup=1, repeats=2, warmup_s=0.1, budget_s=100), clock)
+    assert samples.warmup == pytest.approx(50, abs=1)
+
+
+def test_harness_budget_cuts_a_slow_case_to_one_checked_and_one_timed_pair():
+    clock = FakeClock()
+    case = FakeCase(clock, [10.0], [0.1])
+    samples = harness.measure(case, harness.Settings(warmup=3, repeats=5, budget_s=15), clock)
+    assert case.log == ["tilec", "baseline"] * 2
+    assert samples.warmup == 1 and len(samples.tilec) == 1
+
+
+def test_settings_refuse_nonsense():
+    with pytest.raises(tilec.TilecError, match="--warmup must be at least 1"):
+        harness.Settings(warmup=0)
+    with pytest.raises(tilec.TilecError, match="--budget"):
+        harness.Settings(budget_s=0)
+
+
+def _result(tilec_s: list[float], baseline_s: list[float]) -> harness.Result:
+    case = Case(get_op("gemm"), dict(M=100, N=100, K=100))
+    return harness.Result(case, harness.Samples(tuple(tilec_s), tuple(baseline_s), warmup=1))
+
+
+def test_result_dict_and_table_row():
+    result = _result([0.004, 0.002, 0.003], [0.0015, 0.0015, 0.0015])
+    d = result.to_dict()
+    assert JSON_KEYS <= set(d)
+    assert d["op"] == "gemm" and d["shape"] == dict(M=100, N=100, K=100) and d["baseline"] == "numpy.matmul"
+    assert (d["tilec_ms"], d["baseline_ms"], d["ratio"]) == (3.0, 1.5, 0.5)
+    assert d["tilec_gflops"] == pytest.approx(2e6 / 3e-3 / 1e9, rel=1e-3)
+    table = harness.format_table([result])
+    header, row = table.splitlines()
+    assert header.split()[:4] == ["op", "shape", "dtype", "target"]
+    assert row.split() == ["gemm", "M=100,N=100,K=100", "float32", "llvm", "3.000", "0.7", "numpy.matmul",
+                           "1.500", "1.3", "0.5", "3"]
+
+
+# ------------------------------------------------------------------ real runs (tiny shapes)
+
+
+def test_wrong_result_is_reported_as_an_error():
+    wrong = dataclasses.replace(get_op("gemm"), source=lambda s: (
+        "function (A[M, K], B[K, N]) -> (O) { C[i, j: M, N] = +(A[i, k] * B[k, j]); O = C + 1; }"))
+    result = harness.run_case(Case(wrong, dict(M=4, N=4, K=4)), harness.Settings(warmup_s=0))
+    assert result.samples is None
+    assert "tilec's result differs from numpy.matmul" in result.error
+    assert result.to_dict()["error"] == result.error and result.to_dict()["ratio"] is None
+    assert "error" in harness.format_table([result])
+
+
+def test_cli_gemm_json(capsys):
+    rc, out, err = run_cli(capsys, "bench", "gemm", "--shape", "M=8,N=16,K=4", "--shape", "M=3,N=5,K=7",
+                           "--json", *QUICK)
+    assert rc == 0, err
+    first, second = json_lines(out)
+    assert JSON_KEYS <= set(first)
+    assert first["shape"] == dict(M=8, N=16, K=4) and second["shape"] == dict(M=3, N=5, K=7)
+    assert first["dtype"] == "float32" and first["target"] == "llvm" and first["error"] is None
+    assert first["ratio"] == pytest.approx(first["baseline_ms"] / first["tilec_ms"], rel=2e-3)
+
+
+def test_cli_table_and_float64(capsys):
+    rc, out, err = run_cli(capsys, "bench", "gemm_bias_relu", "--shape", "M=5,N=6,K=7", "--dtype", "float64", *QUICK)
+    assert rc == 0, err
+    header, row = out.splitlines()
+    assert "ratio" in header and row.split()[:4] == ["gemm_bias_relu", "M=5,N=6,K=7", "float64", "llvm"]
+
+
+def test_every_op_runs_and_matches_its_baseline(capsys):
+    pytest.importorskip("torch")
+    rc, out, err = run_cli(capsys, "bench", "--quick", "--json", *QUICK)
+    assert rc == 0, err
+    results = json_lines(out)
+    assert [(r["op"], r.get("causal")) for r in results] == [
+        ("gemm", None), ("gemm_bias_relu", None), ("conv2d", None), ("attention", False), ("attention", True)]
+    for r in results:
+        assert r["error"] is None and r["tilec_ms"] > 0 and r["baseline_ms"] > 0, r
+
+
+@pytest.mark.parametrize("shape", [
+    "N=2,C=3,H=7,W=6,CO=4,KH=3,KW=2",  # stride 1, pad 0, a non-square kernel
+    "N=1,C=8,H=8,W=8,CO=4,KH=1,KW=1,stride=2",  # the ResNet downsampling shape
+    "N=1,C=2,H=5,W=5,CO=3,KH=3,KW=3,stride=3,pad=2",
+])
+def test_conv2d_strides_and_padding_match_torch(capsys, shape):
+    pytest.importorskip("torch")
+    rc, out, err = run_cli(capsys, "bench", "conv2d", "--shape", shape, "--json", *QUICK)
+    assert rc == 0, err
+    assert json_lines(out)[0]["error"] is None
+
+
+def test_causal_attention_with_more_keys_than_fit_one_row(capsys):
+    pytest.importorskip("torch")
+    rc, out, err = run_cli(capsys, "bench", "attention", "--causal", "--shape", "B=2,H=1,S=9,D=4", "--json", *QUICK)
+    assert rc == 0, err
+    result = json_lines(out)[0]
+    assert result["causal"] is True and result["error"] is None
+    assert result["baseline"].endswith("(is_causal=True)")
+
+
+def test_inputs_are_in_the_baselines_layout():
+    x, f = get_op("conv2d").make_inputs(dict(N=2, C=3, H=5, W=6, CO=4, KH=3, KW=1), "float32", np.random.default_rng(0))
+    assert x.shape == (2, 3, 5, 6) and f.shape == (4, 3, 3, 1) and x.dtype == np.float32

@@ -1,0 +1,218 @@
+"""Time a tilec kernel and its baseline side by side, interleaved, in this one process.
+
+Per case: warm-up pairs (tilec, baseline), the first of which compiles the kernel and checks
+tilec's result against the baseline's; then timed pairs, tilec, baseline, tilec, baseline, ...
+so that both sides see the same machine state (clock, caches, other load). The report uses the
+median of each side's timed calls; ratio = baseline_ms / tilec_ms, so > 1 means tilec is faster.
+
+Warm-up goes on for at least `warmup` pairs and at least `warmup_s` seconds: the first few
+calls of a fast kernel run several times slower (clock ramp, caches, page faults), and a count
+alone cannot tell how many. A slow case stops early: after the first warm-up and the first
+timed pair, another pair runs only while the case's total time is expected to stay within
+`budget_s`.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tilec.bench.ops import Case, Prepared, format_shape
+from tilec.errors import TilecError
+
+Clock = Callable[[], float]
+MAX_WARMUP = 10_000  # pairs: a bound for a clock that does not move
+
+
+@dataclass(frozen=True)
+class Settings:
+    warmup: int = 1  # untimed pairs at least; the first is also the correctness check
+    repeats: int = 3  # timed pairs
+    warmup_s: float = 0.5  # and warm up for at least this long (the first pair, compilation included, counts)
+    budget_s: float = 30.0  # per case: no more pairs beyond the first of each kind past this
+
+    def __post_init__(self) -> None:
+        if self.warmup < 1:
+            raise TilecError(f"--warmup must be at least 1 (the first warm-up pair also checks the result), "
+                             f"got {self.warmup}")
+        if self.repeats < 1:
+            raise TilecError(f"--repeats must be at least 1, got {self.repeats}")
+        if not self.warmup_s >= 0:
+            raise TilecError(f"--warmup-time must be a number of seconds >= 0, got {self.warmup_s}")
+        if not self.budget_s > 0:
+            raise TilecError(f"--budget must be a positive number of seconds, got {self.budget_s}")
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Seconds per call of each side, in the order they ran."""
+
+    tilec: tuple[float, ...]
+    baseline: tuple[float, ...]
+    warmup: int  # warm-up pairs run
+
+    @property
+    def tilec_ms(self) -> float:
+        return statistics.median(self.tilec) * 1e3
+
+    @property
+    def baseline_ms(self) -> float:
+        return statistics.median(self.baseline) * 1e3
+
+    @property
+    def ratio(self) -> float:
+        return self.baseline_ms / self.tilec_ms if self.tilec_ms > 0 else float("inf")
+
+
+class Benchable(Protocol):
+    """What `measure` needs of a case (ops.Case, or a fake one in the tests)."""
+
+    def prepare(self) -> Prepared: ...
+
+
+def measure(case: Benchable, settings: Settings, clock: Clock = time.perf_counter) -> Samples:
+    """Run the warm-up and timed pairs of one case; raises whatever the check raises."""
+    prepared = case.prepare()
+    start = clock()
+
+    def pair(check: bool = False) -> tuple[float, float]:
+        t0 = clock()
+        got = prepared.tilec()
+        t1 = clock()
+        expected = prepared.baseline()
+        t2 = clock()
+        if check:
+            prepared.check(got, expected)
+        return t1 - t0, t2 - t1
+
+    def affordable(last: tuple[float, float], pairs: int) -> bool:
+        """Whether `pairs` more pairs, each as long as `last`, still fit in the case's budget."""
+        return clock() - start + pairs * sum(last) <= settings.budget_s
+
+    def warming() -> bool:
+        return warmups < settings.warmup or clock() - start < settings.warmup_s
+
+    last = pair(check=True)
+    warmups = 1
+    gc.collect()
+    gc.disable()  # no collector pauses inside timed calls (a collection right before them would cool the caches)
+    try:
+        while warming() and warmups < MAX_WARMUP and affordable(last, 2):  # keep room for one timed pair
+            last = pair()
+            warmups += 1
+        timed = [pair()]
+        while len(timed) < settings.repeats and affordable(timed[-1], 1):
+            timed.append(pair())
+    finally:
+        gc.enable()
+    return Samples(tuple(t for t, _ in timed), tuple(b for _, b in timed), warmups)
+
+
+# ------------------------------------------------------------------ results
+
+
+@dataclass(frozen=True)
+class Result:
+    case: Case
+    samples: Samples | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        case, s = self.case, self.samples
+        flops = case.flops
+        d: dict[str, Any] = {
+            "op": case.op.name,
+            "shape": dict(case.shape),
+            "dtype": case.dtype,
+            "target": case.target,
+            "tilec_ms": _round(s.tilec_ms) if s else None,
+            "baseline": case.op.baseline,
+            "baseline_ms": _round(s.baseline_ms) if s else None,
+            "ratio": _round(s.ratio) if s else None,
+        }
+        if case.op.name == "attention":
+            d["causal"] = case.op.causal
+        d.update({
+            "tilec_gflops": _round(flops / s.tilec_ms / 1e6) if s else None,
+            "baseline_gflops": _round(flops / s.baseline_ms / 1e6) if s and s.baseline_ms > 0 else None,
+            "warmup": s.warmup if s else 0,
+            "repeats": len(s.tilec) if s else 0,
+            "tilec_samples_ms": [_round(t * 1e3) for t in s.tilec] if s else [],
+            "baseline_samples_ms": [_round(t * 1e3) for t in s.baseline] if s else [],
+            "error": self.error,
+        })
+        return d
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+def run_case(case: Case, settings: Settings, clock: Clock = time.perf_counter) -> Result:
+    """measure(), with tilec's errors and wrong results turned into a Result that carries the message."""
+    try:
+        return Result(case, measure(case, settings, clock))
+    except TilecError as err:
+        return Result(case, error=str(err))
+
+
+def to_json(result: Result) -> str:
+    return json.dumps(result.to_dict())
+
+
+# ------------------------------------------------------------------ the table
+
+
+_COLUMNS = (("op", "<"), ("shape", "<"), ("dtype", "<"), ("target", "<"), ("tilec ms", ">"),
+            ("GFLOP/s", ">"), ("baseline", "<"), ("baseline ms", ">"), ("GFLOP/s", ">"),
+            ("ratio", ">"), ("reps", ">"))
+
+
+def _cells(result: Result) -> list[str]:
+    d = result.to_dict()
+    head = [result.case.op.label, format_shape(result.case.shape), d["dtype"], d["target"]]
+    baseline = result.case.op.baseline_short
+    if result.samples is None:
+        return head + ["error", "", baseline, "", "", "", ""]
+    return head + [_ms(d["tilec_ms"]), f"{d['tilec_gflops']:.1f}", baseline, _ms(d["baseline_ms"]),
+                   f"{d['baseline_gflops']:.1f}" if d["baseline_gflops"] is not None else "-",
+                   f"{d['ratio']:.3g}", str(d["repeats"])]
+
+
+def _ms(x: float) -> str:
+    """About four significant digits, never in exponent form: 0.02339, 11.45, 3801."""
+    digits = 3 - math.floor(math.log10(x)) if x > 0 else 0
+    return f"{x:.{min(max(digits, 0), 5)}f}"
+
+
+class Table:
+    """A fixed-width table whose rows can be printed as each case finishes (widths come from the cases)."""
+
+    def __init__(self, cases: Sequence[Case]) -> None:
+        widths = [len(name) for name, _ in _COLUMNS]
+        for case in cases:
+            known = [case.op.label, format_shape(case.shape), case.dtype, case.target, "", "", case.op.baseline_short]
+            widths[:len(known)] = [max(w, len(k)) for w, k in zip(widths, known)]
+        widths[4:6] = [max(w, 9) for w in widths[4:6]]
+        widths[7:] = [max(w, 7) for w in widths[7:]]
+        self.widths = widths
+
+    def _line(self, cells: Iterable[str]) -> str:
+        return "  ".join(f"{c:{align}{w}}" for c, (_, align), w in zip(cells, _COLUMNS, self.widths)).rstrip()
+
+    def header(self) -> str:
+        return self._line(name for name, _ in _COLUMNS)
+
+    def row(self, result: Result) -> str:
+        return self._line(_cells(result))
+
+
+def format_table(results: Sequence[Result]) -> str:
+    table = Table([r.case for r in results])
+    return "\n".join([table.header()] + [table.row(r) for r in results]) + "\n"
