@@ -207,8 +207,9 @@ class _BodyEmitter:
         elif s.kind == "vectorized" and vectorizable(s, self.buffers):
             VectorLoop(self, s).emit()
         else:
-            hints = {"vectorized": [("llvm.loop.vectorize.enable", True)],
-                     "unrolled": [("llvm.loop.unroll.full", None)]}.get(s.kind, [])
+            loop_hints: dict[str, list[tuple[str, Any]]] = {
+                "vectorized": [("llvm.loop.vectorize.enable", True)], "unrolled": [("llvm.loop.unroll.full", None)]}
+            hints = loop_hints.get(s.kind, [])
             self._serial_loop(s, self.expr(s.begin), self.expr(s.end), hints)
 
     def _serial_loop(self, s: L.For, begin: ir.Value, end: ir.Value, hints: list[tuple[str, Any]]) -> None:
