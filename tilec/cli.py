@@ -7,6 +7,7 @@ Errors print one clear message on stderr (no traceback) and exit with status 1.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -22,7 +23,7 @@ def _parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
     try:
         shape = tuple(int(d) for d in dims.lower().split("x")) if dims not in ("", "scalar") else ()
     except ValueError:
-        raise argparse.ArgumentTypeError(f"dimensions must be integers separated by 'x' (A=64x32), got {dims!r}")
+        raise argparse.ArgumentTypeError(f"dimensions must be integers separated by 'x' (A=64x32), got {dims!r}") from None
     if any(d < 0 for d in shape):
         raise argparse.ArgumentTypeError(f"dimensions must be non-negative, got {dims!r}")
     return name, shape
@@ -62,6 +63,22 @@ def cmd_explain(args: argparse.Namespace) -> int:
     dtypes = dict(args.dtype)
     sys.stdout.write(fn.explain(shapes, dtypes, args.stage))
     return 0
+
+
+# OpenBLAS's idle threads busy-wait (sched_yield) for 2^28 cycles after every call unless told
+# otherwise, and on a small machine they steal the cores from whatever runs next: in an
+# interleaved benchmark, from tilec. With this setting they sleep as soon as they are idle;
+# numpy's own speed is unchanged (see BENCHMARKS.md). It must be set before OpenBLAS loads.
+QUIET_BASELINE_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4"}
+
+
+def _reexec_with_quiet_baselines(argv: Sequence[str]) -> None:
+    """Run `tilec bench` again in a fresh interpreter whose environment has QUIET_BASELINE_ENV."""
+    missing = {k: v for k, v in QUIET_BASELINE_ENV.items() if k not in os.environ}
+    if not missing:
+        return
+    env = {**os.environ, **missing}
+    os.execve(sys.executable, [sys.executable, "-m", "tilec.cli", *argv], env)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -141,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "bench" and not getattr(args, "no_reexec", False) and argv is None:
+        _reexec_with_quiet_baselines(sys.argv[1:])
     try:
         return int(args.run(args))
     except TilecError as err:

@@ -17,6 +17,7 @@ from typing import Any
 
 import llvmlite.ir as ir
 
+from tilec.codegen.llvm_runtime import ENTRY as PARALLEL_FOR
 from tilec.codegen.llvm_vector import VectorLoop, vectorizable
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
@@ -260,61 +261,32 @@ class _BodyEmitter:
         self._restore_var(s.var, saved)
 
     def _parallel_loop(self, s: L.For) -> None:
-        """Split [begin, end) into `cores` chunks; run chunk 0 here and the others on pthreads.
+        """Split [begin, end) into `cores` chunks run by the runtime's worker pool (llvm_runtime).
 
-        The loop is outlined into ``ptr task_fn(ptr task)`` with ``task = {i64 lo, i64 hi, ptr ctx}``
-        and ``ctx = {buffer pointers..., loop variables...}``; task_fn unpacks them and calls an
+        The loop is outlined into ``void chunk_fn(ptr ctx, i64 c)`` with
+        ``ctx = {buffer pointers..., loop variables..., begin, chunk, end}``; chunk_fn runs
+        iterations [begin + c * chunk, min(end, begin + (c + 1) * chunk)) through an
         always-inlined body whose buffer pointers are ``noalias`` like the kernel's own.
         """
-        task_fn, ctx_type = self._outline_parallel(s)  # before any code that uses self.vars
-        task_type = ir.LiteralStructType([I64, I64, PTR])
-        entry = ir.IRBuilder(self.entry)
-        tasks_type, threads_type = ir.ArrayType(task_type, self.cores), ir.ArrayType(I64, self.cores)
-        started_type = ir.ArrayType(ir.IntType(1), self.cores)
-
-        ctx, tasks = entry.alloca(ctx_type, name="par_ctx"), entry.alloca(tasks_type, name="par_tasks")
-        threads, started = entry.alloca(threads_type, name="par_threads"), entry.alloca(started_type, name="par_started")
-        buffers, variables = _names_used(s)
-        captured = [self.pointers[b] for b in buffers if b in self.pointers] + \
-            [self.vars[v] for v in variables if v in self.vars]
-        for k, value in enumerate(captured):
-            self.b.store(value, self.b.gep(ctx, [_i32(0), _i32(k)], inbounds=True))
+        chunk_fn, ctx_type, captured_names = self._outline_parallel(s)  # before code that uses self.vars
+        ctx = ir.IRBuilder(self.entry).alloca(ctx_type, name="par_ctx")
+        buffers, variables = captured_names
+        captured = [self.pointers[b] for b in buffers] + [self.vars[v] for v in variables]
         begin, end = self.expr(s.begin), self.expr(s.end)
-        n = ir.Constant(I64, self.cores)
-        chunk = self.b.sdiv(self.b.add(self.b.sub(end, begin), ir.Constant(I64, self.cores - 1)), n)
-        create, join = self._pthread_functions()
-        for t in range(self.cores):
-            lo = self.b.add(begin, self.b.mul(chunk, ir.Constant(I64, t)))
-            hi_raw = self.b.add(lo, chunk)
-            hi = self.b.select(self.b.icmp_signed("<", hi_raw, end), hi_raw, end)
-            task = self.b.gep(tasks, [_i32(0), _i32(t)], inbounds=True)
-            for field, value in enumerate((lo, hi, ctx)):
-                self.b.store(value, self.b.gep(task, [_i32(0), _i32(field)], inbounds=True))
-            if t == 0:
-                continue
-            flag = self.b.gep(started, [_i32(0), _i32(t)], inbounds=True)
-            self.b.store(ir.Constant(ir.IntType(1), 0), flag)
-            with self.b.if_then(self.b.icmp_signed("<", lo, hi)):
-                handle = self.b.gep(threads, [_i32(0), _i32(t)], inbounds=True)
-                rc = self.b.call(create, [handle, ir.Constant(PTR, None), task_fn, task])
-                ok = self.b.icmp_signed("==", rc, ir.Constant(ir.IntType(32), 0))
-                self.b.store(ok, flag)
-                with self.b.if_then(self.b.not_(ok)):  # no thread to be had: run the chunk here
-                    self.b.call(task_fn, [task])
-        first = self.b.gep(tasks, [_i32(0), _i32(0)], inbounds=True)
-        self.b.call(task_fn, [first])
-        for t in range(1, self.cores):
-            flag = self.b.gep(started, [_i32(0), _i32(t)], inbounds=True)
-            with self.b.if_then(self.b.load(flag, typ=ir.IntType(1))):
-                handle = self.b.gep(threads, [_i32(0), _i32(t)], inbounds=True)
-                self.b.call(join, [self.b.load(handle, typ=I64), ir.Constant(PTR, None)])
+        cores = ir.Constant(I64, self.cores)
+        chunk = self.b.sdiv(self.b.add(self.b.sub(end, begin), ir.Constant(I64, self.cores - 1)), cores)
+        for k, value in enumerate(captured + [begin, chunk, end]):
+            self.b.store(value, self.b.gep(ctx, [_i32(0), _i32(k)], inbounds=True))
+        run = self.module.globals.get(PARALLEL_FOR) or ir.Function(
+            self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64]), PARALLEL_FOR)
+        self.b.call(run, [chunk_fn, ctx, cores])
 
-    def _outline_parallel(self, s: L.For) -> tuple[ir.Function, ir.Type]:
+    def _outline_parallel(self, s: L.For) -> tuple[ir.Function, ir.Type, tuple[list[str], list[str]]]:
         k = next(self.ids)
         buffers, variables = _names_used(s)
         buffers = [b for b in buffers if b in self.pointers]
         variables = [v for v in variables if v in self.vars]
-        ctx_type = ir.LiteralStructType([PTR] * len(buffers) + [I64] * len(variables))
+        ctx_type = ir.LiteralStructType([PTR] * len(buffers) + [I64] * (len(variables) + 3))
         # the body: (buffer pointers..., loop variables..., lo, hi)
         body_ty = ir.FunctionType(ir.VoidType(), [PTR] * len(buffers) + [I64] * (len(variables) + 2))
         inner = _BodyEmitter.__new__(_BodyEmitter)
@@ -334,26 +306,21 @@ class _BodyEmitter:
         inner._serial_loop(s, args[-2], args[-1], [])
         inner.b.ret_void()
         ir.IRBuilder(inner.entry).branch(inner.fn.blocks[1])
-        # the thread entry point: unpack the task and its context
-        task_fn = ir.Function(self.module, ir.FunctionType(PTR, [PTR]), f"{self.func.name}_par{k}")
-        task_fn.linkage = "internal"
-        b = ir.IRBuilder(task_fn.append_basic_block("entry"))
-        task_type = ir.LiteralStructType([I64, I64, PTR])
-        task = task_fn.args[0]
-        lo, hi, ctx = (b.load(b.gep(task, [_i32(0), _i32(f)], inbounds=True, source_etype=task_type), typ=t)
-                       for f, t in enumerate((I64, I64, PTR)))
-        values = [b.load(b.gep(ctx, [_i32(0), _i32(f)], inbounds=True, source_etype=ctx_type), typ=t)
+        # the pool's entry point: unpack the context, compute this chunk's range
+        chunk_fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, I64]), f"{self.func.name}_par{k}")
+        chunk_fn.linkage = "internal"
+        b = ir.IRBuilder(chunk_fn.append_basic_block("entry"))
+        ctx, c = chunk_fn.args
+        fields = [b.load(b.gep(ctx, [_i32(0), _i32(f)], inbounds=True, source_etype=ctx_type), typ=t)
                   for f, t in enumerate(ctx_type.elements)]
-        b.call(inner.fn, values + [lo, hi])
-        b.ret(ir.Constant(PTR, None))
-        return task_fn, ctx_type
-
-    def _pthread_functions(self) -> tuple[ir.Function, ir.Function]:
-        create = self.module.globals.get("pthread_create") or ir.Function(
-            self.module, ir.FunctionType(ir.IntType(32), [PTR, PTR, PTR, PTR]), "pthread_create")
-        join = self.module.globals.get("pthread_join") or ir.Function(
-            self.module, ir.FunctionType(ir.IntType(32), [I64, PTR]), "pthread_join")
-        return create, join
+        begin, chunk, end = fields[-3:]
+        lo = b.add(begin, b.mul(c, chunk))
+        hi_raw = b.add(lo, chunk)
+        hi = b.select(b.icmp_signed("<", hi_raw, end), hi_raw, end)
+        with b.if_then(b.icmp_signed("<", lo, hi)):
+            b.call(inner.fn, fields[:-3] + [lo, hi])
+        b.ret_void()
+        return chunk_fn, ctx_type, (buffers, variables)
 
     def _stmt_If(self, s: L.If) -> None:
         cond = self.expr(s.cond)

@@ -7,7 +7,6 @@ and code generation entirely.
 from __future__ import annotations
 
 import ctypes
-import functools
 import threading
 from dataclasses import dataclass
 from types import ModuleType
@@ -16,24 +15,34 @@ from typing import Any
 from tilec.errors import CodegenError
 from tilec.target import Target
 
-_LOCK = threading.Lock()  # LLVM's C API is not safe to drive from several threads at once
+_LOCK = threading.RLock()  # LLVM's C API is not safe to drive from several threads at once
+_INITIALISED: list[ModuleType] = []
 
 
-@functools.lru_cache(maxsize=1)
 def initialise_llvm() -> ModuleType:
-    import llvmlite.binding as llvm
+    if _INITIALISED:
+        return _INITIALISED[0]
+    with _LOCK:
+        if not _INITIALISED:
+            import llvmlite.binding as llvm
 
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    llvm.initialize_native_asmparser()
-    return llvm
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            llvm.initialize_native_asmparser()
+            _INITIALISED.append(llvm)
+    return _INITIALISED[0]
 
 
-@functools.lru_cache(maxsize=None)
+_MACHINES: dict[Target, Any] = {}
+
+
 def _target_machine(target: Target) -> Any:
-    llvm = initialise_llvm()
-    return llvm.Target.from_default_triple().create_target_machine(
-        cpu=target.cpu, features=target.features, opt=3, codemodel="jitdefault")
+    """The shared target machine for optimising and emitting code (never given to an engine)."""
+    with _LOCK:
+        machine = _MACHINES.get(target)
+        if machine is None:
+            machine = _MACHINES[target] = _target_machine_for_engine(target)
+        return machine
 
 
 def optimise(llvm_ir: str, target: Target) -> Any:
@@ -74,13 +83,19 @@ class LoadedKernel:
     function: Any  # ctypes function: void(void**)
 
 
+def _target_machine_for_engine(target: Target) -> Any:
+    """A fresh target machine: an execution engine takes ownership of the one it is given."""
+    return initialise_llvm().Target.from_default_triple().create_target_machine(
+        cpu=target.cpu, features=target.features, opt=3, codemodel="jitdefault")
+
+
 def load_object(obj: bytes, name: str, target: Target) -> LoadedKernel:
+    from tilec.codegen.llvm_runtime import ensure_runtime
+
     llvm = initialise_llvm()
+    ensure_runtime(target.cores)  # kernels with parallel loops link to its tilec_parallel_for
     with _LOCK:
-        # The engine takes ownership of its target machine: give it its own, never the cached one.
-        machine = llvm.Target.from_default_triple().create_target_machine(
-            cpu=target.cpu, features=target.features, opt=3, codemodel="jitdefault")
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine_for_engine(target))
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         address = engine.get_function_address(name)
