@@ -51,6 +51,7 @@ class GemmKnobs:
     kc: int = 256  # reduction block
     mc: int = 144  # rows packed at once, a multiple of mr
     threads: int = 0  # 0: one per core
+    pack_a: bool = True  # False: read A in place (tilec.schedule.direct_gemm), for few column panels
 
     def to_json(self) -> dict:
         return {"template": "implicit_gemm", **asdict(self)}
@@ -201,11 +202,15 @@ def _guarded_store(buffer: str, indices: tuple[L.Expr, ...], op: BoundAccess, gu
 
 def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnobs, target: Target,
           epilogue: Epilogue | None = None) -> tuple[L.Stmt, list[L.Buffer]]:
-    """The loop nest of the template and the workspaces it needs.
+    """The loop nest of the template and the workspaces it needs (pack_a=False: see direct_gemm).
 
     Parallelism: over the outer (batch) loop when it has an iteration per thread, each thread
     packing into its own slices; otherwise over blocks of rows, after B is packed once.
     """
+    if not knobs.pack_a:
+        from tilec.schedule.direct_gemm import build_direct
+
+        return build_direct(b, bp, plan, knobs, target, epilogue)
     dt = b.dtype
     mr, nr, mc = knobs.mr, knobs.nr, knobs.mc
     kc = min(knobs.kc, plan.k)

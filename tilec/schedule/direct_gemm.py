@@ -1,0 +1,186 @@
+"""The implicit-GEMM template without packing A: the micro-kernel reads A in place.
+
+Packing A (an implicit im2col for a convolution) pays off when each packed element is
+reused across many column panels. With few panels (a convolution's output channels),
+the copy costs more than it saves, so this variant broadcasts A straight from memory:
+
+    [Apad = A with zero borders]                     # only if A's accesses need padding
+    for outer...:
+      Bp[jr, kk, jj] = B(kk, col) or 0               # pack B once: all of K
+      parallel over row tiles:
+        for jr in N / NR: for each row tile:
+          acc[MR, NR] = 0
+          for red...:                                # the original reduction loops: affine, no div/mod
+            for ii unrolled MR: for jj vectorized NR:
+              acc[ii, jj] += A(row_ii, red) * Bp[jr, kk(red), jj]
+          C tile = epilogue(acc)
+
+Row indices of a tile's last rows are clamped into range (their results are never
+stored), so the kernel needs no branch. A's bound guards become a zero-padded copy;
+any other guard on A (a constraint, a divisibility) makes this variant inapplicable.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tilec.ir import loop as L
+from tilec.ir.affine import INF
+from tilec.ir.bounds import BoundContraction, BoundProgram
+from tilec.ir.lower import affine_expr, index_expr
+from tilec.schedule.fusion import Epilogue, epilogue_value
+from tilec.schedule.implicit_gemm import GemmKnobs, GemmPlan, _decompose, _extent, _guarded_store, _substitute
+from tilec.target import Target
+
+
+def padding(plan: GemmPlan, bp: BoundProgram) -> tuple[tuple[int, int], ...] | None:
+    """Per dimension of A, the zero border (before, after) that makes every guard on A redundant;
+    None when A has a guard that is not one of its own bounds, or a fractional index."""
+    shape = bp.shapes[plan.a.tensor]
+    if any(e.divisor != 1 for e in plan.a.indices):
+        return None
+    for g in plan.a_guards:
+        if not any(g.expr == e and g.lo in (0, -INF) and g.hi in (n - 1, INF)
+                   for e, n in zip(plan.a.indices, shape)):
+            return None
+    box = {v: (lo, hi) for v, lo, hi in plan.outer + plan.rows + plan.red}
+    pads = []
+    for e, n in zip(plan.a.indices, shape):
+        lo, hi = e.interval(box)
+        pads.append((max(0, int(-lo)), max(0, int(hi) - (n - 1))))
+    return tuple(pads)
+
+
+def applicable(plan: GemmPlan, bp: BoundProgram) -> bool:
+    return padding(plan, bp) is not None
+
+
+def _padded_copy(name: str, source: str, shape: tuple[int, ...], dtype: str,
+                 pads: tuple[tuple[int, int], ...]) -> tuple[L.Stmt, L.Buffer]:
+    """dest = source with zero borders; the innermost loop is vectorized when that dim has none."""
+    padded = tuple(n + lo + hi for n, (lo, hi) in zip(shape, pads))
+    buf = L.Buffer(name, dtype, padded)
+    names = [f"{name}.p{d}" for d in range(len(shape))]
+    cell = tuple(L.Var(v) for v in names)
+    src = tuple(L.sub(L.Var(v), L.const(lo)) for v, (lo, _) in zip(names, pads))
+    inside = [L.Bin("and", L.Cmp("ge", s, L.const(0)), L.Cmp("lt", s, L.const(n))) for s, n in zip(src, shape)]
+    copy = L.Store(name, cell, L.Load(source, src, dtype))
+    zero = L.Store(name, cell, L.cast(dtype, L.const(0)))
+    inner_padded = pads[-1] != (0, 0)
+    if inner_padded:
+        body: L.Stmt = L.If(L.logical_and(inside), copy, zero)  # type: ignore[arg-type]
+        stmt = body
+        for v, n in reversed(list(zip(names, padded))):
+            stmt = L.For(v, L.const(0), L.const(n), stmt)
+        return stmt, buf
+    last = names[-1]
+    vec = "vectorized" if padded[-1] <= 1024 else "serial"
+    inner_copy = L.For(last, L.const(0), L.const(padded[-1]), copy, vec)
+    inner_zero = L.For(last, L.const(0), L.const(padded[-1]), zero, vec)
+    outer_inside = L.logical_and(inside[:-1])
+    stmt = inner_copy if outer_inside is None else L.If(outer_inside, inner_copy, inner_zero)
+    for v, n in reversed(list(zip(names[:-1], padded[:-1]))):
+        stmt = L.For(v, L.const(0), L.const(n), stmt)
+    return stmt, buf
+
+
+def build_direct(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnobs, target: Target,
+                 epilogue: Epilogue | None = None) -> tuple[L.Stmt, list[L.Buffer]]:
+    pads = padding(plan, bp)
+    assert pads is not None, "build_direct needs applicable(plan, bp)"
+    dt = b.dtype
+    mr, nr = knobs.mr, knobs.nr
+    m, n, k = plan.m, plan.n, plan.k
+    panels = -(-n // nr)
+    tiles = -(-m // mr)
+    n_outer = math.prod(_extent(r) for r in plan.outer)
+    wanted = max(1, knobs.threads or target.cores)
+    outer_parallel = n_outer >= wanted and wanted > 1
+    threads = wanted if outer_parallel else max(1, min(wanted, tiles))
+    out = b.output
+    dest = epilogue.dest if epilogue is not None else out
+    v = L.Var
+    o, jr, jj, t, ir, ii = (f"{out}.{s}" for s in ("o", "jr", "jj", "t", "ir", "ii"))
+    workspaces: list[L.Buffer] = []
+    stmts: list[L.Stmt] = []
+
+    a_tensor, a_dtype = plan.a.tensor, bp.dtypes[plan.a.tensor]
+    a_offsets = [lo for lo, _ in pads]
+    if any(p != (0, 0) for p in pads):
+        fill, apad = _padded_copy(f"{out}.Apad", a_tensor, bp.shapes[a_tensor], a_dtype, pads)
+        stmts.append(fill)
+        workspaces.append(apad)
+        a_tensor = apad.name
+
+    bp_buf = L.Buffer(f"{out}.Bp", dt, (threads if outer_parallel else 1, panels, k, nr))
+    workspaces.append(bp_buf)
+    slot = v(t) if outer_parallel else L.const(0)
+    outer_env = _decompose(v(o), plan.outer) if plan.outer else {}
+
+    # the flat reduction index as an affine function of the reduction loop variables
+    kk: L.Expr = L.const(0)
+    stride = 1
+    for var, lo, hi in reversed(plan.red):
+        kk = L.add(L.mul(L.sub(v(var), L.const(lo)), L.const(stride)), kk)
+        stride *= hi - lo + 1
+
+    def red_loops(body: L.Stmt) -> L.Stmt:
+        for var, lo, hi in reversed(plan.red):
+            body = L.For(var, L.const(lo), L.const(hi + 1), body)
+        return body
+
+    # -- pack B: Bp[slot, jr, kk, jj] = B(red, col) for col < N, else 0
+    col_var, col_lo, _ = plan.col
+    col_index = L.add(L.mul(v(jr), L.const(nr)), v(jj))
+    env_b = {**outer_env, col_var: L.add(col_index, L.const(col_lo))}
+    b_store = _guarded_store(bp_buf.name, (slot, v(jr), kk, v(jj)), plan.b, plan.b_guards, env_b, dt,
+                             bp.dtypes[plan.b.tensor], [L.Cmp("lt", col_index, L.const(n))])
+    pack_b = L.For(jr, L.const(0), L.const(panels), red_loops(L.For(jj, L.const(0), L.const(nr), b_store)),
+                   "parallel" if not outer_parallel and panels >= wanted > 1 else "serial")
+
+    # -- micro-kernel: rows clamped into range, A read in place (from the padded copy)
+    row = L.Bin("min", L.add(L.mul(v(ir), L.const(mr)), v(ii)), L.const(m - 1))
+    env_a = {**outer_env, **_decompose(row, plan.rows)}
+    a_index = tuple(_substitute(L.add(affine_expr(e), L.const(off)), env_a)
+                    for e, off in zip(plan.a.indices, a_offsets))
+    a_value = L.cast(dt, L.Load(a_tensor, a_index, a_dtype))
+    acc = L.Buffer(f"{out}.acc", dt, (mr, nr), "local")
+    acc_now = L.Load(acc.name, (v(ii), v(jj)), dt)
+    fma = L.Store(acc.name, (v(ii), v(jj)), L.Bin("add", acc_now, L.Bin(
+        "mul", a_value, L.Load(bp_buf.name, (slot, v(jr), kk, v(jj)), dt))))
+    kernel = red_loops(L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), fma, "vectorized"),
+                             "unrolled"))
+
+    row_of_tile = L.add(L.mul(v(ir), L.const(mr)), v(ii))
+    cell_env = {**outer_env, **_decompose(row_of_tile, plan.rows), col_var: L.add(col_index, L.const(col_lo))}
+    out_cell = tuple(_substitute(index_expr(e), cell_env) for e in b.out_indices)
+    final = acc_now if epilogue is None else epilogue_value(epilogue, bp, out, acc_now, out_cell)
+    full = L.Bin("and", L.Cmp("le", L.mul(L.add(v(ir), L.const(1)), L.const(mr)), L.const(m)),
+                 L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n)))
+    inside = L.Bin("and", L.Cmp("lt", row_of_tile, L.const(m)), L.Cmp("lt", col_index, L.const(n)))
+    zero_acc = L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), L.Store(
+        acc.name, (v(ii), v(jj)), L.cast(dt, L.const(0))), "vectorized"), "unrolled")
+    store_fast = L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr),
+                                                          L.Store(dest, out_cell, final), "vectorized"), "unrolled")
+    store_edge = L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr),
+                                                          L.If(inside, L.Store(dest, out_cell, final))))
+    micro = L.Allocate(acc, L.seq(zero_acc, kernel, L.If(full, store_fast, store_edge)))
+
+    def chunk(var: str, total: int, body: L.Stmt) -> L.Stmt:
+        per = -(-total // threads)
+        begin = L.mul(v(t), L.const(per))
+        return L.For(var, begin, L.Bin("min", L.const(total), L.add(begin, L.const(per))), body)
+
+    def thread_loop(body: L.Stmt) -> L.Stmt:
+        return L.For(t, L.const(0), L.const(threads), body, "parallel" if threads > 1 else "serial")
+
+    if outer_parallel:
+        per_outer = L.seq(pack_b, L.For(jr, L.const(0), L.const(panels), L.For(ir, L.const(0), L.const(tiles), micro)))
+        stmts.append(thread_loop(chunk(o, n_outer, per_outer)))
+    else:
+        tiles_loop = thread_loop(L.For(jr, L.const(0), L.const(panels), chunk(ir, tiles, micro)))
+        stmts.append(L.For(o, L.const(0), L.const(n_outer), L.seq(pack_b, tiles_loop)))
+    return L.seq(*stmts), workspaces
+
+
+__all__ = ["applicable", "build_direct", "padding"]
