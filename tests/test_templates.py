@@ -61,15 +61,19 @@ def run_template(src: str, arrays: dict[str, np.ndarray], knobs: implicit_gemm.G
 
 
 SMALL = implicit_gemm.GemmKnobs(mr=3, nr=16, kc=5, mc=6, threads=2)
+SMALL_DIRECT = implicit_gemm.GemmKnobs(mr=3, nr=16, threads=2, pack_a=False)
+BOTH = pytest.mark.parametrize("knobs", [SMALL, SMALL_DIRECT], ids=["packed", "direct"])
 
 
+@BOTH
 @pytest.mark.parametrize("m, k, n", [(1, 1, 1), (7, 11, 17), (6, 5, 16), (13, 4, 33), (25, 12, 40)])
-def test_gemm_every_edge(m, k, n):
+def test_gemm_every_edge(m, k, n, knobs):
     a, b = rand(m, k), rand(k, n)
-    out, _ = run_template(GEMM, {"A": a, "B": b}, SMALL)
+    out, _ = run_template(GEMM, {"A": a, "B": b}, knobs)
     np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
 
 
+@BOTH
 @pytest.mark.parametrize("src, make, ref", [
     ("C[i, j: M, N] = +(A[k, i] * B[k, j])", lambda: (rand(9, 10), rand(9, 20)), lambda a, b: a.T @ b),
     ("C[i, j: M, N] = +(A[i, k] * B[j, k])", lambda: (rand(10, 9), rand(20, 9)), lambda a, b: a @ b.T),
@@ -77,9 +81,9 @@ def test_gemm_every_edge(m, k, n):
     ("C[i, j: M, N] = +(A[i, k] * B[k, j])", lambda: (rand(8, 6).astype(np.float64), rand(6, 9)),
      lambda a, b: a @ b.astype(np.float64)),
 ])
-def test_layouts_batches_and_mixed_dtypes(src, make, ref):
+def test_layouts_batches_and_mixed_dtypes(src, make, ref, knobs):
     a, b = make()
-    out, _ = run_template(src, {"A": a, "B": b}, SMALL)
+    out, _ = run_template(src, {"A": a, "B": b}, knobs)
     np.testing.assert_allclose(out, ref(a, b), rtol=1e-5, atol=1e-5)
 
 
@@ -96,40 +100,44 @@ def _conv_ref(i, k, stride, pad):
     return out
 
 
+@BOTH
 @pytest.mark.parametrize("stride, pad", [(1, 1), (2, 1), (1, 0), (2, 0)])
-def test_conv2d_nhwc_padding_in_the_packing(stride, pad):
+def test_conv2d_nhwc_padding_in_the_packing(stride, pad, knobs):
     i, k = rand(2, 7, 6, 5), rand(3, 3, 5, 19)
     src = (f"function (I[N, H, W, C], K[KH, KW, C, CO]) -> (O) {{ O[n, x, y, co: N, (H + {2 * pad} - KH) / {stride} + 1,"
            f" (W + {2 * pad} - KW) / {stride} + 1, CO] = +(I[n, {stride}x + i - {pad}, {stride}y + j - {pad}, c]"
            f" * K[i, j, c, co]); }}")
-    out, _ = run_template(src, {"I": i, "K": k}, SMALL)
+    out, _ = run_template(src, {"I": i, "K": k}, knobs)
     np.testing.assert_allclose(out, _conv_ref(i, k, stride, pad), rtol=1e-4, atol=1e-4)
 
 
-def test_conv2d_nchw_parallel_over_the_batch_loop():
+@BOTH
+def test_conv2d_nchw_parallel_over_the_batch_loop(knobs):
     i, k = rand(3, 5, 6, 7), rand(4, 5, 3, 3)  # N C H W, CO C KH KW
     src = ("function (I[N, C, H, W], K[CO, C, KH, KW]) -> (O) { O[n, co, x, y: N, CO, H, W] = "
            "+(I[n, c, x + i - 1, y + j - 1] * K[co, c, i, j]); }")
-    out, func = run_template(src, {"I": i, "K": k}, SMALL)
+    out, func = run_template(src, {"I": i, "K": k}, knobs)
     ref = _conv_ref(i.transpose(0, 2, 3, 1), k.transpose(2, 3, 1, 0), 1, 1).transpose(0, 3, 1, 2)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
     assert any(b.name == "O.Bp" and b.shape[0] == 2 for b in func.params)  # one B panel per thread
 
 
-def test_fused_bias_relu_never_materialises_the_product():
+@BOTH
+def test_fused_bias_relu_never_materialises_the_product(knobs):
     a, b, bias = rand(13, 11), rand(11, 21), rand(21)
     src = ("function (A[M, K], B[K, N], Bias[N]) -> (O) { C[i, j: M, N] = +(A[i, k] * B[k, j]); "
            "R = C + Bias; O = R < 0 ? 0 : R; }")
-    out, func = run_template(src, {"A": a, "B": b, "Bias": bias}, SMALL)
+    out, func = run_template(src, {"A": a, "B": b, "Bias": bias}, knobs)
     np.testing.assert_allclose(out, np.maximum(a @ b + bias, 0), rtol=1e-5, atol=1e-5)
     names = {p.name for p in func.params}
     assert "C" not in names and "R" not in names
 
 
-def test_epilogue_stops_at_a_tensor_read_twice():
+@BOTH
+def test_epilogue_stops_at_a_tensor_read_twice(knobs):
     a, b = rand(5, 4), rand(4, 16)
     src = "function (A[M, K], B[K, N]) -> (O, P) { C[i, j: M, N] = +(A[i, k] * B[k, j]); O = C * 2; P = C + 1; }"
-    (o, p), func = run_template(src, {"A": a, "B": b}, SMALL)
+    (o, p), func = run_template(src, {"A": a, "B": b}, knobs)
     np.testing.assert_allclose(o, 2 * (a @ b), rtol=1e-5)
     np.testing.assert_allclose(p, a @ b + 1, rtol=1e-5)
     assert "C" in {x.name for x in func.params}
@@ -143,23 +151,31 @@ def test_contractions_that_are_not_gemms_do_not_match():
         assert implicit_gemm.match(bp.statements[0]) is None
 
 
-def test_default_heuristic_uses_the_template_and_vector_code_for_big_gemms():
-    text = tilec.explain(GEMM, {"A": (256, 256), "B": (256, 256)}, stage="loop")
-    assert "vectorized" in text and "parallel" in text and "C.Ap" in text
+def test_default_heuristic_packs_a_for_wide_gemms_and_reads_it_in_place_for_narrow_ones():
+    wide = tilec.explain(GEMM, {"A": (1024, 1024), "B": (1024, 1024)}, stage="loop")
+    assert "vectorized" in wide and "parallel" in wide and "C.Ap" in wide
+    narrow = tilec.explain(GEMM, {"A": (256, 256), "B": (256, 256)}, stage="loop")
+    assert "vectorized" in narrow and "C.Bp" in narrow and "C.Ap" not in narrow
+    conv = tilec.explain("function (I[N, H, W, C], K[KH, KW, C, CO]) -> (O) { O[n, x, y, co: N, H, W, CO] = "
+                         "+(I[n, x + i - 1, y + j - 1, c] * K[i, j, c, co]); }",
+                         {"I": (2, 16, 16, 32), "K": (3, 3, 32, 64)}, stage="loop")
+    assert "O.Apad" in conv  # padding became a zero-bordered copy, not a branch in the kernel
     asm = tilec.explain(GEMM, {"A": (256, 256), "B": (256, 256)}, stage="asm")
     assert "vfmadd231ps" in asm or "vfmadd213ps" in asm  # FMAs on vectors
 
 
 @settings(max_examples=25, deadline=None)
 @given(m=st.integers(1, 20), n=st.integers(1, 40), k=st.integers(1, 12), transpose_a=st.booleans(),
-       transpose_b=st.booleans(), mr=st.integers(1, 5), nr_vectors=st.integers(1, 2), kc=st.integers(1, 7),
+       transpose_b=st.booleans(), pack_a=st.booleans(), mr=st.integers(1, 5), nr_vectors=st.integers(1, 2), kc=st.integers(1, 7),
        mc_blocks=st.integers(1, 3), threads=st.integers(1, 3))
-def test_random_gemms_with_random_knobs(m, n, k, transpose_a, transpose_b, mr, nr_vectors, kc, mc_blocks, threads):
+def test_random_gemms_with_random_knobs(m, n, k, transpose_a, transpose_b, pack_a, mr, nr_vectors, kc, mc_blocks,
+                                       threads):
     a_idx, a_shape = ("k, i", (k, m)) if transpose_a else ("i, k", (m, k))
     b_idx, b_shape = ("j, k", (n, k)) if transpose_b else ("k, j", (k, n))
     src = f"C[i, j: M, N] = +(A[{a_idx}] * B[{b_idx}])"
     a, b = rand(*a_shape), rand(*b_shape)
-    knobs = implicit_gemm.GemmKnobs(mr=mr, nr=16 * nr_vectors, kc=kc, mc=mr * mc_blocks, threads=threads)
+    knobs = implicit_gemm.GemmKnobs(mr=mr, nr=16 * nr_vectors, kc=kc, mc=mr * mc_blocks, threads=threads,
+                                    pack_a=pack_a)
     out, _ = run_template(src, {"A": a, "B": b}, knobs)
     ref = (a.T if transpose_a else a) @ (b.T if transpose_b else b)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
