@@ -17,7 +17,7 @@ from tilec import driver
 from tilec.codegen.llvm_ir import emit_module
 from tilec.codegen.llvm_jit import emit_object, load_object, optimise
 from tilec.ir import loop as L
-from tilec.ir.bounds import bind
+from tilec.ir.bounds import BoundContraction, bind
 from tilec.ir.lower import KERNEL_NAME, LoweredGroup, lower
 from tilec.ir.verify import verify
 from tilec.runtime.function import _run
@@ -42,6 +42,8 @@ def run_template(src: str, arrays: dict[str, np.ndarray], knobs: implicit_gemm.G
 
     def strategy(index, prog):
         b = prog.statements[index]
+        if not isinstance(b, BoundContraction):
+            return None
         plan = implicit_gemm.match(b)
         if plan is None:
             return None

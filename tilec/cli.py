@@ -65,11 +65,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-# OpenBLAS's idle threads busy-wait (sched_yield) for 2^28 cycles after every call unless told
-# otherwise, and on a small machine they steal the cores from whatever runs next: in an
-# interleaved benchmark, from tilec. With this setting they sleep as soon as they are idle;
-# numpy's own speed is unchanged (see BENCHMARKS.md). It must be set before OpenBLAS loads.
-QUIET_BASELINE_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4"}
+# The baselines' idle threads busy-wait after every call unless told otherwise (OpenBLAS for
+# 2^28 cycles, torch's OpenMP for a while), and on a small machine they steal the cores from
+# whatever runs next: in an interleaved benchmark, from tilec. With these settings they sleep
+# as soon as they are idle; numpy's and torch's own speeds are unchanged (BENCHMARKS.md has
+# the measurement). They must be set before the libraries load, hence the re-exec.
+QUIET_BASELINE_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def _reexec_with_quiet_baselines(argv: Sequence[str]) -> None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from tilec.codegen.llvm_ir import emit_module
 from tilec.codegen.llvm_jit import LoadedKernel, emit_assembly, emit_object, load_object, optimise
@@ -73,12 +73,18 @@ stats = Stats()
 
 @dataclass
 class Kernel:
-    """A compiled, loaded program for one signature."""
+    """A compiled, loaded program for one signature.
+
+    `scratch` holds sets of temporary and workspace arrays from earlier calls: fresh memory
+    costs a page fault per page on first touch, often more than the kernel itself, so calls
+    reuse them (a set is taken for the length of one call, so concurrent callers never share).
+    """
 
     bound: BoundProgram
     params: tuple[L.Buffer, ...]
     loaded: LoadedKernel
     key: str
+    scratch: list[list[Any]] = field(default_factory=list)
 
 
 def lower_program(program: Program, sig: Signature, schedule: "Schedule | str | None" = None,

@@ -43,7 +43,7 @@ class LoweredGroup:
     elided: tuple[str, ...] = ()  # temporaries the group never materialises
 
 
-# A strategy may lower a contraction (and statements fused into it) its own way, given the
+# A strategy may lower a statement (and statements fused into it) its own way, given the
 # statement's index; None leaves it to the default lowering.
 Strategy = Callable[[int, BoundProgram], "LoweredGroup | None"]
 
@@ -55,17 +55,14 @@ def lower(bp: BoundProgram, name: str = KERNEL_NAME, strategy: Strategy | None =
     k = 0
     while k < len(bp.statements):
         s = bp.statements[k]
-        group = strategy(k, bp) if strategy is not None and isinstance(s, BoundContraction) else None
+        group = strategy(k, bp) if strategy is not None else None
         if group is not None:
             stmts.append(group.stmt)
             workspaces += group.workspaces
             elided.update(group.elided)
             k += group.consumed
             continue
-        if isinstance(s, BoundElementwise):
-            stmts.append(_lower_elementwise(s, bp))
-        else:
-            stmts.append(_lower_contraction(s, bp, workspaces))
+        stmts.append(lower_statement(s, bp, workspaces))
         k += 1
     body = L.seq(*stmts)
     temporaries = [t for t in bp.temporaries if t not in elided]
@@ -204,6 +201,13 @@ def _default_value(b: BoundContraction, bp: BoundProgram, cell: list[L.Expr]) ->
     if d is None:
         return None
     return L.cast(b.dtype, L.Load(d, broadcast_indices(bp.shapes[d], b.shape, cell), bp.dtypes[d]))
+
+
+def lower_statement(s: BoundContraction | BoundElementwise, bp: BoundProgram, workspaces: list[L.Buffer]) -> L.Stmt:
+    """The default loop nest of one statement (appending any workspace it needs)."""
+    if isinstance(s, BoundElementwise):
+        return _lower_elementwise(s, bp)
+    return _lower_contraction(s, bp, workspaces)
 
 
 def direct_output_vars(b: BoundContraction) -> list[str] | None:

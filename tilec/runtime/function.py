@@ -142,16 +142,26 @@ def _as_array(name: str, value: Any) -> np.ndarray:
     return array
 
 
+MAX_SCRATCH_SETS = 2  # per kernel: enough for two concurrent callers without unbounded growth
+
+
 def _run(kernel: driver.Kernel, inputs: list[np.ndarray], n_outputs: int) -> Any:
-    """Allocate outputs, temporaries and workspaces, and call the kernel on all buffers."""
+    """Allocate the outputs, take a scratch set (temporaries, workspaces), call the kernel."""
     params = kernel.params
+    first_scratch = len(inputs) + n_outputs
     try:
-        arrays = list(inputs) + [np.empty(b.shape, dtype=b.dtype) for b in params[len(inputs):]]
+        outputs = [np.empty(b.shape, dtype=b.dtype) for b in params[len(inputs):first_scratch]]
+        try:
+            scratch = kernel.scratch.pop()
+        except IndexError:
+            scratch = [np.empty(b.shape, dtype=b.dtype) for b in params[first_scratch:]]
     except (MemoryError, ValueError):
         sizes = ", ".join(f"{b.name} {b.dtype}{list(b.shape)}" for b in params[len(inputs):])
         raise BindError(f"cannot allocate the program's outputs and temporaries ({sizes}): not enough "
                         f"memory; check the output sizes") from None
+    arrays = inputs + outputs + scratch
     pointers = (ctypes.c_void_p * len(params))(*[a.ctypes.data for a in arrays])
     kernel.loaded.function(pointers)  # `arrays` keeps every buffer alive during the call
-    outputs = arrays[len(inputs):len(inputs) + n_outputs]
+    if len(kernel.scratch) < MAX_SCRATCH_SETS:
+        kernel.scratch.append(scratch)
     return outputs[0] if n_outputs == 1 else tuple(outputs)

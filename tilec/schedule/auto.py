@@ -8,11 +8,12 @@ with the elementwise statements that follow them fused in as an epilogue.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from tilec.ir import loop as L
-from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.lower import LoweredGroup, lower
+from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
+from tilec.ir.lower import LoweredGroup, direct_output_vars, lower, lower_statement
 from tilec.schedule import direct_gemm, implicit_gemm
 from tilec.schedule.fusion import find_epilogue
 from tilec.target import Target
@@ -20,21 +21,50 @@ from tilec.target import Target
 DIRECT_MAX_PANELS = 4  # column panels up to which reading A in place beats packing it
 
 
+PARALLEL_MIN_CELLS = 1 << 15  # output cells below which starting the pool costs more than it saves
+
+
 def auto_lower(bp: BoundProgram, target: Target) -> L.PrimFunc:
     def strategy(index: int, program: BoundProgram) -> LoweredGroup | None:
         b = program.statements[index]
-        assert isinstance(b, BoundContraction)
-        plan = implicit_gemm.match(b)
-        if plan is None or not implicit_gemm.worthwhile(plan, target):
-            return None
-        knobs = implicit_gemm.default_knobs(plan, b.dtype, target)
-        if -(-plan.n // knobs.nr) <= DIRECT_MAX_PANELS and direct_gemm.applicable(plan, program):
-            knobs = replace(knobs, pack_a=False)  # each packed A element would serve too few panels
-        epilogue = find_epilogue(index, program)
-        stmt, workspaces = implicit_gemm.build(b, program, plan, knobs, target, epilogue)
-        if epilogue is None:
-            return LoweredGroup(stmt, tuple(workspaces))
-        elided = (b.output,) + tuple(link.output for link in epilogue.links[:-1])
-        return LoweredGroup(stmt, tuple(workspaces), 1 + len(epilogue.links), elided)
+        if isinstance(b, BoundContraction):
+            group = _gemm_group(index, b, program, target)
+            if group is not None:
+                return group
+        return _parallel_default(b, program, target)
 
     return lower(bp, strategy=strategy)
+
+
+def _gemm_group(index: int, b: BoundContraction, program: BoundProgram, target: Target) -> LoweredGroup | None:
+    plan = implicit_gemm.match(b)
+    if plan is None or not implicit_gemm.worthwhile(plan, target):
+        return None
+    knobs = implicit_gemm.default_knobs(plan, b.dtype, target)
+    if -(-plan.n // knobs.nr) <= DIRECT_MAX_PANELS and direct_gemm.applicable(plan, program):
+        knobs = replace(knobs, pack_a=False)  # each packed A element would serve too few panels
+    epilogue = find_epilogue(index, program)
+    stmt, workspaces = implicit_gemm.build(b, program, plan, knobs, target, epilogue)
+    if epilogue is None:
+        return LoweredGroup(stmt, tuple(workspaces))
+    elided = (b.output,) + tuple(link.output for link in epilogue.links[:-1])
+    return LoweredGroup(stmt, tuple(workspaces), 1 + len(epilogue.links), elided)
+
+
+def _parallel_default(b: BoundContraction | BoundElementwise, program: BoundProgram,
+                      target: Target) -> LoweredGroup | None:
+    """The default nest with its outermost loop spread over the cores, where that is legal (each
+    iteration owns distinct output cells: an elementwise or direct-form statement) and big enough."""
+    if target.cores < 2 or math.prod(b.shape) < PARALLEL_MIN_CELLS:
+        return None
+    if isinstance(b, BoundContraction) and (b.empty or direct_output_vars(b) is None):
+        return None
+    workspaces: list[L.Buffer] = []
+    stmt = lower_statement(b, program, workspaces)
+    if not isinstance(stmt, L.For) or workspaces:
+        return None
+    extent = stmt.end.value - stmt.begin.value if isinstance(stmt.begin, L.Const) and \
+        isinstance(stmt.end, L.Const) else 0
+    if extent < target.cores:
+        return None
+    return LoweredGroup(replace(stmt, kind="parallel"))
