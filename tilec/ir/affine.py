@@ -8,6 +8,7 @@ the integer affine `e` with divisor `m` (the index is valid only where m divides
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -60,7 +61,7 @@ class IntAffine:
     def vars(self) -> tuple[str, ...]:
         return tuple(v for v, _ in self.coeffs)
 
-    def interval(self, ranges: dict[str, tuple[float, float]]) -> tuple[float, float]:
+    def interval(self, ranges: Mapping[str, tuple[float, float]]) -> tuple[float, float]:
         """Range of the numerator (sum + const) over the box `ranges`."""
         lo = hi = float(self.const)
         for v, c in self.coeffs:

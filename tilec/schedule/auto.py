@@ -14,7 +14,7 @@ from dataclasses import replace
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.lower import LoweredGroup, direct_output_vars, lower, lower_statement
-from tilec.schedule import direct_gemm, implicit_gemm
+from tilec.schedule import attention, direct_gemm, implicit_gemm
 from tilec.schedule.fusion import find_epilogue
 from tilec.target import Target
 
@@ -28,6 +28,9 @@ def auto_lower(bp: BoundProgram, target: Target) -> L.PrimFunc:
     def strategy(index: int, program: BoundProgram) -> LoweredGroup | None:
         b = program.statements[index]
         if isinstance(b, BoundContraction):
+            plan = attention.match(index, program)
+            if plan is not None:
+                return attention.build(plan, program, target)
             group = _gemm_group(index, b, program, target)
             if group is not None:
                 return group

@@ -63,7 +63,8 @@ def _padded_copy(name: str, source: str, shape: tuple[int, ...], dtype: str,
     names = [f"{name}.p{d}" for d in range(len(shape))]
     cell = tuple(L.Var(v) for v in names)
     src = tuple(L.sub(L.Var(v), L.const(lo)) for v, (lo, _) in zip(names, pads))
-    inside = [L.Bin("and", L.Cmp("ge", s, L.const(0)), L.Cmp("lt", s, L.const(n))) for s, n in zip(src, shape)]
+    inside: list[L.Expr] = [L.Bin("and", L.Cmp("ge", s, L.const(0)), L.Cmp("lt", s, L.const(n)))
+                            for s, n in zip(src, shape)]
     copy = L.Store(name, cell, L.Load(source, src, dtype))
     zero = L.Store(name, cell, L.cast(dtype, L.const(0)))
     inner_padded = pads[-1] != (0, 0)
@@ -77,7 +78,7 @@ def _padded_copy(name: str, source: str, shape: tuple[int, ...], dtype: str,
     vec = "vectorized" if padded[-1] <= 1024 else "serial"
     inner_copy = L.For(last, L.const(0), L.const(padded[-1]), copy, vec)
     inner_zero = L.For(last, L.const(0), L.const(padded[-1]), zero, vec)
-    outer_inside = L.logical_and(inside[:-1])
+    outer_inside = L.logical_and(list(inside[:-1]))
     stmt = inner_copy if outer_inside is None else L.If(outer_inside, inner_copy, inner_zero)
     for v, n in reversed(list(zip(names[:-1], padded[:-1]))):
         stmt = L.For(v, L.const(0), L.const(n), stmt)

@@ -1,0 +1,82 @@
+"""The fused attention template (and the vector exp it relies on) against numpy."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import tilec
+from tilec.bench.ops import attention_source
+from tilec.codegen.llvm_ir import emit_module
+from tilec.codegen.llvm_jit import emit_object, load_object, optimise
+from tilec.ir import loop as L
+from tilec.ir.bounds import bind
+from tilec.ir.lower import KERNEL_NAME
+from tilec.schedule import attention
+from tilec.target import host_target
+
+
+def reference(q, k, v, causal, scale):
+    s = np.einsum("...sd,...td->...st", q.astype(np.float64), k.astype(np.float64)) * scale
+    if causal:
+        rows, cols = s.shape[-2:]
+        s = np.where(np.arange(cols)[None, :] <= np.arange(rows)[:, None], s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return p @ v.astype(np.float64)
+
+
+def shapes(b, h, s, t, d):
+    return {"Q": (b, h, s, d), "K": (b, h, t, d), "V": (b, h, t, d)}
+
+
+@pytest.mark.parametrize("b, h, s, t, d, causal", [
+    (1, 2, 13, 70, 5, False), (2, 1, 40, 40, 16, True), (1, 1, 7, 130, 64, False),
+    (2, 3, 65, 65, 64, True), (1, 2, 100, 100, 33, True), (1, 1, 1, 1, 1, False),
+])
+def test_fused_attention_matches_numpy(b, h, s, t, d, causal):
+    rng = np.random.default_rng(s * 7 + t)
+    q, k, v = (rng.standard_normal(x).astype(np.float32) for x in shapes(b, h, s, t, d).values())
+    src = attention_source({"D": d}, causal)
+    loop = tilec.explain(src, shapes(b, h, s, t, d), stage="loop")
+    assert "O.Kt" in loop and "L[" not in loop.splitlines()[0]  # fused: the score matrix is never a buffer
+    np.testing.assert_allclose(tilec.compile(src)(q, k, v), reference(q, k, v, causal, 1 / np.sqrt(d)),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_causal_attention_visits_only_blocks_up_to_the_diagonal():
+    loop = tilec.explain(attention_source({"D": 16}, True), shapes(1, 1, 256, 256, 16), stage="loop")
+    kb_loop = next(line for line in loop.splitlines() if "for O.kb" in line)
+    assert "min(" in kb_loop  # the key-block loop ends at the diagonal
+
+
+@pytest.mark.parametrize("edit", [
+    lambda src: src.replace("E = exp(Z - M)", "E = exp(M - Z)"),  # not a softmax
+    lambda src: src.replace("P = E / R", "P = E * R"),
+    lambda src: src.replace("-> (O)", "-> (O, P)"),  # an intermediate is an output: cannot elide it
+])
+def test_programs_that_only_look_like_attention_are_not_fused(edit):
+    src = edit(attention_source({"D": 8}, False))
+    bp = bind(tilec.parse(src), shapes(1, 1, 8, 8, 8), {n: "float32" for n in "QKV"})
+    assert attention.match(0, bp) is None
+
+
+def test_vector_exp_is_accurate_and_handles_special_values():
+    target = host_target()
+    n = 64
+    body = L.Store("O", (L.Var("r"), L.Var("i")),
+                   L.Call("exp", (L.Load("A", (L.Var("r"), L.Var("i")), "float32"),), "float32"))
+    func = L.PrimFunc("tilec_kernel", (L.Buffer("A", "float32", (200, n)), L.Buffer("O", "float32", (200, n))),
+                      L.For("r", L.const(0), L.const(200), L.For("i", L.const(0), L.const(n), body, "vectorized")))
+    kernel = load_object(emit_object(optimise(emit_module(func, target), target), target), KERNEL_NAME, target)
+    values = np.concatenate([np.linspace(-90, 90, 12790), [np.inf, -np.inf, np.nan, 0.0, 88.7, 88.72, -87.3, 1e-30]])
+    a = np.resize(values, (200, n)).astype(np.float32)
+    out = np.empty_like(a)
+    kernel.function((ctypes.c_void_p * 2)(a.ctypes.data, out.ctypes.data))
+    with np.errstate(over="ignore", invalid="ignore"):
+        ref = np.exp(a.astype(np.float64)).astype(np.float32)
+    normal = np.isfinite(ref) & (ref > 1e-37)
+    assert np.max(np.abs(out[normal] - ref[normal]) / ref[normal]) < 5e-7
+    assert np.array_equal(np.isinf(out), np.isinf(ref)) and np.array_equal(np.isnan(out), np.isnan(ref))

@@ -1,0 +1,285 @@
+"""The fused attention template: softmax(scale * Q K^T [causal]) V without the score matrix.
+
+It recognises the chain of statements a Tile program writes for attention (batch indices
+are any leading output indices):
+
+    L[.., s, t] = +(Q[.., s, d] * K[.., t, d]);   Z = L * c;        # the scale is optional
+    [Neg = -1e30; Zc[.., s, t] = >(Z[.., s, t]), s - t < S default Neg;]   # causal, optional
+    M[.., s, 0] = >(Z[.., s, t]);  E = exp(Z - M);  R[.., s, 0] = +(E[.., s, t]);  P = E / R;
+    O[.., s, e] = +(P[.., s, t] * V[.., t, e]);
+
+and lowers all of it to one flash-attention loop nest: for each block of BQ query rows,
+stream blocks of BK keys; a register-blocked micro-GEMM gives the scores, an online
+softmax keeps a running max m and sum l per row (rescaling the accumulator by
+exp(m_old - m_new)), a second micro-GEMM accumulates P V. Causal attention stops at the
+diagonal block (masked blocks are never visited). K is transposed once per batch so the
+score micro-GEMM reads it with vector loads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tilec.ir import loop as L
+from tilec.ir import tensor as T
+from tilec.ir.affine import INF, IntAffine
+from tilec.ir.bounds import BoundAccess, BoundContraction, BoundElementwise, BoundProgram
+from tilec.ir.lower import LoweredGroup
+from tilec.schedule.fusion import _readers
+from tilec.target import Target
+
+Range = tuple[str, int, int]
+BQ = 6  # query rows per block: the register block's height
+BK = 64  # keys per block: the register block's width (four 16-lane vectors)
+MASK_LIMIT = -1e29  # a causal `default` at or below this contributes exp(.) == 0, like a skipped key
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    q: BoundAccess
+    k: BoundAccess
+    v: BoundAccess
+    batch: tuple[Range, ...]
+    s: int  # query rows
+    t: int  # keys
+    d: int  # head dimension of Q and K
+    e: int  # head dimension of V
+    scale: float
+    causal: bool
+    output: str
+    consumed: int
+    elided: tuple[str, ...]
+
+
+def _lone(e: IntAffine) -> str | None:
+    if e.divisor == 1 and e.const == 0 and len(e.coeffs) == 1 and e.coeffs[0][1] == 1:
+        return e.coeffs[0][0]
+    return None
+
+
+def _vars(access: BoundAccess) -> tuple[str | None, ...]:
+    return tuple(_lone(e) for e in access.indices)
+
+
+def _out_vars(b: BoundContraction) -> tuple[str | None, ...]:
+    return tuple(_lone(e) for e in b.out_indices)
+
+
+def _keepdim_reduce(b: BoundContraction, agg: str, source: str, batch: tuple[str, ...], s: str, t: str) -> bool:
+    """b is X[.., s, 0] = agg(source[.., s, t])."""
+    if b.stmt.agg != agg or b.stmt.combo != "single" or b.stmt.default is not None or b.guards or b.empty:
+        return False
+    (op,) = b.operands
+    last = b.out_indices[-1]
+    return (op.tensor == source and _vars(op) == batch + (s, t) and _out_vars(b)[:-1] == batch + (s,)
+            and not last.coeffs and last.const == 0 and b.shape[-1] == 1)
+
+
+def match(index: int, bp: BoundProgram) -> AttentionPlan | None:
+    stmts = bp.statements
+    first = stmts[index]
+    if not (isinstance(first, BoundContraction) and first.stmt.agg == "+" and first.stmt.combo == "mul"
+            and first.stmt.default is None and not first.guards and not first.empty and first.dtype == "float32"):
+        return None
+    out = _out_vars(first)
+    if None in out or len(out) < 2 or len(set(out)) != len(out):
+        return None
+    batch, s, t = tuple(v for v in out[:-2] if v), out[-2], out[-1]
+    assert s is not None and t is not None
+    reduction = [v for v, _, _ in first.ranges if v not in out]
+    if len(reduction) != 1:
+        return None
+    d = reduction[0]
+    a, b = first.operands
+    if _vars(b) == batch + (s, d) and _vars(a) == batch + (t, d):
+        a, b = b, a
+    if not (_vars(a) == batch + (s, d) and _vars(b) == batch + (t, d)):
+        return None
+    readers = _readers(bp)
+    chain: list[str] = [first.output]
+    k = index + 1
+
+    def take(kind: type) -> BoundContraction | BoundElementwise | None:
+        nonlocal k
+        if k < len(stmts) and isinstance(stmts[k], kind):
+            k += 1
+            return stmts[k - 1]  # type: ignore[return-value]
+        return None
+
+    scores, scale = first.output, 1.0
+    z = stmts[k] if k < len(stmts) else None
+    if isinstance(z, BoundElementwise) and isinstance(z.stmt.expr, T.EBinary) and z.stmt.expr.op == "*":
+        x, y = z.stmt.expr.a, z.stmt.expr.b
+        if isinstance(x, T.EConst):
+            x, y = y, x
+        if x == T.ETensor(scores) and isinstance(y, T.EConst):
+            scale, scores = float(y.value), z.output
+            chain.append(z.output)
+            k += 1
+    causal = False
+    neg = stmts[k] if k < len(stmts) else None
+    if isinstance(neg, BoundElementwise) and isinstance(neg.stmt.expr, T.EConst) and neg.shape == ():
+        masked = stmts[k + 1] if k + 1 < len(stmts) else None
+        if not (isinstance(masked, BoundContraction) and masked.stmt.agg == ">" and masked.stmt.combo == "single"
+                and masked.stmt.default == neg.output and float(neg.stmt.expr.value) <= MASK_LIMIT):
+            return None
+        (op,) = masked.operands
+        (guard,) = masked.guards if len(masked.guards) == 1 else (None,)
+        if not (op.tensor == scores and _vars(op) == batch + (s, t) and _out_vars(masked) == batch + (s, t)
+                and guard is not None and dict(guard.expr.coeffs) == {s: 1, t: -1} and guard.expr.const == 0
+                and guard.expr.divisor == 1 and guard.lo == 0 and (guard.hi == INF or guard.hi >= first.shape[-2] - 1)):
+            return None
+        causal, scores = True, masked.output
+        chain += [neg.output, masked.output]
+        k += 2
+    m = take(BoundContraction)
+    e = take(BoundElementwise)
+    r = take(BoundContraction)
+    p = take(BoundElementwise)
+    o = take(BoundContraction)
+    if None in (m, e, r, p, o):
+        return None
+    assert isinstance(m, BoundContraction) and isinstance(e, BoundElementwise) and isinstance(r, BoundContraction)
+    assert isinstance(p, BoundElementwise) and isinstance(o, BoundContraction)
+    if not _keepdim_reduce(m, ">", scores, batch, s, t):
+        return None
+    if e.stmt.expr != T.ECall("exp", (T.EBinary("-", T.ETensor(scores), T.ETensor(m.output)),)):
+        return None
+    if not _keepdim_reduce(r, "+", e.output, batch, s, t):
+        return None
+    if p.stmt.expr != T.EBinary("/", T.ETensor(e.output), T.ETensor(r.output)):
+        return None
+    if not (o.stmt.agg == "+" and o.stmt.combo == "mul" and o.stmt.default is None and not o.guards):
+        return None
+    pv, vv = o.operands
+    ev = _out_vars(o)[-1]
+    if _vars(vv) == batch + (s, t):
+        pv, vv = vv, pv
+    if not (pv.tensor == p.output and _vars(pv) == batch + (s, t) and ev is not None
+            and _vars(vv) == batch + (t, ev) and _out_vars(o) == batch + (s, ev)):
+        return None
+    chain += [m.output, e.output, r.output, p.output]
+    if any(name in bp.program.outputs for name in chain):
+        return None
+    expected_readers = {name: 1 for name in chain}
+    expected_readers[scores] = 2  # M and E read the (scaled, masked) scores
+    expected_readers[e.output] = 2  # R and P read E
+    if any(readers.get(name, 0) != n for name, n in expected_readers.items()):
+        return None
+    if any(bp.dtypes[x] != "float32" for x in (a.tensor, b.tensor, vv.tensor, o.output)):
+        return None
+    ranges = {v: (v, lo, hi) for v, lo, hi in first.ranges}
+    if ranges[s][1] != 0 or ranges[t][1] != 0 or ranges[d][1] != 0:
+        return None
+    return AttentionPlan(q=a, k=b, v=vv, batch=tuple(ranges[x] for x in batch), s=first.shape[-2],
+                         t=first.shape[-1], d=ranges[d][2] + 1, e=o.shape[-1], scale=scale, causal=causal,
+                         output=o.output, consumed=k - index, elided=tuple(chain))
+
+
+def _decompose(flat: L.Expr, batch: tuple[Range, ...]) -> dict[str, L.Expr]:
+    out: dict[str, L.Expr] = {}
+    stride = 1
+    for v, lo, hi in reversed(batch):
+        n = hi - lo + 1
+        q = flat if stride == 1 else L.Bin("div", flat, L.const(stride))
+        out[v] = L.add(q if v == batch[0][0] else L.Bin("mod", q, L.const(n)), L.const(lo))
+        stride *= n
+    return out
+
+
+def build(plan: AttentionPlan, bp: BoundProgram, target: Target) -> LoweredGroup:
+    v, c, f32 = L.Var, L.const, "float32"
+    name = plan.output
+    bh_n = math.prod(hi - lo + 1 for _, lo, hi in plan.batch)
+    tp = -(-plan.t // BK) * BK
+    q_blocks = -(-plan.s // BQ)
+    kt = L.Buffer(f"{name}.Kt", f32, (bh_n, plan.d, tp))
+    bh, tt, dd, w, qb, kb, ii, j, e, x = (f"{name}.{s}" for s in ("bh", "t", "d", "w", "qb", "kb", "ii", "j", "e", "x"))
+    neg_inf = L.Const(-math.inf, f32)
+
+    def access(op: BoundAccess, batch_env: dict[str, L.Expr], tail: tuple[L.Expr, ...]) -> L.Expr:
+        return L.Load(op.tensor, tuple(batch_env[var] for var, _, _ in plan.batch) + tail, bp.dtypes[op.tensor])
+
+    # -- prologue: Kt[bh, d, t] = K[.., t, d] (zero past T), once per batch
+    env_bh = _decompose(v(bh), plan.batch)
+    k_copy = L.If(L.Cmp("lt", v(tt), c(plan.t)),
+                  L.Store(kt.name, (v(bh), v(dd), v(tt)), access(plan.k, env_bh, (v(tt), v(dd)))),
+                  L.Store(kt.name, (v(bh), v(dd), v(tt)), L.Const(0.0, f32)))
+    prologue = L.For(bh, c(0), c(bh_n), L.For(tt, c(0), c(tp), L.For(dd, c(0), c(plan.d), k_copy)),
+                     "parallel" if bh_n >= target.cores > 1 else "serial")
+
+    # -- per work item: batch bh = w / q_blocks, query block qb = w % q_blocks
+    bh_of_w = L.Bin("div", v(w), c(q_blocks))
+    env = _decompose(bh_of_w, plan.batch)
+    q0 = L.mul(L.Bin("mod", v(w), c(q_blocks)), c(BQ))
+    row = L.Bin("min", L.add(q0, v(ii)), c(plan.s - 1))  # rows past S are computed, never stored
+    key = L.add(L.mul(v(kb), c(BK)), v(j))
+    sacc = L.Buffer(f"{name}.sacc", f32, (BQ, BK), "local")  # the score register block
+    sblk = L.Buffer(f"{name}.p", f32, (BQ, BK), "local")  # scores, then probabilities, in memory
+    acc = L.Buffer(f"{name}.acc", f32, (BQ, plan.e), "local")
+    run_max = L.Buffer(f"{name}.m", f32, (BQ,), "local")
+    run_sum = L.Buffer(f"{name}.l", f32, (BQ,), "local")
+    new_max = L.Buffer(f"{name}.mnew", f32, (BQ,), "local")
+    alpha = L.Buffer(f"{name}.alpha", f32, (BQ,), "local")
+    block_sum = L.Buffer(f"{name}.rs", f32, (BQ,), "local")
+
+    def rows(body: L.Stmt, unrolled: bool = True) -> L.Stmt:
+        return L.For(ii, c(0), c(BQ), body, "unrolled" if unrolled else "serial")
+
+    def lanes(var: str, n: int, body: L.Stmt) -> L.Stmt:
+        return L.For(var, c(0), c(n), body, "vectorized")
+
+    def ld(buf: L.Buffer, *idx: L.Expr) -> L.Expr:
+        return L.Load(buf.name, tuple(idx), buf.dtype)
+
+    init = L.seq(rows(L.seq(L.Store(run_max.name, (v(ii),), neg_inf), L.Store(run_sum.name, (v(ii),), L.Const(0.0, f32)),
+                            lanes(e, plan.e, L.Store(acc.name, (v(ii), v(e)), L.Const(0.0, f32))))))
+    score_update = L.Store(sacc.name, (v(ii), v(j)), L.Bin(
+        "add", ld(sacc, v(ii), v(j)), L.Bin("mul", access(plan.q, env, (row, v(dd))), ld(kt, bh_of_w, v(dd), key))))
+    scores = L.seq(
+        rows(lanes(j, BK, L.Store(sacc.name, (v(ii), v(j)), L.Const(0.0, f32)))),
+        L.For(dd, c(0), c(plan.d), rows(lanes(j, BK, score_update))),
+    )
+    valid: L.Expr = L.Cmp("lt", key, c(plan.t))
+    if plan.causal:
+        valid = L.Bin("and", valid, L.Cmp("le", key, L.add(q0, v(ii))))
+    scaled = L.Bin("mul", ld(sacc, v(ii), v(j)), L.Const(plan.scale, f32))
+    mask = rows(lanes(j, BK, L.Store(sblk.name, (v(ii), v(j)), L.Select(valid, scaled, neg_inf))))
+    row_max = rows(L.seq(L.Store(new_max.name, (v(ii),), ld(run_max, v(ii))),
+                         L.For(j, c(0), c(BK), L.Store(new_max.name, (v(ii),), L.Bin(
+                             "max", ld(new_max, v(ii)), ld(sblk, v(ii), v(j)))))), unrolled=False)
+    rescale_factor = rows(L.seq(
+        L.Store(alpha.name, (v(ii),), L.Call("exp", (L.Bin("sub", ld(run_max, v(ii)), ld(new_max, v(ii))),), f32)),
+        L.Store(run_max.name, (v(ii),), ld(new_max, v(ii)))), unrolled=False)
+    probabilities = rows(lanes(j, BK, L.Store(sblk.name, (v(ii), v(j)), L.Call(
+        "exp", (L.Bin("sub", ld(sblk, v(ii), v(j)), ld(new_max, v(ii))),), f32))))
+    sums = rows(L.seq(L.Store(block_sum.name, (v(ii),), L.Const(0.0, f32)),
+                      L.For(j, c(0), c(BK), L.Store(block_sum.name, (v(ii),), L.Bin(
+                          "add", ld(block_sum, v(ii)), ld(sblk, v(ii), v(j))))),
+                      L.Store(run_sum.name, (v(ii),), L.Bin("add", L.Bin("mul", ld(run_sum, v(ii)), ld(alpha, v(ii))),
+                                                              ld(block_sum, v(ii))))), unrolled=False)
+    rescale = rows(lanes(e, plan.e, L.Store(acc.name, (v(ii), v(e)),
+                                            L.Bin("mul", ld(acc, v(ii), v(e)), ld(alpha, v(ii))))))
+    key_clamped = L.Bin("min", key, c(plan.t - 1))  # p is 0 there; the load must stay in bounds
+    pv = L.For(j, c(0), c(BK), rows(lanes(e, plan.e, L.Store(acc.name, (v(ii), v(e)), L.Bin(
+        "add", ld(acc, v(ii), v(e)), L.Bin("mul", ld(sblk, v(ii), v(j)), access(plan.v, env, (key_clamped, v(e)))))))))
+    k_blocks: L.Expr = c(tp // BK)
+    if plan.causal:  # blocks right of the diagonal are all masked: never visit them
+        last_row = L.Bin("min", L.add(q0, c(BQ - 1)), c(plan.s - 1))
+        k_blocks = L.Bin("min", k_blocks, L.add(L.Bin("div", last_row, c(BK)), c(1)))
+    stream = L.For(kb, c(0), k_blocks, L.seq(scores, mask, row_max, rescale_factor, probabilities, sums, rescale, pv))
+    out_row = L.add(q0, v(ii))
+    finish = rows(L.If(L.Cmp("lt", out_row, c(plan.s)), lanes(e, plan.e, L.Store(
+        plan.output, tuple(env[var] for var, _, _ in plan.batch) + (out_row, v(e)),
+        L.Bin("div", ld(acc, v(ii), v(e)), ld(run_sum, v(ii)))))))
+    body: L.Stmt = L.seq(init, stream, finish)
+    for buf in (sacc, sblk, acc, run_max, run_sum, new_max, alpha, block_sum):
+        body = L.Allocate(buf, body)
+    items = bh_n * q_blocks
+    threads = max(1, min(target.cores, items))
+    per = -(-items // threads)
+    begin = L.mul(v(x), c(per))
+    main = L.For(x, c(0), c(threads), L.For(w, begin, L.Bin("min", c(items), L.add(begin, c(per))), body),
+                 "parallel" if threads > 1 else "serial")
+    return LoweredGroup(L.seq(prologue, main), (kt,), plan.consumed, plan.elided)
