@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
@@ -18,7 +19,7 @@ import tilec
 from tilec.bench.overhead import measure, report
 from tilec.target import host_target
 
-CHECKS = {
+CHECKS: dict[str, tuple[str, list[tuple[int, ...]], Callable[..., np.ndarray]]] = {
     "gemm 256^3": ("C[i, j: M, N] = +(A[i, k] * B[k, j])", [(256, 256), (256, 256)], lambda a, b: a @ b),
     "softmax": ("function (X[N, K]) -> (O) { M[i, 0: N, 1] = >(X[i, j]); E = exp(X - M); "
                 "S[i, 0: N, 1] = +(E[i, j]); O = E / S; }", [(512, 512)],

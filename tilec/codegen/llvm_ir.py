@@ -12,6 +12,7 @@ with ``x // 0 == 0`` (never a trap).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 import re
 from typing import Any
 
@@ -323,16 +324,20 @@ class _BodyEmitter:
         return chunk_fn, ctx_type, (buffers, variables)
 
     def _stmt_If(self, s: L.If) -> None:
+        self.emit_if(s, self.stmt)
+
+    def emit_if(self, s: L.If, emit: Callable[[L.Stmt], None]) -> None:
+        """Branch on `s.cond` (a scalar), emitting each arm with `emit` (the scalar or vector emitter)."""
         cond = self.expr(s.cond)
         if s.orelse is None:
             with self.b.if_then(cond):
-                self.stmt(s.then)
+                emit(s.then)
         else:
             with self.b.if_else(cond) as (then, orelse):
                 with then:
-                    self.stmt(s.then)
+                    emit(s.then)
                 with orelse:
-                    self.stmt(s.orelse)
+                    emit(s.orelse)
 
     # ------------------------------------------------------------ memory
 

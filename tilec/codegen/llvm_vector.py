@@ -144,17 +144,8 @@ class VectorLoop:
         if isinstance(s, L.Seq):
             for x in s.stmts:
                 self.stmt(x)
-        elif isinstance(s, L.If):
-            cond = self.em.expr(s.cond)
-            if s.orelse is None:
-                with self.b.if_then(cond):
-                    self.stmt(s.then)
-            else:
-                with self.b.if_else(cond) as (then, orelse):
-                    with then:
-                        self.stmt(s.then)
-                    with orelse:
-                        self.stmt(s.orelse)
+        elif isinstance(s, L.If):  # a uniform condition (vectorizable() checked it)
+            self.em.emit_if(s, self.stmt)
         elif isinstance(s, L.Store):
             self.store(s)
 

@@ -27,6 +27,7 @@ from tilec.ir.affine import INF, IntAffine
 from tilec.ir.bounds import BoundAccess, BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.lower import LoweredGroup
 from tilec.schedule.fusion import _readers
+from tilec.schedule.implicit_gemm import decompose
 from tilec.target import Target
 
 Range = tuple[str, int, int]
@@ -177,17 +178,6 @@ def match(index: int, bp: BoundProgram) -> AttentionPlan | None:
                          output=o.output, consumed=k - index, elided=tuple(chain))
 
 
-def _decompose(flat: L.Expr, batch: tuple[Range, ...]) -> dict[str, L.Expr]:
-    out: dict[str, L.Expr] = {}
-    stride = 1
-    for v, lo, hi in reversed(batch):
-        n = hi - lo + 1
-        q = flat if stride == 1 else L.Bin("div", flat, L.const(stride))
-        out[v] = L.add(q if v == batch[0][0] else L.Bin("mod", q, L.const(n)), L.const(lo))
-        stride *= n
-    return out
-
-
 def build(plan: AttentionPlan, bp: BoundProgram, target: Target) -> LoweredGroup:
     v, c, f32 = L.Var, L.const, "float32"
     name = plan.output
@@ -202,7 +192,7 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target) -> LoweredGroup
         return L.Load(op.tensor, tuple(batch_env[var] for var, _, _ in plan.batch) + tail, bp.dtypes[op.tensor])
 
     # -- prologue: Kt[bh, d, t] = K[.., t, d] (zero past T), once per batch
-    env_bh = _decompose(v(bh), plan.batch)
+    env_bh = decompose(v(bh), plan.batch)
     k_copy = L.If(L.Cmp("lt", v(tt), c(plan.t)),
                   L.Store(kt.name, (v(bh), v(dd), v(tt)), access(plan.k, env_bh, (v(tt), v(dd)))),
                   L.Store(kt.name, (v(bh), v(dd), v(tt)), L.Const(0.0, f32)))
@@ -211,7 +201,7 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target) -> LoweredGroup
 
     # -- per work item: batch bh = w / q_blocks, query block qb = w % q_blocks
     bh_of_w = L.Bin("div", v(w), c(q_blocks))
-    env = _decompose(bh_of_w, plan.batch)
+    env = decompose(bh_of_w, plan.batch)
     q0 = L.mul(L.Bin("mod", v(w), c(q_blocks)), c(BQ))
     row = L.Bin("min", L.add(q0, v(ii)), c(plan.s - 1))  # rows past S are computed, never stored
     key = L.add(L.mul(v(kb), c(BK)), v(j))

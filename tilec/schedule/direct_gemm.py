@@ -22,14 +22,13 @@ any other guard on A (a constraint, a divisibility) makes this variant inapplica
 
 from __future__ import annotations
 
-import math
-
 from tilec.ir import loop as L
 from tilec.ir.affine import INF
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import affine_expr, index_expr
 from tilec.schedule.fusion import Epilogue, epilogue_value
-from tilec.schedule.implicit_gemm import GemmKnobs, GemmPlan, _decompose, _extent, _guarded_store, _substitute
+from tilec.schedule.implicit_gemm import GemmKnobs, GemmPlan, _guarded_store, decompose, plan_threads
+from tilec.schedule.rewrite import substitute_expr
 from tilec.target import Target
 
 
@@ -94,10 +93,7 @@ def build_direct(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: G
     m, n, k = plan.m, plan.n, plan.k
     panels = -(-n // nr)
     tiles = -(-m // mr)
-    n_outer = math.prod(_extent(r) for r in plan.outer)
-    wanted = max(1, knobs.threads or target.cores)
-    outer_parallel = n_outer >= wanted and wanted > 1
-    threads = wanted if outer_parallel else max(1, min(wanted, tiles))
+    outer_parallel, threads, n_outer = plan_threads(plan, knobs, target, tiles)
     out = b.output
     dest = epilogue.dest if epilogue is not None else out
     v = L.Var
@@ -116,7 +112,7 @@ def build_direct(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: G
     bp_buf = L.Buffer(f"{out}.Bp", dt, (threads if outer_parallel else 1, panels, k, nr))
     workspaces.append(bp_buf)
     slot = v(t) if outer_parallel else L.const(0)
-    outer_env = _decompose(v(o), plan.outer) if plan.outer else {}
+    outer_env = decompose(v(o), plan.outer) if plan.outer else {}
 
     # the flat reduction index as an affine function of the reduction loop variables
     kk: L.Expr = L.const(0)
@@ -137,12 +133,12 @@ def build_direct(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: G
     b_store = _guarded_store(bp_buf.name, (slot, v(jr), kk, v(jj)), plan.b, plan.b_guards, env_b, dt,
                              bp.dtypes[plan.b.tensor], [L.Cmp("lt", col_index, L.const(n))])
     pack_b = L.For(jr, L.const(0), L.const(panels), red_loops(L.For(jj, L.const(0), L.const(nr), b_store)),
-                   "parallel" if not outer_parallel and panels >= wanted > 1 else "serial")
+                   "parallel" if not outer_parallel and panels >= threads > 1 else "serial")
 
     # -- micro-kernel: rows clamped into range, A read in place (from the padded copy)
     row = L.Bin("min", L.add(L.mul(v(ir), L.const(mr)), v(ii)), L.const(m - 1))
-    env_a = {**outer_env, **_decompose(row, plan.rows)}
-    a_index = tuple(_substitute(L.add(affine_expr(e), L.const(off)), env_a)
+    env_a = {**outer_env, **decompose(row, plan.rows)}
+    a_index = tuple(substitute_expr(L.add(affine_expr(e), L.const(off)), env_a)
                     for e, off in zip(plan.a.indices, a_offsets))
     a_value = L.cast(dt, L.Load(a_tensor, a_index, a_dtype))
     acc = L.Buffer(f"{out}.acc", dt, (mr, nr), "local")
@@ -153,8 +149,8 @@ def build_direct(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: G
                              "unrolled"))
 
     row_of_tile = L.add(L.mul(v(ir), L.const(mr)), v(ii))
-    cell_env = {**outer_env, **_decompose(row_of_tile, plan.rows), col_var: L.add(col_index, L.const(col_lo))}
-    out_cell = tuple(_substitute(index_expr(e), cell_env) for e in b.out_indices)
+    cell_env = {**outer_env, **decompose(row_of_tile, plan.rows), col_var: L.add(col_index, L.const(col_lo))}
+    out_cell = tuple(substitute_expr(index_expr(e), cell_env) for e in b.out_indices)
     final = acc_now if epilogue is None else epilogue_value(epilogue, bp, out, acc_now, out_cell)
     full = L.Bin("and", L.Cmp("le", L.mul(L.add(v(ir), L.const(1)), L.const(mr)), L.const(m)),
                  L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n)))

@@ -37,6 +37,7 @@ from tilec.ir.bounds import BoundAccess, BoundContraction, BoundProgram, Conditi
 from tilec.ir.dtypes import is_float
 from tilec.ir.lower import condition_expr, direct_output_vars, index_expr
 from tilec.schedule.fusion import Epilogue, epilogue_value
+from tilec.schedule.rewrite import substitute_expr
 from tilec.target import Target
 
 Range = tuple[str, int, int]  # (var, lo, hi) inclusive
@@ -152,11 +153,20 @@ def worthwhile(plan: GemmPlan, target: Target) -> bool:
     return plan.n >= 8 and plan.m * plan.n * plan.k >= 32**3
 
 
+def plan_threads(plan: GemmPlan, knobs: GemmKnobs, target: Target, row_units: int) -> tuple[bool, int, int]:
+    """(parallel over the outer loop?, threads, outer iterations): the outer (batch) loop when it
+    has an iteration per thread, else `row_units` (row blocks or tiles) shared by the threads."""
+    n_outer = math.prod(_extent(r) for r in plan.outer)
+    wanted = max(1, knobs.threads or target.cores)
+    outer_parallel = n_outer >= wanted and wanted > 1
+    return outer_parallel, wanted if outer_parallel else max(1, min(wanted, row_units)), n_outer
+
+
 def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def _decompose(flat: L.Expr, ranges: tuple[Range, ...]) -> dict[str, L.Expr]:
+def decompose(flat: L.Expr, ranges: tuple[Range, ...]) -> dict[str, L.Expr]:
     """Index variables of a row-major flattening `flat` over `ranges` (last varies fastest)."""
     out: dict[str, L.Expr] = {}
     stride = 1
@@ -169,32 +179,14 @@ def _decompose(flat: L.Expr, ranges: tuple[Range, ...]) -> dict[str, L.Expr]:
     return out
 
 
-def _substitute(e: L.Expr, env: dict[str, L.Expr]) -> L.Expr:
-    if isinstance(e, L.Var):
-        return env.get(e.name, e)
-    if isinstance(e, L.Bin):
-        return L.Bin(e.op, _substitute(e.a, env), _substitute(e.b, env))
-    if isinstance(e, L.Cmp):
-        return L.Cmp(e.op, _substitute(e.a, env), _substitute(e.b, env))
-    if isinstance(e, L.Select):
-        return L.Select(_substitute(e.cond, env), _substitute(e.a, env), _substitute(e.b, env))
-    if isinstance(e, L.Cast):
-        return L.Cast(e.dtype, _substitute(e.a, env))
-    if isinstance(e, L.Not):
-        return L.Not(_substitute(e.a, env))
-    if isinstance(e, L.Load):
-        return L.Load(e.buffer, tuple(_substitute(i, env) for i in e.indices), e.dtype)
-    return e
-
-
 def _guarded_store(buffer: str, indices: tuple[L.Expr, ...], op: BoundAccess, guards: tuple[Condition, ...],
                    env: dict[str, L.Expr], dtype: str, op_dtype: str, extra: list[L.Expr]) -> L.Stmt:
     """buffer[indices] = op(env) converted to `dtype`, or 0 where a guard (or an `extra` bound) fails.
 
     An `If`, not a select: the load must not run where its index is out of bounds.
     """
-    load = L.cast(dtype, L.Load(op.tensor, tuple(_substitute(index_expr(i), env) for i in op.indices), op_dtype))
-    cond = L.logical_and(extra + [_substitute(condition_expr(g), env) for g in guards])
+    load = L.cast(dtype, L.Load(op.tensor, tuple(substitute_expr(index_expr(i), env) for i in op.indices), op_dtype))
+    cond = L.logical_and(extra + [substitute_expr(condition_expr(g), env) for g in guards])
     if cond is None:
         return L.Store(buffer, indices, load)
     return L.If(cond, L.Store(buffer, indices, load), L.Store(buffer, indices, L.cast(dtype, L.const(0))))
@@ -217,10 +209,7 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnob
     m, n, k = plan.m, plan.n, plan.k
     panels = -(-n // nr)
     row_blocks = -(-m // mc)
-    n_outer = math.prod(_extent(r) for r in plan.outer)
-    wanted = max(1, knobs.threads or target.cores)
-    outer_parallel = n_outer >= wanted and wanted > 1
-    threads = wanted if outer_parallel else max(1, min(wanted, row_blocks))
+    outer_parallel, threads, n_outer = plan_threads(plan, knobs, target, row_blocks)
     out = b.output
     dest = epilogue.dest if epilogue is not None else out
     bp_buf = L.Buffer(f"{out}.Bp", dt, (threads if outer_parallel else 1, panels, kc, nr))
@@ -228,23 +217,23 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnob
     v = L.Var
     o, pc, r, jr, jj, t, ic, ir, ii = (f"{out}.{s}" for s in ("o", "pc", "r", "jr", "jj", "t", "ic", "ir", "ii"))
     b_slot = v(t) if outer_parallel else L.const(0)
-    outer_env = _decompose(v(o), plan.outer) if plan.outer else {}
+    outer_env = decompose(v(o), plan.outer) if plan.outer else {}
     kk = L.add(L.mul(v(pc), L.const(kc)), v(r))  # the flat reduction index
     kc_here = L.Bin("min", L.const(kc), L.sub(L.const(k), L.mul(v(pc), L.const(kc))))
 
     # -- pack B: Bp[slot, jr, r, jj] = B(kk, col) for col = jr * NR + jj < N, else 0
     col_var, col_lo, _ = plan.col
     col_index = L.add(L.mul(v(jr), L.const(nr)), v(jj))
-    env_b = {**outer_env, **_decompose(kk, plan.red), col_var: L.add(col_index, L.const(col_lo))}
+    env_b = {**outer_env, **decompose(kk, plan.red), col_var: L.add(col_index, L.const(col_lo))}
     b_store = _guarded_store(bp_buf.name, (b_slot, v(jr), v(r), v(jj)), plan.b, plan.b_guards, env_b, dt,
                              bp.dtypes[plan.b.tensor], [L.Cmp("lt", col_index, L.const(n))])
     pack_b = L.For(jr, L.const(0), L.const(panels),
                    L.For(r, L.const(0), kc_here, L.For(jj, L.const(0), L.const(nr), b_store)),
-                   "parallel" if not outer_parallel and panels >= wanted > 1 else "serial")
+                   "parallel" if not outer_parallel and panels >= threads > 1 else "serial")
 
     # -- pack A: Ap[t, ir, r, ii] = A(row, kk) for row = ic * MC + ir * MR + ii < M, else 0
     row_index = L.add(L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr))), v(ii))
-    env_a = {**outer_env, **_decompose(kk, plan.red), **_decompose(row_index, plan.rows)}
+    env_a = {**outer_env, **decompose(kk, plan.red), **decompose(row_index, plan.rows)}
     a_store = _guarded_store(ap_buf.name, (v(t), v(ir), v(r), v(ii)), plan.a, plan.a_guards, env_a, dt,
                              bp.dtypes[plan.a.tensor], [L.Cmp("lt", row_index, L.const(m))])
     pack_a = L.For(ir, L.const(0), L.const(mc // mr),
@@ -262,8 +251,8 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnob
 
     # -- the C tile <-> acc, at dest[outer..., rows(row0 + ii)..., col0 + jj]
     row_of_tile = row_index
-    cell_env = {**outer_env, **_decompose(row_of_tile, plan.rows), col_var: L.add(col_index, L.const(col_lo))}
-    out_cell = tuple(_substitute(index_expr(e), cell_env) for e in b.out_indices)
+    cell_env = {**outer_env, **decompose(row_of_tile, plan.rows), col_var: L.add(col_index, L.const(col_lo))}
+    out_cell = tuple(substitute_expr(index_expr(e), cell_env) for e in b.out_indices)
     partial = L.Load(dest, out_cell, dt)
     final = acc_now if epilogue is None else epilogue_value(epilogue, bp, out, acc_now, out_cell)
     zero = L.cast(dt, L.const(0))
