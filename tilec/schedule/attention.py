@@ -33,6 +33,7 @@ from tilec.target import Target
 Range = tuple[str, int, int]
 BQ = 6  # query rows per block: the register block's height
 BK = 64  # keys per block: the register block's width (four 16-lane vectors)
+LANES = 16  # width of the partial row maxima and sums
 MASK_LIMIT = -1e29  # a causal `default` at or below this contributes exp(.) == 0, like a skipped key
 
 
@@ -213,6 +214,9 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target) -> LoweredGroup
     new_max = L.Buffer(f"{name}.mnew", f32, (BQ,), "local")
     alpha = L.Buffer(f"{name}.alpha", f32, (BQ,), "local")
     block_sum = L.Buffer(f"{name}.rs", f32, (BQ,), "local")
+    lanes_max = L.Buffer(f"{name}.vmax", f32, (LANES,), "local")  # per-lane partial max / sum of a row
+    lanes_sum = L.Buffer(f"{name}.vsum", f32, (LANES,), "local")
+    jc, lane = f"{name}.jc", f"{name}.lane"
 
     def rows(body: L.Stmt, unrolled: bool = True) -> L.Stmt:
         return L.For(ii, c(0), c(BQ), body, "unrolled" if unrolled else "serial")
@@ -236,17 +240,24 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target) -> LoweredGroup
         valid = L.Bin("and", valid, L.Cmp("le", key, L.add(q0, v(ii))))
     scaled = L.Bin("mul", ld(sacc, v(ii), v(j)), L.Const(plan.scale, f32))
     mask = rows(lanes(j, BK, L.Store(sblk.name, (v(ii), v(j)), L.Select(valid, scaled, neg_inf))))
-    row_max = rows(L.seq(L.Store(new_max.name, (v(ii),), ld(run_max, v(ii))),
-                         L.For(j, c(0), c(BK), L.Store(new_max.name, (v(ii),), L.Bin(
-                             "max", ld(new_max, v(ii)), ld(sblk, v(ii), v(j)))))), unrolled=False)
+    def row_reduce(partial: L.Buffer, op: str, start: L.Expr, into: L.Buffer) -> L.Stmt:
+        """into[ii] = op(start, sblk[ii, :]): LANES-wide partial results, then one short scalar chain
+        (a scalar chain over all BK keys would be BK dependent operations)."""
+        element = ld(sblk, v(ii), L.add(L.mul(v(jc), c(LANES)), v(lane)))
+        return L.seq(
+            lanes(lane, LANES, L.Store(partial.name, (v(lane),), start)),
+            L.For(jc, c(0), c(BK // LANES), lanes(lane, LANES, L.Store(
+                partial.name, (v(lane),), L.Bin(op, ld(partial, v(lane)), element)))),
+            L.Store(into.name, (v(ii),), start),
+            L.For(lane, c(0), c(LANES), L.Store(into.name, (v(ii),), L.Bin(op, ld(into, v(ii)), ld(partial, v(lane))))))
+
+    row_max = rows(row_reduce(lanes_max, "max", ld(run_max, v(ii)), new_max), unrolled=False)
     rescale_factor = rows(L.seq(
         L.Store(alpha.name, (v(ii),), L.Call("exp", (L.Bin("sub", ld(run_max, v(ii)), ld(new_max, v(ii))),), f32)),
         L.Store(run_max.name, (v(ii),), ld(new_max, v(ii)))), unrolled=False)
     probabilities = rows(lanes(j, BK, L.Store(sblk.name, (v(ii), v(j)), L.Call(
         "exp", (L.Bin("sub", ld(sblk, v(ii), v(j)), ld(new_max, v(ii))),), f32))))
-    sums = rows(L.seq(L.Store(block_sum.name, (v(ii),), L.Const(0.0, f32)),
-                      L.For(j, c(0), c(BK), L.Store(block_sum.name, (v(ii),), L.Bin(
-                          "add", ld(block_sum, v(ii)), ld(sblk, v(ii), v(j))))),
+    sums = rows(L.seq(row_reduce(lanes_sum, "add", L.Const(0.0, f32), block_sum),
                       L.Store(run_sum.name, (v(ii),), L.Bin("add", L.Bin("mul", ld(run_sum, v(ii)), ld(alpha, v(ii))),
                                                               ld(block_sum, v(ii))))), unrolled=False)
     rescale = rows(lanes(e, plan.e, L.Store(acc.name, (v(ii), v(e)),
@@ -264,7 +275,7 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target) -> LoweredGroup
         plan.output, tuple(env[var] for var, _, _ in plan.batch) + (out_row, v(e)),
         L.Bin("div", ld(acc, v(ii), v(e)), ld(run_sum, v(ii)))))))
     body: L.Stmt = L.seq(init, stream, finish)
-    for buf in (sacc, sblk, acc, run_max, run_sum, new_max, alpha, block_sum):
+    for buf in (sacc, sblk, acc, run_max, run_sum, new_max, alpha, block_sum, lanes_max, lanes_sum):
         body = L.Allocate(buf, body)
     items = bh_n * q_blocks
     threads = max(1, min(target.cores, items))
