@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tilec import driver
+from tilec.runtime import memory
 from tilec.errors import BindError
 from tilec.frontend import parse
 from tilec.ir.dtypes import check_supported
@@ -150,7 +151,7 @@ def _run(kernel: driver.Kernel, inputs: list[np.ndarray], n_outputs: int) -> Any
     params = kernel.params
     first_scratch = len(inputs) + n_outputs
     try:
-        outputs = [np.empty(b.shape, dtype=b.dtype) for b in params[len(inputs):first_scratch]]
+        outputs = [memory.outputs.empty(b.shape, b.dtype) for b in params[len(inputs):first_scratch]]
         try:
             scratch = kernel.scratch.pop()
         except IndexError:
