@@ -80,3 +80,23 @@ def test_vector_exp_is_accurate_and_handles_special_values():
     normal = np.isfinite(ref) & (ref > 1e-37)
     assert np.max(np.abs(out[normal] - ref[normal]) / ref[normal]) < 5e-7
     assert np.array_equal(np.isinf(out), np.isinf(ref)) and np.array_equal(np.isnan(out), np.isnan(ref))
+
+
+@pytest.mark.parametrize("bq, bk", [(1, 16), (4, 32), (8, 128)])
+def test_attention_knobs(bq, bk):
+    rng = np.random.default_rng(bq * bk)
+    src = attention_source({"D": 24}, True)
+    q, k, v = (rng.standard_normal(x).astype(np.float32) for x in shapes(1, 2, 37, 37, 24).values())
+    bp = bind(tilec.parse(src), {n: a.shape for n, a in zip("QKV", (q, k, v))}, {n: "float32" for n in "QKV"})
+    plan = attention.match(0, bp)
+    assert plan is not None
+    group = attention.build(plan, bp, host_target(), attention.AttentionKnobs(bq=bq, bk=bk))
+    from tilec import driver
+    from tilec.ir.lower import lower
+    from tilec.runtime.function import _run
+    func = lower(bp, strategy=lambda index, prog: group if index == 0 else None)
+    target = host_target()
+    kernel = driver.Kernel(bp, func.params, load_object(emit_object(optimise(emit_module(func, target), target), target),
+                                                        KERNEL_NAME, target), "test")
+    out = _run(kernel, [q, k, v], 1)
+    np.testing.assert_allclose(out, reference(q, k, v, True, 1 / np.sqrt(24)), rtol=1e-4, atol=1e-5)

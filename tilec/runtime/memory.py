@@ -47,8 +47,8 @@ class BufferPool:
                 self._idle_bytes -= nbytes
         if block is None:
             block = np.empty(nbytes, dtype=np.uint8)
-        owner = (ctypes.c_char * nbytes).from_buffer(block)
-        array = np.frombuffer(owner, dtype=dt, count=count).reshape(shape)
+        owner = (ctypes.c_char * nbytes).from_buffer(block)  # type: ignore[arg-type]
+        array = np.frombuffer(owner, dtype=dt, count=count).reshape(shape)  # type: ignore[call-overload]
         weakref.finalize(owner, self._give_back, block)  # runs when no view of `owner` is left
         return array
 

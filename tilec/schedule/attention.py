@@ -8,8 +8,8 @@ are any leading output indices):
     M[.., s, 0] = >(Z[.., s, t]);  E = exp(Z - M);  R[.., s, 0] = +(E[.., s, t]);  P = E / R;
     O[.., s, e] = +(P[.., s, t] * V[.., t, e]);
 
-and lowers all of it to one flash-attention loop nest: for each block of BQ query rows,
-stream blocks of BK keys; a register-blocked micro-GEMM gives the scores, an online
+and lowers all of it to one flash-attention loop nest: for each block of `bq` query rows,
+stream blocks of `bk` keys (AttentionKnobs); a register-blocked micro-GEMM gives the scores, an online
 softmax keeps a running max m and sum l per row (rescaling the accumulator by
 exp(m_old - m_new)), a second micro-GEMM accumulates P V. Causal attention stops at the
 diagonal block (masked blocks are never visited). K is transposed once per batch so the
@@ -31,9 +31,18 @@ from tilec.schedule.implicit_gemm import decompose
 from tilec.target import Target
 
 Range = tuple[str, int, int]
-BQ = 6  # query rows per block: the register block's height
-BK = 64  # keys per block: the register block's width (four 16-lane vectors)
 LANES = 16  # width of the partial row maxima and sums
+
+
+@dataclass(frozen=True)
+class AttentionKnobs:
+    """The template's tunable knobs (a schedule record)."""
+
+    bq: int = 6  # query rows per block: the register block's height
+    bk: int = 64  # keys per block: the register block's width, a multiple of LANES
+
+    def to_json(self) -> dict:
+        return {"template": "attention", "bq": self.bq, "bk": self.bk}
 MASK_LIMIT = -1e29  # a causal `default` at or below this contributes exp(.) == 0, like a skipped key
 
 
@@ -179,7 +188,9 @@ def match(index: int, bp: BoundProgram) -> AttentionPlan | None:
                          output=o.output, consumed=k - index, elided=tuple(chain))
 
 
-def build(plan: AttentionPlan, bp: BoundProgram, target: Target) -> LoweredGroup:
+def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: AttentionKnobs = AttentionKnobs()) -> LoweredGroup:
+    BQ, BK = knobs.bq, knobs.bk  # noqa: N806 - the names of the algorithm's block sizes
+    assert BK % LANES == 0, "bk must be a multiple of LANES"
     v, c, f32 = L.Var, L.const, "float32"
     name = plan.output
     bh_n = math.prod(hi - lo + 1 for _, lo, hi in plan.batch)
