@@ -99,7 +99,7 @@ def lower_program(program: Program, sig: Signature, schedule: "Schedule | str | 
     if options.debug:
         verify(func)
     if isinstance(schedule, Schedule):
-        func = apply_schedule(func, schedule)
+        func = apply_schedule(func, schedule, outputs=bound.program.outputs)
         if options.debug:
             verify(func)
     return bound, func

@@ -12,35 +12,49 @@ index of the top-level nest). Each primitive is one function below.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Iterable
+from typing import Callable, Collection, Iterable
 
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.schedule.legality import check_parallel
-from tilec.schedule.primitives import (UNROLL_LIMIT, Fuse, Parallel, Primitive, Reorder, Schedule, Split, Unroll,
-                                       Vectorize)
-from tilec.schedule.rewrite import (child_stmts, constant_extent, extent, floordiv, loops_in, map_children, mentions, minimum,
+from tilec.schedule.loops import check_fresh, describe, find_loop, replace_loop
+from tilec.schedule.cache import cache_read, cache_write
+from tilec.schedule.inline import compute_inline
+from tilec.schedule.partition import partition
+from tilec.schedule.primitives import (UNROLL_LIMIT, CacheRead, CacheWrite, ComputeInline, Fuse, Parallel, Partition,
+                                       Primitive, Reorder, Schedule, Split, Tensorize, Unroll, Vectorize)
+from tilec.schedule.tensorize import tensorize
+from tilec.schedule.rewrite import (constant_extent, extent, floordiv, loops_in, mentions, minimum,
                                     substitute)
 
 
-def apply_schedule(func: L.PrimFunc, schedule: "Schedule | Iterable[Primitive] | None") -> L.PrimFunc:
+def apply_schedule(func: L.PrimFunc, schedule: "Schedule | Iterable[Primitive] | None",
+                   outputs: "Collection[str] | None" = None) -> L.PrimFunc:
+    """`outputs` names the program's output tensors; `ComputeInline` refuses to run without it
+    (a PrimFunc alone cannot tell an output from a temporary)."""
     for p in (schedule or ()):
-        func = apply_primitive(func, p)
+        func = apply_primitive(func, p, outputs)
     return func
 
 
-def apply_primitive(func: L.PrimFunc, p: Primitive) -> L.PrimFunc:
+def apply_primitive(func: L.PrimFunc, p: Primitive, outputs: "Collection[str] | None" = None) -> L.PrimFunc:
     rule = _RULES.get(type(p))
-    if rule is None:
+    whole = _FUNC_RULES.get(type(p))
+    if rule is None and whole is None:
         raise ScheduleError(f"not a schedule primitive: {p!r}")
     nests = _nests(func.body)
     if not isinstance(p.nest, int) or not 0 <= p.nest < len(nests):
-        raise ScheduleError(f"{_describe(p)}: no loop nest {p.nest}; the program has {len(nests)} "
+        raise ScheduleError(f"{describe(p)}: no loop nest {p.nest}; the program has {len(nests)} "
                             f"(numbered 0 to {len(nests) - 1})")
-    new_nest = rule(p, nests[p.nest])
-    if new_nest is nests[p.nest]:
-        return func
-    stmts = nests[:p.nest] + (new_nest,) + nests[p.nest + 1:]
+    if whole is not None:
+        stmts = whole(p, nests, func, outputs)
+        if all(a is b for a, b in zip(stmts, nests)):
+            return func
+    else:
+        new_nest = rule(p, nests[p.nest])  # type: ignore[misc]
+        if new_nest is nests[p.nest]:
+            return func
+        stmts = nests[:p.nest] + (new_nest,) + nests[p.nest + 1:]
     return replace(func, body=stmts[0] if len(stmts) == 1 else L.Seq(stmts))
 
 
@@ -48,58 +62,15 @@ def _nests(body: L.Stmt) -> tuple[L.Stmt, ...]:
     return body.stmts if isinstance(body, L.Seq) else (body,)
 
 
-def _describe(p: Primitive) -> str:
-    fields = ", ".join(f"{k}={v!r}" for k, v in p.to_json().items() if k != "kind")
-    return f"{type(p).__name__}({fields})"
-
-
-# ------------------------------------------------------------------ finding loops
-
-
-def _find(nest: L.Stmt, name: str, p: Primitive) -> tuple[L.For, list[L.For]]:
-    """The loop called `name` in `nest` and its enclosing loops (outermost first)."""
-    found: list[tuple[L.For, list[L.For]]] = []
-
-    def visit(s: L.Stmt, outer: list[L.For]) -> None:
-        if isinstance(s, L.For):
-            if s.var == name:
-                found.append((s, outer))
-            visit(s.body, outer + [s])
-        else:
-            for c in child_stmts(s):
-                visit(c, outer)
-
-    visit(nest, [])
-    if not found:
-        names = ", ".join(f.var for f in loops_in(nest)) or "(none)"
-        raise ScheduleError(f"{_describe(p)}: no loop '{name}' in nest {p.nest}; its loops are {names}")
-    if len(found) > 1:
-        raise ScheduleError(f"{_describe(p)}: loop name '{name}' is ambiguous in nest {p.nest}")
-    return found[0]
-
-
-def _replace_loop(nest: L.Stmt, old: L.For, new: L.Stmt) -> L.Stmt:
-    if nest is old:
-        return new
-    return map_children(nest, lambda c: _replace_loop(c, old, new))
-
-
-def _fresh(nest: L.Stmt, names: Iterable[str], p: Primitive) -> None:
-    existing = {f.var for f in loops_in(nest)}
-    for n in names:
-        if n in existing:
-            raise ScheduleError(f"{_describe(p)}: a loop named '{n}' already exists in nest {p.nest}")
-
-
 # ------------------------------------------------------------------ primitives
 
 
 def split(p: Split, nest: L.Stmt) -> L.Stmt:
-    loop, _ = _find(nest, p.loop, p)
+    loop, _ = find_loop(nest, p.loop, p)
     if not isinstance(p.factor, int) or p.factor < 1:
-        raise ScheduleError(f"{_describe(p)}: the factor must be a positive integer")
+        raise ScheduleError(f"{describe(p)}: the factor must be a positive integer")
     outer_name, inner_name = p.outputs
-    _fresh(nest, (outer_name, inner_name), p)
+    check_fresh(nest, (outer_name, inner_name), p)
     f = p.factor
     n = extent(loop)
     outer, inner = L.Var(outer_name), L.Var(inner_name)
@@ -114,26 +85,26 @@ def split(p: Split, nest: L.Stmt) -> L.Stmt:
     inner_kind = loop.kind if loop.kind in ("vectorized", "unrolled") and isinstance(inner_end, L.Const) else "serial"
     outer_kind = "parallel" if loop.kind == "parallel" else "serial"
     new = L.For(outer_name, L.const(0), n_outer, L.For(inner_name, L.const(0), inner_end, body, inner_kind), outer_kind)
-    return _replace_loop(nest, loop, new)
+    return replace_loop(nest, loop, new)
 
 
 def reorder(p: Reorder, nest: L.Stmt) -> L.Stmt:
     names = tuple(p.loops)
     if len(set(names)) != len(names):
-        raise ScheduleError(f"{_describe(p)}: a loop is named twice")
+        raise ScheduleError(f"{describe(p)}: a loop is named twice")
     if len(names) < 2:
         return nest
-    located = {n: _find(nest, n, p) for n in names}
+    located = {n: find_loop(nest, n, p) for n in names}
     chain = sorted(names, key=lambda n: len(located[n][1]))
     for a, b in zip(chain, chain[1:]):
         if located[a][0] not in located[b][1]:
-            raise ScheduleError(f"{_describe(p)}: loops {a} and {b} are not nested one inside the other")
+            raise ScheduleError(f"{describe(p)}: loops {a} and {b} are not nested one inside the other")
     band_top = located[chain[0]][0]
     band: list[L.For] = [band_top]
     while band[-1].var != chain[-1]:
         body = band[-1].body
         if not isinstance(body, L.For):
-            raise ScheduleError(f"{_describe(p)}: reorder needs perfectly nested loops, but the body of loop "
+            raise ScheduleError(f"{describe(p)}: reorder needs perfectly nested loops, but the body of loop "
                                 f"{band[-1].var} is more than one loop (allocations, other statements or branches)")
         band.append(body)
     order = iter(names)
@@ -143,49 +114,49 @@ def reorder(p: Reorder, nest: L.Stmt) -> L.Stmt:
         inside = set(new_band[depth:])  # including itself
         loop = by_name[name]
         if mentions((loop.begin, loop.end), inside):
-            raise ScheduleError(f"{_describe(p)}: the bounds of loop {name} depend on a loop that would move inside it")
+            raise ScheduleError(f"{describe(p)}: the bounds of loop {name} depend on a loop that would move inside it")
     stmt: L.Stmt = band[-1].body
     for name in reversed(new_band):
         stmt = replace(by_name[name], body=stmt)
-    return _replace_loop(nest, band_top, stmt)
+    return replace_loop(nest, band_top, stmt)
 
 
 def fuse(p: Fuse, nest: L.Stmt) -> L.Stmt:
-    outer, _ = _find(nest, p.outer, p)
-    inner, _ = _find(nest, p.inner, p)
+    outer, _ = find_loop(nest, p.outer, p)
+    inner, _ = find_loop(nest, p.inner, p)
     if outer.body is not inner:
-        raise ScheduleError(f"{_describe(p)}: fuse needs adjacent loops, loop {p.inner} must be the whole body "
+        raise ScheduleError(f"{describe(p)}: fuse needs adjacent loops, loop {p.inner} must be the whole body "
                             f"of loop {p.outer}")
     if mentions((inner.begin, inner.end), {outer.var}):
-        raise ScheduleError(f"{_describe(p)}: the bounds of loop {p.inner} depend on {p.outer} (not a rectangle)")
+        raise ScheduleError(f"{describe(p)}: the bounds of loop {p.inner} depend on {p.outer} (not a rectangle)")
     n = constant_extent(inner)
     if n is None:
-        raise ScheduleError(f"{_describe(p)}: the extent of loop {p.inner} is not a compile-time constant")
-    _fresh(nest, (p.output,), p)
+        raise ScheduleError(f"{describe(p)}: the extent of loop {p.inner} is not a compile-time constant")
+    check_fresh(nest, (p.output,), p)
     fused = L.Var(p.output)
     mapping = {outer.var: L.add(outer.begin, floordiv(fused, max(n, 1))),
                inner.var: L.add(inner.begin, L.Bin("mod", fused, L.const(n)) if n > 1 else L.const(0))}
     body = substitute(inner.body, mapping)
     new = L.For(p.output, L.const(0), L.mul(extent(outer), L.const(n)), body)
-    return _replace_loop(nest, outer, new)
+    return replace_loop(nest, outer, new)
 
 
 def _set_kind(p: "Unroll | Vectorize | Parallel", nest: L.Stmt, kind: str,
               check: Callable[[L.For, list[L.For]], L.For]) -> L.Stmt:
-    loop, outer = _find(nest, p.loop, p)
+    loop, outer = find_loop(nest, p.loop, p)
     if loop.kind != "serial":
-        raise ScheduleError(f"{_describe(p)}: loop {p.loop} is already {loop.kind}")
-    return _replace_loop(nest, loop, replace(check(loop, outer), kind=kind))
+        raise ScheduleError(f"{describe(p)}: loop {p.loop} is already {loop.kind}")
+    return replace_loop(nest, loop, replace(check(loop, outer), kind=kind))
 
 
 def unroll(p: Unroll, nest: L.Stmt) -> L.Stmt:
     def check(loop: L.For, outer: list[L.For]) -> L.For:
         n = constant_extent(loop)
         if n is None:
-            raise ScheduleError(f"{_describe(p)}: the extent of loop {p.loop} is not a compile-time constant; "
+            raise ScheduleError(f"{describe(p)}: the extent of loop {p.loop} is not a compile-time constant; "
                                 f"split it by a constant factor and unroll the inner loop")
         if n > UNROLL_LIMIT:
-            raise ScheduleError(f"{_describe(p)}: loop {p.loop} has {n} iterations, more than the unroll limit "
+            raise ScheduleError(f"{describe(p)}: loop {p.loop} has {n} iterations, more than the unroll limit "
                                 f"{UNROLL_LIMIT}; split it first")
         # normalise to [0, n) so the backend sees a constant trip count
         body = substitute(loop.body, {loop.var: L.add(loop.begin, L.Var(loop.var))})
@@ -197,7 +168,7 @@ def unroll(p: Unroll, nest: L.Stmt) -> L.Stmt:
 def vectorize(p: Vectorize, nest: L.Stmt) -> L.Stmt:
     def check(loop: L.For, outer: list[L.For]) -> L.For:
         if constant_extent(loop) is None:
-            raise ScheduleError(f"{_describe(p)}: the extent of loop {p.loop} is not a compile-time constant; "
+            raise ScheduleError(f"{describe(p)}: the extent of loop {p.loop} is not a compile-time constant; "
                                 f"split it by a constant factor and vectorise the inner loop")
         return loop
 
@@ -208,16 +179,16 @@ def parallel(p: Parallel, nest: L.Stmt) -> L.Stmt:
     def check(loop: L.For, outer: list[L.For]) -> L.For:
         for f in outer:
             if f.kind == "parallel":
-                raise ScheduleError(f"{_describe(p)}: loop {p.loop} is nested inside parallel loop {f.var}; "
+                raise ScheduleError(f"{describe(p)}: loop {p.loop} is nested inside parallel loop {f.var}; "
                                     f"only one level of parallel loops is supported")
         for f in loops_in(loop.body):
             if f.kind == "parallel":
-                raise ScheduleError(f"{_describe(p)}: loop {p.loop} contains parallel loop {f.var}; "
+                raise ScheduleError(f"{describe(p)}: loop {p.loop} contains parallel loop {f.var}; "
                                     f"only one level of parallel loops is supported")
         try:
             check_parallel(loop)
         except ScheduleError as err:
-            raise ScheduleError(f"{_describe(p)}: {err}") from None
+            raise ScheduleError(f"{describe(p)}: {err}") from None
         return loop
 
     return _set_kind(p, nest, "parallel", check)
@@ -225,5 +196,19 @@ def parallel(p: Parallel, nest: L.Stmt) -> L.Stmt:
 
 _RULES: dict[type, Callable] = {Split: split, Reorder: reorder, Fuse: fuse, Unroll: unroll, Vectorize: vectorize,
                                 Parallel: parallel}
+
+
+def _in_nest(rule: Callable[..., L.Stmt]) -> Callable[..., tuple[L.Stmt, ...]]:
+    """A rule on one nest (that also sees the function) as a rule on all nests."""
+    def apply(p: Primitive, nests: tuple[L.Stmt, ...], func: L.PrimFunc, outputs: object) -> tuple[L.Stmt, ...]:
+        return nests[:p.nest] + (rule(p, nests[p.nest], func),) + nests[p.nest + 1:]
+
+    return apply
+
+
+# rules that see the whole function: (primitive, nests, func, outputs) -> nests
+_FUNC_RULES: dict[type, Callable[..., tuple[L.Stmt, ...]]] = {
+    CacheWrite: _in_nest(cache_write), CacheRead: _in_nest(cache_read), Partition: _in_nest(partition),
+    Tensorize: _in_nest(tensorize), ComputeInline: compute_inline}
 
 __all__ = ["apply_schedule", "apply_primitive", "split", "reorder", "fuse", "unroll", "vectorize", "parallel"]

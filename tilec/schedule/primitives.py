@@ -93,8 +93,61 @@ class Parallel(_Record):
     nest: int = 0
 
 
-Primitive = Union[Split, Reorder, Fuse, Unroll, Vectorize, Parallel]
-PRIMITIVES: dict[str, type] = {cls.__name__.lower(): cls for cls in (Split, Reorder, Fuse, Unroll, Vectorize, Parallel)}
+@dataclass(frozen=True)
+class CacheWrite(_Record):
+    """Accumulate what the loops inside `loop` write in a local buffer, written back once after them."""
+
+    loop: str
+    nest: int = 0
+
+
+@dataclass(frozen=True)
+class CacheRead(_Record):
+    """Copy the part of input `tensor` the loops inside `loop` read into a contiguous local buffer first."""
+
+    tensor: str
+    loop: str
+    nest: int = 0
+
+
+@dataclass(frozen=True)
+class ComputeInline(_Record):
+    """Substitute the elementwise statement of nest `nest` into its single consumer and drop it.
+
+    The dropped nest becomes an empty statement, so nest numbers stay valid."""
+
+    nest: int = 0
+
+
+@dataclass(frozen=True)
+class Partition(_Record):
+    """Split `loop` into prologue, guard-free interior and epilogue where the max/min bounds
+    and conditions inside it are decided. The interior keeps the loop names; the prologue's and
+    epilogue's copies of `loop` are ``loop.pro`` and ``loop.epi`` (a loop ``i`` inside them is
+    ``i.loop.pro`` / ``i.loop.epi``)."""
+
+    loop: str
+    nest: int = 0
+
+    @property
+    def outputs(self) -> tuple[str, str, str]:
+        return f"{self.loop}.pro", self.loop, f"{self.loop}.epi"
+
+
+@dataclass(frozen=True)
+class Tensorize(_Record):
+    """Mark the register block ``[k:] ii: jj: acc[ii, jj] += a(ii) * b(jj)`` starting at `loop`
+    as a CPU micro-kernel: ii unrolled, jj vectorized (broadcast-FMA outer products)."""
+
+    loop: str
+    nest: int = 0
+    intrinsic: str = "outer_product"
+
+
+Primitive = Union[Split, Reorder, Fuse, Unroll, Vectorize, Parallel, CacheWrite, CacheRead, ComputeInline,
+                  Partition, Tensorize]
+PRIMITIVES: dict[str, type] = {cls.__name__.lower(): cls for cls in (
+    Split, Reorder, Fuse, Unroll, Vectorize, Parallel, CacheWrite, CacheRead, ComputeInline, Partition, Tensorize)}
 
 
 def primitive_to_json(p: Primitive) -> dict[str, Any]:
@@ -193,6 +246,24 @@ class Schedule:
     def parallel(self, loop: str, nest: int = 0) -> None:
         self.append(Parallel(loop, nest))
 
+    def cache_write(self, loop: str, nest: int = 0) -> None:
+        self.append(CacheWrite(loop, nest))
+
+    def cache_read(self, tensor: str, loop: str, nest: int = 0) -> None:
+        self.append(CacheRead(tensor, loop, nest))
+
+    def compute_inline(self, nest: int) -> None:
+        self.append(ComputeInline(nest))
+
+    def partition(self, loop: str, nest: int = 0) -> tuple[str, str, str]:
+        """Returns the names of the prologue, interior and epilogue loops."""
+        p = Partition(loop, nest)
+        self.append(p)
+        return p.outputs
+
+    def tensorize(self, loop: str, nest: int = 0, intrinsic: str = "outer_product") -> None:
+        self.append(Tensorize(loop, nest, intrinsic))
+
 
 def schedule_key(schedule: "Schedule | str | None") -> str:
     """The cache-key string of a schedule given as an object, a key string, or None (default)."""
@@ -203,5 +274,6 @@ def schedule_key(schedule: "Schedule | str | None") -> str:
     return schedule.key()
 
 
-__all__ = ["Split", "Reorder", "Fuse", "Unroll", "Vectorize", "Parallel", "Primitive", "Schedule",
+__all__ = ["Split", "Reorder", "Fuse", "Unroll", "Vectorize", "Parallel", "CacheWrite", "CacheRead", "ComputeInline",
+           "Partition", "Tensorize", "Primitive", "Schedule",
            "primitive_from_json", "primitive_to_json", "schedule_key", "UNROLL_LIMIT"]
