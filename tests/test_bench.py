@@ -278,3 +278,18 @@ def test_causal_attention_with_more_keys_than_fit_one_row(capsys):
 def test_inputs_are_in_the_baselines_layout():
     x, f = get_op("conv2d").make_inputs(dict(N=2, C=3, H=5, W=6, CO=4, KH=3, KW=1), "float32", np.random.default_rng(0))
     assert x.shape == (2, 3, 5, 6) and f.shape == (4, 3, 3, 1) and x.dtype == np.float32
+
+
+def test_cooldown_idles_after_each_call_outside_the_timed_spans():
+    clock = FakeClock()
+    naps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        clock.now += seconds
+
+    case = FakeCase(clock, [0.002], [0.004])
+    samples = harness.measure(case, harness.Settings(warmup=1, repeats=3, warmup_s=0, budget_s=100, cooldown_s=0.5),
+                              clock, sleep)
+    assert naps == [0.5] * (2 * (1 + 3))  # after both calls of every pair
+    assert all(abs(t - 0.002) < 1e-12 for t in samples.tilec) and all(abs(b - 0.004) < 1e-12 for b in samples.baseline)

@@ -65,12 +65,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-# The baselines' idle threads busy-wait after every call unless told otherwise (OpenBLAS for
-# 2^28 cycles, torch's OpenMP for a while), and on a small machine they steal the cores from
-# whatever runs next: in an interleaved benchmark, from tilec. With these settings they sleep
-# as soon as they are idle; numpy's and torch's own speeds are unchanged (BENCHMARKS.md has
-# the measurement). They must be set before the libraries load, hence the re-exec.
-QUIET_BASELINE_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4", "OMP_WAIT_POLICY": "PASSIVE"}
+# OpenBLAS's idle threads busy-wait for 2^28 cycles (~0.1 s here) after every call unless told
+# otherwise, and on a small machine they steal the cores from whatever runs next: in an
+# interleaved benchmark, from tilec. With this setting they sleep as soon as they are idle;
+# numpy's own speed is unchanged (`python -m tilec.bench.baseline_env` measures it). It must be
+# set before OpenBLAS loads, hence the re-exec. torch's OpenMP threads spin only briefly; the
+# harness's cool-down lets them settle instead (OMP_WAIT_POLICY=PASSIVE would slow torch itself).
+QUIET_BASELINE_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4"}
 
 
 def _reexec_with_quiet_baselines(argv: Sequence[str]) -> None:
@@ -88,7 +89,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     cases = ops.select_cases(args.op, args.shape, causal=args.causal, quick=args.quick,
                              dtype=args.dtype, target=args.target)
-    settings = harness.Settings(args.warmup, args.repeats, args.warmup_time, args.budget)
+    settings = harness.Settings(args.warmup, args.repeats, args.warmup_time, args.budget, args.cooldown)
     resolve_target(args.target)  # an unknown target fails here, before any case runs
     table = None if args.json else harness.Table(cases)
     if table is not None:
@@ -132,6 +133,9 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--budget", type=float, default=30.0, metavar="SECONDS",
                        help="per case: after the first warm-up and timed pair, run more pairs only while "
                             "the case stays within this many seconds (default 30)")
+    bench.add_argument("--cooldown", type=float, default=0.02, metavar="SECONDS",
+                       help="idle time after every call, both sides, so that one library's idle threads are "
+                            "quiet before the other runs (default 0.02)")
     bench.add_argument("--json", action="store_true", help="print one JSON object per case instead of a table")
     bench.set_defaults(run=cmd_bench)
 

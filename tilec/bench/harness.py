@@ -36,6 +36,8 @@ class Settings:
     repeats: int = 3  # timed pairs
     warmup_s: float = 0.5  # and warm up for at least this long (the first pair, compilation included, counts)
     budget_s: float = 30.0  # per case: no more pairs beyond the first of each kind past this
+    cooldown_s: float = 0.0  # idle time after every call, on both sides: the other side's idle
+    # threads (torch's OpenMP spins for a while after each call) go quiet before the next one starts
 
     def __post_init__(self) -> None:
         if self.warmup < 1:
@@ -47,6 +49,8 @@ class Settings:
             raise TilecError(f"--warmup-time must be a number of seconds >= 0, got {self.warmup_s}")
         if not self.budget_s > 0:
             raise TilecError(f"--budget must be a positive number of seconds, got {self.budget_s}")
+        if not self.cooldown_s >= 0:
+            raise TilecError(f"--cooldown must be a number of seconds >= 0, got {self.cooldown_s}")
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,8 @@ class Benchable(Protocol):
     def prepare(self) -> Prepared: ...
 
 
-def measure(case: Benchable, settings: Settings, clock: Clock = time.perf_counter) -> Samples:
+def measure(case: Benchable, settings: Settings, clock: Clock = time.perf_counter,
+            sleep: Callable[[float], None] = time.sleep) -> Samples:
     """Run the warm-up and timed pairs of one case; raises whatever the check raises."""
     prepared = case.prepare()
     start = clock()
@@ -85,11 +90,16 @@ def measure(case: Benchable, settings: Settings, clock: Clock = time.perf_counte
         t0 = clock()
         got = prepared.tilec()
         t1 = clock()
-        expected = prepared.baseline()
+        if settings.cooldown_s:
+            sleep(settings.cooldown_s)
         t2 = clock()
+        expected = prepared.baseline()
+        t3 = clock()
+        if settings.cooldown_s:
+            sleep(settings.cooldown_s)
         if check:
             prepared.check(got, expected)
-        return t1 - t0, t2 - t1
+        return t1 - t0, t3 - t2
 
     def affordable(last: tuple[float, float], pairs: int) -> bool:
         """Whether `pairs` more pairs, each as long as `last`, still fit in the case's budget."""
