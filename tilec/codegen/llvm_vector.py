@@ -80,13 +80,30 @@ def _stride(buf: L.Buffer, indices: tuple[L.Expr, ...], var: str) -> int | None:
     return total
 
 
+def _single_store(s: L.Stmt | None) -> L.Store | None:
+    if isinstance(s, L.Seq) and len(s.stmts) == 1:
+        s = s.stmts[0]
+    return s if isinstance(s, L.Store) else None
+
+
 def vectorizable(loop: L.For, buffers: dict[str, L.Buffer]) -> bool:
-    """Whether `loop` (kind vectorized, constant bounds) is within what VectorLoop emits."""
+    """Whether `loop` (kind vectorized, constant bounds) is within what VectorLoop emits.
+
+    An `if` whose condition varies across lanes is allowed around one unit-stride store (a
+    masked store), or as an if/else storing to one place in both arms (a select); every load
+    under such a condition must be unit-stride (a masked load) or from a local buffer, so no
+    lane reads memory its scalar iteration would not have read."""
     if not (isinstance(loop.begin, L.Const) and isinstance(loop.end, L.Const)) or loop.end.value - loop.begin.value < 2:
         return False
     var = loop.var
 
-    def expr_ok(e: L.Expr) -> bool:
+    def expr_ok(e: L.Expr, masked: bool) -> bool:
+        if isinstance(e, L.Load) and masked:
+            buf = buffers.get(e.buffer)
+            if buf is None:
+                return False
+            if buf.scope != "local" and _stride(buf, e.indices, var) != 1:
+                return False  # a uniform or gathered load would run for masked-off lanes too
         if not _varies(e, var):
             return True
         if isinstance(e, L.Bin) and (e.op not in _SAFE_BIN or (e.op == "div" and not is_float(e.dtype))):
@@ -97,19 +114,32 @@ def vectorizable(loop: L.For, buffers: dict[str, L.Buffer]) -> bool:
             return False
         if isinstance(e, L.Cast) and (e.dtype == "bool" or e.a.dtype == "bool"):
             return False  # conversions to and from bool use scalar constants
-        return all(expr_ok(c) for c in _children(e))
+        return all(expr_ok(c, masked) for c in _children(e))
+
+    def store_ok(s: L.Store, masked: bool) -> bool:
+        buf = buffers.get(s.buffer)
+        if buf is None or buf.dtype == "bool" or not expr_ok(s.value, masked):
+            return False
+        stride = _stride(buf, s.indices, var)
+        if masked:
+            return stride == 1 and all(not _varies(i, var) or _coefficient(i, var) is not None for i in s.indices)
+        return stride != 0 or not _varies(s.value, var)  # all lanes into one cell: a reduction
 
     def stmt_ok(s: L.Stmt) -> bool:
         if isinstance(s, L.Seq):
             return all(stmt_ok(x) for x in s.stmts)
         if isinstance(s, L.If):
-            return not _varies(s.cond, var) and stmt_ok(s.then) and (s.orelse is None or stmt_ok(s.orelse))
-        if isinstance(s, L.Store):
-            buf = buffers.get(s.buffer)
-            if buf is None or buf.dtype == "bool" or not expr_ok(s.value):
+            if not _varies(s.cond, var):
+                return stmt_ok(s.then) and (s.orelse is None or stmt_ok(s.orelse))
+            then, orelse = _single_store(s.then), _single_store(s.orelse)
+            if not expr_ok(s.cond, False) or then is None:
                 return False
-            stride = _stride(buf, s.indices, var)
-            return stride != 0 or not _varies(s.value, var)  # all lanes into one cell: a reduction
+            if s.orelse is None:
+                return store_ok(then, True)
+            return (orelse is not None and (orelse.buffer, orelse.indices) == (then.buffer, then.indices)
+                    and store_ok(then, True) and store_ok(orelse, True))
+        if isinstance(s, L.Store):
+            return store_ok(s, False)
         return isinstance(s, L.Barrier)
 
     return stmt_ok(loop.body)
@@ -123,6 +153,7 @@ class VectorLoop:
         self.loop = loop
         self.var = loop.var
         self.begin = int(loop.begin.value)  # type: ignore[union-attr]
+        self.mask: ir.Value | None = None  # inside a lane-varying `if`: the lanes that run
         self.lanes = int(loop.end.value) - self.begin  # type: ignore[union-attr]
 
     @property
@@ -144,10 +175,31 @@ class VectorLoop:
         if isinstance(s, L.Seq):
             for x in s.stmts:
                 self.stmt(x)
-        elif isinstance(s, L.If):  # a uniform condition (vectorizable() checked it)
+        elif isinstance(s, L.If) and not _varies(s.cond, self.var):
             self.em.emit_if(s, self.stmt)
+        elif isinstance(s, L.If):  # a lane mask: vectorizable() allowed only these two shapes
+            self.masked_if(s)
         elif isinstance(s, L.Store):
             self.store(s)
+
+    def masked_if(self, s: L.If) -> None:
+        mask = self.vector(s.cond)
+        then, orelse = _single_store(s.then), _single_store(s.orelse)
+        assert then is not None
+        buf = self.em.buffers[then.buffer]
+        saved = self.mask
+        self.mask = mask
+        value = self.vector(then.value)
+        if orelse is None:
+            ptr = self.vector_pointer(buf, then.indices, value.type)
+            store = declare_masked(self.em.module, "store", value.type)
+            self.b.call(store, [value, ptr, ir.Constant(ir.IntType(32), _align(buf.dtype)), mask])
+        else:
+            self.mask = self.b.not_(mask)
+            other = self.vector(orelse.value)
+            self.b.store(self.b.select(mask, value, other), self.vector_pointer(buf, then.indices, value.type),
+                         align=_align(buf.dtype))
+        self.mask = saved
 
     def store(self, s: L.Store) -> None:
         buf = self.em.buffers[s.buffer]
@@ -252,7 +304,13 @@ class VectorLoop:
             return self.splat(self.em.expr(e))
         if stride == 1:
             vt = ir.VectorType(elem, self.lanes)
-            raw = self.b.load(self.vector_pointer(buf, e.indices, vt), typ=vt, align=_align(buf.dtype))
+            if self.mask is not None and buf.scope != "local":  # lanes outside the mask may be out of bounds
+                load = declare_masked(self.em.module, "load", vt)
+                raw = self.b.call(load, [self.vector_pointer(buf, e.indices, vt),
+                                         ir.Constant(ir.IntType(32), _align(buf.dtype)), self.mask,
+                                         ir.Constant(vt, None)])
+            else:
+                raw = self.b.load(self.vector_pointer(buf, e.indices, vt), typ=vt, align=_align(buf.dtype))
             if buf.dtype == "bool":
                 return self.b.icmp_unsigned("!=", raw, ir.Constant(raw.type, [0] * self.lanes))
             return raw
@@ -272,6 +330,22 @@ class VectorLoop:
         one = self.b.insert_element(ir.Constant(vt, None), x, ir.Constant(ir.IntType(32), 0))
         mask = ir.Constant(ir.VectorType(ir.IntType(32), self.lanes), [0] * self.lanes)
         return self.b.shuffle_vector(one, ir.Constant(vt, None), mask)
+
+
+def declare_masked(module: ir.Module, kind: str, vt: ir.VectorType) -> ir.Function:
+    """llvm.masked.load / llvm.masked.store for vectors of type `vt`."""
+    from tilec.codegen.llvm_ir import _type_suffix
+
+    name = f"llvm.masked.{kind}.{_type_suffix(vt)}.p0"
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    mask_t = ir.VectorType(ir.IntType(1), vt.count)
+    if kind == "load":
+        fnty = ir.FunctionType(vt, [ir.PointerType(vt), ir.IntType(32), mask_t, vt])
+    else:
+        fnty = ir.FunctionType(ir.VoidType(), [vt, ir.PointerType(vt), ir.IntType(32), mask_t])
+    return ir.Function(module, fnty, name)
 
 
 def _align(dtype: str) -> int:

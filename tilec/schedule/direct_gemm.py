@@ -159,8 +159,8 @@ def build_direct(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: G
         acc.name, (v(ii), v(jj)), L.cast(dt, L.const(0))), "vectorized"), "unrolled")
     store_fast = L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr),
                                                           L.Store(dest, out_cell, final), "vectorized"), "unrolled")
-    store_edge = L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr),
-                                                          L.If(inside, L.Store(dest, out_cell, final))))
+    store_edge = L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), L.If(
+        inside, L.Store(dest, out_cell, final)), "vectorized"), "unrolled")  # masked stores
     micro = L.Allocate(acc, L.seq(zero_acc, kernel, L.If(full, store_fast, store_edge)))
 
     def chunk(var: str, total: int, body: L.Stmt) -> L.Stmt:

@@ -274,10 +274,11 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnob
     def to_dest(value: L.Expr) -> L.Stmt:
         return L.Store(dest, out_cell, value)
 
+    # Edge tiles keep the vector loops: the lane-varying `if`s become masked loads and stores.
     load_fast = tile(to_acc(L.Select(first, zero, partial)), True)
-    load_edge = tile(L.If(L.Bin("and", L.Not(first), inside), to_acc(partial), to_acc(zero)), False)
+    load_edge = tile(L.If(L.Bin("and", L.Not(first), inside), to_acc(partial), to_acc(zero)), True)
     store_fast = tile(to_dest(L.Select(last, final, acc_now)), True)
-    store_edge = tile(L.If(inside, to_dest(L.Select(last, final, acc_now))), False)
+    store_edge = tile(L.If(inside, to_dest(L.Select(last, final, acc_now))), True)
     micro = L.Allocate(acc, L.seq(L.If(full, load_fast, load_edge), kernel, L.If(full, store_fast, store_edge)))
 
     rows_here = L.Bin("min", L.const(mc // mr), L.Bin("div", L.add(L.sub(L.const(m), L.mul(v(ic), L.const(mc))),
