@@ -27,7 +27,8 @@ from tilec.ir.affine import INF
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import affine_expr, index_expr
 from tilec.schedule.fusion import Epilogue, epilogue_value
-from tilec.schedule.implicit_gemm import GemmKnobs, GemmPlan, _guarded_store, decompose, plan_threads
+from tilec.schedule.implicit_gemm import (GemmKnobs, GemmPlan, _guarded_store, decompose, plan_threads,
+                                         thread_share, threads_loop)
 from tilec.schedule.rewrite import substitute_expr
 from tilec.target import Target
 
@@ -164,12 +165,10 @@ def build_direct(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: G
     micro = L.Allocate(acc, L.seq(zero_acc, kernel, L.If(full, store_fast, store_edge)))
 
     def chunk(var: str, total: int, body: L.Stmt) -> L.Stmt:
-        per = -(-total // threads)
-        begin = L.mul(v(t), L.const(per))
-        return L.For(var, begin, L.Bin("min", L.const(total), L.add(begin, L.const(per))), body)
+        return thread_share(t, threads, var, total, body)
 
     def thread_loop(body: L.Stmt) -> L.Stmt:
-        return L.For(t, L.const(0), L.const(threads), body, "parallel" if threads > 1 else "serial")
+        return threads_loop(t, threads, body)
 
     if outer_parallel:
         per_outer = L.seq(pack_b, L.For(jr, L.const(0), L.const(panels), L.For(ir, L.const(0), L.const(tiles), micro)))

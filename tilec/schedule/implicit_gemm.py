@@ -162,6 +162,18 @@ def plan_threads(plan: GemmPlan, knobs: GemmKnobs, target: Target, row_units: in
     return outer_parallel, wanted if outer_parallel else max(1, min(wanted, row_units)), n_outer
 
 
+def thread_share(t: str, threads: int, var: str, total: int, body: L.Stmt) -> L.Stmt:
+    """`for var` over thread `t`'s contiguous share of [0, total)."""
+    per = -(-total // threads)
+    begin = L.mul(L.Var(t), L.const(per))
+    return L.For(var, begin, L.Bin("min", L.const(total), L.add(begin, L.const(per))), body)
+
+
+def threads_loop(t: str, threads: int, body: L.Stmt) -> L.Stmt:
+    """`for t` over the threads, a parallel loop when there are several."""
+    return L.For(t, L.const(0), L.const(threads), body, "parallel" if threads > 1 else "serial")
+
+
 def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
@@ -286,13 +298,10 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnob
     block = L.seq(pack_a, L.For(jr, L.const(0), L.const(panels), L.For(ir, L.const(0), rows_here, micro)))
 
     def chunk(var: str, total: int, body: L.Stmt) -> L.Stmt:
-        """`for var` over thread t's contiguous share of [0, total)."""
-        per = -(-total // threads)
-        begin = L.mul(v(t), L.const(per))
-        return L.For(var, begin, L.Bin("min", L.const(total), L.add(begin, L.const(per))), body)
+        return thread_share(t, threads, var, total, body)
 
     def thread_loop(body: L.Stmt) -> L.Stmt:
-        return L.For(t, L.const(0), L.const(threads), body, "parallel" if threads > 1 else "serial")
+        return threads_loop(t, threads, body)
 
     if outer_parallel:
         per_pc = L.seq(pack_b, L.For(ic, L.const(0), L.const(row_blocks), block))
