@@ -27,7 +27,7 @@ from tilec.ir.affine import INF, IntAffine
 from tilec.ir.bounds import BoundAccess, BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.lower import LoweredGroup
 from tilec.schedule.fusion import _readers
-from tilec.schedule.implicit_gemm import decompose
+from tilec.schedule.implicit_gemm import decompose, thread_share, threads_loop
 from tilec.target import Target
 
 Range = tuple[str, int, int]
@@ -290,8 +290,5 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: Attentio
         body = L.Allocate(buf, body)
     items = bh_n * q_blocks
     threads = max(1, min(target.cores, items))
-    per = -(-items // threads)
-    begin = L.mul(v(x), c(per))
-    main = L.For(x, c(0), c(threads), L.For(w, begin, L.Bin("min", c(items), L.add(begin, c(per))), body),
-                 "parallel" if threads > 1 else "serial")
+    main = threads_loop(x, threads, thread_share(x, threads, w, items, body))
     return LoweredGroup(L.seq(prologue, main), (kt,), plan.consumed, plan.elided)
