@@ -13,6 +13,7 @@ from tilec.errors import BindError, CodegenError, ScheduleError, SemanticError, 
 from tilec.frontend import parse
 from tilec.runtime.function import Function
 from tilec.schedule.primitives import Schedule
+from tilec.schedule.templates import TemplateConfig, TemplateSchedule
 from tilec.target import Target
 from tilec.version import __version__
 
@@ -28,5 +29,6 @@ def explain(source: str, shapes: dict[str, Any], dtypes: dict[str, str] | None =
     return Function(source, target, **sizes).explain(shapes, dtypes, stage)
 
 
-__all__ = ["compile", "explain", "parse", "Function", "Schedule", "Target", "TilecError", "TilecWarning", "TileSyntaxError", "SemanticError",
-           "BindError", "ScheduleError", "CodegenError", "__version__"]
+__all__ = ["compile", "explain", "parse", "Function", "Schedule", "TemplateSchedule", "TemplateConfig", "Target",
+           "TilecError", "TilecWarning", "TileSyntaxError", "SemanticError", "BindError", "ScheduleError",
+           "CodegenError", "__version__"]

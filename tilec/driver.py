@@ -25,6 +25,7 @@ from tilec.ir.tensor import Program
 from tilec.ir.verify import verify
 from tilec.runtime import disk_cache
 from tilec.schedule.auto import auto_lower
+from tilec.schedule.templates import TemplateSchedule
 from tilec.schedule.apply import apply_schedule
 from tilec.schedule.primitives import Schedule, schedule_key
 from tilec.target import Target
@@ -54,7 +55,7 @@ class Signature:
     sizes: tuple[tuple[str, int], ...]
 
 
-def cache_key(program: Program, sig: Signature, target: Target, schedule: "Schedule | str | None") -> str:
+def cache_key(program: Program, sig: Signature, target: Target, schedule: "Schedule | TemplateSchedule | str | None") -> str:
     payload = json.dumps([compiler_fingerprint(), str(program), sig.shapes, sig.dtypes, sig.sizes,
                           target.key, schedule_key(schedule)], default=list)
     return hashlib.sha256(payload.encode()).hexdigest()
@@ -87,7 +88,7 @@ class Kernel:
     scratch: list[list[Any]] = field(default_factory=list)
 
 
-def lower_program(program: Program, sig: Signature, schedule: "Schedule | str | None" = None,
+def lower_program(program: Program, sig: Signature, schedule: "Schedule | TemplateSchedule | str | None" = None,
                   target: Target | None = None) -> tuple[BoundProgram, L.PrimFunc]:
     """Bind and lower. A user's Schedule applies to the plain default loop nest (whose loop names it
     refers to); without one, the target's templates (tilec.schedule.auto) pick the loop nests."""
@@ -95,7 +96,7 @@ def lower_program(program: Program, sig: Signature, schedule: "Schedule | str | 
     if isinstance(schedule, Schedule) or target is None:
         func = lower(bound)
     else:
-        func = auto_lower(bound, target)
+        func = auto_lower(bound, target, schedule if isinstance(schedule, TemplateSchedule) else None)
     if options.debug:
         verify(func)
     if isinstance(schedule, Schedule):
@@ -106,7 +107,7 @@ def lower_program(program: Program, sig: Signature, schedule: "Schedule | str | 
 
 
 def build_kernel(program: Program, sig: Signature, target: Target,
-                 schedule: "Schedule | str | None" = None) -> Kernel:
+                 schedule: "Schedule | TemplateSchedule | str | None" = None) -> Kernel:
     bound, func = lower_program(program, sig, schedule, target)
     key = cache_key(program, sig, target, schedule)
     obj = disk_cache.load(key)
@@ -120,7 +121,7 @@ def build_kernel(program: Program, sig: Signature, target: Target,
 
 
 def explain(program: Program, sig: Signature, target: Target, stage: str | None = None,
-            schedule: "Schedule | str | None" = None) -> str:
+            schedule: "Schedule | TemplateSchedule | str | None" = None) -> str:
     """The text of one stage, or of every stage with headers (loop IR and later: after `schedule`)."""
     if stage is not None and stage not in STAGES:
         raise TilecError(f"unknown stage '{stage}'; stages are {', '.join(STAGES)}")

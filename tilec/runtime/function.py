@@ -21,6 +21,7 @@ from tilec.ir.dtypes import check_supported
 from tilec.target import Target, resolve_target
 
 if TYPE_CHECKING:
+    from tilec.schedule.templates import TemplateSchedule
     from tilec.schedule.primitives import Schedule
 
 _KERNELS: dict[str, driver.Kernel] = {}
@@ -43,7 +44,7 @@ class Function:
         self.schedule: "Schedule | str" = "default"
         self._by_signature: dict[tuple, driver.Kernel] = {}
 
-    def with_schedule(self, schedule: "Schedule") -> "Function":
+    def with_schedule(self, schedule: "Schedule | TemplateSchedule") -> "Function":
         """A Function computing the same program with `schedule` applied to its loop IR.
 
         The parsed program is shared; the schedule is copied, so later changes to `schedule`
@@ -51,11 +52,17 @@ class Function:
         first call (or `explain`), when the loop nest they apply to is known.
         """
         from tilec.schedule.primitives import Schedule
+        from tilec.schedule.templates import TemplateSchedule
 
-        if not isinstance(schedule, Schedule):
-            raise TypeError(f"with_schedule takes a tilec.Schedule, got {type(schedule).__name__}")
+        if isinstance(schedule, TemplateSchedule):
+            copied: Any = schedule  # frozen: nothing to copy
+        elif isinstance(schedule, Schedule):
+            copied = Schedule(schedule.primitives)
+        else:
+            raise TypeError(f"with_schedule takes a tilec.Schedule or tilec.TemplateSchedule, got "
+                            f"{type(schedule).__name__}")
         other = copy.copy(self)
-        other.schedule = Schedule(schedule.primitives)
+        other.schedule = copied
         other._by_signature = {}
         return other
 

@@ -16,6 +16,8 @@ from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.lower import LoweredGroup, direct_output_vars, lower, lower_statement
 from tilec.schedule import attention, direct_gemm, implicit_gemm
 from tilec.schedule.fusion import find_epilogue
+from tilec.errors import ScheduleError
+from tilec.schedule.templates import TemplateConfig, TemplateSchedule
 from tilec.target import Target
 
 DIRECT_MAX_PANELS = 4  # column panels up to which reading A in place beats packing it
@@ -24,9 +26,20 @@ DIRECT_MAX_PANELS = 4  # column panels up to which reading A in place beats pack
 PARALLEL_MIN_CELLS = 1 << 15  # output cells below which starting the pool costs more than it saves
 
 
-def auto_lower(bp: BoundProgram, target: Target) -> L.PrimFunc:
+def auto_lower(bp: BoundProgram, target: Target, overrides: "TemplateSchedule | None" = None) -> L.PrimFunc:
+    """Lower with the templates; `overrides` (a TemplateSchedule) fixes the template and knobs
+    of the statements it names, and the heuristic picks the rest."""
+    overrides = overrides or TemplateSchedule()
+    for config in overrides.configs:
+        if not 0 <= config.stmt < len(bp.statements):
+            raise ScheduleError(f"template config for statement {config.stmt}, but the program has "
+                                f"{len(bp.statements)} statement(s)")
+
     def strategy(index: int, program: BoundProgram) -> LoweredGroup | None:
         b = program.statements[index]
+        config = overrides.override(index)
+        if config is not None:
+            return _configured(index, b, program, target, config)
         if isinstance(b, BoundContraction):
             plan = attention.match(index, program)
             if plan is not None:
@@ -39,13 +52,53 @@ def auto_lower(bp: BoundProgram, target: Target) -> L.PrimFunc:
     return lower(bp, strategy=strategy)
 
 
-def _gemm_group(index: int, b: BoundContraction, program: BoundProgram, target: Target) -> LoweredGroup | None:
-    plan = implicit_gemm.match(b)
-    if plan is None or not implicit_gemm.worthwhile(plan, target):
+def _configured(index: int, b: BoundContraction | BoundElementwise, program: BoundProgram, target: Target,
+                config: TemplateConfig) -> LoweredGroup | None:
+    if config.template == "default":
         return None
-    knobs = implicit_gemm.default_knobs(plan, b.dtype, target)
-    if -(-plan.n // knobs.nr) <= DIRECT_MAX_PANELS and direct_gemm.applicable(plan, program):
-        knobs = replace(knobs, pack_a=False)  # each packed A element would serve too few panels
+    where = f"statement {index} ('{b.stmt}')"
+    if config.template == "attention":
+        plan = attention.match(index, program)
+        if plan is None:
+            raise ScheduleError(f"template 'attention' does not apply to {where}: it must start the chain "
+                                f"scores, softmax, times V (see tilec/schedule/attention.py)")
+        return attention.build(plan, program, target, config.knob_record())
+    if not isinstance(b, BoundContraction) or implicit_gemm.match(b) is None:
+        raise ScheduleError(f"template 'implicit_gemm' does not apply to {where}: it needs a sum of products "
+                            f"onto a direct output whose last index only one operand reads")
+    knobs = config.knob_record()
+    _check_gemm_knobs(knobs, where, target, b.dtype)
+    return _gemm_group(index, b, program, target, knobs)
+
+
+def _check_gemm_knobs(knobs: implicit_gemm.GemmKnobs, where: str, target: Target, dtype: str) -> None:
+    lanes = target.vector_bits // (32 if dtype == "float32" else 64)
+    problems = []
+    if knobs.mr < 1 or knobs.nr < 1 or knobs.kc < 1 or knobs.mc < 1:
+        problems.append("every block size must be positive")
+    if knobs.mc % max(1, knobs.mr):
+        problems.append(f"mc ({knobs.mc}) must be a multiple of mr ({knobs.mr})")
+    if knobs.threads < 0:
+        problems.append("threads must be >= 0 (0: one per core)")
+    if problems:
+        raise ScheduleError(f"implicit_gemm knobs {knobs} for {where}: " + "; ".join(problems)
+                            + f" (vector lanes here: {lanes})")
+
+
+def _gemm_group(index: int, b: BoundContraction, program: BoundProgram, target: Target,
+                knobs: implicit_gemm.GemmKnobs | None = None) -> LoweredGroup | None:
+    plan = implicit_gemm.match(b)
+    if plan is None:
+        return None
+    if knobs is None:
+        if not implicit_gemm.worthwhile(plan, target):
+            return None
+        knobs = implicit_gemm.default_knobs(plan, b.dtype, target)
+        if -(-plan.n // knobs.nr) <= DIRECT_MAX_PANELS and direct_gemm.applicable(plan, program):
+            knobs = replace(knobs, pack_a=False)  # each packed A element would serve too few panels
+    elif not knobs.pack_a and not direct_gemm.applicable(plan, program):
+        raise ScheduleError(f"pack_a=False needs A's only guards to be its own bounds (padding); statement "
+                            f"{index} ('{b.stmt}') has others")
     epilogue = find_epilogue(index, program)
     stmt, workspaces = implicit_gemm.build(b, program, plan, knobs, target, epilogue)
     if epilogue is None:

@@ -265,7 +265,7 @@ class Schedule:
         self.append(Tensorize(loop, nest, intrinsic))
 
 
-def schedule_key(schedule: "Schedule | str | None") -> str:
+def schedule_key(schedule: "Schedule | Any | str | None") -> str:
     """The cache-key string of a schedule given as an object, a key string, or None (default)."""
     if schedule is None:
         return "default"
