@@ -379,3 +379,46 @@ def test_random_schedules_with_memory_primitives_compute_the_default(case, seed)
         applied.append(p)
     f = tilec.compile(src)
     assert_matches(f.with_schedule(Schedule(applied))(*inputs), f(*inputs), dtype=np.float32, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------ ComputeAt
+
+COMPUTE_AT_SRC = "function (X[N, K], B[K]) -> (O) { T = exp(X) * 2; O[i: N] = +(T[i, j] * B[j]); }"
+
+
+def _compute_at_inputs():
+    rng = np.random.default_rng(21)
+    return rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal(7).astype(np.float32)
+
+
+def test_compute_at_computes_the_producer_per_row_of_the_consumer():
+    x, b = _compute_at_inputs()
+    s = tilec.Schedule()
+    s.compute_at(0, "i", 1)
+    fn = tilec.compile(COMPUTE_AT_SRC).with_schedule(s)
+    loop = fn.explain({"X": x.shape, "B": b.shape}, stage="loop")
+    assert "T.local" in loop and "T[" not in loop  # one row computed per i, never stored to T
+    np.testing.assert_allclose(fn(x, b), (np.exp(x) * 2) @ b, rtol=1e-5)
+    assert tilec.Schedule.from_json(s.to_json()).to_json() == s.to_json()
+
+
+@pytest.mark.parametrize("args, match", [
+    ((0, "i", 0), "read by nest 1, not by nest 0"),
+    ((0, "zz", 1), "no loop 'zz'"),
+    ((1, "i", 1), "not an elementwise statement"),
+])
+def test_compute_at_refusals(args, match):
+    x, b = _compute_at_inputs()
+    s = tilec.Schedule()
+    s.compute_at(*args)
+    with pytest.raises(tilec.ScheduleError, match=match):
+        tilec.compile(COMPUTE_AT_SRC).with_schedule(s)(x, b)
+
+
+def test_compute_at_an_output_is_refused():
+    src = "function (X[N, K], B[K]) -> (T, O) { T = exp(X) * 2; O[i: N] = +(T[i, j] * B[j]); }"
+    x, b = _compute_at_inputs()
+    s = tilec.Schedule()
+    s.compute_at(0, "i", 1)
+    with pytest.raises(tilec.ScheduleError, match="output"):
+        tilec.compile(src).with_schedule(s)(x, b)

@@ -19,9 +19,10 @@ from tilec.ir import loop as L
 from tilec.schedule.legality import check_parallel
 from tilec.schedule.loops import check_fresh, describe, find_loop, replace_loop
 from tilec.schedule.cache import cache_read, cache_write
+from tilec.schedule.compute_at import compute_at
 from tilec.schedule.inline import compute_inline
 from tilec.schedule.partition import partition
-from tilec.schedule.primitives import (UNROLL_LIMIT, CacheRead, CacheWrite, ComputeInline, Fuse, Parallel, Partition,
+from tilec.schedule.primitives import (UNROLL_LIMIT, CacheRead, CacheWrite, ComputeAt, ComputeInline, Fuse, Parallel, Partition,
                                        Primitive, Reorder, Schedule, Split, Tensorize, Unroll, Vectorize)
 from tilec.schedule.tensorize import tensorize
 from tilec.schedule.rewrite import (constant_extent, extent, floordiv, loops_in, mentions, minimum,
@@ -209,6 +210,6 @@ def _in_nest(rule: Callable[..., L.Stmt]) -> Callable[..., tuple[L.Stmt, ...]]:
 # rules that see the whole function: (primitive, nests, func, outputs) -> nests
 _FUNC_RULES: dict[type, Callable[..., tuple[L.Stmt, ...]]] = {
     CacheWrite: _in_nest(cache_write), CacheRead: _in_nest(cache_read), Partition: _in_nest(partition),
-    Tensorize: _in_nest(tensorize), ComputeInline: compute_inline}
+    Tensorize: _in_nest(tensorize), ComputeInline: compute_inline, ComputeAt: compute_at}
 
 __all__ = ["apply_schedule", "apply_primitive", "split", "reorder", "fuse", "unroll", "vectorize", "parallel"]

@@ -18,6 +18,8 @@ of constant bounds, no access under a condition, and at most LOCAL_LIMIT bytes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from tilec.errors import ScheduleError
@@ -39,7 +41,10 @@ def _taken(func: L.PrimFunc) -> set[str]:
 
 
 def _stage(body: L.Stmt, buffer: str, dtype: str, idxs: list[tuple[L.Expr, ...]], inner: dict[str, L.For],
-           what: str, func: L.PrimFunc, nest: L.Stmt, p: object, write_back: bool) -> L.Stmt:
+           what: str, func: L.PrimFunc, nest: L.Stmt, p: object, write_back: bool,
+           fill: "Callable[[tuple[L.Expr, ...]], L.Expr] | None" = None) -> L.Stmt:
+    """Stage the box of `buffer` read or written in `body` in a local buffer. `fill` gives the value
+    of a cell (its indices into `buffer`) to load in: by default the cell of `buffer` itself."""
     box = box_of(idxs, inner, what)
     nbytes = box.size * _itemsize(dtype)
     if nbytes > LOCAL_LIMIT:
@@ -52,7 +57,8 @@ def _stage(body: L.Stmt, buffer: str, dtype: str, idxs: list[tuple[L.Expr, ...]]
     def cell(t: tuple[L.Expr, ...]) -> tuple[L.Expr, ...]:
         return tuple(L.add(o, x) for o, x in zip(box.origin, t))
 
-    load_in = box_nest(f"{name}.r", box.shape, lambda t: L.Store(name, t, L.Load(buffer, cell(t), dtype)))
+    value = fill or (lambda c: L.Load(buffer, c, dtype))
+    load_in = box_nest(f"{name}.r", box.shape, lambda t: L.Store(name, t, value(cell(t))))
     out = box_nest(f"{name}.w", box.shape, lambda t: L.Store(buffer, cell(t), L.Load(name, t, dtype))) \
         if write_back else None
     staged = redirect(body, buffer, name, box.relative)

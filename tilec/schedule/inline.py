@@ -21,15 +21,16 @@ from tilec.schedule.primitives import ComputeInline
 from tilec.schedule.rewrite import const_value, substitute_expr, walk
 
 
-def compute_inline(p: ComputeInline, nests: tuple[L.Stmt, ...], func: L.PrimFunc,
-                   outputs: "Collection[str] | None") -> tuple[L.Stmt, ...]:
-    what = describe(p)
+def producer(what: str, index: int, nests: tuple[L.Stmt, ...], func: L.PrimFunc,
+             outputs: "Collection[str] | None") -> tuple[L.Store, list[str], int]:
+    """Check nest `index` is an elementwise statement that may be moved into its consumer;
+    returns its store, its loop variables (in index order) and the consumer's nest index."""
     if outputs is None:
         raise ScheduleError(f"{what}: the program's outputs are unknown here (pass outputs= to apply_schedule), "
                             f"and an output must not be inlined")
-    loops, store = _pure_nest(nests[p.nest])
+    loops, store = _pure_nest(nests[index])
     if store is None:
-        raise ScheduleError(f"{what}: nest {p.nest} is not an elementwise statement (one store in a perfect "
+        raise ScheduleError(f"{what}: nest {index} is not an elementwise statement (one store in a perfect "
                             f"loop nest); contractions cannot be inlined")
     t = store.buffer
     if t in outputs:
@@ -42,7 +43,7 @@ def compute_inline(p: ComputeInline, nests: tuple[L.Stmt, ...], func: L.PrimFunc
         const_value(f.begin) == 0 and const_value(f.end) == n and f.kind == "serial"
         for f, n in zip(loops, shape)) and store.indices == tuple(L.Var(f.var) for f in loops)
     if not whole:
-        raise ScheduleError(f"{what}: nest {p.nest} does not store every cell of {t} once in order, at "
+        raise ScheduleError(f"{what}: nest {index} does not store every cell of {t} once in order, at "
                             f"{t}[{', '.join(f.var for f in loops)}] (a contraction, or already scheduled); "
                             f"only a pure elementwise statement can be inlined")
     reads = {n.buffer for n in walk(store.value) if isinstance(n, L.Load)}
@@ -50,7 +51,7 @@ def compute_inline(p: ComputeInline, nests: tuple[L.Stmt, ...], func: L.PrimFunc
         raise ScheduleError(f"{what}: the statement reads {t}, the tensor it writes")
     readers, writers = [], []
     for k, n in enumerate(nests):
-        if k == p.nest:
+        if k == index:
             continue
         if any(isinstance(x, L.Load) and x.buffer == t for x in walk(n)):
             readers.append(k)
@@ -60,19 +61,24 @@ def compute_inline(p: ComputeInline, nests: tuple[L.Stmt, ...], func: L.PrimFunc
         raise ScheduleError(f"{what}: {t} is also written by nest(s) {', '.join(map(str, writers))}; not elementwise")
     if not readers:
         raise ScheduleError(f"{what}: no statement reads {t}; nothing to inline it into")
-    if len(readers) > 1 or readers[0] < p.nest:
+    if len(readers) > 1 or readers[0] < index:
         raise ScheduleError(f"{what}: {t} is read by more than one statement (nests "
                             f"{', '.join(map(str, readers))}); inlining would compute it more than once")
     consumer = readers[0]
-    for k in range(p.nest + 1, consumer + 1):
+    for k in range(index + 1, consumer + 1):
         clobbered = sorted(reads & {x.buffer for x in walk(nests[k]) if isinstance(x, L.Store)})
         if clobbered:
             raise ScheduleError(f"{what}: nest {k} writes {', '.join(clobbered)}, which the statement reads, "
                                 f"before or while its consumer (nest {consumer}) runs")
-    names = [f.var for f in loops]
+    return store, [f.var for f in loops], consumer
+
+
+def compute_inline(p: ComputeInline, nests: tuple[L.Stmt, ...], func: L.PrimFunc,
+                   outputs: "Collection[str] | None") -> tuple[L.Stmt, ...]:
+    store, names, consumer = producer(describe(p), p.nest, nests, func, outputs)
 
     def inline(e: L.Expr) -> L.Expr:
-        if isinstance(e, L.Load) and e.buffer == t:
+        if isinstance(e, L.Load) and e.buffer == store.buffer:
             return substitute_expr(store.value, dict(zip(names, e.indices)))
         return e
 
@@ -88,4 +94,4 @@ def _pure_nest(s: L.Stmt) -> tuple[list[L.For], L.Store | None]:
     return loops, s if isinstance(s, L.Store) else None
 
 
-__all__ = ["compute_inline"]
+__all__ = ["compute_inline", "producer"]

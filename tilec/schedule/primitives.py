@@ -111,6 +111,16 @@ class CacheRead(_Record):
 
 
 @dataclass(frozen=True)
+class ComputeAt(_Record):
+    """Compute the elementwise statement of nest `nest` inside loop `loop` of its consumer (nest
+    `consumer`), for the cells one iteration of that loop reads, and drop the statement."""
+
+    nest: int = 0
+    loop: str = ""
+    consumer: int = 1
+
+
+@dataclass(frozen=True)
 class ComputeInline(_Record):
     """Substitute the elementwise statement of nest `nest` into its single consumer and drop it.
 
@@ -144,10 +154,11 @@ class Tensorize(_Record):
     intrinsic: str = "outer_product"
 
 
-Primitive = Union[Split, Reorder, Fuse, Unroll, Vectorize, Parallel, CacheWrite, CacheRead, ComputeInline,
+Primitive = Union[Split, Reorder, Fuse, Unroll, Vectorize, Parallel, CacheWrite, CacheRead, ComputeAt, ComputeInline,
                   Partition, Tensorize]
 PRIMITIVES: dict[str, type] = {cls.__name__.lower(): cls for cls in (
-    Split, Reorder, Fuse, Unroll, Vectorize, Parallel, CacheWrite, CacheRead, ComputeInline, Partition, Tensorize)}
+    Split, Reorder, Fuse, Unroll, Vectorize, Parallel, CacheWrite, CacheRead, ComputeAt, ComputeInline, Partition,
+    Tensorize)}
 
 
 def primitive_to_json(p: Primitive) -> dict[str, Any]:
@@ -255,6 +266,9 @@ class Schedule:
     def compute_inline(self, nest: int) -> None:
         self.append(ComputeInline(nest))
 
+    def compute_at(self, nest: int, loop: str, consumer: int) -> None:
+        self.append(ComputeAt(nest, loop, consumer))
+
     def partition(self, loop: str, nest: int = 0) -> tuple[str, str, str]:
         """Returns the names of the prologue, interior and epilogue loops."""
         p = Partition(loop, nest)
@@ -274,6 +288,7 @@ def schedule_key(schedule: "Schedule | Any | str | None") -> str:
     return schedule.key()
 
 
-__all__ = ["Split", "Reorder", "Fuse", "Unroll", "Vectorize", "Parallel", "CacheWrite", "CacheRead", "ComputeInline",
+__all__ = ["Split", "Reorder", "Fuse", "Unroll", "Vectorize", "Parallel", "CacheWrite", "CacheRead", "ComputeAt",
+           "ComputeInline",
            "Partition", "Tensorize", "Primitive", "Schedule",
            "primitive_from_json", "primitive_to_json", "schedule_key", "UNROLL_LIMIT"]
