@@ -4,6 +4,9 @@
   (default ``$XDG_CACHE_HOME/tilec`` or ``~/.cache/tilec``); set it to an empty
   string, or set ``tilec.config.options.disk_cache = False``, to disable the disk cache.
 - ``TILEC_DEBUG=1``: run the loop-IR verifier after every pass.
+- ``TILEC_RECORDS``: the tuning-record database (default ``<cache dir>/records.sqlite``);
+  set it to an empty string, or set ``tilec.config.options.use_records = False``, to stop
+  compiled programs from applying the best tuning record.
 """
 
 from __future__ import annotations
@@ -21,11 +24,18 @@ def _default_cache_dir() -> Path | None:
     return Path(base) / "tilec"
 
 
+def _default_records_path() -> Path | None:
+    env = os.environ.get("TILEC_RECORDS")
+    return Path(env) if env else None  # None: <cache_dir>/records.sqlite
+
+
 @dataclass
 class Options:
     cache_dir: Path | None = field(default_factory=_default_cache_dir)
     disk_cache: bool = True
     debug: bool = field(default_factory=lambda: os.environ.get("TILEC_DEBUG", "") not in ("", "0"))
+    records_path: Path | None = field(default_factory=_default_records_path)
+    use_records: bool = field(default_factory=lambda: os.environ.get("TILEC_RECORDS") != "")
 
 
 options = Options()

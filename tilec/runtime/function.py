@@ -9,13 +9,14 @@ from __future__ import annotations
 import copy
 import ctypes
 import threading
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tilec import driver
 from tilec.runtime import memory
-from tilec.errors import BindError
+from tilec.errors import BindError, TilecError, TilecWarning
 from tilec.frontend import parse
 from tilec.ir.dtypes import check_supported
 from tilec.target import Target, resolve_target
@@ -43,6 +44,7 @@ class Function:
         self.outputs: tuple[str, ...] = self.program.outputs
         self.schedule: "Schedule | str" = "default"
         self._by_signature: dict[tuple, driver.Kernel] = {}
+        self._recorded: dict[driver.Signature, "TemplateSchedule | None"] = {}
 
     def with_schedule(self, schedule: "Schedule | TemplateSchedule") -> "Function":
         """A Function computing the same program with `schedule` applied to its loop IR.
@@ -105,11 +107,37 @@ class Function:
         )
 
     def kernel(self, sig: driver.Signature) -> driver.Kernel:
-        """The compiled kernel for one signature (from the process-wide cache when possible)."""
-        key = driver.cache_key(self.program, sig, self.target, self.schedule)
+        """The compiled kernel for one signature (from the process-wide cache when possible).
+
+        Without an explicit schedule, the best tuning records for this signature apply
+        (tilec.autotune.records); if their schedule does not build, a TilecWarning says so and
+        the default schedule compiles instead.
+        """
+        recorded = self._recorded_schedule(sig)
+        if recorded is not None:
+            try:
+                return self._kernel(sig, recorded)
+            except TilecError as err:
+                warnings.warn(f"the schedule of the best tuning records does not build ({err}); "
+                              f"compiling with the default schedule", TilecWarning, stacklevel=2)
+                self._recorded[sig] = None
+        return self._kernel(sig, self.schedule)
+
+    def _recorded_schedule(self, sig: driver.Signature) -> "TemplateSchedule | None":
+        """The best tuning records' schedule when no schedule was given, looked up once per signature."""
+        if not (isinstance(self.schedule, str) and self.schedule == "default"):
+            return None
+        if sig not in self._recorded:
+            from tilec.autotune.records import recorded_schedule
+
+            self._recorded[sig] = recorded_schedule(self.program, sig, self.target)
+        return self._recorded[sig]
+
+    def _kernel(self, sig: driver.Signature, schedule: "Schedule | TemplateSchedule | str") -> driver.Kernel:
+        key = driver.cache_key(self.program, sig, self.target, schedule)
         kernel = _KERNELS.get(key)
         if kernel is None:
-            kernel = driver.build_kernel(self.program, sig, self.target, self.schedule)
+            kernel = driver.build_kernel(self.program, sig, self.target, schedule)
             with _KERNELS_LOCK:
                 kernel = _KERNELS.setdefault(key, kernel)
         return kernel
@@ -131,7 +159,7 @@ class Function:
             dtypes=tuple((n, check_supported(n, np.dtype(dtypes.get(n, "float32")))) for n in self.inputs),
             sizes=tuple(sorted(self.sizes.items())),
         )
-        return driver.explain(self.program, sig, self.target, stage, self.schedule)
+        return driver.explain(self.program, sig, self.target, stage, self._recorded_schedule(sig) or self.schedule)
 
 
 def _as_array(name: str, value: Any) -> np.ndarray:

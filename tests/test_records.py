@@ -1,0 +1,352 @@
+"""Tuning records: the SQLite store, its CLI, and applying the best record at compile time."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import tilec
+import tilec.cli
+from tilec.autotune import records as R
+from tilec.autotune.records import Record, RecordDB, task_key
+from tilec.config import options
+from tilec.driver import compiler_fingerprint
+from tilec.target import host_target
+
+GEMM = "C[i, j: M, N] = +(A[i, k] * B[k, j])"
+SHAPES = {"A": (128, 64), "B": (64, 96)}
+DTYPES = {"A": "float32", "B": "float32"}
+TASK = task_key(str(tilec.parse(GEMM)), SHAPES, DTYPES, 0)
+DISTINCT = {"mr": 4, "nr": 32, "mc": 8, "kc": 16}  # a register block no heuristic picks for this shape
+rng = np.random.default_rng(5)
+
+
+def gemm_config(**knobs: object) -> list[dict]:
+    return [{"stmt": 0, "template": "implicit_gemm", "knobs": knobs}]
+
+
+def rec(time_s: float | None = 1e-3, error: str = "ok", task: str = TASK, target: str | None = None,
+        compiler: str | None = None, trial: int = 0, **knobs: object) -> Record:
+    return Record(task, target or host_target().key, compiler or compiler_fingerprint(),
+                  gemm_config(**(knobs or DISTINCT)), time_s, error, trial=trial, op="gemm", shape="M=128,N=96,K=64")
+
+
+@pytest.fixture
+def db_path(tmp_path, monkeypatch):
+    path = tmp_path / "records.sqlite"
+    monkeypatch.setattr(options, "records_path", path)
+    monkeypatch.setattr(R, "_warned", set())
+    return path
+
+
+# ---------------------------------------------------------------- records and keys
+
+def test_record_json_round_trip_and_validation():
+    r = Record("t", "llvm:x", "c", gemm_config(mr=4), None, "timeout", trial=3, seed=7, created=1.5, op="gemm")
+    assert Record.from_json(json.loads(json.dumps(r.to_json()))) == r
+    for bad, match in [({**r.to_json(), "error": "crash"}, "must be one of"),
+                       ({**r.to_json(), "error": "ok"}, "needs its 'time_s'"),
+                       ({**r.to_json(), "colour": 1}, "unknown field"),
+                       ({k: v for k, v in r.to_json().items() if k != "task"}, "missing field"),
+                       ({**r.to_json(), "schedule": [{"template": "x"}]}, "integer 'stmt'"),
+                       ({**r.to_json(), "time_s": float("nan")}, "finite"),
+                       ({**r.to_json(), "trial": -1}, "non-negative"), ([1], "JSON object")]:
+        with pytest.raises(tilec.TilecError, match=match):
+            Record.from_json(bad)
+
+
+def test_numpy_values_become_plain_json():
+    knobs = {"mr": np.int64(4), "pack_a": np.bool_(True)}
+    schedule = gemm_config(**knobs)
+    r = Record("t", "llvm:x", "c", schedule, np.float64(1e-3), "ok", trial=np.int64(2), seed=np.int32(1))
+    schedule[0]["knobs"]["mr"] = 6  # the record keeps its own copy
+    assert r.schedule == gemm_config(mr=4, pack_a=True) and type(r.trial) is int and type(r.time_s) is float
+    assert Record.from_json(json.loads(json.dumps(r.to_json()))) == r
+    with pytest.raises(tilec.TilecError, match="not plain JSON"):
+        Record("t", "llvm:x", "c", gemm_config(mr=object()), None, "build_error")
+
+
+def test_task_key_is_stable_and_tells_tasks_apart():
+    text = str(tilec.parse(GEMM))
+    assert TASK == task_key(text, dict(reversed(SHAPES.items())), {"A": "f4", "B": np.float32}, 0)
+    assert TASK == task_key(text, tuple(SHAPES.items()), tuple(DTYPES.items()), 0, sizes={})
+    assert len(TASK) == 24 and int(TASK, 16) >= 0
+    others = {task_key(text, {**SHAPES, "A": (128, 65)}, DTYPES, 0), task_key(text, SHAPES, {**DTYPES, "B": "float64"}, 0),
+              task_key(text, SHAPES, DTYPES, 1), task_key(text, SHAPES, DTYPES, 0, sizes={"N": 8}),
+              task_key(text + " ", SHAPES, DTYPES, 0)}
+    assert TASK not in others and len(others) == 5
+
+
+# ---------------------------------------------------------------- the database
+
+def test_add_records_and_best(db_path):
+    fast, slow = rec(1e-3, trial=1), rec(2e-3, trial=2)
+    with RecordDB(db_path) as db:
+        for r in (slow, rec(1e-4, compiler="0.0.1+stale"), rec(1e-4, target="llvm:othercpu:+avx2"),
+                  rec(None, "timeout"), rec(1e-5, "wrong_answer"), fast, rec(1e-6, task="other")):
+            db.add(r)
+        assert len(db.records()) == 7 and len(db.records(TASK)) == 6
+        assert all(time.time() - r.created < 60 for r in db.records())
+        best = db.best(TASK, host_target().key, compiler_fingerprint())
+        assert best is not None and best.trial == 1 and best.schedule == fast.schedule
+        assert db.best(TASK, host_target().key, "0.0.1+stale").compiler == "0.0.1+stale"
+        assert db.best("nothing", host_target().key, compiler_fingerprint()) is None
+
+
+def test_default_path_is_in_the_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(options, "records_path", None)
+    monkeypatch.setattr(options, "cache_dir", tmp_path / "new" / "cache")
+    with RecordDB() as db:
+        assert db.path == tmp_path / "new" / "cache" / "records.sqlite" and db.path.exists()
+        assert db._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    monkeypatch.setattr(options, "cache_dir", None)
+    with pytest.raises(tilec.TilecError, match="TILEC_RECORDS"):
+        RecordDB()
+
+
+def test_records_are_append_only(db_path):
+    with RecordDB(db_path) as db:
+        db.add(rec())
+        db.add(rec())  # a second, later measurement of the same schedule is a second record
+        assert not hasattr(db, "update") and not hasattr(db, "delete")
+    conn = sqlite3.connect(db_path)
+    for statement in ("UPDATE records SET time_s = 0", "DELETE FROM records"):
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            conn.execute(statement)
+    conn.close()
+    with RecordDB(db_path) as db:
+        assert len(db.records()) == 2
+
+
+def test_a_newer_schema_or_a_foreign_file_is_refused(db_path, tmp_path):
+    RecordDB(db_path).close()
+    conn = sqlite3.connect(db_path)
+    conn.execute("INSERT INTO tilec_schema VALUES (?)", (R.SCHEMA_VERSION + 1,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(tilec.TilecError, match="schema version 2, newer than this tilec reads"):
+        RecordDB(db_path)
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database" * 100)
+    with pytest.raises(tilec.TilecError, match="cannot open the tuning records"):
+        RecordDB(junk)
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    from tilec.autotune.records import Record, RecordDB
+    path, name, start, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    with RecordDB(path) as db:
+        if start < 0:  # resume: continue after the last recorded trial
+            start = 1 + max((r.trial for r in db.records("task") if r.target == name), default=-1)
+        for trial in range(start, stop):
+            db.add(Record("task", name, "c", [{"stmt": 0, "template": "default"}], 1.0 + trial, "ok", trial=trial))
+            print(trial, flush=True)
+""")
+
+
+def writer(path, name: str, start: int, stop: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", WRITER, str(path), name, str(start), str(stop)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_concurrent_writers(db_path):
+    procs = [writer(db_path, name, 0, 60) for name in ("llvm:a", "llvm:b")]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    with RecordDB(db_path) as db:
+        records = db.records()
+    for name in ("llvm:a", "llvm:b"):
+        assert sorted(r.trial for r in records if r.target == name) == list(range(60))
+
+
+def test_a_writer_killed_with_sigkill_loses_nothing_committed_and_resumes(db_path):
+    p = writer(db_path, "llvm:a", 0, 10_000)
+    assert p.stdout is not None
+    done = [int(p.stdout.readline()) for _ in range(25)]  # 25 records reported committed
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    with RecordDB(db_path) as db:
+        trials = [r.trial for r in db.records()]
+        assert db._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert trials[:25] == done and trials == list(range(len(trials)))
+    resumed = writer(db_path, "llvm:a", -1, len(trials) + 30)
+    _, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err
+    with RecordDB(db_path) as db:
+        assert [r.trial for r in db.records()] == list(range(len(trials) + 30))
+
+
+# ---------------------------------------------------------------- JSON lines
+
+def test_export_import_round_trip_skips_duplicates(db_path, tmp_path):
+    with RecordDB(db_path) as db:
+        for i in range(3):
+            db.add(rec(1e-3 * (i + 1), trial=i))
+        db.add(rec(None, "build_error", trial=3))
+        assert db.export_jsonl(tmp_path / "out.jsonl") == 4
+        buffer = io.StringIO()
+        assert db.export_jsonl(buffer) == 4 and buffer.getvalue() == (tmp_path / "out.jsonl").read_text()
+        original = db.records()
+    with RecordDB(tmp_path / "copy.sqlite") as copy:
+        assert copy.import_jsonl(tmp_path / "out.jsonl") == 4
+        assert copy.import_jsonl(io.StringIO("\n" + buffer.getvalue() + "\n")) == 0  # duplicates, blank lines
+        assert copy.records() == original
+
+
+@pytest.mark.parametrize("line, match", [
+    ("{not json", "line 2: not JSON"),
+    ('{"task": "t"}', "line 2: not a tuning record: missing field"),
+    (json.dumps({**rec().to_json(), "error": "segfault"}), "line 2: .*must be one of"),
+    ("[1, 2]", "line 2: .*JSON object"),
+])
+def test_import_refuses_malformed_lines_and_adds_nothing(db_path, tmp_path, line, match):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(rec().to_json()) + "\n" + line + "\n")
+    with RecordDB(db_path) as db:
+        with pytest.raises(tilec.TilecError, match=match) as info:
+            db.import_jsonl(path)
+        assert str(path) in str(info.value) and db.records() == []
+
+
+# ---------------------------------------------------------------- CLI
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = tilec.cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cli_list_show_export_import(db_path, tmp_path, capsys, monkeypatch):
+    rc, out, _ = run_cli(capsys, "records", "list")
+    assert rc == 0 and "does not exist" in out and not db_path.exists()
+    with RecordDB(db_path) as db:
+        db.add(rec(2e-3, trial=1))
+        db.add(rec(1e-3, trial=2, mr=4, nr=16, mc=8, kc=16))
+        db.add(rec(None, "timeout", trial=3))
+        db.add(rec(1e-5, task="0" * 24, compiler="stale"))
+    rc, out, _ = run_cli(capsys, "records", "list")
+    header, *rows = out.splitlines()
+    assert rc == 0 and header.split() == ["TASK", "OP", "SHAPE", "TARGET", "TIME", "ERROR", "TRIAL", "AGE"]
+    assert len(rows) == 4 and rows[0].split()[:5] == [TASK, "gemm", "M=128,N=96,K=64", host_target().key.rsplit(":", 1)[0], "2"]
+    assert "timeout" in rows[2] and "+avx" not in out
+    rc, out, _ = run_cli(capsys, "records", "list", "--records", str(db_path), "--task", "000")
+    assert rc == 0 and len(out.splitlines()) == 2
+
+    rc, out, _ = run_cli(capsys, "records", "show", TASK[:8])
+    assert rc == 0 and len(out.split("\n\n")[0].splitlines()) == 4 and "(trial 2)" in out
+    assert json.loads(out[out.index("["):]) == gemm_config(mr=4, nr=16, mc=8, kc=16)
+    rc, out, _ = run_cli(capsys, "records", "show", "0" * 24)
+    assert rc == 0 and "no usable record" in out and "0 failed, 1 stale (another compiler), 0 foreign" in out
+    rc, _, err = run_cli(capsys, "records", "show", "fff")
+    assert rc == 1 and err.startswith("tilec: error: no records of task fff")
+
+    rc, out, err = run_cli(capsys, "records", "export", "-")
+    assert rc == 0 and len(out.splitlines()) == 4 and "exported 4" in err
+    exported = out
+    assert run_cli(capsys, "records", "export", str(tmp_path / "x.jsonl"))[0] == 0
+    copy = str(tmp_path / "copy.sqlite")
+    rc, _, err = run_cli(capsys, "records", "import", str(tmp_path / "x.jsonl"), "--records", copy)
+    assert rc == 0 and "imported 4 new" in err
+    monkeypatch.setattr(sys, "stdin", io.StringIO(exported))
+    rc, _, err = run_cli(capsys, "records", "import", "-", "--records", copy)
+    assert rc == 0 and "imported 0 new" in err
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"task": 1}\n'))
+    rc, _, err = run_cli(capsys, "records", "import", "-", "--records", copy)
+    assert rc == 1 and err.startswith("tilec: error: <input>, line 1: not a tuning record")  # (sys.stdin says <stdin>)
+
+
+def test_cli_reports_a_missing_database(tmp_path, capsys):
+    rc, _, err = run_cli(capsys, "records", "export", "-", "--records", str(tmp_path / "none.sqlite"))
+    assert rc == 1 and "no tuning records at" in err
+
+
+# ---------------------------------------------------------------- applying the best record
+
+def gemm_inputs() -> tuple[np.ndarray, np.ndarray]:
+    return rng.standard_normal(SHAPES["A"]).astype(np.float32), rng.standard_normal(SHAPES["B"]).astype(np.float32)
+
+
+def loop_ir(fn: tilec.Function = None) -> str:
+    return (fn or tilec.compile(GEMM)).explain(SHAPES, stage="loop")
+
+
+def test_the_best_record_is_applied(db_path):
+    assert "C.acc: float32[4, 32]" not in loop_ir()
+    with RecordDB(db_path) as db:
+        db.add(rec(2e-3, mr=2, nr=16, mc=8, kc=16))
+        db.add(rec(1e-3))
+    assert "C.acc: float32[4, 32]" in loop_ir()
+    fn = tilec.compile(GEMM)
+    a, b = gemm_inputs()
+    np.testing.assert_allclose(fn(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    assert "C.acc: float32[4, 32]" not in loop_ir(fn.with_schedule(tilec.TemplateSchedule()))  # explicit wins
+    options.use_records = False
+    try:
+        assert "C.acc: float32[4, 32]" not in loop_ir()
+    finally:
+        options.use_records = True
+
+
+def test_stale_foreign_and_failed_records_are_never_applied(db_path):
+    with RecordDB(db_path) as db:
+        db.add(rec(1e-3, compiler="0.0.1+stale"))
+        db.add(rec(1e-3, target="llvm:othercpu:+avx2"))
+        db.add(rec(None, "runtime_error"))
+        db.add(rec(1e-3, task=task_key(str(tilec.parse(GEMM)), SHAPES, {**DTYPES, "A": "float64"}, 0)))
+    assert "C.acc: float32[4, 32]" not in loop_ir()
+
+
+def test_the_lookup_is_one_query_per_statement_per_signature(db_path, monkeypatch):
+    with RecordDB(db_path) as db:
+        db.add(rec())
+    calls = []
+    original = RecordDB.best
+    monkeypatch.setattr(RecordDB, "best", lambda self, *a: calls.append(a) or original(self, *a))
+    src = "function (A[M, K], B[K, N]) -> (O) { C[i, j: M, N] = +(A[i, k] * B[k, j]); O = relu(C); }"
+    fn = tilec.compile(src)
+    a, b = gemm_inputs()
+    for _ in range(3):
+        np.testing.assert_allclose(fn(a, b), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+    fn.explain(SHAPES)
+    assert len(calls) == 2  # two statements, one signature
+    fn(a[:64], b)
+    assert len(calls) == 4
+
+
+@pytest.mark.parametrize("schedule, match", [
+    (gemm_config(mr=4, nr=32, mc=10), "multiple of mr"),
+    ([{"stmt": 0, "template": "from_the_future", "knobs": {}}], "unknown template"),
+    (gemm_config(warp=4), "no knob"),
+    ([{"stmt": 1, "template": "default"}], "no config for statement 0"),
+])
+def test_a_record_that_does_not_build_is_skipped_with_a_warning(db_path, schedule, match):
+    with RecordDB(db_path) as db:
+        db.add(Record(TASK, host_target().key, compiler_fingerprint(), schedule, 1e-3, "ok", trial=9))
+    a, b = gemm_inputs()
+    with pytest.warns(tilec.TilecWarning, match=f"trial 9.*does not build and is skipped.*{match}"):
+        out = tilec.compile(GEMM)(a, b)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_an_unreadable_database_warns_once_and_compiles_the_default(db_path):
+    db_path.write_bytes(b"garbage" * 1000)
+    a, b = gemm_inputs()
+    with pytest.warns(tilec.TilecWarning, match="cannot open the tuning records") as caught:
+        np.testing.assert_allclose(tilec.compile(GEMM)(a, b), a @ b, rtol=1e-4, atol=1e-4)
+        tilec.compile(GEMM)(a, b)
+    assert len([w for w in caught if "tuning records" in str(w.message)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tilec.compile(GEMM)(a, b)
