@@ -77,3 +77,11 @@ def test_implicit_gemm_on_a_statement_that_is_not_a_gemm():
     src = "function (A[N, K]) -> (O) { O[i: N] = >(A[i, j]); }"
     with pytest.raises(tilec.ScheduleError, match="sum of products"):
         tilec.compile(src).with_schedule(TemplateSchedule((config(0, "implicit_gemm"),)))(np.ones((4, 4), np.float32))
+
+
+@pytest.mark.parametrize("knobs", [dict(bq=6, bk=20), dict(bq=0, bk=64), dict(bk=8)])
+def test_bad_attention_knobs_are_schedule_errors(knobs):
+    q = np.ones((1, 1, 8, 4), np.float32)
+    schedule = TemplateSchedule((config(0, "attention", **knobs),))
+    with pytest.raises(tilec.ScheduleError, match="multiple of"):
+        tilec.compile(attention_source({"D": 4}, False)).with_schedule(schedule)(q, q, q)

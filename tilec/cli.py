@@ -1,5 +1,5 @@
 """The `tilec` command line: `tilec explain SRC --shape A=64x32 [--stage tensor|loop|llvm|...]`
-and `tilec bench [OP] [--shape M=1024,N=1024,K=1024] [--json]`.
+and `tilec bench [OP] [--shape M=1024,N=1024,K=1024] [--json]`, and `tilec records {list,show,export,import}`.
 
 Errors print one clear message on stderr (no traceback) and exit with status 1.
 """
@@ -10,10 +10,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from tilec.driver import STAGES
 from tilec.errors import TilecError
+
+if TYPE_CHECKING:
+    from tilec.autotune.task import Task
+    from tilec.autotune.records import Record, RecordDB
 
 
 def _parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -140,6 +144,205 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench.set_defaults(run=cmd_bench)
 
 
+def cmd_records(args: argparse.Namespace) -> int:
+    from tilec.autotune.records import RecordDB, default_path
+
+    path = Path(args.records) if args.records else default_path()
+    if args.action == "import":
+        with RecordDB(path) as db:
+            added = db.import_jsonl(sys.stdin if args.file == "-" else args.file)
+        print(f"imported {added} new record(s) into {path}", file=sys.stderr)
+        return 0
+    if not path.exists():
+        if args.action == "list":
+            print(f"no tuning records: {path} does not exist")
+            return 0
+        raise TilecError(f"no tuning records at {path}; give the database with --records PATH")
+    with RecordDB(path) as db:
+        if args.action == "export":
+            count = db.export_jsonl(sys.stdout if args.file == "-" else args.file)
+            print(f"exported {count} record(s) from {path}", file=sys.stderr)
+        elif args.action == "list":
+            records = [r for r in db.records() if args.task is None or r.task.startswith(args.task)]
+            print(_records_table(records) if records else f"no tuning records in {path}")
+        else:
+            _show_task(db, args.key, args.target)
+    return 0
+
+
+def _show_task(db: "RecordDB", key: str, target_name: str) -> None:
+    import json
+
+    from tilec.driver import compiler_fingerprint
+    from tilec.target import resolve_target
+
+    tasks = sorted({r.task for r in db.records() if r.task.startswith(key)})
+    if len(tasks) != 1:
+        raise TilecError(f"no records of task {key} in {db.path}; `tilec records list` shows the tasks" if not tasks
+                         else f"task prefix {key} is ambiguous: {', '.join(tasks)}")
+    records = db.records(tasks[0])
+    print(_records_table(records))
+    target, compiler = resolve_target(target_name), compiler_fingerprint()
+    best = db.best(tasks[0], target.key, compiler)
+    if best is None:
+        foreign = sum(r.target != target.key for r in records)
+        stale = sum(r.target == target.key and r.compiler != compiler for r in records)
+        print(f"\nno usable record for {_short_target(target.key)} and compiler {compiler}: "
+              f"{len(records) - foreign - stale} failed, {stale} stale (another compiler), "
+              f"{foreign} foreign (another target)")
+    else:
+        print(f"\nbest for {_short_target(target.key)}, compiler {compiler}: {_format_time(best.time_s)} "
+              f"(trial {best.trial})\n{json.dumps(best.schedule, indent=2, sort_keys=True)}")
+
+
+def _records_table(records: "list[Record]") -> str:
+    import time
+
+    now = time.time()
+    rows = [("TASK", "OP", "SHAPE", "TARGET", "TIME", "ERROR", "TRIAL", "AGE")]
+    rows += [(r.task, r.op or "-", r.shape or "-", _short_target(r.target), _format_time(r.time_s), r.error,
+              str(r.trial), _format_age(now - r.created)) for r in records]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _short_target(key: str) -> str:
+    return ":".join(key.split(":")[:2])  # name and CPU, without the feature string
+
+
+def _format_time(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.4g} ms"
+
+
+def _format_age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{max(0, int(seconds))}s"
+
+
+def _add_records_parser(sub: argparse._SubParsersAction) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--records", metavar="PATH",
+                        help="the tuning-record database (default: $TILEC_RECORDS, else records.sqlite in tilec's "
+                             "cache directory)")
+    records = sub.add_parser("records", help="list, show, export and import tuning records",
+                             description="The tuning records that `tilec tune` writes and `tilec.compile` applies.")
+    actions = records.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", parents=[common], help="a table of the records")
+    listing.add_argument("--task", metavar="KEY", help="only the records of this task (a key or its prefix)")
+    show = actions.add_parser("show", parents=[common], help="every record of one task and its best schedule")
+    show.add_argument("key", help="the task key (or a unique prefix), as `tilec records list` shows it")
+    show.add_argument("--target", default="llvm", help="the target whose best record to show (default: llvm)")
+    export = actions.add_parser("export", parents=[common], help="write every record as JSON lines")
+    export.add_argument("file", help="the output file, or - for stdout")
+    imports = actions.add_parser("import", parents=[common], help="add the records of a JSON-lines file")
+    imports.add_argument("file", help="the input file, or - for stdin")
+    records.set_defaults(run=cmd_records)
+
+
+def _tune_task(args: argparse.Namespace) -> "tuple[Task, str, str]":
+    """(task, op name, shape text) for `tilec tune OP|FILE [--shape ...]`."""
+    import numpy as np
+
+    from tilec.autotune.task import tasks_for
+    from tilec.bench import ops
+    from tilec.frontend import parse
+    from tilec.target import host_target
+
+    if args.op in ops.OP_NAMES:
+        op = ops.get_op(args.op)
+        sizes = ops.parse_shape(op, args.shape[0]) if args.shape else dict(op.cases[0])
+        source = op.source(sizes)
+        arrays = op.make_inputs(sizes, "float32", np.random.default_rng(0))
+        shapes = {n: a.shape for n, a in zip(parse(source).input_names, arrays)}
+        op_name, shape_text = args.op, ops.format_shape(sizes)
+    else:
+        source = _read_source(args.op)
+        shapes = dict(_parse_shape(s) for s in args.shape)
+        op_name, shape_text = Path(args.op).stem if "\n" not in args.op else "tile", \
+            ",".join(f"{n}={'x'.join(map(str, d))}" for n, d in shapes.items())
+    tasks = tasks_for(source, shapes, target=host_target(), label=f"{op_name} {shape_text}")
+    if not tasks:
+        raise TilecError(f"nothing to tune in {op_name}: no statement matches a tunable template "
+                         f"(implicit_gemm: a sum of products; attention: the softmax(QK^T)V chain)")
+    return tasks[args.stmt if args.stmt is not None else 0], op_name, shape_text
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from tilec.autotune.measure import LocalMeasurer, MeasureOptions
+    from tilec.autotune.records import RecordDB
+    from tilec.autotune.tuner import Progress, default_time, describe, tune
+
+    if args.target == "cuda":
+        raise TilecError("--target cuda: this machine has no CUDA GPU that tilec can use (this build of tilec "
+                         "compiles for the host CPU only); tune with --target llvm")
+    if args.target not in ("llvm", "cpu", "host"):
+        raise TilecError(f"--target {args.target}: known targets are llvm and cuda")
+    task, op_name, shape_text = _tune_task(args)
+    started = time.monotonic()
+
+    def show(p: Progress) -> None:
+        best = "-" if p.best_s is None else f"{p.best_s * 1e3:.3f} ms"
+        eta = "-" if p.eta_s is None else f"{p.eta_s:.0f} s"
+        sys.stderr.write(f"\r\033[Ktune {task.label}: {p.measured}/{p.total} measured, best {best}, ETA {eta}")
+        sys.stderr.flush()
+
+    with RecordDB(args.records) as db, LocalMeasurer(MeasureOptions(timeout_s=args.timeout)) as measurer:
+        best = tune(task, args.trials, measurer, db, seed=args.seed, progress=show, op=op_name, shape=shape_text)
+        sys.stderr.write("\n")
+        if best is None:
+            raise TilecError(f"every candidate of {task.label} failed; see `tilec records show {task.key}`")
+        base = default_time(task, db) or measurer.default_time
+        summary = {"task": task.key, "label": task.label, **describe(best, base),
+                   "wall_s": round(time.monotonic() - started, 1)}
+    print(json.dumps(summary))
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from tilec.autotune.records import RecordDB
+    from tilec.autotune.tuner import best_so_far, plot
+
+    if not Path(args.records).exists():
+        raise TilecError(f"no tuning records at {args.records}")
+    with RecordDB(args.records) as db:
+        keys = sorted({r.task for r in db.records() if r.task.startswith(args.task)})
+        if len(keys) != 1:
+            raise TilecError(f"--task {args.task} matches {len(keys)} tasks in {args.records}; give a unique prefix "
+                             f"of a key that `tilec records list` shows")
+        records = db.records(keys[0])
+    plot({keys[0][:12]: best_so_far(records)}, args.out, title=f"{records[0].op} {records[0].shape}".strip())
+    print(args.out)
+    return 0
+
+
+def _add_tune_parsers(sub: argparse._SubParsersAction) -> None:
+    tune = sub.add_parser("tune", help="autotune an op's template knobs and record the best schedule",
+                          description="Search the template knobs of an op (or of the first tunable statement of "
+                                      "a .tile file), measuring each candidate in a separate process, and append "
+                                      "every measurement to the tuning records.")
+    tune.add_argument("op", metavar="OP|FILE", help="gemm, conv2d, attention, ... or a Tile file")
+    tune.add_argument("--shape", action="append", default=[], metavar="SHAPE",
+                      help="an op's sizes as in `tilec bench` (M=1024,N=1024,K=1024; default: its first "
+                           "acceptance case), or for a file each input's NAME=DIMS (repeat)")
+    tune.add_argument("--trials", type=int, default=64, help="candidates to measure (default 64)")
+    tune.add_argument("--records", default=None, metavar="PATH", help="the record database (default: the cache's)")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--stmt", type=int, default=None, help="which tunable statement (default: the first)")
+    tune.add_argument("--timeout", type=float, default=20.0, help="seconds per candidate before it is killed")
+    tune.add_argument("--target", default="llvm", help="llvm (the host CPU, default) or cuda")
+    tune.set_defaults(run=cmd_tune)
+    plot = sub.add_parser("plot", help="plot best-so-far time versus trials of a tuning run (PNG)")
+    plot.add_argument("records", metavar="RECORDS", help="the record database")
+    plot.add_argument("--task", required=True, help="the task key or a unique prefix")
+    plot.add_argument("--out", required=True, metavar="FILE.png")
+    plot.set_defaults(run=cmd_plot)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tilec", description="The tilec tensor-expression compiler.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -157,6 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--target", default="llvm", help="compilation target (default: llvm, the host CPU)")
     explain.set_defaults(run=cmd_explain)
     _add_bench_parser(sub)
+    _add_records_parser(sub)
+    _add_tune_parsers(sub)
     return parser
 
 

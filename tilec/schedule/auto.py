@@ -62,7 +62,11 @@ def _configured(index: int, b: BoundContraction | BoundElementwise, program: Bou
         if plan is None:
             raise ScheduleError(f"template 'attention' does not apply to {where}: it must start the chain "
                                 f"scores, softmax, times V (see tilec/schedule/attention.py)")
-        return attention.build(plan, program, target, config.knob_record())
+        knobs = config.knob_record()
+        if knobs.bq < 1 or knobs.bk < attention.LANES or knobs.bk % attention.LANES:
+            raise ScheduleError(f"attention knobs {knobs} for {where}: bq must be >= 1 and bk a positive multiple "
+                                f"of {attention.LANES}")
+        return attention.build(plan, program, target, knobs)
     if not isinstance(b, BoundContraction) or implicit_gemm.match(b) is None:
         raise ScheduleError(f"template 'implicit_gemm' does not apply to {where}: it needs a sum of products "
                             f"onto a direct output whose last index only one operand reads")

@@ -1,0 +1,218 @@
+"""The autotuner's parts, each alone: space, features, cost model, search, measurement, tuner."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import pytest
+
+from tilec.autotune.features import Featurizer
+from tilec.autotune.measure import FakeMeasurer, LocalMeasurer, MeasureOptions, synthetic_cost
+from tilec.autotune.records import RecordDB
+from tilec.autotune.search import ModelSearch, RandomSearch
+from tilec.autotune.space import Constraint, Knob, Space, SpaceTooLarge, space_for
+from tilec.autotune.task import Task, tasks_for
+from tilec.autotune.tuner import best_so_far, tune
+from tilec.bench.ops import attention_source, gemm_source
+
+pytest.importorskip("xgboost")
+from tilec.autotune.model import CostModel  # noqa: E402
+
+
+def gemm_task(m: int = 256, n: int = 256, k: int = 256) -> Task:
+    return tasks_for(gemm_source({}), {"A": (m, k), "B": (k, n)}, label=f"gemm {m}x{n}x{k}")[0]
+
+
+@pytest.fixture(scope="module")
+def task() -> Task:
+    return gemm_task()
+
+
+@pytest.fixture(scope="module")
+def space(task: Task) -> Any:
+    return space_for(task)
+
+
+# ------------------------------------------------------------------ task and space
+
+
+def test_tasks_for_finds_templates() -> None:
+    (attn,) = tasks_for(attention_source(dict(D=16)), {"Q": (1, 2, 32, 16), "K": (1, 2, 32, 16),
+                                                       "V": (1, 2, 32, 16)})
+    assert attn.template == "attention" and attn.stmt == 0
+    (g,) = tasks_for(gemm_source({}), {"A": (64, 32), "B": (32, 48)})
+    assert g.template == "implicit_gemm" and (g.plan.m, g.plan.n, g.plan.k) == (64, 48, 32)
+    assert g.schedule(g.default_config()).configs[0].template == "implicit_gemm"
+
+
+def test_space_round_trips_and_holds_the_default(task: Task, space: Space) -> None:
+    assert len(space) > 100
+    for i in list(range(0, len(space), 97)) + [len(space) - 1]:
+        assert space.index(space.config(i)) == i
+    assert space.index(task.default_config()) is not None
+    assert space_for(task).config(5) == space.config(5)  # deterministic
+    assert all(j != 5 and space.index(space.config(j)) == j for j in space.neighbours(5))
+
+
+def test_space_constraints_give_reasons(task: Task, space: Space) -> None:
+    good = space.config(0)
+    assert space.reason(good) is None
+    assert "multiple of mr" in str(space.reason(dict(good, mr=4, mc=6)))
+    assert "vector registers" in str(space.reason(dict(good, mr=14, nr=task.target.vector_bits // 8)))
+    assert space.index(dict(good, mr=4, mc=6)) is None
+    assert space.rejections["mc_multiple"] > 0
+
+
+def test_space_size_cap_is_actionable() -> None:
+    with pytest.raises(SpaceTooLarge, match="drop choices from the largest knob"):
+        Space((Knob("a", tuple(range(100))), Knob("b", tuple(range(100)))), max_points=1000)
+    small = Space((Knob("a", (1, 2, 3)),), (Constraint("odd", lambda c: None if c["a"] % 2 else "even"),))
+    assert len(small) == 2 and small.reason({"a": 2}) == "odd: even"
+
+
+# ------------------------------------------------------------------ features and model
+
+
+def test_features_fixed_length_and_finite(task: Task, space: Space) -> None:
+    for with_ir in (False, True):
+        f = Featurizer(task, with_ir=with_ir)
+        X = f.matrix([space.config(i) for i in range(0, len(space), 50)])  # noqa: N806
+        assert X.shape[1] == len(f.names) and np.isfinite(X).all()
+    attn = tasks_for(attention_source(dict(D=16)), {n: (1, 2, 32, 16) for n in "QKV"})[0]
+    fa = Featurizer(attn, with_ir=True)
+    assert fa(attn.default_config()).shape == (len(fa.names),)
+
+
+def test_model_ranks_and_saves_json(tmp_path: Path, task: Task, space: Space) -> None:
+    f = Featurizer(task)
+    configs = [space.config(i) for i in range(0, len(space), 40)]
+    X, y = f.matrix(configs), [synthetic_cost(c) for c in configs]  # noqa: N806
+    model = CostModel(seed=0)
+    assert not model.predict(X).any()  # untrained: no opinion
+    model.fit(X, y)
+    score = model.predict(X)
+    ranks = [np.argsort(np.argsort(v)) for v in (score, -np.asarray(y))]
+    assert np.corrcoef(*ranks)[0, 1] > 0.8  # higher score = faster (Spearman)
+    path = tmp_path / "model.json"
+    model.save(path)
+    json.loads(path.read_text())  # XGBoost JSON, not a pickle
+    assert np.allclose(CostModel.load(path).predict(X), score)
+    transfer = CostModel(seed=0)
+    transfer.add_prior(X, y)
+    transfer.fit(X[:0], [])
+    assert transfer.trained
+
+
+# ------------------------------------------------------------------ search and tuner (fake measurer)
+
+
+def _run(search: RandomSearch, batches: int, n: int = 8) -> list[int]:
+    seen: list[int] = []
+    for _ in range(batches):
+        batch = search.next_batch(n)
+        seen += batch
+        search.update([(i, synthetic_cost(search.space.config(i))) for i in batch])
+    return seen
+
+
+def test_search_is_reproducible_and_never_repeats(task: Task, space: Space) -> None:
+    def make(seed: int) -> ModelSearch:
+        return ModelSearch(space, Featurizer(task), CostModel(seed), seed=seed, first=[3])
+
+    a, b = _run(make(1), 4), _run(make(1), 4)
+    assert a == b and len(set(a)) == len(a) == 32 and a[0] == 3
+    assert _run(make(2), 4) != a
+    r = _run(RandomSearch(space, seed=1), 4)
+    assert r == _run(RandomSearch(space, seed=1), 4) and len(set(r)) == 32
+
+
+def test_search_stops_early() -> None:
+    flat = Space((Knob("x", tuple(range(50))),))
+    s = RandomSearch(flat, seed=0, patience=2)
+    s.update([(0, 1.0)])
+    for _ in range(2):
+        s.update([(i, 2.0) for i in s.next_batch(4)])
+    assert s.done
+
+
+def test_tuner_finds_the_synthetic_optimum_and_resumes(tmp_path: Path) -> None:
+    t = gemm_task(64, 64, 64)
+    space = space_for(t)
+    optimum = min(synthetic_cost(space.config(i)) for i in range(len(space)))
+    db = RecordDB(tmp_path / "r.sqlite")
+    fake = FakeMeasurer(faults={"build_error": lambda c: c["mr"] == 3, "timeout": lambda c: c["mr"] == 10})
+    best = tune(t, 96, fake, db, seed=0)
+    assert best is not None and best.time_s == pytest.approx(optimum)
+    assert len(db.records(t.key)) == 96 == len({json.dumps(c, sort_keys=True) for c in fake.calls})
+    assert {r.error for r in db.records(t.key)} >= {"ok"}
+    assert fake.calls[0] == t.default_config()
+    # a rerun with more trials measures only the new ones
+    again = FakeMeasurer()
+    tune(t, 104, again, db, seed=0)
+    assert len(again.calls) == 8 and len(db.records(t.key)) == 104
+    assert best_so_far(db.records(t.key))[-1] == pytest.approx(optimum)
+
+
+# ------------------------------------------------------------------ real measurement
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultyTask(Task):
+    """A test-only task whose candidate with a given mr segfaults, hangs or computes garbage."""
+
+    faults: tuple[tuple[int, str], ...] = ()
+
+    def build(self, config: Mapping[str, Any] | None) -> Callable[[list[np.ndarray]], Any]:
+        fault = dict(self.faults).get(config["mr"]) if config is not None else None
+        call = super().build(config)
+        if fault == "segfault":
+            return lambda arrays: ctypes.string_at(0)
+        if fault == "hang":
+            return lambda arrays: time.sleep(3600)
+        if fault == "wrong":
+            return lambda arrays: call(arrays) + 1.0
+        if fault == "raise":
+            raise RuntimeError("injected build failure")
+        return call
+
+
+def test_local_measurer_catches_faults() -> None:
+    base = gemm_task(64, 48, 32)
+    t = FaultyTask(**{f.name: getattr(base, f.name) for f in dataclasses.fields(Task)},
+                   faults=((1, "segfault"), (2, "hang"), (3, "wrong"), (4, "raise")))
+    good = t.default_config()
+    configs = [dict(good, mr=mr, mc=mr * 4, pack_a=True) for mr in (1, 2, 3, 4)] + [good]
+    with LocalMeasurer(MeasureOptions(timeout_s=3.0, repeats=2, min_repeat_s=0.001)) as m:
+        results = m.measure(t, configs)
+    assert [r.error for r in results] == ["runtime_error", "timeout", "wrong_answer", "build_error", "ok"]
+    assert results[-1].time_s is not None and results[-1].time_s > 0
+    assert "signal" in results[0].message and "injected" in results[3].message
+
+
+def test_real_tiny_gemm_tuning_end_to_end(tmp_path: Path) -> None:
+    t = gemm_task(96, 80, 64)
+    db = RecordDB(tmp_path / "records.sqlite")
+    seen = []
+    with LocalMeasurer(MeasureOptions(repeats=2, min_repeat_s=0.001)) as m:
+        best = tune(t, 4, m, db, seed=0, batch_size=2, progress=seen.append)
+    records = db.records(t.key)
+    assert best is not None and best.error == "ok" and len(records) == 4
+    assert [p.measured for p in seen] == [1, 2, 3, 4]
+    assert all(r.error == "ok" for r in records)
+    from tilec.cli import main
+
+    assert main(["plot", str(tmp_path / "records.sqlite"), "--task", t.key[:8], "--out", str(tmp_path / "c.png")]) == 0
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_tune_cuda_without_gpu_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from tilec.cli import main
+
+    assert main(["tune", "gemm", "--target", "cuda"]) == 1
+    assert "no CUDA GPU" in capsys.readouterr().err

@@ -1,0 +1,229 @@
+"""Measurement: build and time candidates away from the tuner process, with typed errors.
+
+`LocalMeasurer` keeps one worker process (multiprocessing, spawn context) per task: it makes
+the inputs and the reference output (the default schedule's) once, then for each candidate
+compiles it, runs it once, compares with the reference, and times it (warm-up, then the median
+of `repeats` timed runs, each long enough for the clock). A candidate that hangs is killed
+after `timeout_s` ("timeout"); one that kills the worker (a segfault) is "runtime_error", or
+"build_error" if it died while compiling; an exception while compiling is "build_error"; a
+result off the reference is "wrong_answer". A dead worker is replaced for the next candidate.
+
+`FakeMeasurer` is a deterministic synthetic cost of the knobs, for testing tuner logic without
+compiling anything; it can inject every error kind.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from tilec.autotune.task import Config, Task
+from tilec.errors import TilecError
+
+ERRORS = ("ok", "build_error", "timeout", "runtime_error", "wrong_answer")
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    config: Config
+    time_s: float | None  # seconds per call, None unless error == "ok"
+    error: str = "ok"
+    message: str = ""
+
+
+class Measurer(Protocol):
+    def measure(self, task: Task, configs: Sequence[Config]) -> list[MeasureResult]: ...
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    timeout_s: float = 20.0  # per candidate: compile, check and time
+    startup_timeout_s: float = 120.0  # the worker's start: imports, inputs, the reference
+    repeats: int = 5
+    min_repeat_s: float = 0.01  # each timed repeat calls the kernel enough times to last this long
+    rtol: float = 1e-3
+    seed: int = 0  # of the inputs
+
+
+# ---------------------------------------------------------------- the worker process
+
+
+def _time(call: Callable[[], Any], opts: MeasureOptions) -> float:
+    start = time.perf_counter()
+    call()  # warm-up (the checked call before it was the first)
+    once = max(time.perf_counter() - start, 1e-7)
+    number = max(1, math.ceil(opts.min_repeat_s / once))
+    samples = []
+    for _ in range(opts.repeats):
+        start = time.perf_counter()
+        for _ in range(number):
+            call()
+        samples.append((time.perf_counter() - start) / number)
+    return statistics.median(samples)
+
+
+def _outputs(value: Any) -> list[np.ndarray]:
+    return [np.asarray(v) for v in value] if isinstance(value, (tuple, list)) else [np.asarray(value)]
+
+
+def _mismatch(got: list[np.ndarray], expected: list[np.ndarray], rtol: float) -> str | None:
+    for k, (g, e) in enumerate(zip(got, expected)):
+        if g.shape != e.shape:
+            return f"output {k} has shape {g.shape}, the default schedule's {e.shape}"
+        scale = float(np.max(np.abs(e))) if e.size else 0.0
+        bad = ~np.isclose(g, e, rtol=rtol, atol=rtol * max(scale, 1e-6))
+        if bad.any():
+            first = tuple(int(i) for i in np.argwhere(bad)[0])
+            return (f"output {k} differs from the default schedule's at {int(bad.sum())} of {bad.size} elements; "
+                    f"first at {first}: {g[first]!r} vs {e[first]!r}")
+    return None
+
+
+def _worker(conn: Any, task: Task, opts: MeasureOptions) -> None:
+    inputs = task.make_inputs(opts.seed)
+    reference = task.build(None)
+    expected = _outputs(reference(inputs))
+    default_time = _time(lambda: reference(inputs), opts)
+    conn.send(("ready", default_time, ""))
+    while True:
+        config = conn.recv()
+        if config is None:
+            return
+        try:
+            fn = task.build(config)
+        except Exception as err:  # noqa: BLE001 - any failure to build is the candidate's
+            conn.send(("build_error", None, f"{type(err).__name__}: {err}"))
+            continue
+        conn.send(("built", None, ""))
+        try:
+            why = _mismatch(_outputs(fn(inputs)), expected, opts.rtol)
+            if why is not None:
+                conn.send(("wrong_answer", None, why))
+                continue
+            conn.send(("ok", _time(lambda: fn(inputs), opts), ""))  # noqa: B023 - called at once
+        except Exception as err:  # noqa: BLE001
+            conn.send(("runtime_error", None, f"{type(err).__name__}: {err}"))
+
+
+# ---------------------------------------------------------------- the tuner's side
+
+
+@dataclass
+class LocalMeasurer:
+    options: MeasureOptions = field(default_factory=MeasureOptions)
+    default_time: float | None = None  # of the current task's default schedule, measured by the worker
+    _proc: Any = None
+    _conn: Any = None
+    _task: Task | None = None
+
+    def measure(self, task: Task, configs: Sequence[Config]) -> list[MeasureResult]:
+        return [self._one(task, dict(c)) for c in configs]
+
+    def close(self) -> None:
+        if self._proc is not None:
+            try:
+                self._conn.send(None)
+            except (OSError, ValueError):
+                pass
+            self._proc.join(2.0)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join()
+        if self._conn is not None:
+            self._conn.close()
+        self._proc = self._conn = self._task = None
+
+    def __enter__(self) -> "LocalMeasurer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self, task: Task) -> None:
+        self.close()
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_worker, args=(child, task, self.options), daemon=True,
+                                 name="tilec-measure")
+        self._proc.start()
+        child.close()
+        self._conn, self._task = parent, task
+        kind, value, _ = self._receive(self.options.startup_timeout_s)
+        if kind != "ready":
+            self.close()
+            raise TilecError(f"cannot measure {task.label or 'the task'}: the default schedule fails in the "
+                             f"measurement process ({kind}: {value})")
+        self.default_time = value
+
+    def _receive(self, timeout: float) -> tuple[str, Any, str]:
+        """The worker's next message, or ("timeout"|"died", ...) after killing/reaping it."""
+        if self._conn.poll(timeout):
+            try:
+                return self._conn.recv()
+            except (EOFError, OSError):
+                pass
+        else:
+            self._proc.kill()
+            self._proc.join()
+            return ("timeout", None, f"killed after {timeout:.3g} s")
+        self._proc.join()
+        code = self._proc.exitcode or 0
+        signal = f"signal {-code}" if code < 0 else f"exit status {code}"
+        return ("died", None, f"the measurement process died ({signal})")
+
+    def _one(self, task: Task, config: Config) -> MeasureResult:
+        if self._proc is None or self._task != task:
+            self._start(task)
+        self._conn.send(config)
+        deadline = time.monotonic() + self.options.timeout_s
+        kind, value, message = self._receive(self.options.timeout_s)
+        if kind == "died":
+            self.close()
+            return MeasureResult(config, None, "build_error", message + " while compiling")
+        if kind == "timeout":
+            self.close()
+            return MeasureResult(config, None, "timeout", message)
+        if kind == "built":
+            kind, value, message = self._receive(max(0.1, deadline - time.monotonic()))
+            if kind in ("died", "timeout"):
+                self.close()
+                return MeasureResult(config, None, "runtime_error" if kind == "died" else "timeout", message)
+        return MeasureResult(config, value if kind == "ok" else None, kind, message)
+
+
+# ---------------------------------------------------------------- for tests
+
+
+def synthetic_cost(config: Mapping[str, Any]) -> float:
+    """Seconds: smooth in the log of each block size, with its optimum at mr=4, nr=32, kc=256,
+    mc=96 (GEMM) or bq=4, bk=64 (attention); reading A in place costs 10% more."""
+    best = {"mr": 4, "nr": 32, "kc": 256, "mc": 96, "bq": 4, "bk": 64}
+    cost = 1e-3
+    for name, target in best.items():
+        if name in config:
+            cost *= 1 + 0.15 * (math.log2(config[name]) - math.log2(target)) ** 2
+    return cost * (1.1 if config.get("pack_a") is False else 1.0)
+
+
+@dataclass
+class FakeMeasurer:
+    """`faults`: error kind -> predicate on configs; a matching config fails with that kind."""
+
+    cost: Callable[[Mapping[str, Any]], float] = synthetic_cost
+    faults: Mapping[str, Callable[[Mapping[str, Any]], bool]] = field(default_factory=dict)
+    calls: list[Config] = field(default_factory=list)
+
+    def measure(self, task: Task, configs: Sequence[Config]) -> list[MeasureResult]:
+        out = []
+        for c in configs:
+            self.calls.append(dict(c))
+            kind = next((k for k, hit in self.faults.items() if hit(c)), None)
+            out.append(MeasureResult(dict(c), None, kind, f"injected {kind}") if kind is not None
+                       else MeasureResult(dict(c), self.cost(c)))
+        return out

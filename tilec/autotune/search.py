@@ -1,0 +1,143 @@
+"""Search over a Space's indices: batches of candidates to measure (`next_batch(n)`) and the
+measurements coming back (`update(results)`).
+
+`ModelSearch` runs simulated annealing over the cost model's predictions (chains started from
+the best measured points and from random ones, one-knob moves, a cooling temperature), takes the
+best-predicted unmeasured points, and fills a share of each batch with random points
+(exploration, and the model's only view of regions it scores low). `RandomSearch` is the
+baseline the model must beat. Both never propose a point twice, stop early when the best time
+has not improved for `patience` batches, and are reproducible for a fixed seed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from tilec.autotune.features import Featurizer
+from tilec.autotune.model import CostModel
+from tilec.autotune.space import Space
+
+Result = tuple[int, "float | None"]  # (space index, seconds or None for a failure)
+
+
+class Search(Protocol):
+    def next_batch(self, n: int) -> list[int]: ...
+
+    def update(self, results: Sequence[Result]) -> None: ...
+
+    @property
+    def done(self) -> bool: ...
+
+
+class RandomSearch:
+    def __init__(self, space: Space, seed: int = 0, patience: int = 0, first: Sequence[int] = ()) -> None:
+        self.space = space
+        self.rng = np.random.default_rng(seed)
+        self.patience = patience  # 0: never stop early
+        self.first = [i for i in first]
+        self.measured: dict[int, float | None] = {}
+        self.proposed: set[int] = set()
+        self.best_time = math.inf
+        self.stale = 0
+
+    # ------------------------------------------------------------ bookkeeping
+    @property
+    def done(self) -> bool:
+        return len(self.proposed) >= len(self.space) or (self.patience > 0 and self.stale >= self.patience)
+
+    @property
+    def best_index(self) -> int | None:
+        ok = [(t, i) for i, t in self.measured.items() if t is not None]
+        return min(ok)[1] if ok else None
+
+    def update(self, results: Sequence[Result]) -> None:
+        improved = False
+        for index, time_s in results:
+            self.proposed.add(index)
+            self.measured[index] = time_s
+            if time_s is not None and time_s < self.best_time:
+                improved = True
+                self.best_time = time_s
+        self.stale = 0 if improved else self.stale + 1
+        self._refit()
+
+    def _refit(self) -> None:
+        pass
+
+    # ------------------------------------------------------------ proposing
+    def _random(self, k: int, taken: set[int]) -> list[int]:
+        out: list[int] = []
+        free = len(self.space) - len(self.proposed) - len(taken)
+        if free <= 4 * k:  # nearly exhausted: enumerate what is left
+            left = [i for i in range(len(self.space)) if i not in self.proposed and i not in taken]
+            return [left[j] for j in self.rng.permutation(len(left))[:k]]
+        while len(out) < k:
+            i = int(self.rng.integers(len(self.space)))
+            if i not in self.proposed and i not in taken:
+                taken.add(i)
+                out.append(i)
+        return out
+
+    def _firsts(self, n: int) -> list[int]:
+        out: list[int] = []
+        while self.first and len(out) < n:
+            i = self.first.pop(0)
+            if i not in self.proposed and i not in out:
+                out.append(i)
+        return out
+
+    def next_batch(self, n: int) -> list[int]:
+        batch = self._firsts(n)
+        batch += self._random(n - len(batch), set(batch))
+        self.proposed.update(batch)
+        return batch
+
+
+class ModelSearch(RandomSearch):
+    def __init__(self, space: Space, featurizer: Featurizer, model: CostModel, seed: int = 0, patience: int = 0,
+                 first: Sequence[int] = (), explore: float = 0.2, chains: int = 48, steps: int = 30) -> None:
+        super().__init__(space, seed, patience, first)
+        self.featurizer = featurizer
+        self.model = model
+        self.explore = explore
+        self.chains = chains
+        self.steps = steps
+
+    def _scores(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        return self.model.predict(self.featurizer.matrix([self.space.config(i) for i in indices]))
+
+    def _refit(self) -> None:
+        items = sorted(self.measured.items())
+        self.model.fit(self.featurizer.matrix([self.space.config(i) for i, _ in items]), [t for _, t in items])
+
+    def _anneal(self, k: int, taken: set[int]) -> list[int]:
+        """The k best-predicted unproposed points that annealing chains visit."""
+        ranked = sorted((t, i) for i, t in self.measured.items() if t is not None)
+        starts = [i for _, i in ranked[: self.chains // 2]]
+        starts += [int(self.rng.integers(len(self.space))) for _ in range(self.chains - len(starts))]
+        current = np.array(starts)
+        score = self._scores(current)
+        seen: dict[int, float] = {int(i): float(s) for i, s in zip(current, score)}
+        spread = float(np.std(score)) or 1.0
+        for step in range(self.steps):
+            temperature = spread * (1.0 - step / self.steps) + 1e-6
+            proposal = np.array([self.space.random_neighbour(int(i), self.rng) for i in current])
+            new = self._scores(proposal)
+            seen.update((int(i), float(s)) for i, s in zip(proposal, new))
+            accept = self.rng.random(len(current)) < np.exp(np.minimum(0.0, (new - score) / temperature))
+            current = np.where(accept, proposal, current)
+            score = np.where(accept, new, score)
+        fresh = sorted(((-s, i) for i, s in seen.items() if i not in self.proposed and i not in taken))
+        return [i for _, i in fresh[:k]]
+
+    def next_batch(self, n: int) -> list[int]:
+        batch = self._firsts(n)
+        if self.model.trained and len(batch) < n:
+            n_model = n - len(batch) - int(round(self.explore * n))
+            batch += self._anneal(max(0, n_model), set(batch))
+        batch += self._random(n - len(batch), set(batch))
+        self.proposed.update(batch)
+        return batch
