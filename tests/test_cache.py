@@ -108,3 +108,10 @@ print("survived")
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "survived" in result.stdout, result.stderr
+
+
+def test_fingerprint_covers_kernel_code_only():
+    from pathlib import Path
+    root = Path(driver.__file__).parent
+    assert (root / "cli.py").exists() and "cli.py" not in driver.KERNEL_CODE
+    assert all((root / part).exists() for part in driver.KERNEL_CODE)

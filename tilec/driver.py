@@ -34,15 +34,24 @@ from tilec.version import __version__
 STAGES = ("tensor", "loop", "llvm-raw", "llvm", "asm")
 
 
+# What decides the machine code of a kernel: everything a source edit there must invalidate.
+# Tools around the compiler (cli, bench, autotune, demo) are left out, so editing them keeps
+# cached kernels and tuning records valid.
+KERNEL_CODE = ("frontend", "ir", "schedule", "codegen", "runtime", "driver.py", "target.py", "version.py")
+
+
 @functools.lru_cache(maxsize=1)
 def compiler_fingerprint() -> str:
-    """The version plus a hash of tilec's own source, so edited compilers never reuse stale kernels."""
+    """The version plus a hash of the source that shapes kernels, so an edited compiler never
+    reuses stale kernels or trusts stale tuning records."""
     h = hashlib.sha256(__version__.encode())
     root = Path(__file__).parent
-    for path in sorted(root.rglob("*")):
-        if path.suffix in (".py", ".lark"):
-            h.update(path.relative_to(root).as_posix().encode())
-            h.update(path.read_bytes())
+    for part in KERNEL_CODE:
+        paths = sorted((root / part).rglob("*")) if (root / part).is_dir() else [root / part]
+        for path in paths:
+            if path.suffix in (".py", ".lark"):
+                h.update(path.relative_to(root).as_posix().encode())
+                h.update(path.read_bytes())
     return f"{__version__}+{h.hexdigest()[:16]}"
 
 
