@@ -216,3 +216,26 @@ def test_tune_cuda_without_gpu_is_a_clear_error(capsys: pytest.CaptureFixture[st
 
     assert main(["tune", "gemm", "--target", "cuda"]) == 1
     assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_experiment_caches_measurements_and_counts_trials_to_target():
+    from tilec.autotune.experiment import CachedMeasurer, trials_to_reach
+
+    (task,) = tasks_for(gemm_source({}), {"A": (64, 64), "B": (64, 64)}, {"A": "float32", "B": "float32"})
+    inner = FakeMeasurer()
+    calls: list[int] = []
+    original = inner.measure
+
+    def counting(task_: Any, configs: Any) -> Any:
+        calls.append(len(configs))
+        return original(task_, configs)
+
+    inner.measure = counting  # type: ignore[method-assign]
+    cached = CachedMeasurer(inner)
+    space = space_for(task)
+    configs = [space.config(i) for i in range(min(4, len(space)))]
+    first = cached.measure(task, configs)
+    again = cached.measure(task, configs[::-1])
+    assert calls == [len(configs), 0] or calls == [len(configs)]
+    assert [r.time_s for r in again] == [r.time_s for r in first][::-1]
+    assert trials_to_reach([5.0, 4.0, 3.0, 3.0], 3.5) == 3 and trials_to_reach([5.0], 1.0) is None
