@@ -293,3 +293,10 @@ def test_cooldown_idles_after_each_call_outside_the_timed_spans():
                               clock, sleep)
     assert naps == [0.5] * (2 * (1 + 3))  # after both calls of every pair
     assert all(abs(t - 0.002) < 1e-12 for t in samples.tilec) and all(abs(b - 0.004) < 1e-12 for b in samples.baseline)
+
+
+def test_bench_records_flag_refuses_a_missing_file(tmp_path, capsys):
+    from tilec.cli import main
+
+    code = main(["bench", "gemm", "--quick", "--records", str(tmp_path / "nope.sqlite")])
+    assert code == 1 and "no such file" in capsys.readouterr().err

@@ -89,7 +89,14 @@ def _reexec_with_quiet_baselines(argv: Sequence[str]) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from tilec.bench import harness, ops
+    from tilec.config import options
     from tilec.target import resolve_target
+
+    if args.records is not None:  # compile with the best schedules these records hold
+        if not Path(args.records).is_file():
+            raise TilecError(f"--records {args.records}: no such file (tune first: tilec tune OP --records "
+                             f"{args.records})")
+        options.records_path, options.use_records = Path(args.records), True
 
     cases = ops.select_cases(args.op, args.shape, causal=args.causal, quick=args.quick,
                              dtype=args.dtype, target=args.target)
@@ -137,6 +144,8 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--budget", type=float, default=30.0, metavar="SECONDS",
                        help="per case: after the first warm-up and timed pair, run more pairs only while "
                             "the case stays within this many seconds (default 30)")
+    bench.add_argument("--records", default=None, metavar="PATH",
+                       help="benchmark the best kernels these tuning records hold (default: tilec's records file)")
     bench.add_argument("--cooldown", type=float, default=0.02, metavar="SECONDS",
                        help="idle time after every call, both sides, so that one library's idle threads are "
                             "quiet before the other runs (default 0.02)")
