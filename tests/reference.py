@@ -135,3 +135,18 @@ def int_floor_div(a, b):
     b = np.asarray(b)
     safe = np.where(b == 0, 1, b)
     return np.where(b == 0, 0, a // safe).astype(np.result_type(a, b))
+
+
+# ------------------------------------------------------------------ shared Tile programs
+
+MATMUL = "C[i, j: M, N] = +(A[i, k] * B[k, j])"
+CONV_NHWC_SAME = ("function (I[N, H, W, C], K[KH, KW, C, F]) -> (O) { O[n, x, y, f: N, H, W, F] = "
+                  "+(I[n, x + i - 1, y + j - 1, c] * K[i, j, c, f]); }")
+SOFTMAX = """
+function (X[N, C]) -> (O) {
+    M[i, 0: N, 1] = >(X[i, j]);
+    E = exp(X - M);
+    S[i, 0: N, 1] = +(E[i, j]);
+    O = E / S;
+}
+"""

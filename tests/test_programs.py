@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tilec
-from reference import assert_matches, int_floor_div, randn, rng, sigmoid, softmax_rows, uniform
+from reference import SOFTMAX, assert_matches, int_floor_div, randn, rng, sigmoid, softmax_rows, uniform
 
 
 def call_by_name(f, **arrays):
@@ -17,14 +17,6 @@ def call_by_name(f, **arrays):
 
 # --------------------------------------------------------------------------- whole programs
 
-SOFTMAX = """
-function (X[N, C]) -> (O) {
-    M[i, 0: N, 1] = >(X[i, j]);
-    E = exp(X - M);
-    S[i, 0: N, 1] = +(E[i, j]);
-    O = E / S;
-}
-"""
 
 
 def test_softmax():

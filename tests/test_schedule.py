@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilec
-from reference import assert_matches, conv2d_nhwc, randn, rng, softmax_rows
+from reference import CONV_NHWC_SAME, MATMUL, SOFTMAX, assert_matches, conv2d_nhwc, randn, rng, softmax_rows
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.bounds import bind
@@ -22,17 +22,7 @@ from tilec.schedule.primitives import (Fuse, Parallel, Reorder, Schedule, Split,
                                        primitive_from_json)
 from tilec.schedule.rewrite import loops_in
 
-MATMUL = "C[i, j: M, N] = +(A[i, k] * B[k, j])"
-CONV = "function (I[N, H, W, C], K[KH, KW, C, F]) -> (O) { O[n, x, y, f: N, H, W, F] = " \
-       "+(I[n, x + i - 1, y + j - 1, c] * K[i, j, c, f]); }"
-SOFTMAX = """
-function (X[N, C]) -> (O) {
-    M[i, 0: N, 1] = >(X[i, j]);
-    E = exp(X - M);
-    S[i, 0: N, 1] = +(E[i, j]);
-    O = E / S;
-}
-"""
+CONV = CONV_NHWC_SAME
 
 
 def _lowered(src: str, shapes: dict) -> L.PrimFunc:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilec
-from reference import assert_matches, conv2d_nhwc, randn, rng, softmax_rows
+from reference import CONV_NHWC_SAME, MATMUL, SOFTMAX, assert_matches, conv2d_nhwc, randn, rng, softmax_rows
 from tilec import driver
 from tilec.codegen.llvm_ir import emit_module
 from tilec.codegen.llvm_jit import emit_object, load_object, optimise
@@ -28,20 +28,10 @@ from tilec.schedule.primitives import (CacheRead, CacheWrite, ComputeInline, Fus
 from tilec.schedule.rewrite import loops_in
 from tilec.target import host_target
 
-MATMUL = "C[i, j: M, N] = +(A[i, k] * B[k, j])"
 # One row more than the product fills: the default lowering scatters, so the update nest (1)
 # is the perfect nest i, j, k a register-blocked GEMM starts from.
 SCATTER_MATMUL = "function (A[M, K], B[K, N]) -> (C) { C[i, j: M + 1, N] = +(A[i, k] * B[k, j]); }"
-CONV = "function (I[N, H, W, C], K[KH, KW, C, F]) -> (O) { O[n, x, y, f: N, H, W, F] = " \
-       "+(I[n, x + i - 1, y + j - 1, c] * K[i, j, c, f]); }"
-SOFTMAX = """
-function (X[N, C]) -> (O) {
-    M[i, 0: N, 1] = >(X[i, j]);
-    E = exp(X - M);
-    S[i, 0: N, 1] = +(E[i, j]);
-    O = E / S;
-}
-"""
+CONV = CONV_NHWC_SAME
 CHAIN = "function (A[N, C], B[N, C]) -> (O, P) { T = A * 2 + 1; U = tanh(T) * B; O = U - A; P = B * 3; }"
 
 

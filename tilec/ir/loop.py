@@ -8,6 +8,8 @@ are frozen dataclasses with tuple children; `str(node)` prints readable pseudo-c
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Union
 
@@ -23,10 +25,7 @@ class Buffer:
 
     @property
     def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 # ---------------------------------------------------------------- expressions

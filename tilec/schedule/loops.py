@@ -5,6 +5,8 @@ of accesses touches inside a loop (what `CacheWrite` and `CacheRead` allocate).
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace
 from typing import Any, Callable, Iterable
 
@@ -106,10 +108,7 @@ class Box:
 
     @property
     def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 def box_of(accesses: list[tuple[L.Expr, ...]], inner: dict[str, L.For], what: str) -> Box:
