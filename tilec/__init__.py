@@ -16,6 +16,7 @@ from tilec.schedule.primitives import Schedule
 from tilec.schedule.templates import TemplateConfig, TemplateSchedule
 from tilec.target import Target
 from tilec.version import __version__
+from tilec.autodiff import grad
 
 
 def compile(source: str, target: "str | Target" = "llvm", **sizes: int) -> Function:  # noqa: A001
@@ -29,6 +30,6 @@ def explain(source: str, shapes: dict[str, Any], dtypes: dict[str, str] | None =
     return Function(source, target, **sizes).explain(shapes, dtypes, stage)
 
 
-__all__ = ["compile", "explain", "parse", "Function", "Schedule", "TemplateSchedule", "TemplateConfig", "Target",
+__all__ = ["compile", "explain", "grad", "parse", "Function", "Schedule", "TemplateSchedule", "TemplateConfig", "Target",
            "TilecError", "TilecWarning", "TileSyntaxError", "SemanticError", "BindError", "ScheduleError",
            "CodegenError", "__version__"]

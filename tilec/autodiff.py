@@ -1,0 +1,428 @@
+"""Reverse-mode automatic differentiation: a Tile program in, its gradient program out.
+
+`derive(program, wrt)` needs a checked tensor-IR program; it returns a program whose inputs
+are the forward inputs followed by one output gradient ``D<Output>`` per forward output and
+whose outputs are ``D<Name>`` for each name in `wrt`. The derived program recomputes the
+forward statements first, then runs the backward statements (PlaidML's rules):
+
+- ``O[o] = +(A[a] * B[b])`` gives ``DA[a: dims(A)] = +(DO[o] * B[b])`` with the constraints
+  carried over (the operand's index polynomials become the left-hand side);
+- ``>`` / ``<`` give ``DI[i: dims(I)] = +(I[i] == O[o] ? DO[o])``: tied maxima all receive the
+  gradient, as in PlaidML;
+- elementwise statements follow the chain rule; broadcasting is undone by a contraction that
+  sums over the broadcast dimensions, ``DX[x: XD] = +(G[x + XD*k])`` (``k`` runs over the
+  broadcast dimension only when ``XD`` is 1), and several uses of a tensor are added up;
+- ``*`` aggregation and max/min over a combination of several tensors are refused
+  ("not differentiable: ..."); ``==`` combinations and comparisons have zero gradient.
+
+Every tensor needs a symbolic shape: inputs declared without dims get fresh size symbols
+(``A_D0``, ...; their rank is read from a contraction access), and a contraction whose output
+sizes cannot be read from its operands must state them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from tilec.errors import TilecError
+from tilec.frontend import parse
+from tilec.ir.tensor import (Access, Contraction, EBinary, ECall, ECompare, EConst, EExpr, Elementwise, ESelect,
+                             ETensor, EUnary, IBin, IConst, IExpr, INeg, ISize, IVar, Program, Statement,
+                             TensorParam, eexpr_tensors, iexpr_names)
+from tilec.runtime.function import Function
+from tilec.target import Target
+
+Shape = tuple[IExpr, ...]
+_ONE = IConst(1)
+
+
+def derive(program: Program, wrt: Sequence[str]) -> Program:
+    """The gradient program of `program` with respect to the inputs named in `wrt`."""
+    return _Deriver(program).run(list(wrt))
+
+
+def _names(program: Program) -> set[str]:
+    used = set(program.input_names) | set(program.outputs)
+    exprs: list[IExpr] = [d for p in program.params for d in (p.dims or ())]
+    for st in program.statements:
+        used.add(st.output)
+        if isinstance(st, Elementwise):
+            used.update(eexpr_tensors(st.expr))
+            continue
+        used.update(a.tensor for a in st.operands)
+        exprs += list(st.indices) + list(st.sizes or ()) + [i for a in st.operands for i in a.indices]
+        exprs += [e for c in st.constraints for e in (c.poly, c.bound)]
+        if st.default is not None:
+            used.add(st.default)
+    for e in exprs:
+        idx, sizes = iexpr_names(e)
+        used |= idx | sizes
+    return used
+
+
+def _add(terms: list[EExpr]) -> EExpr:
+    total = terms[0]
+    for t in terms[1:]:
+        total = EBinary("+", total, t)
+    return total
+
+
+class _Deriver:
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.used = _names(program)
+        self.subst: dict[str, IExpr] = {}  # fresh size symbol -> what it was unified with
+        self.fresh_sizes: set[str] = set()
+        self.shapes: dict[str, Shape] = {}
+        self.backward: list[Statement] = []
+        self.contribs: dict[str, list[str]] = {}
+        self.ones: dict[str, str] = {}
+        self.needs: set[str] = set()
+
+    # ------------------------------------------------------------ names and shapes
+
+    def fresh(self, base: str) -> str:
+        name, n = base, 0
+        while name in self.used:
+            n += 1
+            name = f"{base}_{n}"
+        self.used.add(name)
+        return name
+
+    def resolve(self, e: IExpr) -> IExpr:
+        if isinstance(e, ISize) and e.name in self.subst:
+            return self.resolve(self.subst[e.name])
+        if isinstance(e, IBin):
+            return IBin(e.op, self.resolve(e.a), self.resolve(e.b))
+        if isinstance(e, INeg):
+            return INeg(self.resolve(e.a))
+        return e
+
+    def shape(self, name: str) -> Shape:
+        return tuple(self.resolve(d) for d in self.shapes[name])
+
+    def unify(self, dims: Iterable[IExpr], what: str) -> IExpr:
+        """One dimension of several tensors that must agree (or be 1, when `what` is broadcasting)."""
+        found: list[IExpr] = []
+        for d in dims:
+            d = self.resolve(d)
+            if d != _ONE and d not in found:
+                found.append(d)
+        if not found:
+            return _ONE
+        fixed = [d for d in found if not (isinstance(d, ISize) and d.name in self.fresh_sizes)]
+        if len(fixed) > 1:
+            names = " and ".join(str(f.name) if isinstance(f, ISize) else repr(f) for f in fixed)
+            raise TilecError(f"grad: cannot tell the shape of {what}: its sizes {names} may differ; "
+                             f"use one size symbol for dimensions that must agree")
+        rep = fixed[0] if fixed else found[0]
+        for d in found:
+            if d != rep and isinstance(d, ISize):
+                self.subst[d.name] = rep
+        return rep
+
+    def broadcast(self, shapes: list[Shape], what: str) -> Shape:
+        rank = max((len(s) for s in shapes), default=0)
+        dims = []
+        for k in range(rank):
+            column = [s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0]
+            dims.append(self.unify(column, what))
+        return tuple(dims)
+
+    def eshape(self, e: EExpr, what: str) -> Shape:
+        if isinstance(e, ETensor):
+            return self.shape(e.name)
+        if isinstance(e, EConst):
+            return ()
+        if isinstance(e, EUnary):
+            return self.eshape(e.a, what)
+        if isinstance(e, (EBinary, ECompare)):
+            return self.broadcast([self.eshape(e.a, what), self.eshape(e.b, what)], what)
+        if isinstance(e, ESelect):
+            return self.broadcast([self.eshape(x, what) for x in (e.cond, e.a, e.b)], what)
+        return self.broadcast([self.eshape(a, what) for a in e.args], what)
+
+    def infer_shapes(self) -> tuple[TensorParam, ...]:
+        params = []
+        for p in self.program.params:
+            dims = p.dims
+            if dims is None:
+                rank = next((len(a.indices) for st in self.program.statements if isinstance(st, Contraction)
+                             for a in st.operands if a.tensor == p.name), None)
+                if rank is None:
+                    raise TilecError(f"grad: cannot tell the rank of input '{p.name}'; declare its dims, "
+                                     f"e.g. function ({p.name}[N, M]) -> (...) {{ ... }}")
+                dims = tuple(ISize(self.fresh(f"{p.name}_D{k}")) for k in range(rank))
+                self.fresh_sizes |= {d.name for d in dims if isinstance(d, ISize)}
+            self.shapes[p.name] = dims
+            params.append(p.name)
+        for st in self.program.statements:
+            if st.output in self.shapes:
+                raise TilecError(f"grad: tensor '{st.output}' is assigned more than once")
+            if isinstance(st, Elementwise):
+                self.shapes[st.output] = self.eshape(st.expr, f"'{st.output}'")
+            elif st.sizes is not None:
+                self.shapes[st.output] = st.sizes
+            else:
+                self.shapes[st.output] = tuple(self.contraction_dim(st, i) for i in st.indices)
+        return tuple(self.param(name, self.shape(name)) for name in params)
+
+    def param(self, name: str, shape: Shape) -> TensorParam:
+        """An input declaration: dims that are expressions become fresh size symbols (bound by the argument)."""
+        dims = tuple(d if isinstance(d, (ISize, IConst)) else ISize(self.fresh(f"{name}_D{k}"))
+                     for k, d in enumerate(shape))
+        return TensorParam(name, dims)
+
+    def contraction_dim(self, st: Contraction, index: IExpr) -> IExpr:
+        dims = [self.shapes[a.tensor][k] for a in st.operands for k, i in enumerate(a.indices)
+                if isinstance(index, IVar) and i == index]
+        if not dims:
+            raise TilecError(f"grad: cannot tell the output sizes of `{st}`; give them explicitly "
+                             f"({st.output}[indices: sizes])")
+        return self.unify(dims, f"'{st.output}'")
+
+    # ------------------------------------------------------------ the pass
+
+    def run(self, wrt: list[str]) -> Program:
+        for w in wrt:
+            if w not in self.program.input_names:
+                raise TilecError(f"grad: '{w}' is not an input of the program; its inputs are "
+                                 f"{', '.join(self.program.input_names) or '(none)'}")
+        params = self.infer_shapes()
+        self.needs = set(wrt)
+        for st in self.program.statements:
+            if any(t in self.needs for t in self.reads(st)):
+                self.needs.add(st.output)
+        grad_params = []
+        for out in self.program.outputs:
+            given = self.fresh(f"D{out}")
+            grad_params.append(self.param(given, self.shape(out)))
+            self.contribs.setdefault(out, []).append(given)
+        results = [self.fresh(f"D{w}") for w in wrt]
+        for st in reversed(self.program.statements):
+            g = self.total(st.output) if st.output in self.needs else None
+            if g is None:
+                continue
+            if isinstance(st, Contraction):
+                self.contraction(st, g)
+            else:
+                self.elementwise(st, g)
+        for w, name in zip(wrt, results):
+            terms: list[EExpr] = [ETensor(c) for c in self.contribs.get(w, [])]
+            self.backward.append(Elementwise(name, _add(terms) if terms else EBinary("*", EConst(0), ETensor(w))))
+        return Program(params + tuple(grad_params), tuple(results),
+                       self.program.statements + tuple(self.backward))
+
+    @staticmethod
+    def reads(st: Statement) -> list[str]:
+        if isinstance(st, Elementwise):
+            return eexpr_tensors(st.expr)
+        return [a.tensor for a in st.operands] + ([st.default] if st.default else [])
+
+    def total(self, name: str) -> str | None:
+        """The name of the whole gradient of `name` (its contributions added up), or None if it is zero."""
+        terms = self.contribs.get(name, [])
+        if len(terms) <= 1:
+            return terms[0] if terms else None
+        total = self.fresh(f"D{name}")
+        self.backward.append(Elementwise(total, _add([ETensor(t) for t in terms])))
+        return total
+
+    def contribute(self, name: str, value: str, shape: Shape) -> None:
+        """Record `value` (of `shape`, which broadcasts to `name`'s shape) as part of the gradient of `name`."""
+        target = self.shape(name)
+        if tuple(self.resolve(d) for d in shape) != target:
+            value = self.unbroadcast(value, shape, target, name)
+        self.contribs.setdefault(name, []).append(value)
+
+    def unbroadcast(self, src: str, src_shape: Shape, dst: Shape, name: str) -> str:
+        lead = len(src_shape) - len(dst)
+        src_idx: list[IExpr] = [IVar(f"j{k}") for k in range(lead)]
+        out_idx: list[IExpr] = []
+        for k, d in enumerate(dst):
+            x = IVar(f"x{k}")
+            out_idx.append(x)
+            if d == self.resolve(src_shape[lead + k]):
+                src_idx.append(x)
+            elif d == _ONE:
+                src_idx.append(IVar(f"k{k}"))
+            else:  # d is 1 or equals the source's size; k > 0 only fits in the first case
+                src_idx.append(IBin("+", x, IBin("*", d, IVar(f"k{k}"))))
+        out = self.fresh(f"D{name}_sum")
+        self.backward.append(Contraction(out, tuple(out_idx), dst, "+", "single", (Access(src, tuple(src_idx)),)))
+        return out
+
+    def emit(self, statement: Statement, operand: str, shape: Shape) -> None:
+        self.backward.append(statement)
+        self.contribute(operand, statement.output, shape)
+
+    def one(self, name: str) -> str:
+        """A tensor of ones shaped like `name` (an access to it only keeps the tuple's bounds)."""
+        if name not in self.ones:
+            self.ones[name] = self.fresh(f"ONES_{name}")
+            expr = EBinary("+", EBinary("*", ETensor(name), EConst(0)), EConst(1))
+            self.backward.append(Elementwise(self.ones[name], expr))
+        return self.ones[name]
+
+    # ------------------------------------------------------------ contractions
+
+    def contraction(self, st: Contraction, g: str) -> None:
+        if st.agg == "*":
+            raise TilecError(f"not differentiable: product aggregation in `{st}`; take the log and sum, "
+                             f"or write the product with elementwise statements")
+        grad_out = Access(g, st.indices)
+        ops = st.operands
+        if st.default is not None and st.default in self.needs:
+            self.default(st, g)
+        if st.combo == "eq":
+            return  # 0 or 1: piecewise constant
+        if st.agg in "><":
+            if st.combo != "single":
+                raise TilecError(f"not differentiable: max/min over a '{st.combo}' combination in `{st}`; "
+                                 f"compute the combination in its own statement first")
+            self.rule(st, 0, (ops[0], Access(st.output, st.indices), grad_out), "cond")
+            return
+        if st.combo == "single":
+            self.rule(st, 0, (grad_out,), "single")
+        elif st.combo == "mul":
+            self.rule(st, 0, (grad_out, ops[1]), "mul")
+            self.rule(st, 1, (grad_out, ops[0]), "mul")
+        elif st.combo == "add":
+            for k in (0, 1):
+                other = ops[1 - k]
+                self.rule(st, k, (grad_out, Access(self.one(other.tensor), other.indices)), "mul")
+        else:  # cond: A == B ? C
+            self.rule(st, 2, (ops[0], ops[1], grad_out), "cond")
+
+    def rule(self, st: Contraction, k: int, operands: tuple[Access, ...], combo: str) -> None:
+        """``D<operand k>[its indices: its dims] = +(operands)`` with the statement's constraints."""
+        access = st.operands[k]
+        if access.tensor not in self.needs:
+            return
+        shape = self.shape(access.tensor)
+        out = self.fresh(f"D{access.tensor}_{len(self.backward)}")
+        new = Contraction(out, access.indices, shape, "+", combo, operands, st.constraints, None, st.no_defract)
+        self.emit(new, access.tensor, shape)
+
+    def default(self, st: Contraction, g: str) -> None:
+        """The default tensor's gradient: the cells it initialises (and, under max/min, wins)."""
+        assert st.default is not None
+        expr: EExpr
+        if st.agg == "+":
+            expr = ETensor(g)
+        elif st.agg == "=":
+            mask = self.fresh(f"WRITTEN_{st.output}")
+            ones = tuple(Access(self.one(a.tensor), a.indices) for a in st.operands)
+            if st.combo == "cond":
+                ones, combo = st.operands[:2] + ones[2:], "cond"
+            elif len(ones) == 2:
+                combo = "mul"
+            else:
+                combo = "single"
+            self.backward.append(Contraction(mask, st.indices, self.shape(st.output), "=", combo, ones,
+                                             st.constraints, None, st.no_defract))
+            expr = ESelect(ECompare(">", ETensor(mask), EConst(0)), EConst(0), ETensor(g))
+        else:
+            expr = ESelect(ECompare("==", ETensor(st.default), ETensor(st.output)), ETensor(g), EConst(0))
+        out = self.fresh(f"D{st.default}_{len(self.backward)}")
+        self.emit(Elementwise(out, expr), st.default, self.shape(st.output))
+
+    # ------------------------------------------------------------ elementwise statements
+
+    def elementwise(self, st: Elementwise, g: str) -> None:
+        found: dict[str, list[EExpr]] = {}
+        self.back(st.expr, ETensor(g), found)
+        for name, terms in found.items():
+            out = self.fresh(f"D{name}_{len(self.backward)}")
+            self.emit(Elementwise(out, _add(terms)), name, self.shape(st.output))
+
+    def live(self, e: EExpr) -> bool:
+        return any(t in self.needs for t in eexpr_tensors(e))
+
+    def back(self, e: EExpr, g: EExpr, found: dict[str, list[EExpr]]) -> None:
+        """Add to `found` the adjoint of every needed tensor in `e`, given the adjoint `g` of `e`."""
+        if not self.live(e):
+            return
+        if isinstance(e, ETensor):
+            found.setdefault(e.name, []).append(g)
+        elif isinstance(e, EUnary):
+            self.back(e.a, EUnary("-", g), found)
+        elif isinstance(e, EBinary):
+            a, b = e.a, e.b
+            if e.op in "+-":
+                self.back(a, g, found)
+                self.back(b, g if e.op == "+" else EUnary("-", g), found)
+            elif e.op == "*":
+                self.back(a, EBinary("*", g, b), found)
+                self.back(b, EBinary("*", g, a), found)
+            else:
+                self.back(a, EBinary("/", g, b), found)
+                self.back(b, EUnary("-", EBinary("/", EBinary("*", g, a), EBinary("*", b, b))), found)
+        elif isinstance(e, ESelect):
+            self.back(e.a, ESelect(e.cond, g, EConst(0)), found)
+            self.back(e.b, ESelect(e.cond, EConst(0), g), found)
+        elif isinstance(e, ECall):
+            for arg, adj in zip(e.args, _call_adjoints(e, g)):
+                if adj is not None:
+                    self.back(arg, adj, found)
+        # ECompare and constants: zero gradient
+
+
+def _call_adjoints(e: ECall, g: EExpr) -> list[EExpr | None]:
+    """The adjoint of each argument of a builtin call, given the adjoint `g` of the call."""
+    a = e.args[0]
+
+    def mul(*xs: EExpr) -> EExpr:
+        out = g
+        for x in xs:
+            out = EBinary("*", out, x)
+        return out
+
+    def sub(x: EExpr, y: EExpr) -> EExpr:
+        return EBinary("-", x, y)
+
+    zero, one = EConst(0), EConst(1)
+    f = e.func
+    if f == "exp":
+        return [mul(e)]
+    if f == "log":
+        return [EBinary("/", g, a)]
+    if f == "sqrt":
+        return [EBinary("/", mul(EConst(0.5)), e)]
+    if f == "tanh":
+        return [mul(sub(one, EBinary("*", e, e)))]
+    if f == "sigmoid":
+        return [mul(e, sub(one, e))]
+    if f == "sin":
+        return [mul(ECall("cos", (a,)))]
+    if f == "cos":
+        return [EUnary("-", mul(ECall("sin", (a,))))]
+    if f == "erf":
+        return [mul(EConst(1.1283791670955126), ECall("exp", (EUnary("-", EBinary("*", a, a)),)))]
+    if f in ("floor", "ceil"):
+        return [None]
+    if f == "abs":
+        return [ESelect(ECompare(">", a, zero), g, ESelect(ECompare("<", a, zero), EUnary("-", g), zero))]
+    if f == "relu":
+        return [ESelect(ECompare(">", a, zero), g, zero)]
+    b = e.args[1]
+    if f == "pow":
+        da = mul(b, ECall("pow", (a, sub(b, one))))
+        db = ESelect(ECompare(">", a, zero), mul(e, ECall("log", (a,))), zero)
+        return [da, db]
+    if f in ("max", "min"):  # ties go to the first argument
+        first = ECompare(">=" if f == "max" else "<=", a, b)
+        return [ESelect(first, g, zero), ESelect(first, zero, g)]
+    raise TilecError(f"not differentiable: builtin '{f}' has no derivative rule")
+
+
+def grad(source: str, wrt: "str | Sequence[str]", target: "str | Target" = "llvm", **sizes: int) -> Function:
+    """Compile the gradient of Tile `source` with respect to the inputs in `wrt`.
+
+    The returned Function takes the forward inputs followed by one gradient per forward output
+    (``D<Output>``, shaped like that output) and returns ``D<Name>`` for each name in `wrt`, in
+    order; its `source` is the derived Tile program.
+    """
+    names = [wrt] if isinstance(wrt, str) else list(wrt)
+    program = parse(source, sizes)
+    return Function(str(derive(program, names)), target, **sizes)
