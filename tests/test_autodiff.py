@@ -199,3 +199,62 @@ def test_max_tie_gets_gradient_twice() -> None:
     """Documented behaviour (as in PlaidML): every tied maximum receives the gradient."""
     g = tilec.grad("function (I[N]) -> (O) { O[] = >(I[i]); }", ["I"])
     np.testing.assert_array_equal(g(np.array([1.0, 3.0, 3.0]), np.array(2.0)), [0.0, 2.0, 2.0])
+
+
+# ------------------------------------------------------------ gather form of complex left-hand sides
+
+
+def test_conv_input_gradient_is_gathered() -> None:
+    src = """function (I[N, H, W, C], K[KH, KW, C, CO]) -> (O) {
+        O[n, x, y, co: N, H, W, CO] = +(I[n, x + i - 1, y + j - 1, c] * K[i, j, c, co]);
+    }"""
+    g = check(src, ["I", "K"], [r(2, 4, 5, 2), r(3, 3, 2, 3)])
+    assert "DI_0[n, x, y, c: N, H, W, C] = +(DO[n, x - i + 1, y - j + 1, co] * K[i, j, c, co])" in g.source
+    assert "\n    O[" not in g.source  # the forward conv is not recomputed: nothing reads it
+
+
+@pytest.mark.parametrize("stride, dilation, pad", [(2, 1, 0), (2, 1, 1), (1, 2, 2), (2, 2, 1), (1, 1, 2)])
+def test_conv_gradients_stride_dilation_padding(stride: int, dilation: int, pad: int) -> None:
+    src = f"""function (I[N, H, W, C], K[KH, KW, C, CO]) -> (O) {{
+        O[n, x, y, co: N, (H + {2 * pad} - {dilation} * (KH - 1) - 1) / {stride} + 1,
+                         (W + {2 * pad} - {dilation} * (KW - 1) - 1) / {stride} + 1, CO] =
+            +(I[n, {stride}*x + {dilation}*i - {pad}, {stride}*y + {dilation}*j - {pad}, c] * K[i, j, c, co]);
+    }}"""
+    check(src, ["I", "K"], [r(1, 7, 6, 2), r(3, 2, 2, 2)])
+
+
+def test_gather_form_rewrites() -> None:
+    from tilec.autodiff import gather_form
+    from tilec.frontend import parse
+
+    def rewrite(text: str, grad: str | None = None, fractional: bool = False) -> str:
+        st = parse(text, {"S": 2}).statements[0]
+        assert isinstance(st, tilec.ir.tensor.Contraction)
+        return str(gather_form(st, grad, fractional))
+
+    assert rewrite("O[x + i - 2] = +(G[x] * K[i])", "G") == "O[x] = +(G[x - i + 2] * K[i])"
+    assert rewrite("O[1 - x] = +(G[x])", "G") == "O[x] = +(G[-x + 1])"
+    assert rewrite("O[2*x + i] = +(G[x] * K[i])", "G") == "O[2 * x + i] = +(G[x] * K[i])"  # scatter kept
+    assert rewrite("O[2*x + i] = +(G[x] * K[i])", "G", True) == "O[x] = +(G[(x - i) / 2] * K[i])"
+    assert rewrite("O[S*x + i] = +(G[x] * K[i])", "G", True) == "O[S * x + i] = +(G[x] * K[i])"  # symbolic stride
+    assert rewrite("O[i, i] = +(G[i])", "G") == "O[i, i] = +(G[i])"  # a diagonal: no lone variable
+    assert rewrite("O[x + y, x - y] = +(G[x, y])", "G") == "O[x + y, x - y] = +(G[x, y])"
+    assert rewrite("O[x + i, k] = +(G[x, k] * K[i]), x - i < 4", "G") == \
+        "O[x, k] = +(G[x - i, k] * K[i]), x - 2 * i < 4"
+    assert rewrite("O[x + i] = >(G[x] * K[i])", "G") == "O[x + i] = >(G[x] * K[i])"  # only sums
+
+
+def test_fractional_gather_is_exact() -> None:
+    """The fractional gather (not used by grad for speed) keeps the scatter's semantics."""
+    import tilec.autodiff as ad
+    from tilec.frontend import parse
+
+    text = "function (G[X], K[KX]) -> (O) { O[2*x + i - 1: 2 * X + 1] = +(G[x] * K[i]); }"
+    program = parse(text, {})
+    st = program.statements[0]
+    assert isinstance(st, tilec.ir.tensor.Contraction)
+    gathered = tilec.ir.tensor.Program(program.params, program.outputs,
+                                       (ad.gather_form(st, "G", fractional=True),))
+    assert "(x - i + 1) / 2" in str(gathered)
+    g, k = r(5), r(3)
+    np.testing.assert_allclose(tilec.compile(str(gathered))(g, k), tilec.compile(text)(g, k), rtol=1e-12)

@@ -23,11 +23,13 @@ sizes cannot be read from its operands must state them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from fractions import Fraction
+import math
 
 from tilec.errors import TilecError
 from tilec.frontend import parse
-from tilec.ir.tensor import (Access, Contraction, EBinary, ECall, ECompare, EConst, EExpr, Elementwise, ESelect,
-                             ETensor, EUnary, IBin, IConst, IExpr, INeg, ISize, IVar, Program, Statement,
+from tilec.ir.tensor import (Access, Constraint, Contraction, EBinary, ECall, ECompare, EConst, EExpr, Elementwise,
+                             ESelect, ETensor, EUnary, IBin, IConst, IExpr, INeg, ISize, IVar, Program, Statement,
                              TensorParam, eexpr_tensors, iexpr_names)
 from tilec.runtime.function import Function
 from tilec.target import Target
@@ -210,8 +212,8 @@ class _Deriver:
         for w, name in zip(wrt, results):
             terms: list[EExpr] = [ETensor(c) for c in self.contribs.get(w, [])]
             self.backward.append(Elementwise(name, _add(terms) if terms else EBinary("*", EConst(0), ETensor(w))))
-        return Program(params + tuple(grad_params), tuple(results),
-                       self.program.statements + tuple(self.backward))
+        statements = _live(self.program.statements + tuple(self.backward), results)
+        return Program(params + tuple(grad_params), tuple(results), statements)
 
     @staticmethod
     def reads(st: Statement) -> list[str]:
@@ -302,7 +304,7 @@ class _Deriver:
         shape = self.shape(access.tensor)
         out = self.fresh(f"D{access.tensor}_{len(self.backward)}")
         new = Contraction(out, access.indices, shape, "+", combo, operands, st.constraints, None, st.no_defract)
-        self.emit(new, access.tensor, shape)
+        self.emit(gather_form(new, operands[combo_grad_position(combo)].tensor), access.tensor, shape)
 
     def default(self, st: Contraction, g: str) -> None:
         """The default tensor's gradient: the cells it initialises (and, under max/min, wins)."""
@@ -366,6 +368,164 @@ class _Deriver:
                 if adj is not None:
                     self.back(arg, adj, found)
         # ECompare and constants: zero gradient
+
+
+def combo_grad_position(combo: str) -> int:
+    """Where `rule` puts the output gradient among a derived contraction's operands."""
+    return 2 if combo == "cond" else 0
+
+
+def _live(statements: tuple[Statement, ...], results: list[str]) -> tuple[Statement, ...]:
+    """`statements` without those whose output nothing needed reads (forward values a linear
+    backward does not use, such as the conv's own output when only its inputs' gradients are asked)."""
+    needed = set(results)
+    keep: list[Statement] = []
+    for st in reversed(statements):
+        if st.output in needed:
+            keep.append(st)
+            needed |= set(_Deriver.reads(st))
+    return tuple(reversed(keep))
+
+
+# ------------------------------------------------------------ gather form
+
+Linear = dict[tuple[str, tuple[str, ...]], Fraction]  # (index variable or "", size symbols) -> coefficient
+
+
+def _linear(e: IExpr) -> Linear | None:
+    """`e` as a sum of monomials (at most one index variable times size symbols), or None if it is
+    not such a sum (a division by something other than a constant)."""
+    if isinstance(e, IConst):
+        return {("", ()): Fraction(e.value)} if e.value else {}
+    if isinstance(e, ISize):
+        return {("", (e.name,)): Fraction(1)}
+    if isinstance(e, IVar):
+        return {(e.name, ()): Fraction(1)}
+    if isinstance(e, INeg):
+        a = _linear(e.a)
+        return None if a is None else {k: -c for k, c in a.items()}
+    a, b = _linear(e.a), _linear(e.b)
+    if a is None or b is None:
+        return None
+    if e.op in "+-":
+        out = dict(a)
+        for k, c in b.items():
+            out[k] = out.get(k, Fraction(0)) + (c if e.op == "+" else -c)
+        return {k: c for k, c in out.items() if c}
+    if e.op == "/":
+        if set(b) - {("", ())} or not b:
+            return None
+        d = b[("", ())]
+        return {k: c / d for k, c in a.items()}
+    # "*": at most one index variable per monomial
+    out = {}
+    for (va, sa), ca in a.items():
+        for (vb, sb), cb in b.items():
+            if va and vb:
+                return None
+            key = (va or vb, tuple(sorted(sa + sb)))
+            out[key] = out.get(key, Fraction(0)) + ca * cb
+    return {k: c for k, c in out.items() if c}
+
+
+def _iexpr(form: Linear) -> IExpr:
+    """The index polynomial of `form`: integer terms, divided once by the common denominator."""
+    denom = math.lcm(*(c.denominator for c in form.values())) if form else 1
+    total: IExpr | None = None
+    for (var, sizes), coeff in form.items():
+        n = int(coeff * denom)
+        factors: list[IExpr] = [ISize(s) for s in sizes]
+        factors += [IVar(var)] if var else []
+        term: IExpr | None = None
+        for f in factors:
+            term = f if term is None else IBin("*", term, f)
+        if term is None:
+            term = IConst(abs(n))
+        elif abs(n) != 1:
+            term = IBin("*", IConst(abs(n)), term)
+        if total is None:
+            total = term if n > 0 else INeg(term)
+        else:
+            total = IBin("+" if n > 0 else "-", total, term)
+    total = total if total is not None else IConst(0)
+    return total if denom == 1 else IBin("/", total, IConst(denom))
+
+
+def _substitute(e: IExpr, subst: dict[str, Linear]) -> IExpr:
+    form = _linear(e)
+    assert form is not None
+    out: Linear = {}
+    for (var, sizes), coeff in form.items():
+        if var in subst:
+            assert not sizes
+            for k, c in subst[var].items():
+                out[k] = out.get(k, Fraction(0)) + coeff * c
+        else:
+            out[(var, sizes)] = out.get((var, sizes), Fraction(0)) + coeff
+    return _iexpr({k: c for k, c in out.items() if c})
+
+
+def gather_form(st: Contraction, grad: str | None = None, fractional: bool = False) -> Contraction:
+    """`st` with a direct left-hand side, when that is an exact rewrite (else `st` unchanged).
+
+    Each left-hand index must be ``c*v + rest`` where the index variable `v` appears in no other
+    left-hand index and `c` is a constant. Substituting ``v = (v' - rest) / c`` everywhere makes the
+    index the lone variable ``v'`` (named `v` again, since the old `v` is gone). Tuples map one to one
+    (an old tuple's `v` is an integer exactly where the new fractional index is), and every bound of
+    the old tuple is kept by the accesses and constraints it moved to, so out-of-range tuples are
+    still skipped. When `grad` (the output gradient) is given, `v` must be one of its index variables
+    (they span the large ranges: the conv's spatial ones rather than its kernel offsets, whose
+    gather would visit every output position per cell), unit coefficients first; a coefficient
+    that is a size symbol (a symbolic stride) keeps the scatter form.
+
+    Only unit coefficients are rewritten unless `fractional`: with ``c = 2`` (a stride-2 conv's
+    input gradient) the gather has the fractional index ``(x - i + 1) / 2``, which is exact and
+    matches the GEMM template, but the template then multiplies every tuple and discards 3 of 4
+    (measured 28 ms against the scatter's 7 ms for 8x64x56x56, 3x3, so the scatter stays). The result is the "transposed conv" the GEMM
+    templates handle, instead of a scatter into the output.
+    """
+    maybe = [_linear(e) for e in st.indices]
+    forms = [f for f in maybe if f is not None]
+    if len(forms) != len(maybe) or st.agg != "+":
+        return st
+    lone = [next(iter(f))[0] for f in forms if len(f) == 1 and next(iter(f.items()))[1] == 1
+            and not next(iter(f))[1]]
+    if len(lone) == len(forms) and "" not in lone and len(set(lone)) == len(lone):
+        return st  # already direct
+    grad_vars = {v for a in st.operands if a.tensor == grad for i in a.indices for v in iexpr_names(i)[0]}
+    subst: dict[str, Linear] = {}
+    pinned: list[Constraint] = []  # a constant index k becomes a fresh variable u with u == k
+    used = set(st.index_vars)
+    for k, form in enumerate(forms):
+        if not any(v for v, _ in form):
+            u = next(f"u{n}" for n in range(len(used) + 1) if f"u{n}" not in used)
+            used.add(u)
+            subst[u] = {(u, ()): Fraction(1)}
+            pinned.append(Constraint(_iexpr({(u, ()): Fraction(1), **{key: -c for key, c in form.items()}}), _ONE))
+            continue
+        others = {v for j, f in enumerate(forms) if j != k for (v, _) in f}
+        best: tuple[int, str, Fraction] | None = None
+        for (v, sizes), c in form.items():
+            # a constant coefficient: v in one monomial only, not times a size symbol
+            if not v or sizes or v in others or sum(key[0] == v for key in form) != 1:
+                continue
+            if grad is not None and v not in grad_vars and len(form) > 1:
+                continue  # e.g. a kernel offset: its gather would loop over every output position
+            if abs(c) != 1 and not fractional and any(key[0] and key[0] != v for key in form):
+                continue  # a fractional gather only where no other variable shares the index
+            rank = 0 if abs(c) == 1 else 1
+            if best is None or rank < best[0]:
+                best = (rank, v, c)
+        if best is None:
+            return st
+        _, v, c = best
+        rest = {key: coeff for key, coeff in form.items() if key != (v, ())}
+        subst[v] = {(v, ()): 1 / c, **{key: -coeff / c for key, coeff in rest.items()}}
+    indices = tuple(IVar(v) for v in subst)
+    operands = tuple(Access(a.tensor, tuple(_substitute(i, subst) for i in a.indices)) for a in st.operands)
+    constraints = tuple(Constraint(_substitute(c.poly, subst), c.bound) for c in st.constraints) + tuple(pinned)
+    return Contraction(st.output, indices, st.sizes, st.agg, st.combo, operands, constraints, st.default,
+                       st.no_defract)
 
 
 def _call_adjoints(e: ECall, g: EExpr) -> list[EExpr | None]:
