@@ -300,3 +300,46 @@ def test_bench_records_flag_refuses_a_missing_file(tmp_path, capsys):
 
     code = main(["bench", "gemm", "--quick", "--records", str(tmp_path / "nope.sqlite")])
     assert code == 1 and "no such file" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ --backward
+
+
+def test_backward_cases_are_the_forward_acceptance_shapes():
+    for name, causal in (("conv2d", False), ("attention", False), ("attention", True)):
+        fwd = select_cases(name, causal=causal)
+        bwd = select_cases(name, causal=causal, backward=True)
+        assert [dict(c.shape) for c in bwd] == [dict(c.shape) for c in fwd]
+        assert all(c.op.backward and c.op.label.endswith("-backward") for c in bwd)
+    assert [c.op.label for c in select_cases("all", quick=True, backward=True)] == [
+        "conv2d-backward", "attention-backward", "attention-causal-backward"]
+    with pytest.raises(BenchError, match="--backward applies to conv2d and attention"):
+        select_cases("gemm", backward=True)
+
+
+@pytest.mark.parametrize("argv", [
+    ["conv2d", "--quick"],
+    ["conv2d", "--shape", "N=2,C=3,H=7,W=6,CO=4,KH=3,KW=2,pad=1"],
+    ["conv2d", "--shape", "N=1,C=8,H=8,W=8,CO=4,KH=1,KW=1,stride=2"],
+    ["attention", "--quick"],
+    ["attention", "--quick", "--causal"],
+])
+def test_backward_matches_torch_autograd(capsys, argv):
+    pytest.importorskip("torch")
+    rc, out, err = run_cli(capsys, "bench", *argv, "--backward", "--json", *QUICK)
+    assert rc == 0, err
+    (r,) = json_lines(out)
+    assert JSON_KEYS <= set(r) and r["backward"] is True and r["error"] is None, r
+    assert r["baseline"].startswith("torch.autograd.grad(")
+    if r["op"] == "attention":
+        assert r["causal"] == ("--causal" in argv)
+
+
+def test_backward_check_compares_every_gradient():
+    case = select_cases("conv2d", quick=True, backward=True)[0]
+    a, b = np.ones((2, 3), np.float32), np.ones((4,), np.float32)
+    case.check((a, b), (a, b))
+    with pytest.raises(BenchError, match=r"\(dF\)"):
+        case.check((a, b), (a, b + 1))
+    with pytest.raises(BenchError, match="2 gradients"):
+        case.check((a, b), (a, b, b))

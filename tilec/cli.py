@@ -99,7 +99,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         options.records_path, options.use_records = Path(args.records), True
 
     cases = ops.select_cases(args.op, args.shape, causal=args.causal, quick=args.quick,
-                             dtype=args.dtype, target=args.target)
+                             dtype=args.dtype, target=args.target, backward=args.backward)
     settings = harness.Settings(args.warmup, args.repeats, args.warmup_time, args.budget, args.cooldown)
     resolve_target(args.target)  # an unknown target fails here, before any case runs
     table = None if args.json else harness.Table(cases)
@@ -133,6 +133,9 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
                             "by default); B=4,H=8,S=512,D=64 (attention). Repeat for more cases. "
                             "Without it the op's acceptance cases run")
     bench.add_argument("--causal", action="store_true", help="attention with a causal mask")
+    bench.add_argument("--backward", action="store_true",
+                       help="time the gradients (tilec.grad) against torch autograd's backward, forward excluded "
+                            "(conv2d, attention)")
     bench.add_argument("--quick", action="store_true", help="one small case per op, for a fast check")
     bench.add_argument("--dtype", default="float32", help="float32 (default) or float64")
     bench.add_argument("--target", default="llvm", help="compilation target (default: llvm, the host CPU)")

@@ -148,6 +148,8 @@ class Result:
         }
         if case.op.name == "attention":
             d["causal"] = case.op.causal
+        if case.op.backward:
+            d["backward"] = True
         d.update({
             "tilec_gflops": _round(flops / s.tilec_ms / 1e6) if s else None,
             "baseline_gflops": _round(flops / s.baseline_ms / 1e6) if s and s.baseline_ms > 0 else None,

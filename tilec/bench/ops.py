@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -178,6 +178,11 @@ class Op:
     check_shape: Callable[[Shape], None] = _no_check
     minimums: Mapping[str, int] = field(default_factory=dict)  # sizes that may be 0 otherwise must be >= 1
     causal: bool = False
+    wrt: tuple[str, ...] = ()  # a backward case: tilec.grad of `source` with respect to these inputs
+
+    @property
+    def backward(self) -> bool:
+        return bool(self.wrt)
 
 
 def _gemm_flops(s: Shape) -> float:
@@ -243,6 +248,74 @@ def get_op(name: str, causal: bool = False) -> Op:
             raise BenchError(f"--causal applies to attention only, not to {name}")
         return _attention(True)
     return OPS[name]
+
+
+# ------------------------------------------------------------------ backward cases
+#
+# tilec's side is `tilec.grad(source, wrt)` called on the forward inputs and the output gradient
+# (the derived program recomputes only the forward values the gradients read: the NHWC copies for
+# conv2d, the softmax for attention). torch's side runs the forward once, outside the timed call,
+# and times `torch.autograd.grad(y, inputs, dy, retain_graph=True)`: only the saved graph's backward
+# nodes (ConvolutionBackward0 -> aten.convolution_backward; SDPA's backward kernel).
+
+BACKWARD_BASELINE = "torch.autograd.grad(y, inputs, dy, retain_graph=True) after y = "
+
+
+def _with_grad_output(make: Callable[[Shape, str, np.random.Generator], Inputs],
+                      out_shape: Callable[[Shape], tuple[int, ...]]) -> Callable[[Shape, str, np.random.Generator], Inputs]:
+    def inputs(s: Shape, dtype: str, rng: np.random.Generator) -> Inputs:
+        return make(s, dtype, rng) + (_random(rng, dtype, *out_shape(s)),)
+    return inputs
+
+
+def _conv2d_out_shape(s: Shape) -> tuple[int, ...]:
+    return (s["N"], s["CO"]) + conv2d_output_size(s)
+
+
+def _attention_out_shape(s: Shape) -> tuple[int, ...]:
+    return s["B"], s["H"], s["S"], s["D"]
+
+
+def _backward_baseline(forward: Callable[..., Any]) -> Callable[[Inputs, Shape], Callable[[], Any]]:
+    def build(inputs: Inputs, shape: Shape) -> Callable[[], Any]:
+        torch = _torch()
+        xs = tuple(torch.from_numpy(a).requires_grad_(True) for a in inputs[:-1])
+        dy = torch.from_numpy(inputs[-1])
+        y = forward(torch, shape, *xs)
+        return lambda: torch.autograd.grad(y, xs, dy, retain_graph=True)
+    return build
+
+
+def _conv2d_forward(torch: Any, s: Shape, x: Any, w: Any) -> Any:
+    return torch.nn.functional.conv2d(x, w, stride=s["stride"], padding=s["pad"])
+
+
+def _attention_forward(causal: bool) -> Callable[..., Any]:
+    def forward(torch: Any, s: Shape, q: Any, k: Any, v: Any) -> Any:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return forward
+
+
+def backward_op(op: Op) -> Op:
+    """The gradients of `op`'s inputs given its output's gradient, against torch autograd."""
+    wrt: tuple[str, ...]
+    if op.name == "conv2d":
+        wrt, out_shape, forward = ("X", "F"), _conv2d_out_shape, _conv2d_forward
+        flops_factor = 2.0  # the input and the weight gradient: one conv's work each
+    elif op.name == "attention":
+        wrt, out_shape, forward = ("Q", "K", "V"), _attention_out_shape, _attention_forward(op.causal)
+        flops_factor = 2.5  # QK^T again, dP = dO V^T, dV, dQ, dK: five products to the forward's two
+    else:
+        raise BenchError(f"--backward applies to conv2d and attention, not to {op.name}")
+    forward_flops = op.flops
+    return replace(op, label=f"{op.label}-backward", baseline=BACKWARD_BASELINE + op.baseline,
+                   baseline_short=f"{op.baseline_short} bwd",
+                   make_inputs=_with_grad_output(op.make_inputs, out_shape),
+                   make_baseline=_backward_baseline(forward),
+                   flops=lambda s: flops_factor * forward_flops(s), wrt=wrt)
+
+
+BACKWARD_OPS = ("conv2d", "attention")
 
 
 def parse_shape(op: Op, text: str) -> dict[str, int]:
@@ -313,14 +386,28 @@ class Case:
         import tilec
 
         inputs = self.op.make_inputs(self.shape, self.dtype, np.random.default_rng(self.seed))
-        fn = tilec.compile(self.source(), target=self.target)
+        if self.op.wrt:
+            fn = tilec.grad(self.source(), self.op.wrt, target=self.target)
+        else:
+            fn = tilec.compile(self.source(), target=self.target)
         baseline = self.op.make_baseline(inputs, self.shape)
         return Prepared(lambda: fn(*inputs), baseline, self.check)
 
     def check(self, got: Any, expected: Any) -> None:
         """Raise a BenchError unless tilec's result matches the baseline's (loosely: fp32 sums differ)."""
-        got, expected = np.asarray(got), np.asarray(expected)
-        where = f"{self.op.label} {format_shape(self.shape)}"
+        if isinstance(expected, (tuple, list)):  # a backward case: one result per gradient
+            got = got if isinstance(got, (tuple, list)) else (got,)
+            if len(got) != len(expected):
+                raise BenchError(f"{self.op.label}: tilec gives {len(got)} gradients, the baseline {len(expected)}")
+            for k, (g, e) in enumerate(zip(got, expected)):
+                self._check_one(g, e, f" (d{self.op.wrt[k]})" if k < len(self.op.wrt) else "")
+            return
+        self._check_one(got, expected, "")
+
+    def _check_one(self, got: Any, expected: Any, what: str) -> None:
+        got = np.asarray(got)
+        expected = np.asarray(expected.detach()) if hasattr(expected, "detach") else np.asarray(expected)
+        where = f"{self.op.label}{what} {format_shape(self.shape)}"
         if got.shape != expected.shape:
             raise BenchError(f"{where}: tilec's result has shape {got.shape}, {self.op.baseline} gives "
                              f"{expected.shape}")
@@ -335,9 +422,10 @@ class Case:
 
 
 def select_cases(op_name: str, shapes: Sequence[str] = (), *, causal: bool = False, quick: bool = False,
-                 dtype: str = "float32", target: str = "llvm") -> list[Case]:
+                 dtype: str = "float32", target: str = "llvm", backward: bool = False) -> list[Case]:
     """The cases `tilec bench` runs: for one op (or "all"), the --shape ones, the quick one or the
-    acceptance cases. "all" includes causal attention."""
+    acceptance cases. "all" includes causal attention; with `backward`, "all" is the ops that have
+    a backward case (conv2d, attention, causal attention), each case's gradients."""
     if dtype not in DTYPES:
         raise BenchError(f"--dtype {dtype}: the benchmarks run in {' or '.join(DTYPES)}")
     if shapes and quick:
@@ -348,8 +436,12 @@ def select_cases(op_name: str, shapes: Sequence[str] = (), *, causal: bool = Fal
         if causal:
             raise BenchError("--causal needs the attention op: tilec bench attention --causal")
         chosen = [OPS[name] for name in OP_NAMES] + [get_op("attention", causal=True)]
+        if backward:
+            chosen = [op for op in chosen if op.name in BACKWARD_OPS]
     else:
         chosen = [get_op(op_name, causal)]
+    if backward:
+        chosen = [backward_op(op) for op in chosen]
     cases = []
     for op in chosen:
         if shapes:
