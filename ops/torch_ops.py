@@ -1,0 +1,498 @@
+"""PyTorch ops backed by Tile kernels, registered under the `tilec` namespace.
+
+Every op here is a `torch.library.custom_op` whose forward builds the Tile source for its static
+parameters (ops/sources.py, cached per parameter tuple), compiles it once (`tilec.compile`,
+cached per source; kernels are cached per shape inside the Function) and runs it on the
+tensors' numpy views. Its backward is `tilec::tile_grad`, a custom op running the kernel that
+`tilec.grad` derives from the same source for the inputs that need a gradient (cached per
+(source, wrt)). Every op has a fake (meta) implementation so `torch.compile` can trace it.
+
+    tilec::conv2d(x, weight, bias, stride, padding, dilation, groups)   NCHW, groups == 1
+    tilec::linear(x, weight, bias, activation)                          "none" | "relu" | "gelu"
+    tilec::attention(q, k, v, causal, scale)                            [B, H, S, D]
+    tilec::relu(x), tilec::gelu(x)                                      gelu: exact (erf) form
+    tilec::softmax(x, dim)
+    tilec::layer_norm(x, normalized_shape, weight, bias, eps)
+
+Errors: wrong dtypes (only float32 is supported), ranks, shapes, devices and parameters raise
+`OpError`, a `tilec.TilecError` (and `ValueError`) that names the argument at fault. Non-
+contiguous inputs are copied to contiguous ones first, so they give the same result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+import tilec
+from ops import sources
+from tilec.errors import TilecError
+
+__all__ = ["OpError", "conv2d", "linear", "attention", "relu", "gelu", "softmax", "layer_norm"]
+
+
+class OpError(TilecError, ValueError):
+    """A tilec op was called with arguments it does not support (dtype, rank, shape, device, ...)."""
+
+
+# ------------------------------------------------------------------ compiled-function caches
+
+_FORWARD: dict[str, tilec.Function] = {}
+_BACKWARD: dict[tuple[str, tuple[str, ...]], tilec.Function] = {}
+
+
+def _forward_fn(source: str) -> tilec.Function:
+    fn = _FORWARD.get(source)
+    if fn is None:
+        fn = _FORWARD[source] = tilec.compile(source)
+    return fn
+
+
+def _grad_fn(source: str, wrt: tuple[str, ...]) -> tilec.Function:
+    key = (source, wrt)
+    fn = _BACKWARD.get(key)
+    if fn is None:
+        fn = _BACKWARD[key] = tilec.grad(source, wrt=list(wrt))
+    return fn
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().contiguous().numpy()
+
+
+def _run(source: str, *tensors: torch.Tensor) -> torch.Tensor:
+    out = _forward_fn(source)(*(_numpy(t) for t in tensors))
+    return torch.from_numpy(np.ascontiguousarray(out))
+
+
+# ------------------------------------------------------------------ checks
+
+
+def _check_tensor(op: str, name: str, t: Any, rank: int | None = None, min_rank: int | None = None) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise OpError(f"tilec.{op}: '{name}' must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise OpError(f"tilec.{op}: '{name}' is on {t.device}; the CUDA backend is not in this build, "
+                      f"only CPU tensors are supported")
+    if t.dtype != torch.float32:
+        raise OpError(f"tilec.{op}: '{name}' has dtype {t.dtype}; only torch.float32 is supported")
+    if rank is not None and t.dim() != rank:
+        raise OpError(f"tilec.{op}: '{name}' must have rank {rank}, got shape {tuple(t.shape)}")
+    if min_rank is not None and t.dim() < min_rank:
+        raise OpError(f"tilec.{op}: '{name}' must have rank at least {min_rank}, got shape {tuple(t.shape)}")
+
+
+def _pair(op: str, name: str, value: Sequence[int], least: int) -> tuple[int, int]:
+    values = tuple(int(v) for v in value)
+    if len(values) == 1:
+        values = values * 2
+    if len(values) != 2 or any(v < least for v in values):
+        raise OpError(f"tilec.{op}: '{name}' must be one or two integers >= {least}, got {list(value)}")
+    return values[0], values[1]
+
+
+def _as_list(value: int | Sequence[int]) -> list[int]:
+    return [int(value)] * 2 if isinstance(value, int) else [int(v) for v in value]
+
+
+# ------------------------------------------------------------------ the generic backward op
+
+
+@torch.library.custom_op("tilec::tile_grad", mutates_args=())
+def tile_grad(source: str, wrt: list[int], inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Gradients of the Tile program `source` w.r.t. its inputs number `wrt`; `inputs` are the
+    forward inputs followed by one gradient per forward output (shaped like the outputs)."""
+    names = _forward_fn(source).inputs
+    fn = _grad_fn(source, tuple(names[i] for i in wrt))
+    out = fn(*(_numpy(t) for t in inputs))
+    grads = [out] if len(wrt) == 1 else list(out)
+    return [torch.from_numpy(np.ascontiguousarray(g)) for g in grads]
+
+
+@tile_grad.register_fake
+def _(source: str, wrt: list[int], inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [inputs[i].new_empty(inputs[i].shape) for i in wrt]
+
+
+def _grads(source: str, forward_inputs: Sequence[torch.Tensor], needs: Sequence[bool],
+           output_grads: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+    """One gradient per forward input (None where not needed), through tilec::tile_grad."""
+    wrt = [i for i, need in enumerate(needs) if need]
+    result: list[torch.Tensor | None] = [None] * len(forward_inputs)
+    if wrt:
+        grads = torch.ops.tilec.tile_grad(source, wrt, [*forward_inputs, *output_grads])
+        for i, g in zip(wrt, grads):
+            result[i] = g
+    return result
+
+
+# ------------------------------------------------------------------ conv2d
+
+
+def _conv2d_check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],
+                  padding: Sequence[int], dilation: Sequence[int], groups: int
+                  ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, ...]]:
+    _check_tensor("conv2d", "x", x, rank=4)
+    _check_tensor("conv2d", "weight", weight, rank=4)
+    if groups != 1:
+        raise OpError(f"tilec.conv2d: groups={groups} is not supported yet; only groups=1")
+    s = _pair("conv2d", "stride", stride, 1)
+    p = _pair("conv2d", "padding", padding, 0)
+    d = _pair("conv2d", "dilation", dilation, 1)
+    n, c, h, w = x.shape
+    co, ci, kh, kw = weight.shape
+    if ci != c:
+        raise OpError(f"tilec.conv2d: 'weight' has {ci} input channels (shape {tuple(weight.shape)}) but "
+                      f"'x' has {c} (shape {tuple(x.shape)})")
+    if bias is not None:
+        _check_tensor("conv2d", "bias", bias, rank=1)
+        if bias.shape[0] != co:
+            raise OpError(f"tilec.conv2d: 'bias' has shape {tuple(bias.shape)}, expected ({co},)")
+    oh = (h + 2 * p[0] - d[0] * (kh - 1) - 1) // s[0] + 1
+    ow = (w + 2 * p[1] - d[1] * (kw - 1) - 1) // s[1] + 1
+    if oh < 1 or ow < 1 or n == 0 or c == 0 or co == 0:
+        raise OpError(f"tilec.conv2d: a {kh}x{kw} kernel (dilation {d}) does not fit 'x' of shape "
+                      f"{tuple(x.shape)} with padding {p}")
+    return s, p, d, (n, co, oh, ow)
+
+
+@torch.library.custom_op("tilec::conv2d", mutates_args=())
+def _conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
+            padding: list[int], dilation: list[int], groups: int) -> torch.Tensor:
+    s, p, d, _ = _conv2d_check(x, weight, bias, stride, padding, dilation, groups)
+    source = sources.conv2d_source(s, p, d, bias is not None)
+    return _run(source, x, weight, *([bias] if bias is not None else []))
+
+
+@_conv2d.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
+      padding: list[int], dilation: list[int], groups: int) -> torch.Tensor:
+    *_, shape = _conv2d_check(x, weight, bias, stride, padding, dilation, groups)
+    return x.new_empty(shape)
+
+
+def _conv2d_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    x, weight, bias, stride, padding, dilation, groups = inputs
+    ctx.save_for_backward(x, weight, bias)
+    ctx.params = (_pair("conv2d", "stride", stride, 1), _pair("conv2d", "padding", padding, 0),
+                  _pair("conv2d", "dilation", dilation, 1))
+
+
+def _conv2d_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    x, weight, bias = ctx.saved_tensors
+    s, p, d = ctx.params
+    source = sources.conv2d_source(s, p, d, bias is not None)
+    tensors = [x, weight] + ([bias] if bias is not None else [])
+    needs = list(ctx.needs_input_grad[:len(tensors)])
+    grads = _grads(source, tensors, needs, [grad])
+    if bias is None:
+        grads.append(None)
+    return (*grads, None, None, None, None)
+
+
+_conv2d.register_autograd(_conv2d_backward, setup_context=_conv2d_setup)
+
+
+def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+           dilation: int | Sequence[int] = 1, groups: int = 1) -> torch.Tensor:
+    """Like torch.nn.functional.conv2d (NCHW, OIHW, integer padding only, groups=1)."""
+    if isinstance(padding, str):
+        raise OpError(f"tilec.conv2d: padding={padding!r} is not supported; give the padding as integers")
+    return torch.ops.tilec.conv2d(x, weight, bias, _as_list(stride), _as_list(padding), _as_list(dilation),
+                                  int(groups))
+
+
+# ------------------------------------------------------------------ linear
+
+
+def _linear_check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> None:
+    _check_tensor("linear", "x", x, min_rank=1)
+    _check_tensor("linear", "weight", weight, rank=2)
+    if activation not in sources.ACTIVATIONS:
+        raise OpError(f"tilec.linear: activation={activation!r}; expected one of {', '.join(sources.ACTIVATIONS)}")
+    if x.shape[-1] != weight.shape[1]:
+        raise OpError(f"tilec.linear: 'x' has {x.shape[-1]} features (shape {tuple(x.shape)}) but 'weight' "
+                      f"expects {weight.shape[1]} (shape {tuple(weight.shape)})")
+    if bias is not None:
+        _check_tensor("linear", "bias", bias, rank=1)
+        if bias.shape[0] != weight.shape[0]:
+            raise OpError(f"tilec.linear: 'bias' has shape {tuple(bias.shape)}, expected ({weight.shape[0]},)")
+    if x.numel() == 0 or weight.numel() == 0:
+        raise OpError(f"tilec.linear: empty tensors are not supported (x {tuple(x.shape)}, weight "
+                      f"{tuple(weight.shape)})")
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, x.shape[-1])
+
+
+@torch.library.custom_op("tilec::linear", mutates_args=())
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+            activation: str = "none") -> torch.Tensor:
+    _linear_check(x, weight, bias, activation)
+    source = sources.linear_source(bias is not None, activation)
+    out = _run(source, _flat(x), weight, *([bias] if bias is not None else []))
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+@_linear.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+      activation: str = "none") -> torch.Tensor:
+    _linear_check(x, weight, bias, activation)
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _linear_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    x, weight, bias, activation = inputs
+    ctx.save_for_backward(x, weight, bias)
+    ctx.activation = activation
+
+
+def _linear_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    x, weight, bias = ctx.saved_tensors
+    source = sources.linear_source(bias is not None, ctx.activation)
+    tensors = [_flat(x), weight] + ([bias] if bias is not None else [])
+    needs = list(ctx.needs_input_grad[:len(tensors)])
+    grads = _grads(source, tensors, needs, [grad.reshape(-1, weight.shape[0])])
+    if grads[0] is not None:
+        grads[0] = grads[0].reshape(x.shape)
+    if bias is None:
+        grads.append(None)
+    return (*grads, None)
+
+
+_linear.register_autograd(_linear_backward, setup_context=_linear_setup)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           activation: str | None = None) -> torch.Tensor:
+    """x[..., in] @ weight[out, in].T + bias, then `activation` (None, "relu" or "gelu") fused."""
+    return torch.ops.tilec.linear(x, weight, bias, activation or "none")
+
+
+# ------------------------------------------------------------------ attention
+
+
+def _attention_check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor("attention", name, t, rank=4)
+    b, h, s, d = q.shape
+    if tuple(k.shape[:2]) != (b, h) or k.shape[3] != d:
+        raise OpError(f"tilec.attention: 'k' has shape {tuple(k.shape)}, expected ({b}, {h}, T, {d}) to match "
+                      f"'q' of shape {tuple(q.shape)}")
+    if tuple(v.shape[:3]) != tuple(k.shape[:3]):
+        raise OpError(f"tilec.attention: 'v' has shape {tuple(v.shape)}, expected ({b}, {h}, {k.shape[2]}, DV) "
+                      f"to match 'k' of shape {tuple(k.shape)}")
+    if min(q.numel(), k.numel(), v.numel()) == 0:
+        raise OpError("tilec.attention: empty tensors are not supported")
+
+
+def _scale(q: torch.Tensor, scale: float | None) -> float:
+    return 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+
+
+@torch.library.custom_op("tilec::attention", mutates_args=())
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+               scale: float | None = None) -> torch.Tensor:
+    _attention_check(q, k, v)
+    return _run(sources.attention_source(bool(causal), _scale(q, scale)), q, k, v)
+
+
+@_attention.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+      scale: float | None = None) -> torch.Tensor:
+    _attention_check(q, k, v)
+    return q.new_empty((*q.shape[:3], v.shape[3]))
+
+
+def _attention_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    q, k, v, causal, scale = inputs
+    ctx.save_for_backward(q, k, v)
+    ctx.source = sources.attention_source(bool(causal), _scale(q, scale))
+
+
+def _attention_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    q, k, v = ctx.saved_tensors
+    grads = _grads(ctx.source, [q, k, v], list(ctx.needs_input_grad[:3]), [grad])
+    return (*grads, None, None)
+
+
+_attention.register_autograd(_attention_backward, setup_context=_attention_setup)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+              scale: float | None = None) -> torch.Tensor:
+    """softmax(scale * q k^T [causal]) v on [B, H, S, D]; scale defaults to 1/sqrt(D) like torch's sdpa."""
+    return torch.ops.tilec.attention(q, k, v, causal, scale)
+
+
+# ------------------------------------------------------------------ relu, gelu
+
+
+def _unary(name: str) -> Any:
+    @torch.library.custom_op(f"tilec::{name}", mutates_args=())
+    def op(x: torch.Tensor) -> torch.Tensor:
+        _check_tensor(name, "x", x)
+        if x.numel() == 0:
+            return torch.empty_like(x, memory_format=torch.contiguous_format)
+        return _run(sources.unary_source(name), x.reshape(-1)).reshape(x.shape)
+
+    @op.register_fake
+    def _(x: torch.Tensor) -> torch.Tensor:
+        _check_tensor(name, "x", x)
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    def setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        ctx.save_for_backward(inputs[0])
+
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        (x,) = ctx.saved_tensors
+        if x.numel() == 0:
+            return (torch.zeros_like(x),)
+        (g,) = _grads(sources.unary_source(name), [x.reshape(-1)], [True], [grad.reshape(-1)])
+        assert g is not None
+        return (g.reshape(x.shape),)
+
+    op.register_autograd(backward, setup_context=setup)
+    return op
+
+
+_relu = _unary("relu")
+_gelu = _unary("gelu")
+
+
+def relu(x: torch.Tensor) -> torch.Tensor:
+    return torch.ops.tilec.relu(x)
+
+
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    """The exact GELU, x * Phi(x) through erf (torch's approximate="none")."""
+    return torch.ops.tilec.gelu(x)
+
+
+# ------------------------------------------------------------------ softmax
+
+
+def _softmax_check(x: torch.Tensor, dim: int) -> int:
+    _check_tensor("softmax", "x", x, min_rank=1)
+    if not -x.dim() <= dim < x.dim():
+        raise OpError(f"tilec.softmax: dim={dim} is out of range for 'x' of rank {x.dim()}")
+    if x.numel() == 0:
+        raise OpError("tilec.softmax: empty tensors are not supported")
+    return dim % x.dim()
+
+
+@torch.library.custom_op("tilec::softmax", mutates_args=())
+def _softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    d = _softmax_check(x, dim)
+    moved = x.movedim(d, -1)
+    out = _run(sources.softmax_source(), _flat(moved)).reshape(moved.shape)
+    return out.movedim(-1, d).contiguous()
+
+
+@_softmax.register_fake
+def _(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    _softmax_check(x, dim)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _softmax_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    x, dim = inputs
+    ctx.save_for_backward(x)
+    ctx.dim = dim % x.dim()
+
+
+def _softmax_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    (x,) = ctx.saved_tensors
+    moved = x.movedim(ctx.dim, -1)
+    (g,) = _grads(sources.softmax_source(), [_flat(moved)], [True], [_flat(grad.movedim(ctx.dim, -1))])
+    assert g is not None
+    return g.reshape(moved.shape).movedim(-1, ctx.dim).contiguous(), None
+
+
+_softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup)
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return torch.ops.tilec.softmax(x, dim)
+
+
+# ------------------------------------------------------------------ layer_norm
+
+
+def _layer_norm_check(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
+                      bias: torch.Tensor | None) -> int:
+    shape = tuple(int(s) for s in normalized_shape)
+    _check_tensor("layer_norm", "x", x, min_rank=max(len(shape), 1))
+    if not shape or tuple(x.shape[x.dim() - len(shape):]) != shape:
+        raise OpError(f"tilec.layer_norm: normalized_shape={list(shape)} must be the last axes of 'x' "
+                      f"(shape {tuple(x.shape)})")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            _check_tensor("layer_norm", name, t)
+            if tuple(t.shape) != shape:
+                raise OpError(f"tilec.layer_norm: '{name}' has shape {tuple(t.shape)}, expected {shape}")
+    if x.numel() == 0:
+        raise OpError("tilec.layer_norm: empty tensors are not supported")
+    return math.prod(shape)
+
+
+def _layer_norm_inputs(x: torch.Tensor, k: int, weight: torch.Tensor | None,
+                       bias: torch.Tensor | None) -> list[torch.Tensor]:
+    return [x.reshape(-1, k)] + [t.reshape(k) for t in (weight, bias) if t is not None]
+
+
+@torch.library.custom_op("tilec::layer_norm", mutates_args=())
+def _layer_norm(x: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None = None,
+                bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
+    k = _layer_norm_check(x, normalized_shape, weight, bias)
+    source = sources.layer_norm_source(k, float(eps), weight is not None, bias is not None)
+    return _run(source, *_layer_norm_inputs(x, k, weight, bias)).reshape(x.shape)
+
+
+@_layer_norm.register_fake
+def _(x: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None = None,
+      bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
+    _layer_norm_check(x, normalized_shape, weight, bias)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _layer_norm_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    x, normalized_shape, weight, bias, eps = inputs
+    ctx.save_for_backward(x, weight, bias)
+    ctx.k = math.prod(int(s) for s in normalized_shape)
+    ctx.eps = float(eps)
+
+
+def _layer_norm_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    x, weight, bias = ctx.saved_tensors
+    k = ctx.k
+    source = sources.layer_norm_source(k, ctx.eps, weight is not None, bias is not None)
+    tensors = _layer_norm_inputs(x, k, weight, bias)
+    present = [t for t in (weight, bias) if t is not None]
+    flags = [ctx.needs_input_grad[0]] + [ctx.needs_input_grad[i] for i, t in ((2, weight), (3, bias))
+                                         if t is not None]
+    grads = _grads(source, tensors, flags, [grad.reshape(-1, k)])
+    out: list[Any] = [grads[0].reshape(x.shape) if grads[0] is not None else None, None]
+    rest = iter(zip(present, grads[1:]))
+    for t in (weight, bias):
+        if t is None:
+            out.append(None)
+        else:
+            original, g = next(rest)
+            out.append(g.reshape(original.shape) if g is not None else None)
+    return (*out, None)
+
+
+_layer_norm.register_autograd(_layer_norm_backward, setup_context=_layer_norm_setup)
+
+
+def layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int], weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
+    shape = [int(normalized_shape)] if isinstance(normalized_shape, int) else [int(s) for s in normalized_shape]
+    return torch.ops.tilec.layer_norm(x, shape, weight, bias, float(eps))
