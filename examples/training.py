@@ -1,0 +1,49 @@
+"""Shared training loop of the examples: the same model twice, torch's modules and tilec's.
+
+Both copies start from the same weights (tilec.nn modules keep torch.nn's parameter names, so
+`load_state_dict` moves them across), see the same batches and take the same SGD steps; the
+script prints both loss curves and how far apart they end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def train(name: str, make_model: Callable[[str], torch.nn.Module], batches: Callable[[int], Iterator[Batch]],
+          loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], steps: int = 300, lr: float = 0.05,
+          report_every: int = 25) -> dict[str, list[float]]:
+    torch.manual_seed(0)
+    reference = make_model("torch")
+    ours = make_model("tilec")
+    ours.load_state_dict(reference.state_dict())
+    curves: dict[str, list[float]] = {}
+    for label, model in (("torch", reference), ("tilec", ours)):
+        optimiser = torch.optim.SGD(model.parameters(), lr=lr)
+        losses = []
+        start = time.perf_counter()
+        for step, (x, y) in enumerate(batches(steps)):
+            optimiser.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimiser.step()
+            losses.append(float(loss.detach()))
+        curves[label] = losses
+        print(f"{name} with {label} ops: {steps} steps in {time.perf_counter() - start:.1f} s")
+    print(f"\n{'step':>6}{'torch loss':>14}{'tilec loss':>14}")
+    for step in range(0, steps, report_every):
+        print(f"{step:>6}{curves['torch'][step]:>14.4f}{curves['tilec'][step]:>14.4f}")
+    final_t, final_o = _tail_mean(curves["torch"]), _tail_mean(curves["tilec"])
+    gap = abs(final_o - final_t) / max(abs(final_t), 1e-12)
+    print(f"{'end':>6}{final_t:>14.4f}{final_o:>14.4f}   (mean of the last 10 steps; relative gap {gap:.2%})")
+    return curves
+
+
+def _tail_mean(xs: list[float], n: int = 10) -> float:
+    tail = xs[-n:]
+    return sum(tail) / len(tail)

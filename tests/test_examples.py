@@ -1,0 +1,26 @@
+"""The training examples run, and tilec's modules track torch's step for step (a short run)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch.nn.functional as F
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+import train_cnn  # noqa: E402
+import train_transformer  # noqa: E402
+from training import train  # noqa: E402
+
+
+def test_cnn_example_tracks_torch():
+    curves = train("CNN", train_cnn.make_model, train_cnn.batches, F.cross_entropy, steps=12, report_every=6)
+    assert all(abs(a - b) <= 2e-3 * max(1.0, abs(a)) for a, b in zip(curves["torch"], curves["tilec"]))
+
+
+def test_transformer_example_tracks_torch():
+    curves = train("transformer", train_transformer.Block, train_transformer.batches, train_transformer.loss_fn,
+                   steps=12, lr=0.3, report_every=6)
+    assert all(abs(a - b) <= 2e-3 * max(1.0, abs(a)) for a, b in zip(curves["torch"], curves["tilec"]))
