@@ -195,3 +195,26 @@ def test_vector_codegen_gathers_strided_loads():
     import ctypes
     loaded.function((ctypes.c_void_p * 2)(a.ctypes.data, out.ctypes.data))
     np.testing.assert_array_equal(out, a[:, 1])
+
+
+@BOTH
+def test_partial_coverage_zeroes_the_cells_no_tuple_writes(knobs):
+    # a stride-2 transposed 1x1 conv: odd rows and columns of the output get no tuple
+    do, f = rand(2, 5, 4, 3), rand(5, 6)
+    src = ("function (DO[N, CO, X, Y], F[CO, C]) -> (O) { O[n, c, h, w: N, C, 2 * X, 2 * Y] = "
+           "+(DO[n, co, h / 2, w / 2] * F[co, c]); }")
+    out, func = run_template(src, {"DO": do, "F": f}, knobs)
+    ref = np.zeros((2, 6, 8, 6), np.float64)
+    ref[:, :, ::2, ::2] = np.einsum("nopq,oc->ncpq", do, f)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@BOTH
+def test_trailing_unit_dimensions_no_operand_reads(knobs):
+    # a 1x1 conv's weight gradient: the output ends in two size-1 kernel positions
+    do, x = rand(2, 5, 3, 3), rand(2, 4, 6, 6)
+    src = ("function (DO[N, CO, X, Y], I[N, C, H, W]) -> (DF) { DF[co, c, u, v: CO, C, 1, 1] = "
+           "+(DO[n, co, x, y] * I[n, c, 2 * x, 2 * y]), u < 1, v < 1; }")
+    out, _ = run_template(src, {"DO": do, "I": x}, knobs)
+    ref = np.einsum("nopq,ncpq->oc", do, x[:, :, ::2, ::2])[:, :, None, None]
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)

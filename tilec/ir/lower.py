@@ -19,7 +19,7 @@ Guarantees: a PrimFunc whose params are inputs, outputs, temporaries and workspa
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -210,19 +210,38 @@ def lower_statement(s: BoundContraction | BoundElementwise, bp: BoundProgram, wo
     return _lower_contraction(s, bp, workspaces)
 
 
-def direct_output_vars(b: BoundContraction) -> list[str] | None:
-    """The output's index variables when each output index is a distinct lone variable spanning its
-    whole dimension (so every cell is one loop iteration); None otherwise."""
+def lone_output_vars(b: BoundContraction) -> list[str] | None:
+    """The output's index variables when each output index is a distinct lone variable whose range
+    lies inside its dimension (every tuple writes its own cell); None otherwise."""
     ranges = {v: (lo, hi) for v, lo, hi in b.ranges}
     out_vars: list[str] = []
     for e, n in zip(b.out_indices, b.shape):
         if e.divisor != 1 or e.const != 0 or len(e.coeffs) != 1 or e.coeffs[0][1] != 1:
             return None
         v = e.coeffs[0][0]
-        if v in out_vars or ranges[v] != (0, n - 1):
+        lo, hi = ranges[v]
+        if v in out_vars or lo < 0 or hi > n - 1:
             return None
         out_vars.append(v)
     return out_vars
+
+
+def direct_output_vars(b: BoundContraction) -> list[str] | None:
+    """Like lone_output_vars, and each range spans its whole dimension (every cell is one iteration)."""
+    out_vars = lone_output_vars(b)
+    ranges = {v: (lo, hi) for v, lo, hi in b.ranges}
+    if out_vars is None or any(ranges[v] != (0, n - 1) for v, n in zip(out_vars, b.shape)):
+        return None
+    return out_vars
+
+
+def zero_fill(name: str, shape: tuple[int, ...], dtype: str, parallel: bool = False) -> L.Stmt:
+    """name[...] = 0 over the whole buffer (the outermost loop parallel if asked)."""
+    cells, cell = _cell_loops(shape, f"{name}.z")
+    nest = loop_nest(cells, L.Store(name, tuple(cell), L.cast(dtype, L.const(0))), [])
+    if parallel and isinstance(nest, L.For):
+        return replace(nest, kind="parallel")
+    return nest
 
 
 def _lower_contraction(b: BoundContraction, bp: BoundProgram, workspaces: list[L.Buffer]) -> L.Stmt:

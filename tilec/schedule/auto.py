@@ -103,7 +103,7 @@ def _gemm_group(index: int, b: BoundContraction, program: BoundProgram, target: 
     elif not knobs.pack_a and not direct_gemm.applicable(plan, program):
         raise ScheduleError(f"pack_a=False needs A's only guards to be its own bounds (padding); statement "
                             f"{index} ('{b.stmt}') has others")
-    epilogue = find_epilogue(index, program)
+    epilogue = None if plan.partial else find_epilogue(index, program)  # f(0) need not be 0
     stmt, workspaces = implicit_gemm.build(b, program, plan, knobs, target, epilogue)
     if epilogue is None:
         return LoweredGroup(stmt, tuple(workspaces))

@@ -25,7 +25,7 @@ from __future__ import annotations
 from tilec.ir import loop as L
 from tilec.ir.affine import INF
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.lower import affine_expr, index_expr
+from tilec.ir.lower import affine_expr, index_expr, zero_fill
 from tilec.schedule.fusion import Epilogue, epilogue_value
 from tilec.schedule.implicit_gemm import (GemmKnobs, GemmPlan, _guarded_store, decompose, plan_threads,
                                          thread_share, threads_loop)
@@ -176,6 +176,8 @@ def build_direct(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: G
     else:
         tiles_loop = thread_loop(L.For(jr, L.const(0), L.const(panels), chunk(ir, tiles, micro)))
         stmts.append(L.For(o, L.const(0), L.const(n_outer), L.seq(pack_b, tiles_loop)))
+    if plan.partial:  # cells no tuple writes are 0
+        stmts.insert(0, zero_fill(dest, b.shape, dt, parallel=threads > 1))
     return L.seq(*stmts), workspaces
 
 

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundAccess, BoundContraction, BoundProgram, Condition
 from tilec.ir.dtypes import is_float
-from tilec.ir.lower import condition_expr, direct_output_vars, index_expr
+from tilec.ir.lower import condition_expr, index_expr, lone_output_vars, zero_fill
 from tilec.schedule.fusion import Epilogue, epilogue_value
 from tilec.schedule.rewrite import substitute_expr
 from tilec.target import Target
@@ -70,6 +70,7 @@ class GemmPlan:
     red: tuple[Range, ...]
     a_guards: tuple[Condition, ...]
     b_guards: tuple[Condition, ...]
+    partial: bool = False  # some output cells get no tuple: the output is zeroed first
 
     @property
     def m(self) -> int:
@@ -95,19 +96,25 @@ def match(b: BoundContraction) -> GemmPlan | None:
         return None
     if not is_float(b.dtype) or b.dtype == "float16" or not b.shape:
         return None
-    out_vars = direct_output_vars(b)
+    out_vars = lone_output_vars(b)
     if out_vars is None:
         return None
     ranges = {v: (v, lo, hi) for v, lo, hi in b.ranges}
-    col = out_vars[-1]
+    partial = any(ranges[v][1:] != (0, n - 1) for v, n in zip(out_vars, b.shape))
     reads = [{v for e in op.indices for v in e.vars} for op in b.operands]
+    # Trailing output dimensions of size 1 that no operand reads (a 1x1 kernel's position in a
+    # weight gradient) are outer loops of one iteration; the column is the last dimension before.
+    unit: list[str] = []
+    while len(out_vars) > 1 and b.shape[len(out_vars) - 1] == 1 and not any(out_vars[-1] in vs for vs in reads):
+        unit.insert(0, out_vars.pop())
+    col = out_vars[-1]
     holders = [k for k, vs in enumerate(reads) if col in vs]
     if len(holders) != 1:
         return None
     bk = holders[0]
     a_op, b_op = b.operands[1 - bk], b.operands[bk]
     a_vars, b_vars = reads[1 - bk], reads[bk]
-    outer = tuple(ranges[v] for v in out_vars[:-1] if v in b_vars)
+    outer = tuple(ranges[v] for v in out_vars[:-1] if v in b_vars) + tuple(ranges[v] for v in unit)
     rows = tuple(ranges[v] for v in out_vars[:-1] if v not in b_vars)
     red = tuple(ranges[v] for v, _, _ in b.ranges if v not in out_vars)
     if not rows or not red:
@@ -124,7 +131,7 @@ def match(b: BoundContraction) -> GemmPlan | None:
             a_guards.append(g)
         else:
             return None  # a condition tying rows to columns: not a GEMM
-    return GemmPlan(a_op, b_op, outer, rows, ranges[col], red, tuple(a_guards), tuple(b_guards))
+    return GemmPlan(a_op, b_op, outer, rows, ranges[col], red, tuple(a_guards), tuple(b_guards), partial)
 
 
 L1_BUDGET = 32 * 1024  # bytes of L1 for the B micro-panel that every row tile re-reads
@@ -309,6 +316,8 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnob
     else:
         per_pc = L.seq(pack_b, thread_loop(chunk(ic, row_blocks, block)))
         nest = L.For(o, L.const(0), L.const(n_outer), L.For(pc, L.const(0), L.const(-(-k // kc)), per_pc))
+    if plan.partial:  # cells no tuple writes are 0
+        nest = L.seq(zero_fill(dest, b.shape, dt, parallel=threads > 1), nest)
     return nest, [bp_buf, ap_buf]
 
 
