@@ -13,9 +13,10 @@ from dataclasses import replace
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
-from tilec.ir.lower import LoweredGroup, direct_output_vars, lower, lower_statement
+from tilec.ir.lower import LoweredGroup, lower, lower_statement
 from tilec.schedule import attention, direct_gemm, implicit_gemm
 from tilec.schedule.fusion import find_epilogue
+from tilec.schedule.legality import check_parallel
 from tilec.errors import ScheduleError
 from tilec.schedule.templates import TemplateConfig, TemplateSchedule
 from tilec.target import Target
@@ -113,18 +114,29 @@ def _gemm_group(index: int, b: BoundContraction, program: BoundProgram, target: 
 
 def _parallel_default(b: BoundContraction | BoundElementwise, program: BoundProgram,
                       target: Target) -> LoweredGroup | None:
-    """The default nest with its outermost loop spread over the cores, where that is legal (each
-    iteration owns distinct output cells: an elementwise or direct-form statement) and big enough."""
-    if target.cores < 2 or math.prod(b.shape) < PARALLEL_MIN_CELLS:
-        return None
-    if isinstance(b, BoundContraction) and (b.empty or direct_output_vars(b) is None):
+    """The default nest(s) of a statement with each top-level loop spread over the cores where the
+    parallel legality check proves its iterations write disjoint elements (an elementwise or
+    direct statement, the init/update/final nests of a keep-dim reduction, ...) and it is big enough."""
+    work = math.prod(b.shape) if isinstance(b, BoundElementwise) else \
+        math.prod(hi - lo + 1 for _, lo, hi in b.ranges)
+    if target.cores < 2 or work < PARALLEL_MIN_CELLS or (isinstance(b, BoundContraction) and b.empty):
         return None
     workspaces: list[L.Buffer] = []
     stmt = lower_statement(b, program, workspaces)
-    if not isinstance(stmt, L.For) or workspaces:
+    nests = stmt.stmts if isinstance(stmt, L.Seq) else (stmt,)
+    changed = [_parallel_outer(nest, target.cores) for nest in nests]
+    if all(new is old for new, old in zip(changed, nests)):
         return None
-    extent = stmt.end.value - stmt.begin.value if isinstance(stmt.begin, L.Const) and \
-        isinstance(stmt.end, L.Const) else 0
-    if extent < target.cores:
-        return None
-    return LoweredGroup(replace(stmt, kind="parallel"))
+    return LoweredGroup(L.seq(*changed), tuple(workspaces))
+
+
+def _parallel_outer(nest: L.Stmt, cores: int) -> L.Stmt:
+    if not isinstance(nest, L.For) or not isinstance(nest.begin, L.Const) or not isinstance(nest.end, L.Const):
+        return nest
+    if nest.end.value - nest.begin.value < cores:
+        return nest
+    try:
+        check_parallel(nest)
+    except ScheduleError:
+        return nest
+    return replace(nest, kind="parallel")
