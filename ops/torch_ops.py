@@ -14,7 +14,7 @@ tensors' numpy views. Its backward is `tilec::tile_grad`, a custom op running th
     tilec::softmax(x, dim)
     tilec::layer_norm(x, normalized_shape, weight, bias, eps)
 
-Errors: wrong dtypes (only float32 is supported), ranks, shapes, devices and parameters raise
+Errors: wrong dtypes (float32 and float64 are supported, one per op), ranks, shapes, devices and parameters raise
 `OpError`, a `tilec.TilecError` (and `ValueError`) that names the argument at fault. Non-
 contiguous inputs are copied to contiguous ones first, so they give the same result.
 """
@@ -78,12 +78,20 @@ def _check_tensor(op: str, name: str, t: Any, rank: int | None = None, min_rank:
     if t.device.type != "cpu":
         raise OpError(f"tilec.{op}: '{name}' is on {t.device}; the CUDA backend is not in this build, "
                       f"only CPU tensors are supported")
-    if t.dtype != torch.float32:
-        raise OpError(f"tilec.{op}: '{name}' has dtype {t.dtype}; only torch.float32 is supported")
+    if t.dtype not in (torch.float32, torch.float64):
+        raise OpError(f"tilec.{op}: '{name}' has dtype {t.dtype}; torch.float32 and torch.float64 are supported")
     if rank is not None and t.dim() != rank:
         raise OpError(f"tilec.{op}: '{name}' must have rank {rank}, got shape {tuple(t.shape)}")
     if min_rank is not None and t.dim() < min_rank:
         raise OpError(f"tilec.{op}: '{name}' must have rank at least {min_rank}, got shape {tuple(t.shape)}")
+
+
+def _same_dtype(op: str, **tensors: torch.Tensor | None) -> None:
+    """All tensors of one op share a dtype (the fake kernels give the output that dtype)."""
+    given = {name: t.dtype for name, t in tensors.items() if t is not None}
+    if len(set(given.values())) > 1:
+        listing = ", ".join(f"{name} {dtype}" for name, dtype in given.items())
+        raise OpError(f"tilec.{op}: the tensors must share one dtype, got {listing}")
 
 
 def _pair(op: str, name: str, value: Sequence[int], least: int) -> tuple[int, int]:
@@ -138,6 +146,7 @@ def _conv2d_check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
                   ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, ...]]:
     _check_tensor("conv2d", "x", x, rank=4)
     _check_tensor("conv2d", "weight", weight, rank=4)
+    _same_dtype("conv2d", x=x, weight=weight, bias=bias)
     if groups != 1:
         raise OpError(f"tilec.conv2d: groups={groups} is not supported yet; only groups=1")
     s = _pair("conv2d", "stride", stride, 1)
@@ -213,6 +222,7 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 def _linear_check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str) -> None:
     _check_tensor("linear", "x", x, min_rank=1)
     _check_tensor("linear", "weight", weight, rank=2)
+    _same_dtype("linear", x=x, weight=weight, bias=bias)
     if activation not in sources.ACTIVATIONS:
         raise OpError(f"tilec.linear: activation={activation!r}; expected one of {', '.join(sources.ACTIVATIONS)}")
     if x.shape[-1] != weight.shape[1]:
@@ -281,6 +291,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 def _attention_check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_tensor("attention", name, t, rank=4)
+    _same_dtype("attention", q=q, k=k, v=v)
     b, h, s, d = q.shape
     if tuple(k.shape[:2]) != (b, h) or k.shape[3] != d:
         raise OpError(f"tilec.attention: 'k' has shape {tuple(k.shape)}, expected ({b}, {h}, T, {d}) to match "
@@ -437,6 +448,7 @@ def _layer_norm_check(x: torch.Tensor, normalized_shape: Sequence[int], weight: 
             _check_tensor("layer_norm", name, t)
             if tuple(t.shape) != shape:
                 raise OpError(f"tilec.layer_norm: '{name}' has shape {tuple(t.shape)}, expected {shape}")
+    _same_dtype("layer_norm", x=x, weight=weight, bias=bias)
     if x.numel() == 0:
         raise OpError("tilec.layer_norm: empty tensors are not supported")
     return math.prod(shape)

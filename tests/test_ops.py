@@ -192,7 +192,7 @@ def test_training_matches_torch() -> None:
 
 
 @pytest.mark.parametrize("call,match", [
-    (lambda: T.conv2d(rand(1, 3, 5, 5).double(), rand(2, 3, 3, 3)), "'x' has dtype torch.float64"),
+    (lambda: T.conv2d(rand(1, 3, 5, 5).double(), rand(2, 3, 3, 3)), "must share one dtype"),
     (lambda: T.conv2d(rand(3, 5, 5), rand(2, 3, 3, 3)), "'x' must have rank 4"),
     (lambda: T.conv2d(rand(1, 3, 5, 5), rand(2, 4, 3, 3)), "'weight' has 4 input channels"),
     (lambda: T.conv2d(rand(1, 3, 5, 5), rand(2, 3, 3, 3), rand(3)), "'bias' has shape"),
@@ -201,7 +201,7 @@ def test_training_matches_torch() -> None:
     (lambda: T.conv2d(rand(1, 3, 5, 5), rand(2, 3, 3, 3), stride=0), "'stride' must be"),
     (lambda: T.linear(rand(2, 5), rand(4, 6)), "'x' has 5 features"),
     (lambda: T.linear(rand(2, 5), rand(4, 5), activation="tanh"), "activation='tanh'"),
-    (lambda: T.linear(rand(2, 5).half(), rand(4, 5)), "only torch.float32"),
+    (lambda: T.linear(rand(2, 5).half(), rand(4, 5)), "torch.float32 and torch.float64 are supported"),
     (lambda: T.attention(rand(1, 2, 3, 4), rand(1, 2, 3, 5), rand(1, 2, 3, 4)), "'k' has shape"),
     (lambda: T.attention(rand(1, 2, 3, 4), rand(1, 2, 3, 4), rand(1, 2, 4, 4)), "'v' has shape"),
     (lambda: T.attention(rand(2, 3, 4), rand(2, 3, 4), rand(2, 3, 4)), "'q' must have rank 4"),
@@ -248,3 +248,26 @@ def test_torch_compile_forward_and_backward() -> None:
     want.square().sum().backward()
     for a, b in zip(ours.parameters(), ref.parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=1e-4)
+
+
+# ------------------------------------------------------------------ gradcheck (float64)
+
+def _double(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+
+
+@pytest.mark.parametrize("name, fn, make", [
+    ("conv2d", lambda x, w, b: T.conv2d(x, w, b, stride=2, padding=1), lambda: (_double(1, 2, 5, 5), _double(3, 2, 3, 3),
+                                                                               _double(3))),
+    ("linear", lambda x, w, b: T.linear(x, w, b, "gelu"), lambda: (_double(3, 4), _double(2, 4), _double(2))),
+    ("attention", lambda q, k, v: T.attention(q, k, v, True, 0.5), lambda: (_double(1, 2, 3, 4), _double(1, 2, 3, 4),
+                                                                             _double(1, 2, 3, 4))),
+    ("relu", lambda x: T.relu(x), lambda: (_double(2, 5),)),
+    ("gelu", lambda x: T.gelu(x), lambda: (_double(2, 5),)),
+    ("softmax", lambda x: T.softmax(x, -1), lambda: (_double(2, 5),)),
+    ("layer_norm", lambda x, w, b: T.layer_norm(x, [4], w, b, 1e-5), lambda: (_double(3, 4), _double(4), _double(4))),
+])
+def test_gradcheck_in_float64(name, fn, make):
+    torch.manual_seed(3)
+    inputs = make()
+    assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-4), name
