@@ -343,3 +343,12 @@ def test_backward_check_compares_every_gradient():
         case.check((a, b), (a, b + 1))
     with pytest.raises(BenchError, match="2 gradients"):
         case.check((a, b), (a, b, b))
+
+
+def test_train_step_cases_run_and_check_the_losses(capsys):
+    from tilec.cli import main
+
+    code = main(["bench", "train_step", "--quick", "--json", "--repeats", "1", "--warmup-time", "0", "--cooldown", "0"])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert code == 0 and [d["op"] for d in lines] == ["train_step", "train_step"]
+    assert all(d["tilec_ms"] > 0 and d["baseline_ms"] > 0 and d["error"] is None for d in lines)

@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tilec.driver import STAGES
 from tilec.errors import TilecError
@@ -98,8 +98,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
                              f"{args.records})")
         options.records_path, options.use_records = Path(args.records), True
 
-    cases = ops.select_cases(args.op, args.shape, causal=args.causal, quick=args.quick,
-                             dtype=args.dtype, target=args.target, backward=args.backward)
+    cases: list[Any]
+    if args.op == "train_step":
+        from tilec.bench import train_step
+
+        cases = list(train_step.cases(batch=4 if args.quick else None))
+    else:
+        cases = ops.select_cases(args.op, args.shape, causal=args.causal, quick=args.quick,
+                                 dtype=args.dtype, target=args.target, backward=args.backward)
     settings = harness.Settings(args.warmup, args.repeats, args.warmup_time, args.budget, args.cooldown)
     resolve_target(args.target)  # an unknown target fails here, before any case runs
     table = None if args.json else harness.Table(cases)
@@ -125,8 +131,9 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
                     "calls; ratio = baseline_ms / tilec_ms, so a ratio above 1 means tilec is faster. "
                     "The first warm-up call of each side is checked against the other.")
     bench.add_argument("op", nargs="?", default="all", metavar="OP",
-                       help=f"one of {', '.join(OP_NAMES)}, or all (the default: every op's acceptance cases, "
-                            f"causal attention included)")
+                       help=f"one of {', '.join(OP_NAMES)}, train_step (one SGD step of the training "
+                            f"examples' CNN and transformer, tilec's modules vs torch's), or all (the default: "
+                            f"every op's acceptance cases, causal attention included)")
     bench.add_argument("--shape", action="append", default=[], metavar="NAME=N,...",
                        help="the op's sizes, e.g. M=1024,N=1024,K=1024 (gemm, gemm_bias_relu); "
                             "N=8,C=64,H=56,W=56,CO=64,KH=3,KW=3,stride=1,pad=1 (conv2d; stride 1 and pad 0 "
