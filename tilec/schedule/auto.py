@@ -125,8 +125,7 @@ def _parallel_default(b: BoundContraction | BoundElementwise, program: BoundProg
     stmt = lower_statement(b, program, workspaces)
     nests = stmt.stmts if isinstance(stmt, L.Seq) else (stmt,)
     changed = [_parallel_outer(nest, target.cores) for nest in nests]
-    if all(new is old for new, old in zip(changed, nests)):
-        return None
+    # Returned even when nothing became parallel: the nest is built, and None would lower it again.
     return LoweredGroup(L.seq(*changed), tuple(workspaces))
 
 
