@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tilec
+from reference import SOFTMAX
 
 RNG = np.random.default_rng(0)
 
@@ -101,12 +102,7 @@ def test_broadcast_size_one_dimension() -> None:
 
 
 def test_softmax() -> None:
-    src = """function (X[N, K]) -> (O) {
-        M[i, 0: N, 1] = >(X[i, j]);
-        E = exp(X - M);
-        S[i, 0: N, 1] = +(E[i, j]);
-        O = E / S;
-    }"""
+    src = SOFTMAX
     check(src, ["X"], [r(3, 5)])
 
 
@@ -176,12 +172,7 @@ def test_conv2d_against_torch() -> None:
 
 
 def test_softmax_against_torch() -> None:
-    src = """function (X[N, K]) -> (O) {
-        M[i, 0: N, 1] = >(X[i, j]);
-        E = exp(X - M);
-        S[i, 0: N, 1] = +(E[i, j]);
-        O = E / S;
-    }"""
+    src = SOFTMAX
     x, dout = r(4, 7).astype(np.float32), r(4, 7).astype(np.float32)
     dx = tilec.grad(src, ["X"])(x, dout)
     tx = torch.tensor(x, requires_grad=True)
