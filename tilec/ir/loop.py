@@ -15,6 +15,19 @@ from typing import Union
 
 INDEX = "int64"
 
+# GPU kernels (targets cuda and cuda-sim) use the same IR with these conventions:
+# * A `For` whose kind is a GPU axis runs its iterations as the blocks or threads of that axis
+#   (begin 0, a constant end: the launch extent along the axis).
+# * The PrimFunc's body is a sequence of launches: each top-level statement is one kernel, a
+#   nest of block-bound loops around thread-bound loops, and launches run one after another
+#   (a global synchronisation between them).
+# * `Allocate` with scope "shared" inside the block loops is one buffer per block; scope "local"
+#   inside the thread loops is private to each thread. `Barrier` synchronises the threads of a
+#   block and must be reached by all of them (never under a thread-dependent condition).
+GPU_BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+GPU_THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+GPU_AXES = GPU_BLOCK_AXES + GPU_THREAD_AXES
+
 
 @dataclass(frozen=True)
 class Buffer:
@@ -121,7 +134,7 @@ class Store:
 
 @dataclass(frozen=True)
 class For:
-    """``for var in [begin, end)``; kind: serial | parallel | vectorized | unrolled."""
+    """``for var in [begin, end)``; kind: serial | parallel | vectorized | unrolled | a GPU axis."""
 
     var: str
     begin: Expr
