@@ -181,18 +181,62 @@ class FaultyTask(Task):
             raise RuntimeError("injected build failure")
         return call
 
+    def compile_object(self, config: Mapping[str, Any]) -> str:
+        fault = dict(self.faults).get(config["mr"])
+        if fault == "builder_segfault":
+            ctypes.string_at(0)
+        if fault == "builder_hang":
+            time.sleep(3600)
+        if fault == "builder_raise":
+            raise RuntimeError("injected compile failure")
+        return super().compile_object(config)
+
+
+FAULTS = ((1, "segfault"), (2, "hang"), (3, "wrong"), (4, "raise"))
+BUILDER_FAULTS = ((8, "builder_segfault"), (10, "builder_hang"), (12, "builder_raise"))
+
+
+def faulty_task(faults: tuple[tuple[int, str], ...]) -> FaultyTask:
+    base = gemm_task(64, 48, 32)
+    return FaultyTask(**{f.name: getattr(base, f.name) for f in dataclasses.fields(Task)}, faults=faults)
+
 
 def test_local_measurer_catches_faults() -> None:
-    base = gemm_task(64, 48, 32)
-    t = FaultyTask(**{f.name: getattr(base, f.name) for f in dataclasses.fields(Task)},
-                   faults=((1, "segfault"), (2, "hang"), (3, "wrong"), (4, "raise")))
+    """Measurement-side faults, with the candidates built in the measurement process itself."""
+    t = faulty_task(FAULTS)
     good = t.default_config()
     configs = [dict(good, mr=mr, mc=mr * 4, pack_a=True) for mr in (1, 2, 3, 4)] + [good]
-    with LocalMeasurer(MeasureOptions(timeout_s=3.0, repeats=2, min_repeat_s=0.001)) as m:
+    with LocalMeasurer(MeasureOptions(timeout_s=2.0, repeats=2, min_repeat_s=0.001, build_workers=0)) as m:
         results = m.measure(t, configs)
     assert [r.error for r in results] == ["runtime_error", "timeout", "wrong_answer", "build_error", "ok"]
     assert results[-1].time_s is not None and results[-1].time_s > 0
     assert "signal" in results[0].message and "injected" in results[3].message
+
+
+def test_parallel_builds_catch_builder_faults_and_feed_the_measurer() -> None:
+    """A compile that segfaults, hangs or raises in a builder is recorded and skipped; the other
+    candidates are built by the pool (the measurement process only loads their object code)."""
+    t = faulty_task(BUILDER_FAULTS)
+    good = t.default_config()
+    configs = [dict(good, mr=mr, nr=16, mc=mr * 2, pack_a=True) for mr in (8, 10, 12, 2, 4)] + [good]
+    from tilec import driver
+    from tilec.config import options
+
+    with LocalMeasurer(MeasureOptions(timeout_s=2.0, repeats=2, min_repeat_s=0.001, build_workers=2)) as m:
+        results = m.measure(t, configs)
+        again = m.measure(t, configs[3:])  # the pool replaced its dead and killed workers
+        # the pool's object code is where the measurer looks: building here is a disk-cache hit
+        before, old = driver.stats.disk_hits, (options.cache_dir, options.disk_cache)
+        options.cache_dir, options.disk_cache = m.cache_dir, True
+        try:
+            t.build(configs[3])
+        finally:
+            options.cache_dir, options.disk_cache = old
+        assert driver.stats.disk_hits == before + 1
+    assert [r.error for r in results] == ["build_error", "timeout", "build_error", "ok", "ok", "ok"]
+    assert "builder process died (signal" in results[0].message and "killed after" in results[1].message
+    assert "injected compile failure" in results[2].message
+    assert [r.error for r in again] == ["ok", "ok", "ok"]
 
 
 def test_real_tiny_gemm_tuning_end_to_end(tmp_path: Path) -> None:
@@ -239,3 +283,45 @@ def test_experiment_caches_measurements_and_counts_trials_to_target():
     assert calls == [len(configs), 0] or calls == [len(configs)]
     assert [r.time_s for r in again] == [r.time_s for r in first][::-1]
     assert trials_to_reach([5.0, 4.0, 3.0, 3.0], 3.5) == 3 and trials_to_reach([5.0], 1.0) is None
+
+
+# ------------------------------------------------------------------ tuning gradient kernels
+
+
+def test_backward_tasks_are_the_kernels_tilec_grad_compiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tuning the gradient program's statements (fake measurer) leaves records that tilec.grad
+    applies when it compiles, and the tuned gradients stay right."""
+    import tilec
+    from tilec.autotune.task import backward_tasks
+    from tilec.config import options
+    from tilec.schedule.templates import TemplateSchedule
+
+    source, shapes = gemm_source({}), {"A": (48, 32), "B": (32, 40)}
+    tasks = backward_tasks(source, shapes, ["A", "B"], label="gemm backward")
+    assert [t.template for t in tasks] == ["implicit_gemm", "implicit_gemm"]
+    assert dict(tasks[0].shapes)["DC"] == (48, 40)
+    db_path = tmp_path / "records.sqlite"
+    with RecordDB(db_path) as db:
+        bests = [tune(t, 16, FakeMeasurer(), db, seed=0) for t in tasks]
+    configs = [t.config_of(TemplateSchedule.from_json(b.schedule)) for t, b in zip(tasks, bests) if b is not None]
+    assert len(configs) == 2 and configs[0] != tasks[0].default_config()  # the synthetic optimum is elsewhere
+    monkeypatch.setattr(options, "records_path", db_path)
+    monkeypatch.setattr(options, "use_records", True)
+    g = tilec.grad(source, ["A", "B"])
+    recorded = g._recorded_schedule(tasks[0].signature)
+    assert recorded is not None
+    assert [dict(c.knobs) for c in recorded.configs] == configs
+    assert [c.stmt for c in recorded.configs] == [t.stmt for t in tasks]
+    rng = np.random.default_rng(3)
+    a, b, dc = (rng.standard_normal(s).astype(np.float32) for s in ((48, 32), (32, 40), (48, 40)))
+    da, db_ = g(a, b, dc)
+    np.testing.assert_allclose(da, dc @ b.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(db_, a.T @ dc, rtol=1e-4, atol=1e-4)
+
+
+def test_backward_tasks_reject_unknown_inputs() -> None:
+    from tilec.autotune.task import backward_tasks
+    from tilec.errors import TilecError
+
+    with pytest.raises(TilecError, match="with respect to Z"):
+        backward_tasks(gemm_source({}), {"A": (8, 8), "B": (8, 8)}, ["Z"])

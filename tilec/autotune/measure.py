@@ -1,9 +1,15 @@
 """Measurement: build and time candidates away from the tuner process, with typed errors.
 
-`LocalMeasurer` keeps one worker process (multiprocessing, spawn context) per task: it makes
-the inputs and the reference output (the default schedule's) once, then for each candidate
-compiles it, runs it once, compares with the reference, and times it (warm-up, then the median
-of `repeats` timed runs, each long enough for the clock). A candidate that hangs is killed
+`LocalMeasurer` first builds a batch's candidates in parallel in a pool of builder processes
+(tilec.autotune.build: lowering and LLVM compilation to object code, stored in a disk cache the
+measurer shares with them), then measures them one at a time, after every build of the batch has
+finished, so that timing never overlaps compilation. Measuring happens in one worker process
+(multiprocessing, spawn context) per task: it makes the inputs and the reference output (the
+default schedule's) once, then for each candidate loads it (the object code from the cache;
+it compiles a candidate itself only when no builder did), runs it once, compares with the
+reference, and times it (warm-up, then the median of `repeats` timed runs, each long enough for
+the clock). A build that raises, kills its builder or outlasts `timeout_s` is "build_error" or
+"timeout" without reaching the measurement process. A candidate that hangs is killed
 after `timeout_s` ("timeout"); one that kills the worker (a segfault) is "runtime_error", or
 "build_error" if it died while compiling; an exception while compiling is "build_error"; a
 result off the reference is "wrong_answer". A dead worker is replaced for the next candidate.
@@ -17,12 +23,15 @@ from __future__ import annotations
 import math
 import multiprocessing
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from tilec.autotune.build import BuildPool, BuildResult, default_workers
 from tilec.autotune.task import Config, Task
 from tilec.errors import TilecError
 
@@ -49,6 +58,7 @@ class MeasureOptions:
     min_repeat_s: float = 0.01  # each timed repeat calls the kernel enough times to last this long
     rtol: float = 1e-3
     seed: int = 0  # of the inputs
+    build_workers: int | None = None  # builder processes; None: one per core; below 2: the measurer builds
 
 
 # ---------------------------------------------------------------- the worker process
@@ -85,7 +95,10 @@ def _mismatch(got: list[np.ndarray], expected: list[np.ndarray], rtol: float) ->
     return None
 
 
-def _worker(conn: Any, task: Task, opts: MeasureOptions) -> None:
+def _worker(conn: Any, task: Task, opts: MeasureOptions, cache_dir: str) -> None:
+    from tilec.config import options
+
+    options.cache_dir, options.disk_cache, options.use_records = Path(cache_dir), True, False
     inputs = task.make_inputs(opts.seed)
     reference = task.build(None)
     expected = _outputs(reference(inputs))
@@ -121,11 +134,49 @@ class LocalMeasurer:
     _proc: Any = None
     _conn: Any = None
     _task: Task | None = None
+    _pool: BuildPool | None = None
+    _cache_dir: Path | None = None
+    _tmp: Any = None
 
     def measure(self, task: Task, configs: Sequence[Config]) -> list[MeasureResult]:
-        return [self._one(task, dict(c)) for c in configs]
+        configs = [dict(c) for c in configs]
+        built = self._build(task, configs)
+        return [self._one(task, c) if b is None or b.error == "ok" else MeasureResult(c, None, b.error, b.message)
+                for c, b in zip(configs, built)]
+
+    def _build(self, task: Task, configs: list[Config]) -> list[BuildResult | None]:
+        """Every candidate compiled by the pool first (None: left to the measurement process)."""
+        workers = default_workers() if self.options.build_workers is None else self.options.build_workers
+        if workers < 2 or len(configs) < 2:
+            return [None] * len(configs)
+        if self._pool is None:
+            self._pool = BuildPool(workers, self.cache_dir, self.options.startup_timeout_s)
+        return self._pool.build(task, configs, self.options.timeout_s)
+
+    @property
+    def cache_dir(self) -> Path:
+        """Where builders leave object code for the measurement process: the disk cache, or a
+        directory of this measurer's own when the disk cache is off."""
+        if self._cache_dir is None:
+            from tilec.config import options
+
+            if options.disk_cache and options.cache_dir is not None:
+                self._cache_dir = options.cache_dir
+            else:
+                self._tmp = tempfile.TemporaryDirectory(prefix="tilec-build-")
+                self._cache_dir = Path(self._tmp.name)
+        return self._cache_dir
 
     def close(self) -> None:
+        self._close_worker()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = self._cache_dir = None
+
+    def _close_worker(self) -> None:
         if self._proc is not None:
             try:
                 self._conn.send(None)
@@ -146,17 +197,17 @@ class LocalMeasurer:
         self.close()
 
     def _start(self, task: Task) -> None:
-        self.close()
+        self._close_worker()
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_worker, args=(child, task, self.options), daemon=True,
+        self._proc = ctx.Process(target=_worker, args=(child, task, self.options, str(self.cache_dir)), daemon=True,
                                  name="tilec-measure")
         self._proc.start()
         child.close()
         self._conn, self._task = parent, task
         kind, value, _ = self._receive(self.options.startup_timeout_s)
         if kind != "ready":
-            self.close()
+            self._close_worker()
             raise TilecError(f"cannot measure {task.label or 'the task'}: the default schedule fails in the "
                              f"measurement process ({kind}: {value})")
         self.default_time = value
@@ -184,15 +235,15 @@ class LocalMeasurer:
         deadline = time.monotonic() + self.options.timeout_s
         kind, value, message = self._receive(self.options.timeout_s)
         if kind == "died":
-            self.close()
+            self._close_worker()
             return MeasureResult(config, None, "build_error", message + " while compiling")
         if kind == "timeout":
-            self.close()
+            self._close_worker()
             return MeasureResult(config, None, "timeout", message)
         if kind == "built":
             kind, value, message = self._receive(max(0.1, deadline - time.monotonic()))
             if kind in ("died", "timeout"):
-                self.close()
+                self._close_worker()
                 return MeasureResult(config, None, "runtime_error" if kind == "died" else "timeout", message)
         return MeasureResult(config, value if kind == "ok" else None, kind, message)
 

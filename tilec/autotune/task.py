@@ -113,6 +113,22 @@ class Task:
         """The loop IR of a candidate (raises ScheduleError for illegal knobs)."""
         return driver.lower_program(self.program, self.signature, self.schedule(config), self.target)[1]
 
+    # ------------------------------------------------------------ building (in a builder process)
+    def compile_object(self, config: Mapping[str, Any]) -> str:
+        """Lower the candidate and compile it to object code in the disk cache (unless it is there
+        already), under the key `build` will look up; returns the key. Requires the disk cache
+        to be enabled (the builder processes point it at the measurer's directory)."""
+        from tilec.codegen.llvm_ir import emit_module
+        from tilec.codegen.llvm_jit import emit_object, optimise
+        from tilec.runtime import disk_cache
+
+        schedule = self.schedule(config)
+        key = driver.cache_key(self.program, self.signature, self.target, schedule)
+        if disk_cache.load(key) is None:
+            _, func = driver.lower_program(self.program, self.signature, schedule, self.target)
+            disk_cache.store(key, emit_object(optimise(emit_module(func, self.target), self.target), self.target))
+        return key
+
     # ------------------------------------------------------------ running (in a measurement process)
     def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
         rng = np.random.default_rng(seed)
@@ -159,3 +175,35 @@ def tasks_for(source: str, shapes: Mapping[str, tuple[int, ...]], dtypes: Mappin
             continue
         tasks.append(Task(source, shape_items, dtype_items, target, index, template, size_items, label))
     return tasks
+
+
+def gradient_source(source: str, wrt: "list[str] | tuple[str, ...]", sizes: Mapping[str, int] | None = None) -> str:
+    """The Tile text of the gradient program `tilec.grad(source, wrt, **sizes)` compiles: its
+    tasks have the keys that `tilec.grad` looks records up by."""
+    from tilec.autodiff import derive
+
+    return str(derive(parse(source, dict(sizes or {})), list(wrt)))
+
+
+def backward_tasks(source: str, shapes: Mapping[str, tuple[int, ...]], wrt: "list[str] | tuple[str, ...]",
+                   dtypes: Mapping[str, str] | None = None, target: Target | None = None,
+                   sizes: Mapping[str, int] | None = None, label: str = "") -> list[Task]:
+    """The tunable statements of the gradient of `source` with respect to `wrt` (tilec.autodiff):
+    its inputs are the forward inputs, shaped as given, then one gradient per forward output
+    (``D<Output>``, shaped like that output)."""
+    dtypes = dict(dtypes or {})
+    program = parse(source, dict(sizes or {}))
+    missing = [n for n in program.input_names if n not in shapes]
+    if missing:
+        raise TilecError(f"give a shape for every input of the program; missing {', '.join(missing)}")
+    unknown = [n for n in wrt if n not in program.input_names]
+    if unknown:
+        raise TilecError(f"cannot differentiate with respect to {', '.join(unknown)}: the program's inputs are "
+                         f"{', '.join(program.input_names)}")
+    bound = bind(program, {n: tuple(shapes[n]) for n in program.input_names},
+                 {n: dtypes.get(n, "float32") for n in program.input_names}, dict(sizes or {}))
+    grad_shapes = {**{n: tuple(shapes[n]) for n in program.input_names},
+                   **{f"D{o}": tuple(bound.shapes[o]) for o in program.outputs}}
+    grad_dtypes = {**{n: dtypes.get(n, "float32") for n in program.input_names},
+                   **{f"D{o}": bound.dtypes[o] for o in program.outputs}}
+    return tasks_for(gradient_source(source, wrt, sizes), grad_shapes, grad_dtypes, target, sizes, label)
