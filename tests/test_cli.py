@@ -178,3 +178,46 @@ def test_explain_api_errors_are_tilec_errors():
         tilec.explain("O = A @ B", shapes={"A": (2,), "B": (2,)})
     with pytest.raises(tilec.SemanticError):
         tilec.explain("function (A[N]) -> (O) { O[i: N] = +(Bogus[i]); }", shapes={"A": (3,)})
+
+
+# ------------------------------------------------------------------ tilec tune --backward
+
+
+def test_tune_backward_tunes_the_gradient_kernels_the_torch_op_uses(capsys, tmp_path, monkeypatch):
+    """A quick real `tilec tune conv2d --backward`: one JSON line per tuned kernel (the forward
+    one, then the input and the weight gradient); the torch op's backward then compiles with
+    those records and its gradients still match torch's."""
+    import json
+
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from ops import sources
+    from ops import torch_ops  # noqa: F401 - registers torch.ops.tilec
+    from tilec.config import options
+
+    records = tmp_path / "records.sqlite"
+    shape = "N=2,C=8,H=7,W=9,CO=16,KH=3,KW=3,stride=1,pad=1"
+    rc, out, err = run_cli(capsys, "tune", "conv2d", "--shape", shape, "--trials", "2", "--backward",
+                           "--records", str(records), "--jobs", "2")
+    assert rc == 0, err
+    kernels = [json.loads(line) for line in out.splitlines()]
+    assert len(kernels) == 3 and "backward" not in kernels[0]["label"]
+    assert all("backward (gradient statement" in k["label"] and k["time_ms"] > 0 for k in kernels[1:])
+    monkeypatch.setattr(options, "records_path", records)
+    monkeypatch.setattr(options, "use_records", True)
+    source = sources.conv2d_source((1, 1), (1, 1), (1, 1), False)
+    grad = tilec.grad(source, ["X", "F"])
+    sig = tilec.driver.Signature((("X", (2, 8, 7, 9)), ("F", (16, 8, 3, 3)), ("DO", (2, 16, 7, 9))),
+                                 (("X", "float32"), ("F", "float32"), ("DO", "float32")), ())
+    recorded = grad._recorded_schedule(sig)
+    assert recorded is not None and len(recorded.configs) == 2
+    rng = np.random.default_rng(0)
+    x = torch.tensor(rng.standard_normal((2, 8, 7, 9)), dtype=torch.float32, requires_grad=True)
+    w = torch.tensor(rng.standard_normal((16, 8, 3, 3)), dtype=torch.float32, requires_grad=True)
+    dy = torch.tensor(rng.standard_normal((2, 16, 7, 9)), dtype=torch.float32)
+    got = torch.autograd.grad(torch.ops.tilec.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1), (x, w), dy)
+    want = torch.autograd.grad(F.conv2d(x, w, None, 1, 1), (x, w), dy)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)

@@ -260,32 +260,47 @@ def _add_records_parser(sub: argparse._SubParsersAction) -> None:
     records.set_defaults(run=cmd_records)
 
 
-def _tune_task(args: argparse.Namespace) -> "tuple[Task, str, str]":
-    """(task, op name, shape text) for `tilec tune OP|FILE [--shape ...]`."""
+def _tune_tasks(args: argparse.Namespace) -> "tuple[list[Task], str, str]":
+    """(tasks, op name, shape text) for `tilec tune OP|FILE [--shape ...] [--backward]`: the
+    forward statement chosen by --stmt (default: the first tunable one), then with --backward
+    every tunable statement of the gradient program (tilec.grad of the op's inputs)."""
     import numpy as np
 
-    from tilec.autotune.task import tasks_for
+    from dataclasses import replace
+
+    from tilec.autotune.task import backward_tasks, tasks_for
     from tilec.bench import ops
     from tilec.frontend import parse
     from tilec.target import host_target
 
+    sizes: dict[str, int] = {}
     if args.op in ops.OP_NAMES:
         op = ops.get_op(args.op)
-        sizes = ops.parse_shape(op, args.shape[0]) if args.shape else dict(op.cases[0])
-        source = op.source(sizes)
-        arrays = op.make_inputs(sizes, "float32", np.random.default_rng(0))
+        op_sizes = ops.parse_shape(op, args.shape[0]) if args.shape else dict(op.cases[0])
+        source = op.source(op_sizes)
+        arrays = op.make_inputs(op_sizes, "float32", np.random.default_rng(0))
         shapes = {n: a.shape for n, a in zip(parse(source).input_names, arrays)}
-        op_name, shape_text = args.op, ops.format_shape(sizes)
+        op_name, shape_text = args.op, ops.format_shape(op_sizes)
+        wrt = ops.backward_op(op).wrt if args.op in ops.BACKWARD_OPS else tuple(parse(source).input_names)
     else:
         source = _read_source(args.op)
         shapes = dict(_parse_shape(s) for s in args.shape)
         op_name, shape_text = Path(args.op).stem if "\n" not in args.op else "tile", \
             ",".join(f"{n}={'x'.join(map(str, d))}" for n, d in shapes.items())
-    tasks = tasks_for(source, shapes, target=host_target(), label=f"{op_name} {shape_text}")
+        wrt = tuple(parse(source).input_names)
+    tasks = tasks_for(source, shapes, target=host_target(), sizes=sizes, label=f"{op_name} {shape_text}")
     if not tasks:
         raise TilecError(f"nothing to tune in {op_name}: no statement matches a tunable template "
                          f"(implicit_gemm: a sum of products; attention: the softmax(QK^T)V chain)")
-    return tasks[args.stmt if args.stmt is not None else 0], op_name, shape_text
+    if args.stmt is not None and not 0 <= args.stmt < len(tasks):
+        raise TilecError(f"--stmt {args.stmt}: {op_name} has {len(tasks)} tunable statement(s), 0 to {len(tasks) - 1}")
+    chosen = [tasks[args.stmt if args.stmt is not None else 0]]
+    if args.backward:
+        grads = backward_tasks(source, shapes, wrt, target=host_target(), sizes=sizes,
+                               label=f"{op_name} {shape_text} backward")
+        for g in grads:
+            chosen.append(replace(g, label=f"{g.label} (gradient statement {g.stmt})"))
+    return chosen, op_name, shape_text
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -301,24 +316,26 @@ def cmd_tune(args: argparse.Namespace) -> int:
                          "compiles for the host CPU only); tune with --target llvm")
     if args.target not in ("llvm", "cpu", "host"):
         raise TilecError(f"--target {args.target}: known targets are llvm and cuda")
-    task, op_name, shape_text = _tune_task(args)
-    started = time.monotonic()
+    tasks, op_name, shape_text = _tune_tasks(args)
+    options = MeasureOptions(timeout_s=args.timeout, build_workers=args.jobs)
+    with RecordDB(args.records) as db, LocalMeasurer(options) as measurer:
+        for task in tasks:  # one JSON line per tuned kernel: the forward one, then the gradient's
+            started = time.monotonic()
 
-    def show(p: Progress) -> None:
-        best = "-" if p.best_s is None else f"{p.best_s * 1e3:.3f} ms"
-        eta = "-" if p.eta_s is None else f"{p.eta_s:.0f} s"
-        sys.stderr.write(f"\r\033[Ktune {task.label}: {p.measured}/{p.total} measured, best {best}, ETA {eta}")
-        sys.stderr.flush()
+            def show(p: Progress, label: str = task.label) -> None:
+                best = "-" if p.best_s is None else f"{p.best_s * 1e3:.3f} ms"
+                eta = "-" if p.eta_s is None else f"{p.eta_s:.0f} s"
+                sys.stderr.write(f"\r\033[Ktune {label}: {p.measured}/{p.total} measured, best {best}, ETA {eta}")
+                sys.stderr.flush()
 
-    with RecordDB(args.records) as db, LocalMeasurer(MeasureOptions(timeout_s=args.timeout)) as measurer:
-        best = tune(task, args.trials, measurer, db, seed=args.seed, progress=show, op=op_name, shape=shape_text)
-        sys.stderr.write("\n")
-        if best is None:
-            raise TilecError(f"every candidate of {task.label} failed; see `tilec records show {task.key}`")
-        base = default_time(task, db) or measurer.default_time
-        summary = {"task": task.key, "label": task.label, **describe(best, base),
-                   "wall_s": round(time.monotonic() - started, 1)}
-    print(json.dumps(summary))
+            best = tune(task, args.trials, measurer, db, seed=args.seed, progress=show, op=op_name, shape=shape_text)
+            sys.stderr.write("\n")
+            if best is None:
+                raise TilecError(f"every candidate of {task.label} failed; see `tilec records show {task.key}`")
+            base = default_time(task, db) or measurer.default_time
+            summary = {"task": task.key, "label": task.label, **describe(best, base),
+                       "wall_s": round(time.monotonic() - started, 1)}
+            print(json.dumps(summary), flush=True)
     return 0
 
 
@@ -354,6 +371,12 @@ def _add_tune_parsers(sub: argparse._SubParsersAction) -> None:
     tune.add_argument("--stmt", type=int, default=None, help="which tunable statement (default: the first)")
     tune.add_argument("--timeout", type=float, default=20.0, help="seconds per candidate before it is killed")
     tune.add_argument("--target", default="llvm", help="llvm (the host CPU, default) or cuda")
+    tune.add_argument("--backward", action="store_true",
+                      help="tune the gradient kernels too (those tilec.grad and the torch ops compile), "
+                           "each for --trials candidates")
+    tune.add_argument("--jobs", type=int, default=None, metavar="N",
+                      help="processes building candidates in parallel (default: one per core; 1: build in the "
+                           "measurement process, one after another)")
     tune.set_defaults(run=cmd_tune)
     plot = sub.add_parser("plot", help="plot best-so-far time versus trials of a tuning run (PNG)")
     plot.add_argument("records", metavar="RECORDS", help="the record database")
