@@ -7,8 +7,9 @@ finished, so that timing never overlaps compilation. Measuring happens in one wo
 (multiprocessing, spawn context) per task: it makes the inputs and the reference output (the
 default schedule's) once, then for each candidate loads it (the object code from the cache;
 it compiles a candidate itself only when no builder did), runs it once, compares with the
-reference, and times it (warm-up, then the median of `repeats` timed runs, each long enough for
-the clock). A build that raises, kills its builder or outlasts `timeout_s` is "build_error" or
+reference, and times it (warm-up, then the minimum of `repeats` timed runs, each long enough for
+the clock: other processes on a shared machine only ever add time, so the minimum is the
+estimate they disturb least). A build that raises, kills its builder or outlasts `timeout_s` is "build_error" or
 "timeout" without reaching the measurement process. A candidate that hangs is killed
 after `timeout_s` ("timeout"); one that kills the worker (a segfault) is "runtime_error", or
 "build_error" if it died while compiling; an exception while compiling is "build_error"; a
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -75,7 +75,7 @@ def _time(call: Callable[[], Any], opts: MeasureOptions) -> float:
         for _ in range(number):
             call()
         samples.append((time.perf_counter() - start) / number)
-    return statistics.median(samples)
+    return min(samples)
 
 
 def _outputs(value: Any) -> list[np.ndarray]:

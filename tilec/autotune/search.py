@@ -98,11 +98,13 @@ class RandomSearch:
 
 class ModelSearch(RandomSearch):
     def __init__(self, space: Space, featurizer: Featurizer, model: CostModel, seed: int = 0, patience: int = 0,
-                 first: Sequence[int] = (), explore: float = 0.2, chains: int = 48, steps: int = 30) -> None:
+                 first: Sequence[int] = (), explore: float = 0.2, local: float = 0.25, chains: int = 48,
+                 steps: int = 30) -> None:
         super().__init__(space, seed, patience, first)
         self.featurizer = featurizer
         self.model = model
         self.explore = explore
+        self.local = local
         self.chains = chains
         self.steps = steps
 
@@ -130,14 +132,33 @@ class ModelSearch(RandomSearch):
             accept = self.rng.random(len(current)) < np.exp(np.minimum(0.0, (new - score) / temperature))
             current = np.where(accept, proposal, current)
             score = np.where(accept, new, score)
-        fresh = sorted(((-s, i) for i, s in seen.items() if i not in self.proposed and i not in taken))
-        return [i for _, i in fresh[:k]]
+        return self._top(k, [i for i in seen if i not in self.proposed and i not in taken], seen)
+
+    def _top(self, k: int, candidates: Sequence[int], scores: dict[int, float] | None = None) -> list[int]:
+        """The k best-predicted of `candidates`; ties (common: trees predict in steps) broken at random."""
+        if not candidates or k <= 0:
+            return []
+        cand = np.array(sorted(set(candidates)))
+        score = np.array([scores[int(i)] for i in cand]) if scores is not None else self._scores(cand)
+        order = np.lexsort((self.rng.random(len(cand)), -score))
+        return [int(i) for i in cand[order[:k]]]
+
+    def _around_best(self, k: int, taken: set[int]) -> list[int]:
+        """The k best-predicted unproposed one-knob neighbours of the best measured points: the
+        fine steps around the incumbents that annealing over a coarse model overlooks."""
+        ranked = sorted((t, i) for i, t in self.measured.items() if t is not None)
+        near: set[int] = set()
+        for _, i in ranked[:4]:
+            near.update(j for j in self.space.neighbours(i) if j not in self.proposed and j not in taken)
+        return self._top(k, list(near))
 
     def next_batch(self, n: int) -> list[int]:
         batch = self._firsts(n)
         if self.model.trained and len(batch) < n:
-            n_model = n - len(batch) - int(round(self.explore * n))
-            batch += self._anneal(max(0, n_model), set(batch))
+            room = max(0, n - len(batch) - int(round(self.explore * n)))  # the model's share
+            local = self._around_best(min(room, int(round(self.local * n))), set(batch))
+            batch += local
+            batch += self._anneal(room - len(local), set(batch))
         batch += self._random(n - len(batch), set(batch))
         self.proposed.update(batch)
         return batch
