@@ -359,7 +359,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def _add_tune_parsers(sub: argparse._SubParsersAction) -> None:
     tune = sub.add_parser("tune", help="autotune an op's template knobs and record the best schedule",
                           description="Search the template knobs of an op (or of the first tunable statement of "
-                                      "a .tile file), measuring each candidate in a separate process, and append "
+                                      "a .tile file, and with --backward of its gradient program), building candidates "
+                                      "in parallel processes and measuring each in a separate process, and append "
                                       "every measurement to the tuning records.")
     tune.add_argument("op", metavar="OP|FILE", help="gemm, conv2d, attention, ... or a Tile file")
     tune.add_argument("--shape", action="append", default=[], metavar="SHAPE",
