@@ -222,7 +222,7 @@ def test_parallel_builds_catch_builder_faults_and_feed_the_measurer() -> None:
     from tilec import driver
     from tilec.config import options
 
-    with LocalMeasurer(MeasureOptions(timeout_s=2.0, repeats=2, min_repeat_s=0.001, build_workers=2)) as m:
+    with LocalMeasurer(MeasureOptions(timeout_s=4.0, repeats=2, min_repeat_s=0.001, build_workers=2)) as m:
         results = m.measure(t, configs)
         again = m.measure(t, configs[3:])  # the pool replaced its dead and killed workers
         # the pool's object code is where the measurer looks: building here is a disk-cache hit

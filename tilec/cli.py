@@ -328,7 +328,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"\r\033[Ktune {label}: {p.measured}/{p.total} measured, best {best}, ETA {eta}")
                 sys.stderr.flush()
 
-            best = tune(task, args.trials, measurer, db, seed=args.seed, progress=show, op=op_name, shape=shape_text)
+            kernel_op = op_name if task is tasks[0] else f"{op_name}-backward"  # as `tilec bench --backward` names it
+            best = tune(task, args.trials, measurer, db, seed=args.seed, progress=show, op=kernel_op, shape=shape_text)
             sys.stderr.write("\n")
             if best is None:
                 raise TilecError(f"every candidate of {task.label} failed; see `tilec records show {task.key}`")

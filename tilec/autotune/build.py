@@ -53,8 +53,13 @@ def _builder(conn: Any, cache_dir: str) -> None:
     from tilec.config import options
 
     options.cache_dir, options.disk_cache, options.use_records = Path(cache_dir), True, False
-    import tilec.driver  # noqa: F401 - the imports (LLVM's initialisation) before saying "ready"
+    import numpy as np
 
+    import tilec
+
+    # Warm up (imports, LLVM's initialisation, the parser) before saying "ready", so that a
+    # candidate's timeout covers its own compilation only.
+    tilec.compile("function (A[N]) -> (B) { B = A + 1; }")(np.zeros(4, np.float32))
     conn.send(("ready", "", 0.0))
     task: Task | None = None
     while True:

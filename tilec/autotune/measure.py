@@ -3,7 +3,8 @@
 `LocalMeasurer` first builds a batch's candidates in parallel in a pool of builder processes
 (tilec.autotune.build: lowering and LLVM compilation to object code, stored in a disk cache the
 measurer shares with them), then measures them one at a time, after every build of the batch has
-finished, so that timing never overlaps compilation. Measuring happens in one worker process
+finished, so that timing never overlaps compilation (the measurement process starts up while the
+first batch builds, but times the default schedule only after). Measuring happens in one worker process
 (multiprocessing, spawn context) per task: it makes the inputs and the reference output (the
 default schedule's) once, then for each candidate loads it (the object code from the cache;
 it compiles a candidate itself only when no builder did), runs it once, compares with the
@@ -102,6 +103,9 @@ def _worker(conn: Any, task: Task, opts: MeasureOptions, cache_dir: str) -> None
     inputs = task.make_inputs(opts.seed)
     reference = task.build(None)
     expected = _outputs(reference(inputs))
+    conn.send(("loaded", None, ""))
+    if conn.recv() is None:  # the go-ahead: time the default once no build runs beside it
+        return
     default_time = _time(lambda: reference(inputs), opts)
     conn.send(("ready", default_time, ""))
     while True:
@@ -137,9 +141,12 @@ class LocalMeasurer:
     _pool: BuildPool | None = None
     _cache_dir: Path | None = None
     _tmp: Any = None
+    _loading: bool = False  # spawned, but not yet past its start-up
 
     def measure(self, task: Task, configs: Sequence[Config]) -> list[MeasureResult]:
         configs = [dict(c) for c in configs]
+        if self._proc is None or self._task != task:
+            self._spawn(task)  # it starts up (imports, inputs, the reference) while the pool builds
         built = self._build(task, configs)
         return [self._one(task, c) if b is None or b.error == "ok" else MeasureResult(c, None, b.error, b.message)
                 for c, b in zip(configs, built)]
@@ -189,6 +196,7 @@ class LocalMeasurer:
         if self._conn is not None:
             self._conn.close()
         self._proc = self._conn = self._task = None
+        self._loading = False
 
     def __enter__(self) -> "LocalMeasurer":
         return self
@@ -196,7 +204,7 @@ class LocalMeasurer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _start(self, task: Task) -> None:
+    def _spawn(self, task: Task) -> None:
         self._close_worker()
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
@@ -204,8 +212,19 @@ class LocalMeasurer:
                                  name="tilec-measure")
         self._proc.start()
         child.close()
-        self._conn, self._task = parent, task
+        self._conn, self._task, self._loading = parent, task, True
+
+    def _start(self, task: Task) -> None:
+        """Have the worker ready to measure: spawned, loaded, and the default timed."""
+        if self._proc is None or self._task != task:
+            self._spawn(task)
+        if not self._loading:
+            return
+        self._loading = False
         kind, value, _ = self._receive(self.options.startup_timeout_s)
+        if kind == "loaded":
+            self._conn.send("go")
+            kind, value, _ = self._receive(self.options.startup_timeout_s)
         if kind != "ready":
             self._close_worker()
             raise TilecError(f"cannot measure {task.label or 'the task'}: the default schedule fails in the "
@@ -229,7 +248,7 @@ class LocalMeasurer:
         return ("died", None, f"the measurement process died ({signal})")
 
     def _one(self, task: Task, config: Config) -> MeasureResult:
-        if self._proc is None or self._task != task:
+        if self._proc is None or self._task != task or self._loading:
             self._start(task)
         self._conn.send(config)
         deadline = time.monotonic() + self.options.timeout_s
