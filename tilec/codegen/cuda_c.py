@@ -361,3 +361,13 @@ def _pure_index(e: L.Expr) -> bool:
         return _pure_index(e.a) and _pure_index(e.b)
     return False
 
+
+
+def translation_unit(sources: list[CudaSource]) -> str:
+    """One .cu holding the kernels of several sources (the prelude once): one nvcc call checks them all.
+
+    The kernels' names must differ (they do when the PrimFuncs' names differ)."""
+    names = [la.kernel for s in sources for la in s.launches]
+    if len(set(names)) != len(names):
+        raise CodegenError("kernels of the same name in one translation unit; give the PrimFuncs distinct names")
+    return PRELUDE + "".join(s.text[len(PRELUDE):] for s in sources)
