@@ -192,3 +192,41 @@ def staged_gemm(m: int = 64, n: int = 64, k: int = 64, tile: int = 16) -> Case:
 
 def all_cases() -> list[Case]:
     return [elementwise(), block_sum(), axpy4(), axpy4(misalign=1), half_ops(), int_semantics(), staged_gemm()]
+
+
+def single_warp_mma(m: int = 32, n: int = 16, k: int = 32) -> Case:
+    """One warp per 16x16 tile of C = A @ B (float16 in, float32 out) straight from global memory."""
+    acc = L.Buffer("acc", F32, (16, 16), "wmma.accumulator")
+    fa = L.Buffer("fa", "float16", (16, 16), "wmma.matrix_a")
+    fb = L.Buffer("fb", "float16", (16, 16), "wmma.matrix_b")
+    row, col, kk = L.mul(V("by"), c(16)), L.mul(V("bx"), c(16)), L.mul(V("ko"), c(16))
+    warp = L.Allocate(acc, L.Allocate(fa, L.Allocate(fb, L.seq(
+        L.WmmaFill("acc", (), L.const(0.0, F32)),
+        L.For("ko", c(0), c(k // 16), L.seq(
+            L.WmmaLoad("fa", (), "A", (row, kk)),
+            L.WmmaLoad("fb", (), "B", (kk, col)),
+            L.WmmaMma("acc", (), "fa", (), "fb", ()))),
+        L.WmmaStore("C", (row, col), "acc", ())))))
+    body = L.For("by", c(0), c(m // 16), L.For("bx", c(0), c(n // 16), L.For(
+        "tx", c(0), c(32), warp, "threadIdx.x"), "blockIdx.x"), "blockIdx.y")
+    bufs = (L.Buffer("A", "float16", (m, k)), L.Buffer("B", "float16", (k, n)), L.Buffer("C", F32, (m, n)))
+    return Case(L.PrimFunc("single_warp_mma", bufs, body), lambda r: _gemm_inputs(r, m, n, k), _gemm_expected)
+
+
+def _gemm_inputs(r: np.random.Generator, m: int, n: int, k: int) -> dict[str, np.ndarray]:
+    return {"A": r.standard_normal((m, k)).astype(np.float16), "B": r.standard_normal((k, n)).astype(np.float16),
+            "C": np.zeros((m, n), np.float32)}
+
+
+def _gemm_expected(a: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {"C": a["A"].astype(np.float32) @ a["B"].astype(np.float32)}
+
+
+def tensorcore_gemm(m: int = 128, n: int = 128, k: int = 64) -> Case:
+    from tilec.schedule.gpu_tensorcore import wmma_gemm
+
+    return Case(wmma_gemm(m, n, k), lambda r: _gemm_inputs(r, m, n, k), _gemm_expected)
+
+
+def tensorcore_cases() -> list[Case]:
+    return [single_warp_mma(), tensorcore_gemm()]

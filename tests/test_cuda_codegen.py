@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.cuda_kernels import V, all_cases, axpy4, block_sum, c, elementwise, half_ops, int_semantics, ld
+from tests.cuda_kernels import V, all_cases, tensorcore_cases, axpy4, block_sum, c, elementwise, half_ops, int_semantics, ld
 from tilec.codegen.cuda_c import render_cuda, translation_unit
 from tilec.codegen.nvcc import CudaCompileError, check_arch, compile_cubin
 from tilec.errors import CodegenError, TilecError
@@ -18,7 +18,7 @@ from tilec.ir import loop as L
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_every_test_kernel_compiles_with_nvcc(arch: str) -> None:
-    sources = [render_cuda(case.func) for case in all_cases()] + [render_cuda(f) for f in _extra_funcs()]
+    sources = [render_cuda(case.func) for case in all_cases() + tensorcore_cases()] + [render_cuda(f) for f in _extra_funcs()]
     cubin = compile_cubin(translation_unit(sources), arch)
     assert cubin[:4] == b"\x7fELF"  # a cubin is an ELF image
     for s in sources:
@@ -46,7 +46,7 @@ def test_reduction_uses_shared_memory_barriers_and_thread0() -> None:
     src = render_cuda(block_sum(rows=8, cols=1000, threads=128).func)
     (la,) = src.launches
     assert la.shared_bytes == 128 * 4
-    assert "extern __shared__ __align__(16) unsigned char tilec_smem[];" in src.text
+    assert "extern __shared__ __align__(128) unsigned char tilec_smem[];" in src.text
     assert "float* part = reinterpret_cast<float*>(tilec_smem + 0);" in src.text
     assert src.text.count("__syncthreads();") == 1 + 7  # after the partial sums and each tree step
     assert "float acc[1];" in src.text  # the per-thread accumulator

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.cuda_kernels import Case, all_cases
+from tests.cuda_kernels import Case, all_cases, tensorcore_cases
 from tilec.codegen.cuda_c import render_cuda
 from tilec.errors import BindError
 
@@ -34,7 +34,7 @@ def _check(case: Case, got: dict[str, np.ndarray], inputs: dict[str, np.ndarray]
             np.testing.assert_array_equal(got[name], want, err_msg=name)
 
 
-@pytest.mark.parametrize("case", all_cases(), ids=lambda case: case.func.name)
+@pytest.mark.parametrize("case", all_cases() + tensorcore_cases(), ids=lambda case: case.func.name)
 def test_kernel_on_numpy_arrays_matches_numpy(case: Case, arch: str) -> None:
     from tilec.runtime.cuda_runtime import load_cuda
 

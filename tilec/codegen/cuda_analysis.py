@@ -84,7 +84,8 @@ def has_thread_loop(node: Any) -> bool:
 
 
 def has_barrier(node: Any) -> bool:
-    return any(isinstance(n, L.Barrier) for n in walk(node))
+    """Whether `node` holds a block- or warp-collective statement (Barrier, the WMMA statements)."""
+    return any(isinstance(n, (L.Barrier,) + L.WMMA_STMTS) for n in walk(node))
 
 
 def uses_vars(e: Any, names: set[str]) -> bool:
@@ -150,15 +151,19 @@ def fits_int32(iv: Interval | None) -> bool:
 Affine = tuple[dict[str, int], int]
 
 
-def affine(e: L.Expr) -> Affine | None:
-    """``({var: coeff}, const)`` with ``e == sum(coeff * var) + const``, or None if not affine."""
+def affine(e: L.Expr, atoms: bool = False) -> Affine | None:
+    """``({var: coeff}, const)`` with ``e == sum(coeff * var) + const``, or None if not affine.
+
+    With `atoms`, a non-affine integer subterm (``tx // 32``) counts as one more unknown
+    integer, keyed by its repr: enough to reason about divisibility, not about ranges.
+    """
     if isinstance(e, L.Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
         return {}, e.value
     if isinstance(e, L.Var):
         return {e.name: 1}, 0
     if not isinstance(e, L.Bin) or e.op not in ("add", "sub", "mul"):
-        return None
-    a, b = affine(e.a), affine(e.b)
+        return ({repr(e): 1}, 0) if atoms and e.dtype == L.INDEX else None
+    a, b = affine(e.a, atoms), affine(e.b, atoms)
     if a is None or b is None:
         return None
     if e.op == "mul":
@@ -166,7 +171,7 @@ def affine(e: L.Expr) -> Affine | None:
             return scale(b, a[1])
         if not b[0]:
             return scale(a, b[1])
-        return None
+        return ({repr(e): 1}, 0) if atoms else None
     return combine(a, scale(b, -1) if e.op == "sub" else b)
 
 
@@ -181,12 +186,12 @@ def combine(a: Affine, b: Affine) -> Affine:
     return {v: c for v, c in coeffs.items() if c != 0}, a[1] + b[1]
 
 
-def flat_affine(indices: tuple[L.Expr, ...], shape: tuple[int, ...]) -> Affine | None:
+def flat_affine(indices: tuple[L.Expr, ...], shape: tuple[int, ...], atoms: bool = False) -> Affine | None:
     """The row-major element offset of an access, as an affine form (None where not affine)."""
     total: Affine = ({}, 0)
     stride = 1
     for idx, n in zip(reversed(indices), reversed(shape)):
-        a = affine(idx)
+        a = affine(idx, atoms)
         if a is None:
             return None
         total = combine(total, scale(a, stride))

@@ -12,14 +12,15 @@ run the loop IR's semantics (the CPU backend, tilec/codegen/llvm_ir.py, is the r
 - statements outside every thread loop of a kernel that has threads run on thread 0 only
   (one execution per block, as the loop nest means), and ``Barrier`` is ``__syncthreads()``;
   a barrier that not every thread of the block would reach is a CodegenError;
-- shared buffers live in the launch's dynamic shared memory (16-byte aligned offsets, so
+- shared buffers live in the launch's dynamic shared memory (32-byte aligned offsets, so
   kernels may use more than 48 KB; `Launch.shared_bytes` says how much), local buffers
   are per-thread arrays;
 - index arithmetic is 32-bit where the ranges of all index expressions provably fit, else
   64-bit; float16 arithmetic is done in float32 and rounded after each operation;
 - a ``vectorized`` loop of 4 float32 lanes whose accesses are unit-stride and provably
   16-byte aligned uses ``float4`` loads and stores (`CudaSource.aligned_params` lists the
-  parameters whose base addresses must then be 16-byte aligned); any other is a scalar loop.
+  parameters whose base addresses must then be 16-byte aligned); any other is a scalar loop;
+- the WMMA statements become ``nvcuda::wmma`` calls (tilec/codegen/cuda_wmma.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from tilec.codegen import cuda_analysis as A
 from tilec.codegen.cuda_expr import ExprRenderer, ctype, identifier
 from tilec.codegen.cuda_prelude import PRELUDE
+from tilec.codegen.cuda_wmma import fragment_declaration, render_wmma
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
 
@@ -51,6 +53,7 @@ class CudaSource:
     launches: tuple[Launch, ...]
     params: tuple[L.Buffer, ...]
     aligned_params: tuple[str, ...] = ()  # parameters whose base must be 16-byte aligned (float4)
+    wmma_params: tuple[str, ...] = ()  # parameters whose base must be 32-byte aligned (WMMA windows)
 
     def __str__(self) -> str:
         return self.text
@@ -63,16 +66,19 @@ def render_cuda(func: L.PrimFunc) -> CudaSource:
     parts = [PRELUDE]
     launches = []
     aligned: set[str] = set()
+    wmma: set[str] = set()
     for k, stmt in enumerate(stmts):
         kernel = _Kernel(func, stmt, f"{base}_k{k}")
         parts.append(kernel.render())
         launches.append(kernel.launch)
         aligned |= kernel.exprs.aligned
-    order = [b.name for b in func.params if b.name in aligned]
-    return CudaSource("\n".join(parts), tuple(launches), func.params, tuple(order))
+        wmma |= kernel.exprs.wmma
+    order = tuple(b.name for b in func.params if b.name in aligned)
+    return CudaSource("\n".join(parts), tuple(launches), func.params, order,
+                      tuple(b.name for b in func.params if b.name in wmma))
 
 
-_SHARED_ALIGN = 16
+_SHARED_ALIGN = 32  # what WMMA windows need (float4 needs 16)
 
 
 class _Kernel:
@@ -108,7 +114,7 @@ class _Kernel:
         threads = self.block[0] * self.block[1] * self.block[2]
         head = f'extern "C" __global__ void __launch_bounds__({threads}) {self.name}({", ".join(sig)}) {{'
         if self.shared_offsets:
-            self.emit("extern __shared__ __align__(16) unsigned char tilec_smem[];")
+            self.emit("extern __shared__ __align__(128) unsigned char tilec_smem[];")
         if self.threaded:
             self.emit("const bool tilec_thread0 = threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;")
         self.stmt_(self.stmt, in_threads=not self.threaded, divergent=False)
@@ -172,6 +178,11 @@ class _Kernel:
             self.allocate(s, in_threads, divergent)
         elif isinstance(s, L.Store):
             self.store(s)
+        elif isinstance(s, L.WMMA_STMTS):
+            if not in_threads or divergent or (self.block[0] * self.block[1] * self.block[2]) % 32:
+                raise CodegenError(f"kernel {self.name}: {type(s).__name__} is warp-collective; it must be inside "
+                                   "the thread loops, reached by every thread, in blocks of whole warps")
+            self.emit(render_wmma(s, self.exprs))
         else:
             raise CodegenError(f"the CUDA backend cannot compile {type(s).__name__} statements")
 
@@ -193,6 +204,10 @@ class _Kernel:
                 raise CodegenError(f"local buffer {buf.name} is allocated outside the thread loops that use it; "
                                    "allocate it inside them (one per thread) or give it scope 'shared'")
             self.emit(f"{ctype(buf.dtype)} {names.buffer(buf.name)}[{max(1, buf.size)}];")
+        elif buf.scope in L.FRAGMENT_SCOPES:
+            if not in_threads:
+                raise CodegenError(f"fragment {buf.name} must be allocated inside the thread loops")
+            self.emit(fragment_declaration(buf, names.buffer(buf.name)))
         else:
             raise CodegenError(f"buffer {buf.name}: scope {buf.scope} cannot be allocated inside a CUDA kernel")
         self.stmt_(s.body, in_threads, divergent)
@@ -338,17 +353,13 @@ def _needs_wide_index(stmt: L.Stmt, params: dict[str, L.Buffer]) -> bool:
         if isinstance(s, L.Store):
             check_access(s.buffer, s.indices, ranges)
         for c in A.children(s):
-            if isinstance(c, (L.Store, L.For, L.If, L.Seq, L.Allocate, L.Barrier)) or _is_stmt(c):
+            if isinstance(c, (L.Store, L.For, L.If, L.Seq, L.Allocate, L.Barrier) + L.WMMA_STMTS):
                 visit(c, ranges)
             else:
                 check(c, ranges)
 
     visit(stmt, {})
     return wide
-
-
-def _is_stmt(node: object) -> bool:
-    return hasattr(node, "buffer_refs")
 
 
 def _pure_index(e: L.Expr) -> bool:

@@ -110,7 +110,8 @@ class ExprRenderer:
         self.names = Names()
         self.lane_vars: dict[str, str] = {}  # loop variable -> C literal, inside a float4 lane
         self.lane_loads: dict[L.Load, str] = {}  # a vector load -> its lane of the float4 temporary
-        self.aligned: set[str] = set()  # parameters read or written as float4
+        self.aligned: set[str] = set()  # parameters read or written as float4 (16-byte aligned)
+        self.wmma: set[str] = set()  # parameters with WMMA windows (32-byte aligned)
         self.ranges: dict[str, A.Interval] = {}  # loop-variable ranges, maintained by the statement renderer
 
     def type_of(self, e: L.Expr) -> str:
@@ -124,6 +125,8 @@ class ExprRenderer:
         buf = self.buffers.get(name)
         if buf is None:
             raise CodegenError(f"access to unknown buffer {name}")
+        if buf.scope in L.FRAGMENT_SCOPES:
+            raise CodegenError(f"fragment {name} is accessed element-wise; only WMMA statements may use it")
         if len(indices) != len(buf.shape):
             raise CodegenError(f"buffer {name} has rank {len(buf.shape)}, indexed with {len(indices)} indices")
         terms = []

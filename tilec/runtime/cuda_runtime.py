@@ -128,9 +128,10 @@ class CudaModule:
             if not v.is_contiguous():
                 raise BindError(f"tensor for parameter {p.name} is not contiguous; pass tensor.contiguous()")
             pointers[p.name] = int(v.data_ptr())
-            if p.name in self.source.aligned_params and pointers[p.name] % 16:
-                raise BindError(f"tensor for parameter {p.name} is not 16-byte aligned, which the kernel's "
-                                "float4 accesses need; pass tensor.clone()")
+            need = 32 if p.name in self.source.wmma_params else 16 if p.name in self.source.aligned_params else 1
+            if pointers[p.name] % need:
+                raise BindError(f"tensor for parameter {p.name} is not {need}-byte aligned, which the kernel's "
+                                "vector or tensor-core accesses need; pass tensor.clone()")
         with torch.cuda.device(values[0].device):
             self._launch_all(pointers, int(torch.cuda.current_stream().cuda_stream))
 
