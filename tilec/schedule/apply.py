@@ -22,23 +22,30 @@ from tilec.schedule.cache import cache_read, cache_write
 from tilec.schedule.compute_at import compute_at
 from tilec.schedule.inline import compute_inline
 from tilec.schedule.partition import partition
-from tilec.schedule.primitives import (UNROLL_LIMIT, CacheRead, CacheWrite, ComputeAt, ComputeInline, Fuse, Parallel, Partition,
-                                       Primitive, Reorder, Schedule, Split, Tensorize, Unroll, Vectorize)
+from tilec.schedule.gpu_bind import bind
+from tilec.schedule.primitives import (UNROLL_LIMIT, Bind, CacheRead, CacheWrite, ComputeAt, ComputeInline, Fuse, Parallel, Partition,
+                                       Primitive, Reorder, Schedule, Split, Tensorize, Unroll, Vectorize,
+                                       is_gpu_only)
 from tilec.schedule.tensorize import tensorize
 from tilec.schedule.rewrite import (constant_extent, extent, floordiv, loops_in, mentions, minimum,
                                     substitute)
 
 
 def apply_schedule(func: L.PrimFunc, schedule: "Schedule | Iterable[Primitive] | None",
-                   outputs: "Collection[str] | None" = None) -> L.PrimFunc:
+                   outputs: "Collection[str] | None" = None, gpu: bool = False) -> L.PrimFunc:
     """`outputs` names the program's output tensors; `ComputeInline` refuses to run without it
-    (a PrimFunc alone cannot tell an output from a temporary)."""
+    (a PrimFunc alone cannot tell an output from a temporary). `gpu`: the target is a GPU, so
+    the GPU primitives (`Bind`, shared `CacheRead`) are allowed."""
     for p in (schedule or ()):
-        func = apply_primitive(func, p, outputs)
+        func = apply_primitive(func, p, outputs, gpu)
     return func
 
 
-def apply_primitive(func: L.PrimFunc, p: Primitive, outputs: "Collection[str] | None" = None) -> L.PrimFunc:
+def apply_primitive(func: L.PrimFunc, p: Primitive, outputs: "Collection[str] | None" = None,
+                    gpu: bool = False) -> L.PrimFunc:
+    if not gpu and is_gpu_only(p):
+        raise ScheduleError(f"{describe(p)}: a GPU-only primitive; compile for target 'cuda' or 'cuda-sim' "
+                            f"to use it (this target is a CPU)")
     rule = _RULES.get(type(p))
     whole = _FUNC_RULES.get(type(p))
     if rule is None and whole is None:
@@ -196,7 +203,7 @@ def parallel(p: Parallel, nest: L.Stmt) -> L.Stmt:
 
 
 _RULES: dict[type, Callable] = {Split: split, Reorder: reorder, Fuse: fuse, Unroll: unroll, Vectorize: vectorize,
-                                Parallel: parallel}
+                                Parallel: parallel, Bind: bind}
 
 
 def _in_nest(rule: Callable[..., L.Stmt]) -> Callable[..., tuple[L.Stmt, ...]]:
