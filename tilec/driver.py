@@ -269,7 +269,7 @@ def explain(program: Program, sig: Signature, target: Target, stage: str | None 
     if stage in ("llvm-raw", "llvm", "asm") and target.name == "cuda":
         raise TilecError(f"stage '{stage}' is for the CPU targets (llvm, cuda-sim); target cuda renders stage 'cuda'")
     bound, func = lower_program(program, sig, schedule, target)
-    llvm = backend if isinstance(backend, LLVMBackend) else BACKENDS["llvm"]
+    llvm = backend if isinstance(backend, LLVMBackend) else LLVMBackend()
 
     def cuda_text() -> str:
         return CudaBackend().render(func, target)

@@ -5,7 +5,9 @@ Guarantees: the same values, with the loop normalised to ``[0, extent)`` and its
 the axis, or a ScheduleError saying why not:
 
 * the axis is one of tilec.ir.loop.GPU_AXES and the loop is a plain serial loop;
-* its extent is a compile-time constant (a launch extent is);
+* its extent is a compile-time constant (a launch extent is), or has a constant bound (the
+  remainder loop of a split that does not divide): then the loop runs to the bound and a guard
+  ``if var < extent`` skips the extra iterations;
 * its iterations write disjoint elements (tilec.schedule.legality.check_parallel): blocks and
   threads run at the same time;
 * no axis is bound twice on one path through the nest;
@@ -19,7 +21,7 @@ from tilec.ir import loop as L
 from tilec.schedule.legality import check_parallel
 from tilec.schedule.loops import describe, find_loop, replace_loop
 from tilec.schedule.primitives import Bind
-from tilec.schedule.rewrite import constant_extent, loops_in, substitute
+from tilec.schedule.rewrite import map_children, constant_extent, extent, extent_bound, loops_in, mentions, substitute
 
 
 def bind(p: Bind, nest: L.Stmt) -> L.Stmt:
@@ -31,12 +33,13 @@ def bind(p: Bind, nest: L.Stmt) -> L.Stmt:
         raise ScheduleError(f"{what}: loop {p.loop} is already bound to {loop.kind}")
     if loop.kind != "serial":
         raise ScheduleError(f"{what}: loop {p.loop} is {loop.kind}; only a serial loop can be bound")
-    n = constant_extent(loop)
-    if n is None:
-        raise ScheduleError(f"{what}: the extent of loop {p.loop} is not a compile-time constant (a launch "
-                            f"extent must be); split it by a constant factor and bind the inner loop, or "
-                            f"bind an outer loop")
     inner = loops_in(loop.body)
+    n = constant_extent(loop)
+    bound = extent_bound(loop) if n is None else n
+    if bound is None or (n is None and mentions((loop.begin, loop.end), {f.var for f in inner})):
+        raise ScheduleError(f"{what}: the extent of loop {p.loop} has no compile-time bound (a launch "
+                            f"extent must be constant); split it by a constant factor and bind the inner loop, "
+                            f"or bind an outer loop")
     for f in outer + inner:
         if f.kind == p.axis:
             raise ScheduleError(f"{what}: loop {f.var} on the same path is already bound to {p.axis}; "
@@ -60,7 +63,20 @@ def bind(p: Bind, nest: L.Stmt) -> L.Stmt:
     except ScheduleError as err:
         raise ScheduleError(f"{what}: {err} (blocks and threads run at the same time)") from None
     body = substitute(loop.body, {loop.var: L.add(loop.begin, L.Var(loop.var))})
-    return replace_loop(nest, loop, L.For(loop.var, L.const(0), L.const(max(n, 0)), body, p.axis))
+    if n is None:  # a remainder loop (split by a factor that does not divide): the extra threads idle
+        body = L.If(L.Cmp("lt", L.Var(loop.var), extent(loop)), body)
+    return sink_guards(replace_loop(nest, loop, L.For(loop.var, L.const(0), L.const(max(bound, 0)), body, p.axis)))
 
 
-__all__ = ["bind"]
+def sink_guards(s: L.Stmt) -> L.Stmt:
+    """``for a (bound): if c: for b (bound): body`` -> ``for a: for b: if c: body`` (c not using b), so
+    bound loops stay one band however guards were added (the same work: extra threads idle)."""
+    if isinstance(s, L.For) and s.kind in L.GPU_AXES and isinstance(s.body, L.If) and s.body.orelse is None:
+        inner = s.body.then
+        if isinstance(inner, L.For) and inner.kind in L.GPU_AXES and not mentions(s.body.cond, {inner.var}):
+            moved = L.For(inner.var, inner.begin, inner.end, L.If(s.body.cond, inner.body), inner.kind)
+            return L.For(s.var, s.begin, s.end, sink_guards(moved), s.kind)
+    return map_children(s, sink_guards)
+
+
+__all__ = ["bind", "sink_guards"]
