@@ -223,3 +223,14 @@ def test_random_legal_bind_schedules_compute_the_default(case: tuple[int, list],
     arrays = [randn(r, *shapes[n]) for n in shapes]
     out = tilec.compile(source, target="cuda-sim").with_schedule(s)(*arrays)
     assert_matches(out, ref(*arrays))
+
+
+@pytest.mark.parametrize("m,k,n,tiled", [(32, 48, 64, True), (16, 16, 16, True), (32, 20, 64, False),
+                                         (30, 16, 32, False)])
+def test_default_matmul_uses_shared_tiles_where_they_divide(m: int, k: int, n: int, tiled: bool) -> None:
+    func = gpu_func(MATMUL, {"A": (m, k), "B": (k, n)})
+    scopes = {x.buffer.scope for x in walk(func.body) if isinstance(x, L.Allocate)}
+    assert ("shared" in scopes) == tiled
+    r = rng(5)
+    a, b = randn(r, m, k), randn(r, k, n)
+    assert_matches(tilec.compile(MATMUL, target="cuda-sim")(a, b), a @ b)

@@ -6,6 +6,8 @@ Guarantees: a PrimFunc in the GPU conventions of :mod:`tilec.ir.loop` computing 
 default lowering computes: its body is a sequence of launches, each a band of block-bound
 loops around a band of thread-bound loops (begin 0, constant ends). Per top-level nest:
 
+* without a user's schedule, a plain matrix product whose extents the tiles divide gets the
+  shared-memory tiled schedule of :mod:`tilec.schedule.gpu_gemm`;
 * a nest the user bound (any loop of a GPU kind) keeps its binding; a missing level is added
   with extent 1 (a nest with only thread loops runs in one block; a nest with only block loops
   runs one thread per block);
@@ -43,7 +45,26 @@ def gpu_lower(bp: BoundProgram, schedule: "Schedule | None" = None) -> L.PrimFun
     func = lower(bp)
     if schedule is not None:
         func = apply_schedule(func, schedule, outputs=bp.program.outputs, gpu=True)
+    else:
+        func = _templates(func)
     return bind_launches(func)
+
+
+def _templates(func: L.PrimFunc) -> L.PrimFunc:
+    """Plain matrix products get the shared-memory tiled schedule where its primitives accept it."""
+    from tilec.schedule.apply import apply_schedule
+    from tilec.schedule.gpu_gemm import gemm_schedule
+
+    nests = func.body.stmts if isinstance(func.body, L.Seq) else (func.body,)
+    for k, nest in enumerate(nests):
+        s = gemm_schedule(nest, k)
+        if s is None:
+            continue
+        try:
+            func = apply_schedule(func, s, gpu=True)
+        except ScheduleError:
+            continue  # tiles that do not divide the extents: the default binding below
+    return func
 
 
 def bind_launches(func: L.PrimFunc) -> L.PrimFunc:
