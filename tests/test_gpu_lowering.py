@@ -13,7 +13,7 @@ import tilec
 from tilec.driver import Signature, lower_program
 from tilec.errors import ScheduleError, TilecError
 from tilec.ir import loop as L
-from tilec.schedule.primitives import Bind, CacheRead, Schedule
+from tilec.schedule.primitives import Bind, CacheRead, Schedule, Split
 from tilec.schedule.rewrite import walk
 from tilec.target import resolve_target
 
@@ -102,6 +102,7 @@ def test_threads_only_binding_runs_in_one_block() -> None:
     ([Bind("j", "blockIdx.x"), Bind("i", "threadIdx.x")], "block loops must be outside thread loops"),
     ([Bind("i", "threadIdx.x"), Bind("i", "threadIdx.y")], "already bound"),
     ([Bind("j", "threadIdx.x")], "encloses the bound loops"),
+    ([Bind("j", "threadIdx.x"), Split("j", 2)], "split, fuse and reorder loops before binding"),
     ([CacheRead("A", "k", scope="shared")], "not inside a thread loop"),
     ([Bind("i", "threadIdx.x"), CacheRead("A", "k", scope="shared")], "no block loop"),
     ([CacheRead("A", "k", scope="texture")], "unknown scope"),
