@@ -7,7 +7,6 @@ for the whole process, and their object code on disk (see tilec.driver).
 from __future__ import annotations
 
 import copy
-import ctypes
 import threading
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -195,9 +194,7 @@ def _run(kernel: driver.Kernel, inputs: list[np.ndarray], n_outputs: int) -> Any
         sizes = ", ".join(f"{b.name} {b.dtype}{list(b.shape)}" for b in params[len(inputs):])
         raise BindError(f"cannot allocate the program's outputs and temporaries ({sizes}): not enough "
                         f"memory; check the output sizes") from None
-    arrays = inputs + outputs + scratch
-    pointers = (ctypes.c_void_p * len(params))(*[a.ctypes.data for a in arrays])
-    kernel.loaded.function(pointers)  # `arrays` keeps every buffer alive during the call
+    kernel.run(inputs + outputs + scratch)
     if len(kernel.scratch) < MAX_SCRATCH_SETS:
         kernel.scratch.append(scratch)
     return outputs[0] if n_outputs == 1 else tuple(outputs)
