@@ -24,6 +24,7 @@ Workspaces and temporaries stay global buffers in the params, as on the CPU.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
@@ -33,16 +34,25 @@ from tilec.schedule.legality import check_parallel
 from tilec.schedule.rewrite import const_value, floordiv, substitute, walk
 from tilec.schedule.primitives import Schedule
 
+if TYPE_CHECKING:
+    from tilec.schedule.templates import TemplateSchedule
+
 DEFAULT_THREADS = 256  # threads per block of the default binding
 
 
-def gpu_lower(bp: BoundProgram, schedule: "Schedule | None" = None) -> L.PrimFunc:
-    """The GPU PrimFunc of `bp`, with `schedule` (if any) applied to the default nest first."""
-    from tilec.schedule.apply import apply_schedule
+def gpu_lower(bp: BoundProgram, schedule: "Schedule | TemplateSchedule | None" = None) -> L.PrimFunc:
+    """The GPU PrimFunc of `bp`, with `schedule` (if any) applied to the default nest first.
 
-    func = lower(bp)
-    if schedule is not None:
-        func = apply_schedule(func, schedule, outputs=bp.program.outputs, gpu=True)
+    Without a Schedule, the GPU templates (tilec.schedule.gpu_templates) lower the statements
+    they match (a TemplateSchedule fixes their choice), and every other statement keeps the
+    default binding."""
+    from tilec.schedule.apply import apply_schedule
+    from tilec.schedule.gpu_templates import gpu_strategy
+    from tilec.schedule.templates import TemplateSchedule
+
+    if isinstance(schedule, TemplateSchedule) or schedule is None:
+        return bind_launches(lower(bp, strategy=gpu_strategy(bp, schedule)))
+    func = apply_schedule(lower(bp), schedule, outputs=bp.program.outputs, gpu=True)
     return bind_launches(func)
 
 

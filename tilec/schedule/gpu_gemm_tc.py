@@ -1,0 +1,3 @@
+"""placeholder"""
+def lower_gemm(index, b, bp, plan, knobs=None):
+    return None
