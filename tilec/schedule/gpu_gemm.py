@@ -110,7 +110,7 @@ def default_knobs(plan: GemmPlan) -> GpuGemmKnobs:
 
 def worthwhile(plan: GemmPlan) -> bool:
     """Tiny products stay on the default binding (a thread per output cell)."""
-    return plan.m * plan.n * plan.k >= 16**3 and not plan.partial
+    return plan.m * plan.n * plan.k >= 32**3 and not plan.partial
 
 
 def _grid_fits(plan: GemmPlan, knobs: GpuGemmKnobs) -> bool:
