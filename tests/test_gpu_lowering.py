@@ -13,7 +13,7 @@ import tilec
 from tilec.driver import Signature, lower_program
 from tilec.errors import ScheduleError, TilecError
 from tilec.ir import loop as L
-from tilec.schedule.primitives import Bind, CacheRead, Schedule
+from tilec.schedule.primitives import Bind, CacheRead, Schedule, Split
 from tilec.schedule.rewrite import walk
 from tilec.target import resolve_target
 
@@ -102,6 +102,7 @@ def test_threads_only_binding_runs_in_one_block() -> None:
     ([Bind("j", "blockIdx.x"), Bind("i", "threadIdx.x")], "block loops must be outside thread loops"),
     ([Bind("i", "threadIdx.x"), Bind("i", "threadIdx.y")], "already bound"),
     ([Bind("j", "threadIdx.x")], "encloses the bound loops"),
+    ([Bind("j", "threadIdx.x"), Split("j", 2)], "split, fuse and reorder loops before binding"),
     ([CacheRead("A", "k", scope="shared")], "not inside a thread loop"),
     ([Bind("i", "threadIdx.x"), CacheRead("A", "k", scope="shared")], "no block loop"),
     ([CacheRead("A", "k", scope="texture")], "unknown scope"),
@@ -223,3 +224,14 @@ def test_random_legal_bind_schedules_compute_the_default(case: tuple[int, list],
     arrays = [randn(r, *shapes[n]) for n in shapes]
     out = tilec.compile(source, target="cuda-sim").with_schedule(s)(*arrays)
     assert_matches(out, ref(*arrays))
+
+
+@pytest.mark.parametrize("m,k,n,tiled", [(32, 48, 64, True), (16, 16, 16, True), (32, 20, 64, True),  # ragged: gpu_gemm template
+                                         (30, 16, 32, False)])
+def test_default_matmul_uses_shared_tiles_where_they_divide(m: int, k: int, n: int, tiled: bool) -> None:
+    func = gpu_func(MATMUL, {"A": (m, k), "B": (k, n)})
+    scopes = {x.buffer.scope for x in walk(func.body) if isinstance(x, L.Allocate)}
+    assert ("shared" in scopes) == tiled
+    r = rng(5)
+    a, b = randn(r, m, k), randn(r, k, n)
+    assert_matches(tilec.compile(MATMUL, target="cuda-sim")(a, b), a @ b)

@@ -73,8 +73,15 @@ def _nests(body: L.Stmt) -> tuple[L.Stmt, ...]:
 # ------------------------------------------------------------------ primitives
 
 
+def _not_bound(p: Primitive, loop: L.For) -> None:
+    if loop.kind in L.GPU_AXES:
+        raise ScheduleError(f"{describe(p)}: loop {loop.var} is bound to {loop.kind}; split, fuse and reorder "
+                            f"loops before binding them")
+
+
 def split(p: Split, nest: L.Stmt) -> L.Stmt:
     loop, _ = find_loop(nest, p.loop, p)
+    _not_bound(p, loop)
     if not isinstance(p.factor, int) or p.factor < 1:
         raise ScheduleError(f"{describe(p)}: the factor must be a positive integer")
     outer_name, inner_name = p.outputs
@@ -107,6 +114,8 @@ def reorder(p: Reorder, nest: L.Stmt) -> L.Stmt:
     for a, b in zip(chain, chain[1:]):
         if located[a][0] not in located[b][1]:
             raise ScheduleError(f"{describe(p)}: loops {a} and {b} are not nested one inside the other")
+    for n in names:
+        _not_bound(p, located[n][0])
     band_top = located[chain[0]][0]
     band: list[L.For] = [band_top]
     while band[-1].var != chain[-1]:
@@ -132,6 +141,8 @@ def reorder(p: Reorder, nest: L.Stmt) -> L.Stmt:
 def fuse(p: Fuse, nest: L.Stmt) -> L.Stmt:
     outer, _ = find_loop(nest, p.outer, p)
     inner, _ = find_loop(nest, p.inner, p)
+    _not_bound(p, outer)
+    _not_bound(p, inner)
     if outer.body is not inner:
         raise ScheduleError(f"{describe(p)}: fuse needs adjacent loops, loop {p.inner} must be the whole body "
                             f"of loop {p.outer}")
