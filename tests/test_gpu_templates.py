@@ -100,12 +100,29 @@ GEMM_CASES = [
 ]
 
 
-def run_case(case: Case, seed: int = 0) -> None:
+def tc(bm: int, bn: int, bk: int, wm: int, wn: int) -> tuple[tuple[str, object], ...]:
+    return (("block_k", bk), ("block_m", bm), ("block_n", bn), ("warps_m", wm), ("warps_n", wn))
+
+
+TC_CASES = [
+    Case("tc_gemm_default", MATMUL, ((64, 48), (48, 64)), None, "float16"),
+    Case("tc_gemm_odd", MATMUL, ((33, 40), (40, 45)), tc(32, 32, 16, 1, 1), "float16", "gpu_tensorcore"),
+    Case("tc_gemm_warps", MATMUL, ((50, 20), (20, 70)), tc(32, 64, 16, 2, 1), "float16", "gpu_tensorcore"),
+    Case("tc_gemm_batched", BATCHED, ((2, 17, 24), (2, 24, 30)), tc(16, 32, 16, 1, 2), "float16", "gpu_tensorcore"),
+    Case("tc_conv_same", CONV_NHWC_SAME, ((1, 6, 5, 8), (3, 3, 8, 16)), tc(32, 16, 32, 1, 1), "float16",
+         "gpu_tensorcore"),
+]
+
+
+def run_case(case: Case, seed: int = 0, target: str = "cuda-sim") -> None:
     r = rng(seed)
-    arrays = [randn(r, *s) for s in case.shapes]
-    fn = case.compile()
-    out = fn(*arrays)
-    assert_matches(out, numpy_ref(case, arrays), dtype=np.float32, rtol=1e-4, atol=1e-4)
+    arrays = [randn(r, *s, dtype=case.dtype) for s in case.shapes]
+    out = case.compile(target)(*arrays)
+    if case.dtype == "float16":  # float32 accumulation, one rounding per cell
+        want = numpy_ref(case, [a.astype(np.float32) for a in arrays]).astype(np.float16)
+        assert_matches(out, want, dtype=np.float16, rtol=1e-2, atol=1e-2)
+    else:
+        assert_matches(out, numpy_ref(case, arrays), dtype=np.float32, rtol=1e-4, atol=1e-4)
 
 
 def shared_buffers(func: L.PrimFunc) -> set[str]:
@@ -117,6 +134,26 @@ def test_gemm_template_matches_numpy_on_the_emulator(case: Case) -> None:
     func = case.gpu_func()
     assert any(name.endswith(".sA") for name in shared_buffers(func)), "the GEMM template was not used"
     run_case(case)
+
+
+@pytest.mark.parametrize("case", TC_CASES, ids=lambda c: c.name)
+def test_fp16_gemm_runs_on_tensor_cores_on_the_emulator(case: Case) -> None:
+    func = case.gpu_func()
+    assert any(isinstance(n, L.WmmaMma) for n in walk(func.body)), "the tensor-core template was not used"
+    run_case(case)
+
+
+def test_fp16_knob_errors_and_fp32_refused_on_tensor_cores() -> None:
+    a16, a32 = randn(rng(0), 32, 32, dtype="float16"), randn(rng(0), 32, 32)
+    big = TemplateSchedule((TemplateConfig(0, "gpu_tensorcore", tc(256, 256, 64, 4, 4)),))
+    with pytest.raises(ScheduleError, match="shared memory"):
+        tilec.compile(MATMUL, target="cuda-sim").with_schedule(big)(a16, a16)
+    bad = TemplateSchedule((TemplateConfig(0, "gpu_tensorcore", tc(24, 32, 16, 1, 1)),))
+    with pytest.raises(ScheduleError, match="multiple of 16"):
+        tilec.compile(MATMUL, target="cuda-sim").with_schedule(bad)(a16, a16)
+    ok = TemplateSchedule((TemplateConfig(0, "gpu_tensorcore", tc(32, 32, 16, 1, 1)),))
+    with pytest.raises(ScheduleError, match="float32 stays on the CUDA cores"):
+        tilec.compile(MATMUL, target="cuda-sim").with_schedule(ok)(a32, a32)
 
 
 def test_guards_only_where_the_shapes_do_not_divide() -> None:
@@ -204,7 +241,7 @@ def all_cases() -> list[Case]:
     """Every case the emulator tests run (and a sample of legal random knob records)."""
     extra = [Case(f"random_{i}", MATMUL, ((29, 23), (23, 31)), tuple(dataclasses.asdict(k).items()))
              for i, k in enumerate(RANDOM_KNOBS)]
-    return GEMM_CASES + extra
+    return GEMM_CASES + TC_CASES + extra
 
 
 @functools.cache
@@ -233,8 +270,4 @@ def test_templates_on_a_real_gpu_match_numpy(case: Case) -> None:
         device_arch()
     except CudaUnavailable as e:
         pytest.skip(f"no GPU: {e}")
-    r = rng(3)
-    arrays = [randn(r, *s) for s in case.shapes]
-    fn = case.compile("cuda")
-    out = fn(*arrays)
-    assert_matches(out, numpy_ref(case, arrays), dtype=np.float32, rtol=1e-3, atol=1e-3)
+    run_case(case, seed=3, target="cuda")

@@ -190,8 +190,9 @@ class CudaSimBackend(LLVMBackend):
 
     def cpu_func(self, func: L.PrimFunc) -> L.PrimFunc:
         from tilec.codegen.gpu_emulator import emulate
+        from tilec.codegen.wmma import lower_wmma
 
-        cpu = emulate(func)
+        cpu = emulate(lower_wmma(func))  # tensor-core statements: their CPU meaning first
         if options.debug:
             verify(cpu)
         return cpu
