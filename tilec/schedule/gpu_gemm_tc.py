@@ -130,7 +130,12 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, cfg: WmmaGemmCo
     if epilogue is not None:
         value = epilogue_value(epilogue, bp, out, value, out_cell)
     store: L.Stmt = L.Store(dest, out_cell, value)
-    edges = L.logical_and(([L.Cmp("lt", row, c(m))] if m % bm else []) + ([L.Cmp("lt", col, c(n))] if n % bn else []))
+    inside: list[L.Expr] = []
+    if m % bm:
+        inside.append(L.Cmp("lt", row, c(m)))
+    if n % bn:
+        inside.append(L.Cmp("lt", col, c(n)))
+    edges = L.logical_and(inside)
     if edges is not None:
         store = L.If(edges, store)
     results = unrolled(fi, frag_m, unrolled(fj, frag_n, L.seq(
