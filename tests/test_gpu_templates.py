@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilec
+from tilec.bench.ops import attention_source
 from tilec.driver import Signature, lower_program
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
@@ -23,6 +24,7 @@ from tilec.schedule.gpu_gemm import GpuGemmKnobs
 from tilec.schedule.rewrite import walk
 from tilec.schedule.templates import TemplateConfig, TemplateSchedule
 
+from test_attention import reference as attention_reference
 from reference import CONV_NHWC_SAME, MATMUL, assert_matches, conv2d_nhwc, randn, rng
 
 BATCHED = "C[b, i, j: B, M, N] = +(A[b, i, k] * W[b, k, j])"
@@ -83,6 +85,9 @@ def numpy_ref(case: Case, arrays: list[np.ndarray]) -> np.ndarray:
         return conv2d_nhwc(arrays[0], arrays[1], pad=1)
     if case.source == CONV_STRIDE2:
         return conv2d_nhwc(arrays[0], arrays[1], stride=2, pad=1, out_hw=(4, 4))
+    if case.source in ATTENTION_REFS:
+        causal, scale = ATTENTION_REFS[case.source]
+        return attention_reference(*arrays, causal, scale).astype(np.float32)
     raise AssertionError(case.source)
 
 
@@ -97,6 +102,30 @@ GEMM_CASES = [
     Case("conv_same", CONV_NHWC_SAME, ((2, 9, 7, 5), (3, 3, 5, 6)), knobs(32, 16, 8, 2, 2)),
     Case("conv_same_default", CONV_NHWC_SAME, ((2, 8, 8, 16), (3, 3, 16, 32))),
     Case("conv_stride2", CONV_STRIDE2, ((1, 8, 8, 4), (3, 3, 4, 8)), knobs(16, 8, 8, 2, 1, False)),
+]
+
+
+def attention(d: int, causal: bool) -> str:
+    source = attention_source({"D": d}, causal)
+    ATTENTION_REFS[source] = (causal, 1.0 / np.sqrt(d))
+    return source
+
+
+def att(bq: int, bk: int) -> tuple[tuple[str, object], ...]:
+    return (("bk", bk), ("bq", bq))
+
+
+def qkv(b: int, h: int, s: int, t: int, d: int) -> tuple[tuple[int, ...], ...]:
+    return ((b, h, s, d), (b, h, t, d), (b, h, t, d))
+
+
+ATTENTION_REFS: dict[str, tuple[bool, float]] = {}
+ATTENTION_CASES = [
+    Case("att_odd", attention(5, False), qkv(1, 2, 13, 70, 5), att(8, 16), template="gpu_attention"),
+    Case("att_causal_batch", attention(16, True), qkv(2, 2, 40, 40, 16), att(16, 8), template="gpu_attention"),
+    Case("att_causal_ragged", attention(8, True), qkv(1, 1, 37, 37, 8), att(8, 16), template="gpu_attention"),
+    Case("att_default", attention(32, False), qkv(1, 1, 20, 24, 32)),
+    Case("att_default_causal", attention(8, True), qkv(1, 3, 33, 33, 8)),
 ]
 
 
@@ -154,6 +183,32 @@ def test_fp16_knob_errors_and_fp32_refused_on_tensor_cores() -> None:
     ok = TemplateSchedule((TemplateConfig(0, "gpu_tensorcore", tc(32, 32, 16, 1, 1)),))
     with pytest.raises(ScheduleError, match="float32 stays on the CUDA cores"):
         tilec.compile(MATMUL, target="cuda-sim").with_schedule(ok)(a32, a32)
+
+
+@pytest.mark.parametrize("case", ATTENTION_CASES, ids=lambda c: c.name)
+def test_fused_attention_matches_numpy_on_the_emulator(case: Case) -> None:
+    func = case.gpu_func()
+    launches = func.body.stmts if isinstance(func.body, L.Seq) else (func.body,)
+    assert len(launches) == 1 and any(name.endswith(".sK") for name in shared_buffers(func)), "not fused"
+    assert {p.name for p in func.params} == {"Q", "K", "V", "O"}  # no score matrix
+    run_case(case)
+
+
+def test_causal_attention_skips_the_blocks_right_of_the_diagonal() -> None:
+    causal = ATTENTION_CASES[1].gpu_func()
+    key_loops = [n for n in walk(causal.body) if isinstance(n, L.For) and n.var.endswith(".kb")]
+    assert len(key_loops) == 1 and isinstance(key_loops[0].end, L.Bin) and key_loops[0].end.op == "min"
+
+
+def test_attention_knob_errors_say_why() -> None:
+    case = ATTENTION_CASES[0]
+    arrays = [randn(rng(0), *s) for s in case.shapes]
+    for knob, message in ((att(2048, 16), "threads per block"), (att(8, 256), "registers per thread"),
+                          (att(0, 16), "positive")):
+        fn = tilec.compile(case.source, target="cuda-sim").with_schedule(
+            TemplateSchedule((TemplateConfig(0, "gpu_attention", knob),)))
+        with pytest.raises(ScheduleError, match=message):
+            fn(*arrays)
 
 
 def test_guards_only_where_the_shapes_do_not_divide() -> None:
@@ -241,7 +296,7 @@ def all_cases() -> list[Case]:
     """Every case the emulator tests run (and a sample of legal random knob records)."""
     extra = [Case(f"random_{i}", MATMUL, ((29, 23), (23, 31)), tuple(dataclasses.asdict(k).items()))
              for i, k in enumerate(RANDOM_KNOBS)]
-    return GEMM_CASES + TC_CASES + extra
+    return GEMM_CASES + TC_CASES + ATTENTION_CASES + extra
 
 
 @functools.cache
