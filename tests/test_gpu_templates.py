@@ -326,3 +326,27 @@ def test_templates_on_a_real_gpu_match_numpy(case: Case) -> None:
     except CudaUnavailable as e:
         pytest.skip(f"no GPU: {e}")
     run_case(case, seed=3, target="cuda")
+
+
+# ------------------------------------------------------------------ tilec bench --target cuda
+
+
+def test_bench_cuda_without_a_gpu_exits_2_with_a_message(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from tilec import cli
+    from tilec.bench import gpu
+
+    def no_gpu() -> None:
+        raise gpu.NoGpu("no CUDA GPU is visible")
+
+    monkeypatch.setattr(gpu, "require_gpu", no_gpu)
+    assert cli.main(["bench", "--target", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "no CUDA GPU" in err and "Traceback" not in err
+
+
+def test_bench_gpu_cases_are_the_acceptance_shapes() -> None:
+    from tilec.bench import gpu
+
+    names = [(c.name, c.dtype, c.shape) for c in gpu.cases()]
+    assert names == [("gemm", "float16", "4096x4096x4096"), ("gemm", "float32", "4096x4096x4096"),
+                     ("conv2d", "float32", "N=32 14x14 256->256 3x3"), ("attention", "float32", "B=4 H=16 S=2048 D=64")]
