@@ -10,6 +10,7 @@ Without a GPU, `require_gpu` raises NoGpu (the CLI exits 2 with its message).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -127,7 +128,7 @@ def run(quick: bool = False, warmup: int = 3, repeats: int = 10) -> list[dict[st
         tol = 2e-2 if case.dtype == "float16" else 1e-2
         np.testing.assert_allclose(torch.as_tensor(out).float().cpu().numpy(), want.float().cpu().numpy(),
                                    rtol=tol, atol=tol)
-        t_tilec = time_cuda(torch, lambda: fn(*inputs), warmup, repeats)
+        t_tilec = time_cuda(torch, functools.partial(fn, *inputs), warmup, repeats)
         t_base = time_cuda(torch, case.baseline_fn(torch, inputs), warmup, repeats)
         rows.append({"op": case.name, "shape": case.shape, "dtype": case.dtype, "target": "cuda",
                      "tilec_ms": t_tilec, "baseline_ms": t_base, "ratio": t_base / t_tilec,
