@@ -98,6 +98,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                              f"{args.records})")
         options.records_path, options.use_records = Path(args.records), True
 
+    if args.target in ("cuda", "cuda-sim"):
+        return _bench_gpu(args)
     cases: list[Any]
     if args.op == "train_step":
         from tilec.bench import train_step
@@ -119,6 +121,35 @@ def cmd_bench(args: argparse.Namespace) -> int:
             failed += 1
         print(harness.to_json(result) if table is None else table.row(result), flush=True)
     return 1 if failed else 0
+
+
+def _bench_gpu(args: argparse.Namespace) -> int:
+    """`tilec bench --target cuda` (tilec.bench.gpu: CUDA events vs cuBLAS/cuDNN/SDPA), or the quick shapes
+    on the GPU emulator (--target cuda-sim: a correctness smoke test, no timing). Exit code 2 without a GPU."""
+    import json
+
+    from tilec.bench import gpu
+
+    if args.op not in ("all", "gemm", "conv2d", "attention"):
+        raise TilecError(f"the GPU bench has the cases gemm, conv2d and attention, not {args.op}")
+    if args.target == "cuda-sim":
+        rows = [r for r in gpu.smoke_sim() if args.op in ("all", r["op"])]
+        for row in rows:
+            print(json.dumps(row) if args.json else f"{row['op']:<10} {row['shape']:<28} {row['dtype']:<8} cuda-sim  "
+                  f"{'ok' if row['ok'] else 'WRONG'}", flush=True)
+        return 0 if all(r["ok"] for r in rows) else 1
+    try:
+        gpu.require_gpu()
+    except gpu.NoGpu as err:
+        print(f"tilec: {err}", file=sys.stderr)
+        return 2
+    rows = [r for r in gpu.run(quick=args.quick, repeats=max(1, args.repeats)) if args.op in ("all", r["op"])]
+    for row in rows:
+        print(json.dumps(row) if args.json else
+              f"{row['op']:<10} {row['shape']:<28} {row['dtype']:<8} tilec {row['tilec_ms']:9.3f} ms  "
+              f"{row['baseline']} {row['baseline_ms']:9.3f} ms  ratio {row['ratio']:.2f}x  ({row['device']})",
+              flush=True)
+    return 0
 
 
 def _add_bench_parser(sub: argparse._SubParsersAction) -> None:

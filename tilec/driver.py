@@ -134,11 +134,7 @@ def lower_program(program: Program, sig: Signature, schedule: "Schedule | Templa
 def _gpu_lower(bound: BoundProgram, schedule: "Schedule | TemplateSchedule | str | None") -> L.PrimFunc:
     from tilec.schedule.gpu_auto import gpu_lower
 
-    if isinstance(schedule, TemplateSchedule) and any(c.template != "default" for c in schedule.configs):
-        names = sorted({c.template for c in schedule.configs} - {"default"})
-        raise TilecError(f"template(s) {', '.join(names)} have no GPU version yet; on a GPU target use a "
-                         f"tilec.Schedule (bind, cache_read with scope 'shared', ...) or the default")
-    func = gpu_lower(bound, schedule if isinstance(schedule, Schedule) else None)
+    func = gpu_lower(bound, schedule if isinstance(schedule, (Schedule, TemplateSchedule)) else None)
     if options.debug:
         verify(func)
     return func
@@ -194,8 +190,9 @@ class CudaSimBackend(LLVMBackend):
 
     def cpu_func(self, func: L.PrimFunc) -> L.PrimFunc:
         from tilec.codegen.gpu_emulator import emulate
+        from tilec.codegen.wmma import lower_wmma
 
-        cpu = emulate(func)
+        cpu = emulate(lower_wmma(func))  # tensor-core statements: their CPU meaning first
         if options.debug:
             verify(cpu)
         return cpu

@@ -320,7 +320,10 @@ def _float4_plan(loop: L.For, buffers: dict[str, L.Buffer]) -> tuple[list[L.Load
         buf = buffers.get(name)
         if buf is None or buf.dtype != "float32" or buf.scope == "local":
             return False
-        form = A.flat_affine(indices, buf.shape)
+        # non-affine subterms free of the lane variable (a tile's row, tid // 8) are unknown integers
+        if any(_opaque_uses(i, loop.var) for i in indices):
+            return False
+        form = A.flat_affine(indices, buf.shape, atoms=True)
         if form is None or form[0].get(loop.var) != 1:
             return False
         rest = [c for v, c in form[0].items() if v != loop.var]
@@ -346,6 +349,20 @@ def _float4_plan(loop: L.For, buffers: dict[str, L.Buffer]) -> tuple[list[L.Load
                                for s in stores for n in A.walk(s.value)):  # type: ignore[union-attr]
         return None
     return loads, stores  # type: ignore[return-value]
+
+
+def _opaque_uses(e: L.Expr, var: str) -> bool:
+    """Whether a non-affine subterm of index `e` (an atom of cuda_analysis.affine) uses `var`."""
+    if isinstance(e, (L.Var, L.Const)):
+        return False
+    if isinstance(e, L.Bin) and e.op in ("add", "sub"):
+        return _opaque_uses(e.a, var) or _opaque_uses(e.b, var)
+    if isinstance(e, L.Bin) and e.op == "mul":
+        if isinstance(e.a, L.Const):
+            return _opaque_uses(e.b, var)
+        if isinstance(e.b, L.Const):
+            return _opaque_uses(e.a, var)
+    return A.uses_vars(e, {var})
 
 
 def _pure(e: L.Expr) -> bool:

@@ -18,7 +18,7 @@ from tilec.schedule import attention, direct_gemm, implicit_gemm
 from tilec.schedule.fusion import find_epilogue
 from tilec.schedule.legality import check_parallel
 from tilec.errors import ScheduleError
-from tilec.schedule.templates import TemplateConfig, TemplateSchedule
+from tilec.schedule.templates import GPU_TEMPLATES, TemplateConfig, TemplateSchedule
 from tilec.target import Target
 
 DIRECT_MAX_PANELS = 4  # column panels up to which reading A in place beats packing it
@@ -58,6 +58,9 @@ def _configured(index: int, b: BoundContraction | BoundElementwise, program: Bou
     if config.template == "default":
         return None
     where = f"statement {index} ('{b.stmt}')"
+    if config.template in GPU_TEMPLATES:
+        raise ScheduleError(f"template '{config.template}' for {where} is a GPU template; on target {target.name} "
+                            f"use implicit_gemm, attention or default (or compile for cuda / cuda-sim)")
     if config.template == "attention":
         plan = attention.match(index, program)
         if plan is None:

@@ -6,8 +6,10 @@ Guarantees: a PrimFunc in the GPU conventions of :mod:`tilec.ir.loop` computing 
 default lowering computes: its body is a sequence of launches, each a band of block-bound
 loops around a band of thread-bound loops (begin 0, constant ends). Per top-level nest:
 
-* without a user's schedule, a plain matrix product whose extents the tiles divide gets the
-  shared-memory tiled schedule of :mod:`tilec.schedule.gpu_gemm`;
+* without a user's schedule, the statements a GPU template matches are its launches
+  (:mod:`tilec.schedule.gpu_templates`: GEMM, conv as implicit GEMM, fused attention), and a
+  plain matrix product too small for them whose extents the tiles divide gets the
+  shared-memory tiled schedule of :mod:`tilec.schedule.gpu_gemm_schedule`;
 * a nest the user bound (any loop of a GPU kind) keeps its binding; a missing level is added
   with extent 1 (a nest with only thread loops runs in one block; a nest with only block loops
   runs one thread per block);
@@ -26,6 +28,7 @@ Workspaces and temporaries stay global buffers in the params, as on the CPU.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
@@ -35,25 +38,33 @@ from tilec.schedule.legality import check_parallel
 from tilec.schedule.rewrite import const_value, floordiv, substitute, walk
 from tilec.schedule.primitives import Schedule
 
+if TYPE_CHECKING:
+    from tilec.schedule.templates import TemplateSchedule
+
 DEFAULT_THREADS = 256  # threads per block of the default binding
 
 
-def gpu_lower(bp: BoundProgram, schedule: "Schedule | None" = None) -> L.PrimFunc:
-    """The GPU PrimFunc of `bp`, with `schedule` (if any) applied to the default nest first."""
-    from tilec.schedule.apply import apply_schedule
+def gpu_lower(bp: BoundProgram, schedule: "Schedule | TemplateSchedule | None" = None) -> L.PrimFunc:
+    """The GPU PrimFunc of `bp`, with `schedule` (if any) applied to the default nest first.
 
-    func = lower(bp)
-    if schedule is not None:
-        func = apply_schedule(func, schedule, outputs=bp.program.outputs, gpu=True)
-    else:
-        func = _templates(func)
+    Without a Schedule, the GPU templates (tilec.schedule.gpu_templates) lower the statements
+    they match (a TemplateSchedule fixes their choice); plain matrix products too small for
+    them get the tiled schedule of tilec.schedule.gpu_gemm_schedule where it applies, and
+    every other statement keeps the default binding."""
+    from tilec.schedule.apply import apply_schedule
+    from tilec.schedule.gpu_templates import gpu_strategy
+    from tilec.schedule.templates import TemplateSchedule
+
+    if isinstance(schedule, TemplateSchedule) or schedule is None:
+        return bind_launches(_templates(lower(bp, strategy=gpu_strategy(bp, schedule))))
+    func = apply_schedule(lower(bp), schedule, outputs=bp.program.outputs, gpu=True)
     return bind_launches(func)
 
 
 def _templates(func: L.PrimFunc) -> L.PrimFunc:
     """Plain matrix products get the shared-memory tiled schedule where its primitives accept it."""
     from tilec.schedule.apply import apply_schedule
-    from tilec.schedule.gpu_gemm import gemm_schedule
+    from tilec.schedule.gpu_gemm_schedule import gemm_schedule
 
     nests = func.body.stmts if isinstance(func.body, L.Seq) else (func.body,)
     for k, nest in enumerate(nests):
