@@ -15,9 +15,11 @@ from typing import Any
 
 from tilec.errors import ScheduleError
 from tilec.schedule.attention import AttentionKnobs
+from tilec.schedule.attention_backward import AttentionBackwardKnobs
 from tilec.schedule.implicit_gemm import GemmKnobs
 
-KNOB_TYPES: dict[str, type] = {"implicit_gemm": GemmKnobs, "attention": AttentionKnobs}
+KNOB_TYPES: dict[str, type] = {"implicit_gemm": GemmKnobs, "attention": AttentionKnobs,
+                                "attention_backward": AttentionBackwardKnobs}
 TEMPLATES = tuple(KNOB_TYPES) + ("default",)  # "default": no template, the plain loop nest
 
 

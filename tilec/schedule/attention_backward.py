@@ -1,0 +1,537 @@
+"""The fused attention-backward template: dQ, dK, dV of softmax(scale * Q K^T [causal]) V.
+
+It recognises what `tilec.grad` derives from the attention chain (tilec/schedule/attention.py):
+the recomputed softmax (L, Z, [Neg, Zc], M, E, R, P; `attention.match_softmax`) followed by
+
+    DP = +(DO[.., s, e] * V[.., t, e]);          DVo = +(DO[.., s, e] * P[.., s, t]);
+    DE2 = DP / R;  DR3 = -(DP * E / (R * R));  DRsum = +(DR3);  DE5 = +(DRsum[.., s, 0]);  DE = DE2 + DE5;
+    DZ7 = DE * exp(Zs - M);  DM8 = -(DE * exp(Zs - M));  DMsum = +(DM8);
+    DZ10 = +(Zs == M ? DMsum);  DZ = DZ7 + DZ10;  [DZm = +(Z == Zc ? DZ), t <= s;]  [DL = DZ * c;]
+    DQo = +(DL[.., s, t] * K[.., t, d]);         DKo = +(DL[.., s, t] * Q[.., s, d]);
+    [DQ = DQo; DK = DKo; DV = DVo;]             # the copies onto the outputs
+
+(any subset of DQo, DKo, DVo, in the order `tilec.grad` emits them), i.e. DV = P^T dO and
+DL = c P (dP - rowsum(P dP)) (the max's own gradient, DMsum, is zero up to rounding: softmax
+does not depend on the shift) with DQ = DL K, DK = DL^T Q. All of it lowers to one kernel, one
+work item per batch-and-head on the cores, that never forms an S x T matrix:
+
+1. per query block: stream the key blocks with a register-blocked micro-GEMM for the scores
+   and one for dP = dO V^T, keeping an online softmax (running max m and sum l, as the forward
+   template) and the running rowsum(P dP); store m, 1/l and Delta = rowsum(P dP) per row;
+2. per key block (dK, dV accumulate in local memory), per query block from the diagonal on
+   (causal) or from 0: recompute the scores, P = exp(c S - m) / l, dV += P^T dO, dP = dO V^T,
+   dS = c P (dP - Delta), dQ += dS K (a per-thread workspace), dK += dS^T Q;
+3. copy dQ out.
+
+Requires: float32 tensors laid out [batch.., rows, cols] as the matcher checks. Guarantees: the
+gradients the derived program computes (up to rounding), every output cell written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tilec.ir import loop as L
+from tilec.ir import tensor as T
+from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
+from tilec.ir.lower import LoweredGroup
+from tilec.schedule.attention import LANES, Range, SoftmaxChain, causal_guard, match_softmax
+from tilec.schedule.implicit_gemm import decompose, thread_share, threads_loop
+from tilec.target import Target
+
+BoundStatement = BoundContraction | BoundElementwise
+Fn1 = Callable[[L.Expr], L.Expr]
+Fn2 = Callable[[L.Expr, L.Expr], L.Expr]
+
+
+@dataclass(frozen=True)
+class AttentionBackwardKnobs:
+    """The template's tunable knobs (a schedule record)."""
+
+    bq: int = 64  # query rows per block, a multiple of mr
+    bk: int = 64  # keys per block, a multiple of LANES and of mr
+    mr: int = 4  # rows of a register block in the micro-GEMMs
+
+    def to_json(self) -> dict:
+        return {"template": "attention_backward", "bq": self.bq, "bk": self.bk, "mr": self.mr}
+
+
+def knob_problems(knobs: AttentionBackwardKnobs) -> list[str]:
+    """Why `knobs` cannot be built (empty when they can)."""
+    problems = []
+    if knobs.mr < 1 or knobs.bq < 1 or knobs.bk < 1:
+        problems.append("bq, bk and mr must be positive")
+    elif knobs.bq % knobs.mr or knobs.bk % knobs.mr:
+        problems.append(f"bq ({knobs.bq}) and bk ({knobs.bk}) must be multiples of mr ({knobs.mr})")
+    if knobs.bk % LANES:
+        problems.append(f"bk ({knobs.bk}) must be a multiple of {LANES}")
+    return problems
+
+
+@dataclass(frozen=True)
+class BackwardPlan:
+    q: str
+    k: str
+    v: str | None  # None when only dV is wanted (dP is never formed)
+    do: str
+    batch: tuple[Range, ...]
+    s: int  # query rows
+    t: int  # keys
+    d: int  # head dimension of Q and K
+    e: int  # head dimension of V and dO
+    scale: float
+    causal: bool
+    dq: str | None  # the tensors the kernel writes
+    dk: str | None
+    dv: str | None
+    consumed: int
+    elided: tuple[str, ...]
+
+
+# ------------------------------------------------------------------ matching
+
+
+def _lone(e: object) -> str | None:
+    coeffs = getattr(e, "coeffs")
+    if getattr(e, "divisor") == 1 and getattr(e, "const") == 0 and len(coeffs) == 1 and coeffs[0][1] == 1:
+        return str(coeffs[0][0])
+    return None
+
+
+def _signature(b: BoundContraction) -> tuple[tuple[tuple[str, object], ...], ...] | None:
+    """Each operand's indices as ('o', position in the output) / ('r', reduction var) / ('0', 0);
+    None when an output index is not a lone variable or a constant 0."""
+    out: list[str | None] = []
+    for e in b.out_indices:
+        v = _lone(e)
+        if v is None and (e.coeffs or e.const != 0):
+            return None
+        out.append(v)
+    if len({v for v in out if v}) != len([v for v in out if v]):
+        return None
+    sigs = []
+    for op in b.operands:
+        sig: list[tuple[str, object]] = []
+        for e in op.indices:
+            v = _lone(e)
+            if v is not None:
+                sig.append(("o", out.index(v)) if v in out else ("r", v))
+            elif not e.coeffs and e.const == 0:
+                sig.append(("0", 0))
+            else:
+                return None
+        sigs.append(tuple(sig))
+    return tuple(sigs)
+
+
+def _plain(b: BoundStatement, combo: str) -> bool:
+    return (isinstance(b, BoundContraction) and b.stmt.agg == "+" and b.stmt.combo == combo
+            and b.stmt.default is None and not b.empty)
+
+
+class _Matcher:
+    """Classifies the statements after the softmax chain into the roles of the derived gradient."""
+
+    def __init__(self, sm: SoftmaxChain, bp: BoundProgram) -> None:
+        self.sm, self.bp = sm, bp
+        self.nb = len(sm.batch)
+        self.batch_sig = tuple(("o", i) for i in range(self.nb))
+        self.names: dict[str, str] = {}  # role -> tensor
+        self.do: str | None = None
+        self.v: str | None = None
+        self.exp_scores = T.ECall("exp", (T.EBinary("-", T.ETensor(sm.scores), T.ETensor(sm.m)),))
+
+    def o(self, *tail: tuple[str, object]) -> tuple[tuple[str, object], ...]:
+        return self.batch_sig + tail
+
+    def role(self, b: BoundStatement) -> str | None:
+        return self._elementwise(b) if isinstance(b, BoundElementwise) else self._contraction(b)
+
+    def _t(self, role: str) -> T.ETensor | None:
+        return T.ETensor(self.names[role]) if role in self.names else None
+
+    def _elementwise(self, b: BoundElementwise) -> str | None:
+        x, n = b.stmt.expr, self.names
+        dp, r, e, de = self._t("dp"), T.ETensor(self.sm.r), T.ETensor(self.sm.e), self._t("de")
+        if "dp" in n and x == T.EBinary("/", dp, r):  # type: ignore[arg-type]
+            return "de2"
+        if "dp" in n and x == T.EUnary("-", T.EBinary("/", T.EBinary("*", dp, e), T.EBinary("*", r, r))):  # type: ignore[arg-type]
+            return "dr3"
+        if {"de2", "de5"} <= n.keys() and x == T.EBinary("+", self._t("de2"), self._t("de5")):  # type: ignore[arg-type]
+            return "de"
+        if de is not None and x == T.EBinary("*", de, self.exp_scores):
+            return "dz7"
+        if de is not None and x == T.EUnary("-", T.EBinary("*", de, self.exp_scores)):
+            return "dm8"
+        if {"dz7", "dz10"} <= n.keys() and x == T.EBinary("+", self._t("dz7"), self._t("dz10")):  # type: ignore[arg-type]
+            return "dz"
+        dz = n.get("dzm" if self.sm.causal else "dz")
+        if dz is not None and isinstance(x, T.EBinary) and x.op == "*" and self.sm.scaled != self.sm.raw:
+            if (x.a, x.b) in ((T.ETensor(dz), T.EConst(self.sm.scale)), (T.EConst(self.sm.scale), T.ETensor(dz))):
+                return "dl"
+        if isinstance(x, T.ETensor):
+            for role in ("dq", "dk", "dv"):
+                if n.get(role) == x.name and b.output in self.bp.program.outputs:
+                    return "copy_" + role
+        return None
+
+    def _contraction(self, b: BoundContraction) -> str | None:
+        sig, n, nb = _signature(b), self.names, self.nb
+        if sig is None or len(b.out_indices) != nb + 2:
+            return None
+        ops = [a.tensor for a in b.operands]
+        row, col = ("o", nb), ("o", nb + 1)
+        if _plain(b, "mul") and not b.guards:
+            (sa, sb), (ta, tb) = sig, ops
+            red = [v for v in sa if v[0] == "r"]
+            if len(red) != 1:
+                return None
+            (r,) = red
+            if sa == self.o(row, r) and sb == self.o(col, r) and ta not in n.values() and tb not in n.values():
+                if self._set_do(ta) and "dp" not in n:
+                    self.v = tb
+                    return "dp"
+            for (xa, ya), (xt, yt) in (((sa, sb), (ta, tb)), ((sb, sa), (tb, ta))):
+                if xt == self.sm.p and xa == self.o(r, row) and ya == self.o(r, col) and self._set_do(yt):
+                    return "dv"
+                dl = n.get("dl", n.get("dzm" if self.sm.causal else "dz"))
+                if dl is not None and xt == dl and "dl_ready" in self.ready():
+                    if xa == self.o(row, r) and ya == self.o(r, col) and yt == self.sm.k.tensor:
+                        return "dq"
+                    if xa == self.o(r, row) and ya == self.o(r, col) and yt == self.sm.q.tensor:
+                        return "dk"
+            return None
+        if _plain(b, "single") and not b.guards:
+            (sa,) = sig
+            if ops[0] in (n.get("dr3"), n.get("dm8")) and b.shape[-1] == 1 and sa[:-1] == self.o(row) \
+                    and sa[-1][0] == "r" and self._full(b, str(sa[-1][1])):
+                return "drsum" if ops[0] == n.get("dr3") else "dmsum"
+            if ops[0] == n.get("drsum") and sa == self.o(row, ("0", 0)):
+                return "de5"
+            return None
+        if _plain(b, "cond") and len(ops) == 3:
+            if not b.guards and ops == [self.sm.scores, self.sm.m, n.get("dmsum")] \
+                    and sig == (self.o(row, col), self.o(row, ("0", 0)), self.o(row, ("0", 0))):
+                return "dz10"
+            if self.sm.causal and ops == [self.sm.scaled, self.sm.scores, n.get("dz")] \
+                    and sig == (self.o(row, col),) * 3 and causal_guard(b, *self._row_col(b), b.shape[-2]):
+                return "dzm"
+        return None
+
+    def ready(self) -> set[str]:
+        """'dl_ready' once the whole chain from dP to the scores' gradient has been seen."""
+        need = {"dp", "de2", "dr3", "drsum", "de5", "de", "dz7", "dm8", "dmsum", "dz10", "dz"}
+        need |= {"dzm"} if self.sm.causal else set()
+        need |= {"dl"} if self.sm.scaled != self.sm.raw else set()
+        return {"dl_ready"} if need <= self.names.keys() else set()
+
+    def _row_col(self, b: BoundContraction) -> tuple[str, str]:
+        out = [_lone(e) for e in b.out_indices]
+        return str(out[-2]), str(out[-1])
+
+    def _set_do(self, name: str) -> bool:
+        if self.do is None:
+            self.do = name
+        return self.do == name
+
+    def _full(self, b: BoundContraction, var: str) -> bool:
+        lo_hi = next(((lo, hi) for v, lo, hi in b.ranges if v == var), None)
+        return lo_hi == (0, self.bp.shapes[self.sm.raw][-1] - 1)
+
+
+def match(index: int, bp: BoundProgram) -> BackwardPlan | None:
+    """The plan for the derived attention gradient starting at statement `index`, or None."""
+    sm = match_softmax(index, bp)
+    if sm is None:
+        return None
+    stmts, m = bp.statements, _Matcher(sm, bp)
+    k = sm.next
+    while k < len(stmts):
+        role = m.role(stmts[k])
+        if role is None or role in m.names:
+            break
+        m.names[role] = stmts[k].output
+        k += 1
+    roles = m.names
+    grads = {r: roles[r] for r in ("dq", "dk", "dv") if r in roles}
+    chain_roles = set(roles) - set(grads) - {"copy_dq", "copy_dk", "copy_dv"}
+    if not grads or (("dq" in grads or "dk" in grads) != bool(chain_roles)) or m.do is None:
+        return None
+    if "dq" in grads or "dk" in grads:
+        if not m.ready():
+            return None
+    written = {r: roles.get("copy_" + r, name) for r, name in grads.items()}
+    elided = sm.chain + ((sm.p,) if sm.p else ()) + tuple(roles[r] for r in chain_roles) + \
+        tuple(name for r, name in grads.items() if written[r] != name)
+    if any(name in bp.program.outputs for name in elided):
+        return None
+    if _read_outside(bp, index, k, set(elided)):
+        return None
+    ranges = sm.ranges
+    batch = tuple(ranges[x] for x in sm.batch)
+    if any(lo != 0 for _, lo, _ in batch):
+        return None
+    bs = tuple(hi + 1 for _, _, hi in batch)
+    s, t, d = bp.shapes[sm.raw][-2], bp.shapes[sm.raw][-1], ranges[sm.d][2] + 1
+    e = bp.shapes[m.do][-1] if bp.shapes[m.do] else 0
+    expected = {sm.q.tensor: (s, d), sm.k.tensor: (t, d), m.do: (s, e)}
+    if m.v is not None:
+        expected[m.v] = (t, e)
+    expected.update({written[r]: {"dq": (s, d), "dk": (t, d), "dv": (t, e)}[r] for r in grads})
+    if any(bp.shapes[name] != bs + tail or bp.dtypes[name] != "float32" for name, tail in expected.items()):
+        return None
+    return BackwardPlan(q=sm.q.tensor, k=sm.k.tensor, v=m.v, do=m.do, batch=batch, s=s, t=t, d=d, e=e,
+                        scale=sm.scale, causal=sm.causal, dq=written.get("dq"), dk=written.get("dk"),
+                        dv=written.get("dv"), consumed=k - index, elided=elided)
+
+
+def _read_outside(bp: BoundProgram, start: int, stop: int, names: set[str]) -> bool:
+    for i, b in enumerate(bp.statements):
+        if start <= i < stop:
+            continue
+        if isinstance(b, BoundContraction):
+            read = {a.tensor for a in b.stmt.operands} | ({b.stmt.default} if b.stmt.default else set())
+        else:
+            read = set(T.eexpr_tensors(b.stmt.expr))
+        if read & names:
+            return True
+    return False
+
+
+# ------------------------------------------------------------------ the kernel
+
+COLUMNS = 64  # columns of a register block: 4 vectors of 16 lanes
+
+
+class _Builder:
+    """Loop-IR pieces of the kernel; every loop variable gets a fresh name."""
+
+    def __init__(self, plan: BackwardPlan, knobs: AttentionBackwardKnobs, prefix: str) -> None:
+        self.plan, self.knobs, self.prefix = plan, knobs, prefix
+        self.count = 0
+
+    def var(self, what: str) -> str:
+        self.count += 1
+        return f"{self.prefix}.{what}{self.count}"
+
+    def gemm(self, rows: int, cols: int, depth: int, a: Fn2, b: Fn2, out: "Out", zero: bool) -> L.Stmt:
+        """out[m, n] (+)= sum_k a(m, k) b(k, n) for m < rows, n < cols, in register blocks of mr rows
+        by up to COLUMNS columns (rows a multiple of mr)."""
+        mr = self.knobs.mr
+        parts = []
+        for n0 in range(0, cols, COLUMNS):
+            width = min(COLUMNS, cols - n0)
+            mc, r, n, k = (self.var(x) for x in ("mc", "r", "n", "k"))
+            regs = L.Buffer(self.var("regs"), "float32", (mr, width), "local")
+            m = L.add(L.mul(L.Var(mc), L.const(mr)), L.Var(r))
+            col = L.add(L.Var(n), L.const(n0))
+            cell = (L.Var(r), L.Var(n))
+            reg = L.Load(regs.name, cell, "float32")
+            start = L.Const(0.0, "float32") if zero else out.load(m, col)
+            init = _unrolled(r, mr, _lanes(n, width, L.Store(regs.name, cell, start)))
+            update = L.For(k, L.const(0), L.const(depth), _unrolled(r, mr, _lanes(n, width, L.Store(
+                regs.name, cell, L.Bin("add", reg, L.Bin("mul", a(m, L.Var(k)), b(L.Var(k), col)))))))
+            store = _unrolled(r, mr, _lanes(n, width, out.store(m, col, reg)))
+            parts.append(L.For(mc, L.const(0), L.const(rows // mr), L.Allocate(regs, L.seq(init, update, store))))
+        return L.seq(*parts)
+
+    def row_reduce(self, into: L.Buffer, i: L.Expr, op: str, start: L.Expr, element: Fn1, width: int) -> L.Stmt:
+        """into[i] = op(start, element(j) for j < width): LANES partial results, then a short chain."""
+        partial = L.Buffer(self.var("part"), "float32", (LANES,), "local")
+        jc, lane, lane2 = self.var("jc"), self.var("lane"), self.var("lane")
+        part = L.Load(partial.name, (L.Var(lane),), "float32")
+        return L.Allocate(partial, L.seq(
+            _lanes(lane, LANES, L.Store(partial.name, (L.Var(lane),), start)),
+            L.For(jc, L.const(0), L.const(width // LANES), _lanes(lane, LANES, L.Store(
+                partial.name, (L.Var(lane),), L.Bin(op, part, element(L.add(L.mul(L.Var(jc), L.const(LANES)),
+                                                                             L.Var(lane))))))),
+            L.Store(into.name, (i,), start),
+            L.For(lane2, L.const(0), L.const(LANES), L.Store(into.name, (i,), L.Bin(
+                op, L.Load(into.name, (i,), "float32"), L.Load(partial.name, (L.Var(lane2),), "float32"))))))
+
+
+class Out:
+    """Where a micro-GEMM's results go: a buffer indexed by (prefix.., row + offset, column)."""
+
+    def __init__(self, buffer: str, prefix: tuple[L.Expr, ...] = (), offset: L.Expr | None = None) -> None:
+        self.buffer, self.prefix, self.offset = buffer, prefix, offset
+
+    def _at(self, m: L.Expr, n: L.Expr) -> tuple[L.Expr, ...]:
+        return self.prefix + ((m if self.offset is None else L.add(self.offset, m)), n)
+
+    def load(self, m: L.Expr, n: L.Expr) -> L.Expr:
+        return L.Load(self.buffer, self._at(m, n), "float32")
+
+    def store(self, m: L.Expr, n: L.Expr, value: L.Expr) -> L.Stmt:
+        return L.Store(self.buffer, self._at(m, n), value)
+
+
+def _unrolled(var: str, n: int, body: L.Stmt) -> L.Stmt:
+    return L.For(var, L.const(0), L.const(n), body, "unrolled")
+
+
+def _lanes(var: str, n: int, body: L.Stmt) -> L.Stmt:
+    return L.For(var, L.const(0), L.const(n), body, "vectorized")
+
+
+def _load(buf: L.Buffer, *idx: L.Expr) -> L.Expr:
+    return L.Load(buf.name, tuple(idx), buf.dtype)
+
+
+def build(plan: BackwardPlan, bp: BoundProgram, target: Target,
+          knobs: AttentionBackwardKnobs = AttentionBackwardKnobs()) -> LoweredGroup:
+    assert not knob_problems(knobs), knob_problems(knobs)
+    bq, bk = knobs.bq, knobs.bk
+    f32, v, c = "float32", L.Var, L.const
+    need_dp = plan.dq is not None or plan.dk is not None
+    prefix = str(plan.dq or plan.dk or plan.dv)
+    g = _Builder(plan, knobs, prefix)
+    bh_n = math.prod(hi - lo + 1 for _, lo, hi in plan.batch)
+    threads = max(1, min(target.cores, bh_n))
+    tp, sp = -(-plan.t // bk) * bk, -(-plan.s // bq) * bq
+    q_blocks, k_blocks = sp // bq, tp // bk
+    x, w = g.var("x"), g.var("w")
+    env = decompose(v(w), plan.batch)
+    bidx = tuple(env[var] for var, _, _ in plan.batch)
+
+    def tensor(name: str, row: L.Expr, col: L.Expr) -> L.Expr:
+        return L.Load(name, bidx + (row, col), f32)
+
+    def row_of(r: L.Expr) -> L.Expr:  # rows past S are computed from row S - 1, never stored
+        return L.Bin("min", r, c(plan.s - 1))
+
+    kt = L.Buffer(f"{prefix}.Kt", f32, (threads, plan.d, tp))
+    vt = L.Buffer(f"{prefix}.Vt", f32, (threads, plan.e, tp))
+    row_max = L.Buffer(f"{prefix}.m", f32, (threads, sp))
+    row_inv = L.Buffer(f"{prefix}.linv", f32, (threads, sp))
+    delta = L.Buffer(f"{prefix}.delta", f32, (threads, sp))
+    dq_acc = L.Buffer(f"{prefix}.dqacc", f32, (threads, sp, plan.d))
+    workspaces = [kt, row_max, row_inv] + ([vt, delta] if need_dp else []) + ([dq_acc] if plan.dq else [])
+    sblk = L.Buffer(g.var("s"), f32, (bq, bk), "local")  # scores, then probabilities
+    dpblk = L.Buffer(g.var("dp"), f32, (bq, bk), "local")  # dP, then dS
+    locals_: list[L.Buffer] = [sblk] + ([dpblk] if need_dp else [])
+
+    def transpose(src: str, dst: L.Buffer, width: int) -> L.Stmt:
+        tt, dd, tz, dz = g.var("t"), g.var("d"), g.var("t"), g.var("d")
+        copy = L.For(tt, c(0), c(plan.t), L.For(dd, c(0), c(width), L.Store(
+            dst.name, (v(x), v(dd), v(tt)), tensor(src, v(tt), v(dd)))))
+        pad = L.For(dz, c(0), c(width), L.For(tz, c(plan.t), c(tp), L.Store(dst.name, (v(x), v(dz), v(tz)),
+                                                                             L.Const(0.0, f32))))
+        return L.seq(copy, pad if tp > plan.t else None)
+
+    def scores_and_dp(q0: L.Expr, k0: L.Expr) -> L.Stmt:
+        s_gemm = g.gemm(bq, bk, plan.d, lambda m, k: tensor(plan.q, row_of(L.add(q0, m)), k),
+                        lambda k, n: L.Load(kt.name, (v(x), k, L.add(k0, n)), f32), Out(sblk.name), zero=True)
+        if not need_dp:
+            return s_gemm
+        assert plan.v is not None
+        dp_gemm = g.gemm(bq, bk, plan.e, lambda m, k: tensor(plan.do, row_of(L.add(q0, m)), k),
+                         lambda k, n: L.Load(vt.name, (v(x), k, L.add(k0, n)), f32), Out(dpblk.name), zero=True)
+        return L.seq(s_gemm, dp_gemm)
+
+    def valid(row: L.Expr, key: L.Expr, rows_too: bool) -> L.Expr:
+        cond: L.Expr = L.Cmp("lt", key, c(plan.t))
+        if rows_too:
+            cond = L.Bin("and", cond, L.Cmp("lt", row, c(plan.s)))
+        if plan.causal:
+            cond = L.Bin("and", cond, L.Cmp("le", key, row))
+        return cond
+
+    # -- pass 1: per query block, the softmax statistics m, 1/l and Delta = rowsum(P dP)
+    qb, kb, i, j = g.var("qb"), g.var("kb"), g.var("i"), g.var("j")
+    q0, k0 = L.mul(v(qb), c(bq)), L.mul(v(kb), c(bk))
+    m_run, l_run, d_run, new_max, alpha, rsum = (L.Buffer(g.var(n), f32, (bq,), "local")
+                                                 for n in ("mrun", "lrun", "drun", "mnew", "alpha", "rsum"))
+    locals_ += [m_run, l_run, d_run, new_max, alpha, rsum]
+    s_ij, dp_ij = _load(sblk, v(i), v(j)), _load(dpblk, v(i), v(j))
+    init = _lanes(i, bq, L.seq(L.Store(m_run.name, (v(i),), L.Const(-math.inf, f32)),
+                               L.Store(l_run.name, (v(i),), L.Const(0.0, f32)),
+                               L.Store(d_run.name, (v(i),), L.Const(0.0, f32))))
+    mask = L.For(i, c(0), c(bq), _lanes(j, bk, L.Store(sblk.name, (v(i), v(j)), L.Select(
+        valid(L.add(q0, v(i)), L.add(k0, v(j)), False), L.Bin("mul", s_ij, L.Const(plan.scale, f32)),
+        L.Const(-math.inf, f32)))))
+    maxima = L.For(i, c(0), c(bq), g.row_reduce(new_max, v(i), "max", _load(m_run, v(i)),
+                                                lambda jj: _load(sblk, v(i), jj), bk))
+    rescale = _lanes(i, bq, L.seq(
+        L.Store(alpha.name, (v(i),), L.Call("exp", (L.Bin("sub", _load(m_run, v(i)), _load(new_max, v(i))),), f32)),
+        L.Store(m_run.name, (v(i),), _load(new_max, v(i)))))
+    probs = L.For(i, c(0), c(bq), _lanes(j, bk, L.Store(sblk.name, (v(i), v(j)), L.Call(
+        "exp", (L.Bin("sub", s_ij, _load(new_max, v(i))),), f32))))
+
+    def running(total: L.Buffer, element: Fn1) -> L.Stmt:
+        return L.For(i, c(0), c(bq), L.seq(
+            g.row_reduce(rsum, v(i), "add", L.Const(0.0, f32), element, bk),
+            L.Store(total.name, (v(i),), L.Bin("add", L.Bin("mul", _load(total, v(i)), _load(alpha, v(i))),
+                                                 _load(rsum, v(i))))))
+
+    sums = running(l_run, lambda jj: _load(sblk, v(i), jj))
+    dsums = running(d_run, lambda jj: L.Bin("mul", _load(sblk, v(i), jj), _load(dpblk, v(i), jj))) if need_dp else None
+    k_end: L.Expr = c(k_blocks)
+    if plan.causal:  # key blocks right of the diagonal are all masked
+        last = L.Bin("min", L.add(q0, c(bq - 1)), c(plan.s - 1))
+        k_end = L.Bin("min", k_end, L.add(L.Bin("div", last, c(bk)), c(1)))
+    stream = L.For(kb, c(0), k_end, L.seq(scores_and_dp(q0, k0), mask, maxima, rescale, probs, sums, dsums))
+    at = (v(x), L.add(q0, v(i)))
+    stats = _lanes(i, bq, L.seq(
+        L.Store(row_max.name, at, _load(m_run, v(i))),
+        L.Store(row_inv.name, at, L.Bin("div", L.Const(1.0, f32), _load(l_run, v(i)))),
+        L.Store(delta.name, at, L.Bin("div", _load(d_run, v(i)), _load(l_run, v(i)))) if need_dp else None))
+    pass1 = L.For(qb, c(0), c(q_blocks), L.seq(init, stream, stats))
+
+    # -- pass 2: per key block, dK and dV in local memory; per query block, P, dV, dS, dQ, dK
+    qb2, kb2 = g.var("qb"), g.var("kb")
+    q0, k0 = L.mul(v(qb2), c(bq)), L.mul(v(kb2), c(bk))
+    dk_acc = L.Buffer(g.var("dk"), f32, (bk, plan.d), "local")
+    dv_acc = L.Buffer(g.var("dv"), f32, (bk, plan.e), "local")
+    accs = [(dk_acc, plan.dk), (dv_acc, plan.dv)]
+    accs = [(buf, out) for buf, out in accs if out is not None]
+    locals_ += [buf for buf, _ in accs]
+    zero = L.seq(*(L.For(i, c(0), c(bk), _lanes(j, buf.shape[1], L.Store(buf.name, (v(i), v(j)), L.Const(0.0, f32))))
+                   for buf, _ in accs))
+    qrow = L.add(q0, v(i))
+    at = (v(x), qrow)
+    p = L.For(i, c(0), c(bq), _lanes(j, bk, L.Store(sblk.name, (v(i), v(j)), L.Select(
+        valid(qrow, L.add(k0, v(j)), True),
+        L.Bin("mul", L.Call("exp", (L.Bin("sub", L.Bin("mul", s_ij, L.Const(plan.scale, f32)),
+                                          L.Load(row_max.name, at, f32)),), f32), L.Load(row_inv.name, at, f32)),
+        L.Const(0.0, f32)))))
+    steps: list[L.Stmt | None] = [scores_and_dp(q0, k0), p]
+    if plan.dv:
+        steps.append(g.gemm(bk, plan.e, bq, lambda m, k: _load(sblk, k, m),
+                            lambda k, n: tensor(plan.do, row_of(L.add(q0, k)), n), Out(dv_acc.name), zero=False))
+    if need_dp:
+        steps.append(L.For(i, c(0), c(bq), _lanes(j, bk, L.Store(dpblk.name, (v(i), v(j)), L.Bin("mul", L.Bin(
+            "mul", s_ij, L.Bin("sub", dp_ij, L.Load(delta.name, at, f32))), L.Const(plan.scale, f32))))))
+    if plan.dq:
+        steps.append(g.gemm(bq, plan.d, bk, lambda m, k: _load(dpblk, m, k),
+                            lambda k, n: tensor(plan.k, L.Bin("min", L.add(k0, k), c(plan.t - 1)), n),
+                            Out(dq_acc.name, (v(x),), q0), zero=False))
+    if plan.dk:
+        steps.append(g.gemm(bk, plan.d, bq, lambda m, k: _load(dpblk, k, m),
+                            lambda k, n: tensor(plan.q, row_of(L.add(q0, k)), n), Out(dk_acc.name), zero=False))
+    q_begin: L.Expr = L.Bin("div", k0, c(bq)) if plan.causal else c(0)
+    inner = L.For(qb2, q_begin, c(q_blocks), L.seq(*steps))
+    key_row = L.add(k0, v(i))
+    store = L.seq(*(L.For(i, c(0), c(bk), L.If(L.Cmp("lt", key_row, c(plan.t)), _lanes(j, buf.shape[1], L.Store(
+        out, bidx + (key_row, v(j)), _load(buf, v(i), v(j)))))) for buf, out in accs))
+    pass2 = L.For(kb2, c(0), c(k_blocks), L.seq(zero, inner, store))
+
+    # -- prologue and epilogue of a work item
+    prologue = [transpose(plan.k, kt, plan.d)]
+    if need_dp:
+        assert plan.v is not None
+        prologue.append(transpose(plan.v, vt, plan.e))
+    if plan.dq:
+        prologue.append(L.For(i, c(0), c(sp), _lanes(j, plan.d, L.Store(dq_acc.name, (v(x), v(i), v(j)),
+                                                                         L.Const(0.0, f32)))))
+    epilogue = None
+    if plan.dq:
+        epilogue = L.For(i, c(0), c(plan.s), _lanes(j, plan.d, L.Store(
+            plan.dq, bidx + (v(i), v(j)), L.Load(dq_acc.name, (v(x), v(i), v(j)), f32))))
+    body: L.Stmt = L.seq(*prologue, pass1, pass2, epilogue)
+    for buf in locals_:
+        body = L.Allocate(buf, body)
+    main = threads_loop(x, threads, thread_share(x, threads, w, bh_n, body))
+    return LoweredGroup(main, tuple(workspaces), plan.consumed, plan.elided)
