@@ -308,17 +308,17 @@ COLUMNS = 64  # columns of a register block: 4 vectors of 16 lanes
 class _Builder:
     """Loop-IR pieces of the kernel; every loop variable gets a fresh name."""
 
-    def __init__(self, plan: BackwardPlan, knobs: AttentionBackwardKnobs, prefix: str) -> None:
-        self.plan, self.knobs, self.prefix = plan, knobs, prefix
+    def __init__(self, knobs: AttentionBackwardKnobs, prefix: str) -> None:
+        self.knobs, self.prefix = knobs, prefix
         self.count = 0
 
     def var(self, what: str) -> str:
         self.count += 1
         return f"{self.prefix}.{what}{self.count}"
 
-    def gemm(self, rows: int, cols: int, depth: int, a: Fn2, b: Fn2, out: "Out", zero: bool) -> L.Stmt:
+    def gemm(self, rows: int, cols: int, depth: int, a: Fn2, b: Fn2, out: Out, zero: bool) -> L.Stmt:
         """out[m, n] (+)= sum_k a(m, k) b(k, n) for m < rows, n < cols, in register blocks of mr rows
-        by up to COLUMNS columns (rows a multiple of mr)."""
+        (rows is a multiple of mr) by up to COLUMNS columns: a is broadcast, b read as vectors."""
         mr = self.knobs.mr
         parts = []
         for n0 in range(0, cols, COLUMNS):
@@ -329,34 +329,25 @@ class _Builder:
             col = L.add(L.Var(n), L.const(n0))
             cell = (L.Var(r), L.Var(n))
             reg = L.Load(regs.name, cell, "float32")
-            start = L.Const(0.0, "float32") if zero else out.load(m, col)
-            init = _unrolled(r, mr, _lanes(n, width, L.Store(regs.name, cell, start)))
+            zero_reg = L.Store(regs.name, cell, L.Const(0.0, "float32"))
+            init = zero_reg if zero else out.guarded(m, L.Store(regs.name, cell, out.load(m, col)), zero_reg)
             update = L.For(k, L.const(0), L.const(depth), _unrolled(r, mr, _lanes(n, width, L.Store(
                 regs.name, cell, L.Bin("add", reg, L.Bin("mul", a(m, L.Var(k)), b(L.Var(k), col)))))))
-            store = _unrolled(r, mr, _lanes(n, width, out.store(m, col, reg)))
-            parts.append(L.For(mc, L.const(0), L.const(rows // mr), L.Allocate(regs, L.seq(init, update, store))))
+            store = out.guarded(m, out.store(m, col, reg))
+            parts.append(L.For(mc, L.const(0), L.const(rows // mr), L.Allocate(regs, L.seq(
+                _unrolled(r, mr, _lanes(n, width, init)), update, _unrolled(r, mr, _lanes(n, width, store))))))
         return L.seq(*parts)
 
-    def row_reduce(self, into: L.Buffer, i: L.Expr, op: str, start: L.Expr, element: Fn1, width: int) -> L.Stmt:
-        """into[i] = op(start, element(j) for j < width): LANES partial results, then a short chain."""
-        partial = L.Buffer(self.var("part"), "float32", (LANES,), "local")
-        jc, lane, lane2 = self.var("jc"), self.var("lane"), self.var("lane")
-        part = L.Load(partial.name, (L.Var(lane),), "float32")
-        return L.Allocate(partial, L.seq(
-            _lanes(lane, LANES, L.Store(partial.name, (L.Var(lane),), start)),
-            L.For(jc, L.const(0), L.const(width // LANES), _lanes(lane, LANES, L.Store(
-                partial.name, (L.Var(lane),), L.Bin(op, part, element(L.add(L.mul(L.Var(jc), L.const(LANES)),
-                                                                             L.Var(lane))))))),
-            L.Store(into.name, (i,), start),
-            L.For(lane2, L.const(0), L.const(LANES), L.Store(into.name, (i,), L.Bin(
-                op, L.Load(into.name, (i,), "float32"), L.Load(partial.name, (L.Var(lane2),), "float32"))))))
 
-
+@dataclass(frozen=True)
 class Out:
-    """Where a micro-GEMM's results go: a buffer indexed by (prefix.., row + offset, column)."""
+    """Where a micro-GEMM's results go: buffer[prefix.., offset + row, column], rows from `limit` on
+    skipped (never read or written)."""
 
-    def __init__(self, buffer: str, prefix: tuple[L.Expr, ...] = (), offset: L.Expr | None = None) -> None:
-        self.buffer, self.prefix, self.offset = buffer, prefix, offset
+    buffer: str
+    prefix: tuple[L.Expr, ...] = ()
+    offset: L.Expr | None = None
+    limit: int | None = None
 
     def _at(self, m: L.Expr, n: L.Expr) -> tuple[L.Expr, ...]:
         return self.prefix + ((m if self.offset is None else L.add(self.offset, m)), n)
@@ -367,6 +358,12 @@ class Out:
     def store(self, m: L.Expr, n: L.Expr, value: L.Expr) -> L.Stmt:
         return L.Store(self.buffer, self._at(m, n), value)
 
+    def guarded(self, m: L.Expr, then: L.Stmt, orelse: L.Stmt | None = None) -> L.Stmt:
+        if self.limit is None:
+            return then
+        row = m if self.offset is None else L.add(self.offset, m)
+        return L.If(L.Cmp("lt", row, L.const(self.limit)), then, orelse)
+
 
 def _unrolled(var: str, n: int, body: L.Stmt) -> L.Stmt:
     return L.For(var, L.const(0), L.const(n), body, "unrolled")
@@ -376,18 +373,25 @@ def _lanes(var: str, n: int, body: L.Stmt) -> L.Stmt:
     return L.For(var, L.const(0), L.const(n), body, "vectorized")
 
 
-def _load(buf: L.Buffer, *idx: L.Expr) -> L.Expr:
+def _ld(buf: L.Buffer, *idx: L.Expr) -> L.Expr:
     return L.Load(buf.name, tuple(idx), buf.dtype)
+
+
+def _st(buf: L.Buffer, idx: tuple[L.Expr, ...], value: L.Expr) -> L.Stmt:
+    return L.Store(buf.name, idx, value)
 
 
 def build(plan: BackwardPlan, bp: BoundProgram, target: Target,
           knobs: AttentionBackwardKnobs = AttentionBackwardKnobs()) -> LoweredGroup:
+    """The kernel. Score tiles are held transposed, keys by queries, so that every per-query
+    quantity (running max and sums, log-sum-exp, Delta) is a vector across a tile's columns and no
+    step reduces across vector lanes."""
     assert not knob_problems(knobs), knob_problems(knobs)
     bq, bk = knobs.bq, knobs.bk
     f32, v, c = "float32", L.Var, L.const
     need_dp = plan.dq is not None or plan.dk is not None
     prefix = str(plan.dq or plan.dk or plan.dv)
-    g = _Builder(plan, knobs, prefix)
+    g = _Builder(knobs, prefix)
     bh_n = math.prod(hi - lo + 1 for _, lo, hi in plan.batch)
     threads = max(1, min(target.cores, bh_n))
     tp, sp = -(-plan.t // bk) * bk, -(-plan.s // bq) * bq
@@ -395,143 +399,133 @@ def build(plan: BackwardPlan, bp: BoundProgram, target: Target,
     x, w = g.var("x"), g.var("w")
     env = decompose(v(w), plan.batch)
     bidx = tuple(env[var] for var, _, _ in plan.batch)
+    zero = L.Const(0.0, f32)
+    scale = L.Const(plan.scale, f32)
 
     def tensor(name: str, row: L.Expr, col: L.Expr) -> L.Expr:
         return L.Load(name, bidx + (row, col), f32)
 
-    def row_of(r: L.Expr) -> L.Expr:  # rows past S are computed from row S - 1, never stored
+    def query(r: L.Expr) -> L.Expr:  # queries past S read row S - 1 (their results are dropped)
         return L.Bin("min", r, c(plan.s - 1))
 
-    kt = L.Buffer(f"{prefix}.Kt", f32, (threads, plan.d, tp))
-    vt = L.Buffer(f"{prefix}.Vt", f32, (threads, plan.e, tp))
-    row_max = L.Buffer(f"{prefix}.m", f32, (threads, sp))
-    row_inv = L.Buffer(f"{prefix}.linv", f32, (threads, sp))
-    delta = L.Buffer(f"{prefix}.delta", f32, (threads, sp))
-    dq_acc = L.Buffer(f"{prefix}.dqacc", f32, (threads, sp, plan.d))
-    workspaces = [kt, row_max, row_inv] + ([vt, delta] if need_dp else []) + ([dq_acc] if plan.dq else [])
-    sblk = L.Buffer(g.var("s"), f32, (bq, bk), "local")  # scores, then probabilities
-    dpblk = L.Buffer(g.var("dp"), f32, (bq, bk), "local")  # dP, then dS
-    locals_: list[L.Buffer] = [sblk] + ([dpblk] if need_dp else [])
+    def key(r: L.Expr) -> L.Expr:  # keys past T read row T - 1 (their probabilities are 0)
+        return L.Bin("min", r, c(plan.t - 1))
+
+    qt = L.Buffer(f"{prefix}.Qt", f32, (threads, plan.d, sp))  # Q^T and dO^T, zero past S
+    dot = L.Buffer(f"{prefix}.dOt", f32, (threads, plan.e, sp))
+    lse = L.Buffer(f"{prefix}.lse", f32, (threads, sp))  # log-sum-exp of the scaled scores, per query
+    delta = L.Buffer(f"{prefix}.delta", f32, (threads, sp))  # rowsum(P dP), per query
+    workspaces = [qt, lse] + ([dot, delta] if need_dp else [])
+    st = L.Buffer(g.var("s"), f32, (bk, bq), "local")  # S^T, then P^T
+    dpt = L.Buffer(g.var("dp"), f32, (bk, bq), "local")  # dP^T, then dS^T (scaled)
+    local: list[L.Buffer] = [st] + ([dpt] if need_dp else [])
+    i, j = g.var("i"), g.var("j")  # query (a tile column, vector lanes), key (a tile row)
 
     def transpose(src: str, dst: L.Buffer, width: int) -> L.Stmt:
-        tt, dd, tz, dz = g.var("t"), g.var("d"), g.var("t"), g.var("d")
-        copy = L.For(tt, c(0), c(plan.t), L.For(dd, c(0), c(width), L.Store(
-            dst.name, (v(x), v(dd), v(tt)), tensor(src, v(tt), v(dd)))))
-        pad = L.For(dz, c(0), c(width), L.For(tz, c(plan.t), c(tp), L.Store(dst.name, (v(x), v(dz), v(tz)),
-                                                                             L.Const(0.0, f32))))
-        return L.seq(copy, pad if tp > plan.t else None)
+        ss, dd = g.var("s"), g.var("d")
+        copy = L.For(ss, c(0), c(plan.s), L.For(dd, c(0), c(width), _st(dst, (v(x), v(dd), v(ss)),
+                                                                       tensor(src, v(ss), v(dd)))))
+        pad = L.For(dd, c(0), c(width), L.For(ss, c(plan.s), c(sp), _st(dst, (v(x), v(dd), v(ss)), zero)))
+        return L.seq(copy, pad if sp > plan.s else None)
 
-    def scores_and_dp(q0: L.Expr, k0: L.Expr) -> L.Stmt:
-        s_gemm = g.gemm(bq, bk, plan.d, lambda m, k: tensor(plan.q, row_of(L.add(q0, m)), k),
-                        lambda k, n: L.Load(kt.name, (v(x), k, L.add(k0, n)), f32), Out(sblk.name), zero=True)
+    def tiles(q0: L.Expr, k0: L.Expr) -> L.Stmt:
+        """S^T[j, i] = K[k0 + j] . Q[q0 + i] and dP^T[j, i] = V[k0 + j] . dO[q0 + i]."""
+        s_gemm = g.gemm(bk, bq, plan.d, lambda m, k: tensor(plan.k, key(L.add(k0, m)), k),
+                        lambda k, n: L.Load(qt.name, (v(x), k, L.add(q0, n)), f32), Out(st.name), zero=True)
         if not need_dp:
             return s_gemm
         assert plan.v is not None
-        dp_gemm = g.gemm(bq, bk, plan.e, lambda m, k: tensor(plan.do, row_of(L.add(q0, m)), k),
-                         lambda k, n: L.Load(vt.name, (v(x), k, L.add(k0, n)), f32), Out(dpblk.name), zero=True)
+        v_name = plan.v
+        dp_gemm = g.gemm(bk, bq, plan.e, lambda m, k: tensor(v_name, key(L.add(k0, m)), k),
+                         lambda k, n: L.Load(dot.name, (v(x), k, L.add(q0, n)), f32), Out(dpt.name), zero=True)
         return L.seq(s_gemm, dp_gemm)
 
-    def valid(row: L.Expr, key: L.Expr, rows_too: bool) -> L.Expr:
-        cond: L.Expr = L.Cmp("lt", key, c(plan.t))
+    def valid(q: L.Expr, kk: L.Expr, rows_too: bool) -> L.Expr:
+        cond: L.Expr = L.Cmp("lt", kk, c(plan.t))
         if rows_too:
-            cond = L.Bin("and", cond, L.Cmp("lt", row, c(plan.s)))
+            cond = L.Bin("and", cond, L.Cmp("lt", q, c(plan.s)))
         if plan.causal:
-            cond = L.Bin("and", cond, L.Cmp("le", key, row))
+            cond = L.Bin("and", cond, L.Cmp("le", kk, q))
         return cond
 
-    # -- pass 1: per query block, the softmax statistics m, 1/l and Delta = rowsum(P dP)
-    qb, kb, i, j = g.var("qb"), g.var("kb"), g.var("i"), g.var("j")
+    def over_tile(body: L.Stmt) -> L.Stmt:
+        return L.For(j, c(0), c(bk), _lanes(i, bq, body))
+
+    s_ji, dp_ji = _ld(st, v(j), v(i)), _ld(dpt, v(j), v(i))
+
+    # -- pass 1: per query block, online softmax statistics: log-sum-exp and Delta = rowsum(P dP)
+    qb, kb = g.var("qb"), g.var("kb")
     q0, k0 = L.mul(v(qb), c(bq)), L.mul(v(kb), c(bk))
-    m_run, l_run, d_run, new_max, alpha, rsum = (L.Buffer(g.var(n), f32, (bq,), "local")
-                                                 for n in ("mrun", "lrun", "drun", "mnew", "alpha", "rsum"))
-    locals_ += [m_run, l_run, d_run, new_max, alpha, rsum]
-    s_ij, dp_ij = _load(sblk, v(i), v(j)), _load(dpblk, v(i), v(j))
-    init = _lanes(i, bq, L.seq(L.Store(m_run.name, (v(i),), L.Const(-math.inf, f32)),
-                               L.Store(l_run.name, (v(i),), L.Const(0.0, f32)),
-                               L.Store(d_run.name, (v(i),), L.Const(0.0, f32))))
-    mask = L.For(i, c(0), c(bq), _lanes(j, bk, L.Store(sblk.name, (v(i), v(j)), L.Select(
-        valid(L.add(q0, v(i)), L.add(k0, v(j)), False), L.Bin("mul", s_ij, L.Const(plan.scale, f32)),
-        L.Const(-math.inf, f32)))))
-    maxima = L.For(i, c(0), c(bq), g.row_reduce(new_max, v(i), "max", _load(m_run, v(i)),
-                                                lambda jj: _load(sblk, v(i), jj), bk))
+    m_run, l_run, d_run, m_new = (L.Buffer(g.var(n), f32, (bq,), "local") for n in ("m", "l", "dl", "mnew"))
+    local += [m_run, l_run, d_run, m_new]
+    vi = (v(i),)
+    init = _lanes(i, bq, L.seq(_st(m_run, vi, L.Const(-math.inf, f32)), _st(l_run, vi, zero), _st(d_run, vi, zero)))
+    valid1 = valid(L.add(q0, v(i)), L.add(k0, v(j)), False)
+    maxima = L.seq(_lanes(i, bq, _st(m_new, vi, _ld(m_run, v(i)))), over_tile(_st(m_new, vi, L.Bin(
+        "max", _ld(m_new, v(i)), L.Select(valid1, L.Bin("mul", s_ji, scale), L.Const(-math.inf, f32))))))
+    alpha = L.Call("exp", (L.Bin("sub", _ld(m_run, v(i)), _ld(m_new, v(i))),), f32)
     rescale = _lanes(i, bq, L.seq(
-        L.Store(alpha.name, (v(i),), L.Call("exp", (L.Bin("sub", _load(m_run, v(i)), _load(new_max, v(i))),), f32)),
-        L.Store(m_run.name, (v(i),), _load(new_max, v(i)))))
-    probs = L.For(i, c(0), c(bq), _lanes(j, bk, L.Store(sblk.name, (v(i), v(j)), L.Call(
-        "exp", (L.Bin("sub", s_ij, _load(new_max, v(i))),), f32))))
-
-    def running(total: L.Buffer, element: Fn1) -> L.Stmt:
-        return L.For(i, c(0), c(bq), L.seq(
-            g.row_reduce(rsum, v(i), "add", L.Const(0.0, f32), element, bk),
-            L.Store(total.name, (v(i),), L.Bin("add", L.Bin("mul", _load(total, v(i)), _load(alpha, v(i))),
-                                                 _load(rsum, v(i))))))
-
-    sums = running(l_run, lambda jj: _load(sblk, v(i), jj))
-    dsums = running(d_run, lambda jj: L.Bin("mul", _load(sblk, v(i), jj), _load(dpblk, v(i), jj))) if need_dp else None
+        _st(l_run, vi, L.Bin("mul", _ld(l_run, v(i)), alpha)),
+        _st(d_run, vi, L.Bin("mul", _ld(d_run, v(i)), alpha)) if need_dp else None,
+        _st(m_run, vi, _ld(m_new, v(i)))))
+    p1 = L.Select(valid1, L.Call("exp", (L.Bin("sub", L.Bin("mul", s_ji, scale), _ld(m_new, v(i))),), f32), zero)
+    sums = over_tile(L.seq(
+        _st(st, (v(j), v(i)), p1),
+        _st(l_run, vi, L.Bin("add", _ld(l_run, v(i)), s_ji)),
+        _st(d_run, vi, L.Bin("add", _ld(d_run, v(i)), L.Bin("mul", s_ji, dp_ji))) if need_dp else None))
     k_end: L.Expr = c(k_blocks)
     if plan.causal:  # key blocks right of the diagonal are all masked
         last = L.Bin("min", L.add(q0, c(bq - 1)), c(plan.s - 1))
         k_end = L.Bin("min", k_end, L.add(L.Bin("div", last, c(bk)), c(1)))
-    stream = L.For(kb, c(0), k_end, L.seq(scores_and_dp(q0, k0), mask, maxima, rescale, probs, sums, dsums))
+    stream = L.For(kb, c(0), k_end, L.seq(tiles(q0, k0), maxima, rescale, sums))
     at = (v(x), L.add(q0, v(i)))
     stats = _lanes(i, bq, L.seq(
-        L.Store(row_max.name, at, _load(m_run, v(i))),
-        L.Store(row_inv.name, at, L.Bin("div", L.Const(1.0, f32), _load(l_run, v(i)))),
-        L.Store(delta.name, at, L.Bin("div", _load(d_run, v(i)), _load(l_run, v(i)))) if need_dp else None))
+        _st(lse, at, L.Bin("add", _ld(m_run, v(i)), L.Call("log", (_ld(l_run, v(i)),), f32))),
+        _st(delta, at, L.Bin("div", _ld(d_run, v(i)), _ld(l_run, v(i)))) if need_dp else None))
     pass1 = L.For(qb, c(0), c(q_blocks), L.seq(init, stream, stats))
 
     # -- pass 2: per key block, dK and dV in local memory; per query block, P, dV, dS, dQ, dK
-    qb2, kb2 = g.var("qb"), g.var("kb")
-    q0, k0 = L.mul(v(qb2), c(bq)), L.mul(v(kb2), c(bk))
+    qb, kb = g.var("qb"), g.var("kb")
+    q0, k0 = L.mul(v(qb), c(bq)), L.mul(v(kb), c(bk))
     dk_acc = L.Buffer(g.var("dk"), f32, (bk, plan.d), "local")
     dv_acc = L.Buffer(g.var("dv"), f32, (bk, plan.e), "local")
-    accs = [(dk_acc, plan.dk), (dv_acc, plan.dv)]
-    accs = [(buf, out) for buf, out in accs if out is not None]
-    locals_ += [buf for buf, _ in accs]
-    zero = L.seq(*(L.For(i, c(0), c(bk), _lanes(j, buf.shape[1], L.Store(buf.name, (v(i), v(j)), L.Const(0.0, f32))))
-                   for buf, _ in accs))
-    qrow = L.add(q0, v(i))
-    at = (v(x), qrow)
-    p = L.For(i, c(0), c(bq), _lanes(j, bk, L.Store(sblk.name, (v(i), v(j)), L.Select(
-        valid(qrow, L.add(k0, v(j)), True),
-        L.Bin("mul", L.Call("exp", (L.Bin("sub", L.Bin("mul", s_ij, L.Const(plan.scale, f32)),
-                                          L.Load(row_max.name, at, f32)),), f32), L.Load(row_inv.name, at, f32)),
-        L.Const(0.0, f32)))))
-    steps: list[L.Stmt | None] = [scores_and_dp(q0, k0), p]
-    if plan.dv:
-        steps.append(g.gemm(bk, plan.e, bq, lambda m, k: _load(sblk, k, m),
-                            lambda k, n: tensor(plan.do, row_of(L.add(q0, k)), n), Out(dv_acc.name), zero=False))
-    if need_dp:
-        steps.append(L.For(i, c(0), c(bq), _lanes(j, bk, L.Store(dpblk.name, (v(i), v(j)), L.Bin("mul", L.Bin(
-            "mul", s_ij, L.Bin("sub", dp_ij, L.Load(delta.name, at, f32))), L.Const(plan.scale, f32))))))
-    if plan.dq:
-        steps.append(g.gemm(bq, plan.d, bk, lambda m, k: _load(dpblk, m, k),
-                            lambda k, n: tensor(plan.k, L.Bin("min", L.add(k0, k), c(plan.t - 1)), n),
-                            Out(dq_acc.name, (v(x),), q0), zero=False))
-    if plan.dk:
-        steps.append(g.gemm(bk, plan.d, bq, lambda m, k: _load(dpblk, k, m),
-                            lambda k, n: tensor(plan.q, row_of(L.add(q0, k)), n), Out(dk_acc.name), zero=False))
+    accs = [(buf, out) for buf, out in ((dk_acc, plan.dk), (dv_acc, plan.dv)) if out is not None]
+    local += [buf for buf, _ in accs]
+    a, b = g.var("a"), g.var("b")
+    clear = L.seq(*(L.For(a, c(0), c(bk), _lanes(b, buf.shape[1], _st(buf, (v(a), v(b)), zero))) for buf, _ in accs))
+    at = (v(x), L.add(q0, v(i)))
+    p2 = L.Select(valid(L.add(q0, v(i)), L.add(k0, v(j)), True), L.Call("exp", (L.Bin(
+        "sub", L.Bin("mul", s_ji, scale), L.Load(lse.name, at, f32)),), f32), zero)
+    probs = over_tile(L.seq(
+        _st(st, (v(j), v(i)), p2),
+        _st(dpt, (v(j), v(i)), L.Bin("mul", L.Bin("mul", s_ji, L.Bin("sub", dp_ji, L.Load(delta.name, at, f32))),
+                                     scale)) if need_dp else None))
+    steps: list[L.Stmt | None] = [tiles(q0, k0), probs]
+    if plan.dv:  # dV[k0 + j] += sum_i P^T[j, i] dO[q0 + i]
+        steps.append(g.gemm(bk, plan.e, bq, lambda m, k: _ld(st, m, k),
+                            lambda k, n: tensor(plan.do, query(L.add(q0, k)), n), Out(dv_acc.name), zero=False))
+    if plan.dk:  # dK[k0 + j] += sum_i dS^T[j, i] Q[q0 + i]
+        steps.append(g.gemm(bk, plan.d, bq, lambda m, k: _ld(dpt, m, k),
+                            lambda k, n: tensor(plan.q, query(L.add(q0, k)), n), Out(dk_acc.name), zero=False))
+    if plan.dq:  # dQ[q0 + i] += sum_j dS^T[j, i] K[k0 + j], straight into the output
+        steps.append(g.gemm(bq, plan.d, bk, lambda m, k: _ld(dpt, k, m),
+                            lambda k, n: tensor(plan.k, key(L.add(k0, k)), n),
+                            Out(plan.dq, bidx, q0, plan.s), zero=False))
     q_begin: L.Expr = L.Bin("div", k0, c(bq)) if plan.causal else c(0)
-    inner = L.For(qb2, q_begin, c(q_blocks), L.seq(*steps))
-    key_row = L.add(k0, v(i))
-    store = L.seq(*(L.For(i, c(0), c(bk), L.If(L.Cmp("lt", key_row, c(plan.t)), _lanes(j, buf.shape[1], L.Store(
-        out, bidx + (key_row, v(j)), _load(buf, v(i), v(j)))))) for buf, out in accs))
-    pass2 = L.For(kb2, c(0), c(k_blocks), L.seq(zero, inner, store))
+    inner = L.For(qb, q_begin, c(q_blocks), L.seq(*steps))
+    key_row = L.add(k0, v(a))
+    store = L.seq(*(L.For(a, c(0), c(bk), L.If(L.Cmp("lt", key_row, c(plan.t)), _lanes(b, buf.shape[1], L.Store(
+        out, bidx + (key_row, v(b)), _ld(buf, v(a), v(b)))))) for buf, out in accs))
+    pass2 = L.For(kb, c(0), c(k_blocks), L.seq(clear, inner, store))
 
-    # -- prologue and epilogue of a work item
-    prologue = [transpose(plan.k, kt, plan.d)]
+    # -- a work item: one batch-and-head
+    prologue: list[L.Stmt | None] = [transpose(plan.q, qt, plan.d)]
     if need_dp:
-        assert plan.v is not None
-        prologue.append(transpose(plan.v, vt, plan.e))
+        prologue.append(transpose(plan.do, dot, plan.e))
     if plan.dq:
-        prologue.append(L.For(i, c(0), c(sp), _lanes(j, plan.d, L.Store(dq_acc.name, (v(x), v(i), v(j)),
-                                                                         L.Const(0.0, f32)))))
-    epilogue = None
-    if plan.dq:
-        epilogue = L.For(i, c(0), c(plan.s), _lanes(j, plan.d, L.Store(
-            plan.dq, bidx + (v(i), v(j)), L.Load(dq_acc.name, (v(x), v(i), v(j)), f32))))
-    body: L.Stmt = L.seq(*prologue, pass1, pass2, epilogue)
-    for buf in locals_:
+        prologue.append(L.For(a, c(0), c(plan.s), _lanes(b, plan.d, L.Store(plan.dq, bidx + (v(a), v(b)), zero))))
+    body: L.Stmt = L.seq(*prologue, pass1, pass2)
+    for buf in local:
         body = L.Allocate(buf, body)
     main = threads_loop(x, threads, thread_share(x, threads, w, bh_n, body))
     return LoweredGroup(main, tuple(workspaces), plan.consumed, plan.elided)
