@@ -411,8 +411,11 @@ def build(plan: BackwardPlan, bp: BoundProgram, target: Target,
     def key(r: L.Expr) -> L.Expr:  # keys past T read row T - 1 (their probabilities are 0)
         return L.Bin("min", r, c(plan.t - 1))
 
-    qt = L.Buffer(f"{prefix}.Qt", f32, (threads, plan.d, sp))  # Q^T and dO^T, zero past S
-    dot = L.Buffer(f"{prefix}.dOt", f32, (threads, plan.e, sp))
+    # Q^T and dO^T, zero past S; rows one cache line longer than needed, so that a column's
+    # elements do not all fall into the same few cache sets
+    padded = -(-sp // LANES) * LANES
+    qt = L.Buffer(f"{prefix}.Qt", f32, (threads, plan.d, padded + LANES))
+    dot = L.Buffer(f"{prefix}.dOt", f32, (threads, plan.e, padded + LANES))
     lse = L.Buffer(f"{prefix}.lse", f32, (threads, sp))  # log-sum-exp of the scaled scores, per query
     delta = L.Buffer(f"{prefix}.delta", f32, (threads, sp))  # rowsum(P dP), per query
     workspaces = [qt, lse] + ([dot, delta] if need_dp else [])
@@ -422,11 +425,15 @@ def build(plan: BackwardPlan, bp: BoundProgram, target: Target,
     i, j = g.var("i"), g.var("j")  # query (a tile column, vector lanes), key (a tile row)
 
     def transpose(src: str, dst: L.Buffer, width: int) -> L.Stmt:
-        ss, dd = g.var("s"), g.var("d")
-        copy = L.For(ss, c(0), c(plan.s), L.For(dd, c(0), c(width), _st(dst, (v(x), v(dd), v(ss)),
-                                                                       tensor(src, v(ss), v(dd)))))
-        pad = L.For(dd, c(0), c(width), L.For(ss, c(plan.s), c(sp), _st(dst, (v(x), v(dd), v(ss)), zero)))
-        return L.seq(copy, pad if sp > plan.s else None)
+        """dst[x, d, s] = src[s, d], zero for s past S, in blocks of LANES queries: each block's
+        source rows stay in cache while the destination is written a whole cache line at a time."""
+        sb, dd, ss = g.var("sb"), g.var("d"), g.var("s")
+        s_ = L.add(L.mul(v(sb), c(LANES)), v(ss))
+        value = tensor(src, query(s_), v(dd))
+        if padded > plan.s:
+            value = L.Select(L.Cmp("lt", s_, c(plan.s)), value, zero)
+        return L.For(sb, c(0), c(padded // LANES), L.For(dd, c(0), c(width), _lanes(ss, LANES, _st(
+            dst, (v(x), v(dd), s_), value))))
 
     def tiles(q0: L.Expr, k0: L.Expr) -> L.Stmt:
         """S^T[j, i] = K[k0 + j] . Q[q0 + i] and dP^T[j, i] = V[k0 + j] . dO[q0 + i]."""
