@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from tilec.ir import loop as L
 from tilec.ir import tensor as T
+from tilec.ir.affine import IntAffine
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.lower import LoweredGroup
 from tilec.schedule.attention import LANES, Range, SoftmaxChain, causal_guard, match_softmax
@@ -93,10 +94,9 @@ class BackwardPlan:
 # ------------------------------------------------------------------ matching
 
 
-def _lone(e: object) -> str | None:
-    coeffs = getattr(e, "coeffs")
-    if getattr(e, "divisor") == 1 and getattr(e, "const") == 0 and len(coeffs) == 1 and coeffs[0][1] == 1:
-        return str(coeffs[0][0])
+def _lone(e: IntAffine) -> str | None:
+    if e.divisor == 1 and e.const == 0 and len(e.coeffs) == 1 and e.coeffs[0][1] == 1:
+        return e.coeffs[0][0]
     return None
 
 
@@ -149,31 +149,31 @@ class _Matcher:
     def role(self, b: BoundStatement) -> str | None:
         return self._elementwise(b) if isinstance(b, BoundElementwise) else self._contraction(b)
 
-    def _t(self, role: str) -> T.ETensor | None:
-        return T.ETensor(self.names[role]) if role in self.names else None
-
     def _elementwise(self, b: BoundElementwise) -> str | None:
-        x, n = b.stmt.expr, self.names
-        dp, r, e, de = self._t("dp"), T.ETensor(self.sm.r), T.ETensor(self.sm.e), self._t("de")
-        if "dp" in n and x == T.EBinary("/", dp, r):  # type: ignore[arg-type]
-            return "de2"
-        if "dp" in n and x == T.EUnary("-", T.EBinary("/", T.EBinary("*", dp, e), T.EBinary("*", r, r))):  # type: ignore[arg-type]
-            return "dr3"
-        if {"de2", "de5"} <= n.keys() and x == T.EBinary("+", self._t("de2"), self._t("de5")):  # type: ignore[arg-type]
+        x, n, sm = b.stmt.expr, self.names, self.sm
+        tensor = {role: T.ETensor(name) for role, name in n.items()}
+        r, e = T.ETensor(sm.r), T.ETensor(sm.e)
+        if "dp" in n:
+            dp = tensor["dp"]
+            if x == T.EBinary("/", dp, r):
+                return "de2"
+            if x == T.EUnary("-", T.EBinary("/", T.EBinary("*", dp, e), T.EBinary("*", r, r))):
+                return "dr3"
+        if "de2" in n and "de5" in n and x == T.EBinary("+", tensor["de2"], tensor["de5"]):
             return "de"
-        if de is not None and x == T.EBinary("*", de, self.exp_scores):
+        if "de" in n and x == T.EBinary("*", tensor["de"], self.exp_scores):
             return "dz7"
-        if de is not None and x == T.EUnary("-", T.EBinary("*", de, self.exp_scores)):
+        if "de" in n and x == T.EUnary("-", T.EBinary("*", tensor["de"], self.exp_scores)):
             return "dm8"
-        if {"dz7", "dz10"} <= n.keys() and x == T.EBinary("+", self._t("dz7"), self._t("dz10")):  # type: ignore[arg-type]
+        if "dz7" in n and "dz10" in n and x == T.EBinary("+", tensor["dz7"], tensor["dz10"]):
             return "dz"
-        dz = n.get("dzm" if self.sm.causal else "dz")
-        if dz is not None and isinstance(x, T.EBinary) and x.op == "*" and self.sm.scaled != self.sm.raw:
-            if (x.a, x.b) in ((T.ETensor(dz), T.EConst(self.sm.scale)), (T.EConst(self.sm.scale), T.ETensor(dz))):
+        dz = tensor.get("dzm" if sm.causal else "dz")
+        if dz is not None and sm.scaled != sm.raw and isinstance(x, T.EBinary) and x.op == "*":
+            if (x.a, x.b) in ((dz, T.EConst(sm.scale)), (T.EConst(sm.scale), dz)):
                 return "dl"
-        if isinstance(x, T.ETensor):
+        if isinstance(x, T.ETensor) and b.output in self.bp.program.outputs:
             for role in ("dq", "dk", "dv"):
-                if n.get(role) == x.name and b.output in self.bp.program.outputs:
+                if n.get(role) == x.name:
                     return "copy_" + role
         return None
 

@@ -1,0 +1,195 @@
+"""The fused attention-backward template: tilec.grad of the attention source, against torch
+autograd (float32), finite differences (float64 reference), and the unfused derived program."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tilec
+from ops import torch_ops
+from ops.sources import attention_source
+from tilec.autodiff import derive
+from tilec.errors import ScheduleError
+from tilec.frontend import parse
+from tilec.ir.bounds import bind
+from tilec.schedule import attention_backward
+from tilec.schedule.templates import TemplateConfig, TemplateSchedule
+
+SMALL = TemplateSchedule((TemplateConfig(0, "attention_backward", (("bk", 16), ("bq", 8), ("mr", 4))),))
+NAMES = ("Q", "K", "V")
+
+
+def inputs(b: int, h: int, s: int, t: int, d: int, e: int, seed: int, dtype=np.float32) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape).astype(dtype) for shape in ((b, h, s, d), (b, h, t, d), (b, h, t, e),
+                                                                  (b, h, s, e))]
+
+
+def torch_grads(q, k, v, do, causal: bool, scale: float, wrt: list[str]) -> list[np.ndarray]:
+    """torch autograd of sdpa in float64 (causal: torch's top-left mask, t <= s)."""
+    xs = [torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in (q, k, v)]
+    mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril() if causal else None
+    out = torch.nn.functional.scaled_dot_product_attention(*xs, attn_mask=mask, scale=scale)
+    grads = torch.autograd.grad(out, xs, torch.from_numpy(do.astype(np.float64)))
+    return [grads[NAMES.index(n)].numpy() for n in wrt]
+
+
+def fused(fn: tilec.Function, arrays: list[np.ndarray]) -> bool:
+    """Whether `fn` lowers to the fused backward kernel for these inputs (its log-sum-exp workspace)."""
+    shapes = dict(zip(fn.inputs, (a.shape for a in arrays)))
+    dtypes = {name: str(a.dtype) for name, a in zip(fn.inputs, arrays)}
+    loop = fn.explain(shapes, dtypes, stage="loop")
+    return ".lse" in loop and "DP_0" not in loop
+
+
+def as_list(out) -> list[np.ndarray]:
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+# ------------------------------------------------------------------ values
+
+
+@pytest.mark.parametrize("b, h, s, t, d, e, causal, wrt, small", [
+    (2, 3, 37, 45, 20, 12, False, "QKV", True),  # S != T, neither a multiple of a block
+    (1, 2, 45, 37, 20, 12, True, "QKV", True),  # causal with more queries than keys
+    (1, 1, 70, 33, 16, 16, True, "VQ", False),  # default knobs: several query blocks, one key block
+    (2, 1, 13, 29, 64, 70, True, "K", True),  # more keys than queries: keys no query sees get 0
+    (1, 2, 9, 9, 5, 3, False, "Q", True),
+    (1, 1, 1, 1, 1, 1, False, "KV", False),
+])
+def test_fused_gradients_match_torch(b, h, s, t, d, e, causal, wrt, small):
+    scale = 0.3
+    arrays = inputs(b, h, s, t, d, e, seed=s * 31 + t)
+    fn = tilec.grad(attention_source(causal, scale), wrt=list(wrt))
+    if small:
+        fn = fn.with_schedule(SMALL)
+    assert fused(fn, arrays)
+    got = as_list(fn(*arrays))
+    want = torch_grads(*arrays, causal=causal, scale=scale, wrt=list(wrt))
+    for name, g, w in zip(wrt, got, want):
+        assert g.shape == w.shape and g.dtype == np.float32
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5 * np.abs(w).max(), err_msg=name)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_gradient_against_finite_differences(causal):
+    """<dL/dX, U> of L = sum(attention(Q, K, V) * dO), differenced in float64 numpy."""
+    q, k, v, do = inputs(1, 2, 11, 19, 6, 5, seed=3)
+    fn = tilec.grad(attention_source(causal, 0.4), wrt=list(NAMES)).with_schedule(SMALL)
+    assert fused(fn, [q, k, v, do])
+    grads = as_list(fn(q, k, v, do))
+
+    def loss(q64, k64, v64):
+        s = np.einsum("bhsd,bhtd->bhst", q64, k64) * 0.4
+        if causal:
+            s = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), s, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        return float((np.einsum("bhst,bhte->bhse", p, v64) * do).sum())
+
+    rng = np.random.default_rng(7)
+    base = [a.astype(np.float64) for a in (q, k, v)]
+    eps = 1e-6
+    for n, grad in enumerate(grads):
+        u = rng.standard_normal(base[n].shape)
+        plus = [a + eps * u if i == n else a for i, a in enumerate(base)]
+        minus = [a - eps * u if i == n else a for i, a in enumerate(base)]
+        numeric = (loss(*plus) - loss(*minus)) / (2 * eps)
+        assert abs(float((grad * u).sum()) - numeric) <= 1e-4 * max(1.0, abs(numeric)), NAMES[n]
+
+
+def test_fused_matches_the_unfused_derived_program():
+    arrays = inputs(2, 2, 50, 66, 8, 8, seed=5)
+    fn = tilec.grad(attention_source(True, 0.25), wrt=list(NAMES))
+    plain = fn.with_schedule(TemplateSchedule((TemplateConfig(0, "default"),)))
+    assert fused(fn, arrays) and not fused(plain, arrays)
+    for g, w in zip(as_list(fn(*arrays)), as_list(plain(*arrays))):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * np.abs(w).max())
+
+
+# ------------------------------------------------------------------ matching and fallback
+
+
+def bound(source: str, wrt: list[str], dtype: str = "float32"):
+    program = derive(parse(source, {}), wrt)
+    shapes = {"Q": (1, 2, 5, 4), "K": (1, 2, 7, 4), "V": (1, 2, 7, 3), "DO": (1, 2, 5, 3), "DO2": (1, 2, 5, 7)}
+    shapes = {p.name: shapes[p.name] for p in program.params}
+    return bind(program, shapes, {n: dtype for n in shapes})
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("wrt", [["Q", "K", "V"], ["Q"], ["K"], ["V"], ["K", "V"], ["V", "Q"]])
+def test_matcher_recognises_every_derived_gradient(causal, wrt):
+    bp = bound(attention_source(causal, 0.5), wrt)
+    plan = attention_backward.match(0, bp)
+    assert plan is not None and plan.consumed == len(bp.statements)
+    written = {"Q": plan.dq, "K": plan.dk, "V": plan.dv}
+    assert {n for n, out in written.items() if out is not None} == set(wrt)
+    assert set(bp.program.outputs) == {out for out in written.values() if out is not None}
+    assert plan.causal == causal and plan.scale == 0.5 and (plan.s, plan.t, plan.d, plan.e) == (5, 7, 4, 3)
+
+
+def test_float64_falls_back_to_the_unfused_program():
+    arrays = inputs(1, 2, 6, 9, 4, 3, seed=1, dtype=np.float64)
+    fn = tilec.grad(attention_source(False, 0.5), wrt=list(NAMES))
+    assert not fused(fn, arrays)
+    assert attention_backward.match(0, bound(attention_source(False, 0.5), list(NAMES), "float64")) is None
+    for g, w in zip(as_list(fn(*arrays)), torch_grads(*arrays, causal=False, scale=0.5, wrt=list(NAMES))):
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12)
+
+
+LOOKALIKES = [
+    # the output gradient of a program that also returns the probabilities: P is not elided
+    ("P = E / R;", "P = E / R;\n    O2 = P * 2.0;", ["Q"]),
+    # a softmax over the wrong axis
+    ("M[b, h, s, 0: B, H, S, 1] = >(Z[b, h, s, t]);", "M[b, h, 0, t: B, H, 1, T] = >(Z[b, h, s, t]);", ["Q", "K"]),
+    # not exp
+    ("E = exp(Z - M);", "E = tanh(Z - M);", ["Q", "K", "V"]),
+]
+
+
+@pytest.mark.parametrize("old, new, wrt", LOOKALIKES)
+def test_programs_that_only_look_like_attention_are_not_fused(old, new, wrt):
+    source = attention_source(False, 0.5)
+    assert old in source
+    edited = source.replace(old, new).replace("-> (O)", "-> (O, O2)" if "O2" in new else "-> (O)")
+    bp = bound(edited, wrt)
+    assert attention_backward.match(0, bp) is None
+
+
+# ------------------------------------------------------------------ knobs
+
+
+def test_knobs_round_trip_and_are_checked():
+    config = TemplateConfig(0, "attention_backward", (("bk", 32), ("bq", 48), ("mr", 6)))
+    schedule = TemplateSchedule.from_json(TemplateSchedule((config,)).to_json())
+    assert schedule.configs[0].knob_record() == attention_backward.AttentionBackwardKnobs(48, 32, 6)
+    arrays = inputs(1, 1, 5, 7, 4, 3, seed=2)
+    fn = tilec.grad(attention_source(False, 0.5), wrt=list(NAMES))
+    bad = TemplateSchedule((TemplateConfig(0, "attention_backward", (("bk", 24), ("bq", 10), ("mr", 4))),))
+    with pytest.raises(ScheduleError, match="multiple"):
+        fn.with_schedule(bad)(*arrays)
+    forward = tilec.compile(attention_source(False, 0.5))
+    with pytest.raises(ScheduleError, match="does not apply"):
+        forward.with_schedule(TemplateSchedule((TemplateConfig(0, "attention_backward"),)))(*arrays[:3])
+
+
+# ------------------------------------------------------------------ the torch op
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_torch_attention_backward_uses_the_fused_kernel(causal):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 21, 8, requires_grad=True) for _ in range(3))
+    out = torch_ops.attention(q, k, v, causal)
+    dy = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), dy)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    want = torch.autograd.grad(ref, (q, k, v), dy)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    source = attention_source(causal, 1 / np.sqrt(8))
+    fn = torch_ops._BACKWARD[(source, NAMES)]
+    assert fused(fn, [t.detach().numpy() for t in (q, k, v, dy)])
