@@ -109,6 +109,25 @@ def test_fused_matches_the_unfused_derived_program():
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * np.abs(w).max())
 
 
+UNSCALED_3D = """function (Q[H, S, D], K[H, T, D], V[H, T, E]) -> (O) {
+    L[h, s, t: H, S, T] = +(Q[h, s, d] * K[h, t, d]);
+    M[h, s, 0: H, S, 1] = >(L[h, s, t]);
+    X = exp(L - M);
+    R[h, s, 0: H, S, 1] = +(X[h, s, t]);
+    P = X / R;
+    O[h, s, e: H, S, E] = +(P[h, s, t] * V[h, t, e]);
+}"""
+
+
+def test_one_batch_axis_and_no_scale():
+    q, k, v, do = (a[0] for a in inputs(1, 3, 19, 23, 8, 5, seed=9))
+    fn = tilec.grad(UNSCALED_3D, wrt=list(NAMES)).with_schedule(SMALL)
+    assert fused(fn, [q, k, v, do])
+    want = torch_grads(q[None], k[None], v[None], do[None], causal=False, scale=1.0, wrt=list(NAMES))
+    for g, w in zip(fn(q, k, v, do), want):
+        np.testing.assert_allclose(g, w[0], rtol=1e-4, atol=2e-5 * np.abs(w).max())
+
+
 # ------------------------------------------------------------------ matching and fallback
 
 

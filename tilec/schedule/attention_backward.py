@@ -13,15 +13,19 @@ the recomputed softmax (L, Z, [Neg, Zc], M, E, R, P; `attention.match_softmax`) 
 (any subset of DQo, DKo, DVo, in the order `tilec.grad` emits them), i.e. DV = P^T dO and
 DL = c P (dP - rowsum(P dP)) (the max's own gradient, DMsum, is zero up to rounding: softmax
 does not depend on the shift) with DQ = DL K, DK = DL^T Q. All of it lowers to one kernel, one
-work item per batch-and-head on the cores, that never forms an S x T matrix:
+work item per batch-and-head on the cores, that never forms an S x T matrix. Score tiles are
+held transposed (bk keys by bq queries), so per-query quantities are vectors across a tile:
 
-1. per query block: stream the key blocks with a register-blocked micro-GEMM for the scores
-   and one for dP = dO V^T, keeping an online softmax (running max m and sum l, as the forward
-   template) and the running rowsum(P dP); store m, 1/l and Delta = rowsum(P dP) per row;
+1. per query block: stream the key blocks with register-blocked micro-GEMMs for S^T = K Q^T
+   and dP^T = V dO^T, keeping an online softmax (running max and sum, rescaled as in the
+   forward template) and the running rowsum(P dP); store log-sum-exp and Delta per query;
 2. per key block (dK, dV accumulate in local memory), per query block from the diagonal on
-   (causal) or from 0: recompute the scores, P = exp(c S - m) / l, dV += P^T dO, dP = dO V^T,
-   dS = c P (dP - Delta), dQ += dS K (a per-thread workspace), dK += dS^T Q;
-3. copy dQ out.
+   (causal) or from 0: recompute S^T and dP^T, P^T = exp(c S^T - lse), dS^T = c P^T (dP^T - Delta),
+   dV += P^T dO, dK += dS^T Q, dQ += dS K (straight into the output, zeroed first).
+
+Q and dO are transposed once per work item into per-thread workspaces (the micro-GEMMs read
+them as vectors); queries past S and keys past T are computed from clamped rows and get
+probability 0 (their results are never stored).
 
 Requires: float32 tensors laid out [batch.., rows, cols] as the matcher checks. Guarantees: the
 gradients the derived program computes (up to rounding), every output cell written.
@@ -197,7 +201,7 @@ class _Matcher:
                 if xt == self.sm.p and xa == self.o(r, row) and ya == self.o(r, col) and self._set_do(yt):
                     return "dv"
                 dl = n.get("dl", n.get("dzm" if self.sm.causal else "dz"))
-                if dl is not None and xt == dl and "dl_ready" in self.ready():
+                if dl is not None and xt == dl and self.chain_complete():
                     if xa == self.o(row, r) and ya == self.o(r, col) and yt == self.sm.k.tensor:
                         return "dq"
                     if xa == self.o(r, row) and ya == self.o(r, col) and yt == self.sm.q.tensor:
@@ -220,12 +224,12 @@ class _Matcher:
                 return "dzm"
         return None
 
-    def ready(self) -> set[str]:
-        """'dl_ready' once the whole chain from dP to the scores' gradient has been seen."""
+    def chain_complete(self) -> bool:
+        """Whether the whole chain from dP to the scores' gradient has been seen."""
         need = {"dp", "de2", "dr3", "drsum", "de5", "de", "dz7", "dm8", "dmsum", "dz10", "dz"}
         need |= {"dzm"} if self.sm.causal else set()
         need |= {"dl"} if self.sm.scaled != self.sm.raw else set()
-        return {"dl_ready"} if need <= self.names.keys() else set()
+        return need <= self.names.keys()
 
     def _row_col(self, b: BoundContraction) -> tuple[str, str]:
         out = [_lone(e) for e in b.out_indices]
@@ -259,9 +263,11 @@ def match(index: int, bp: BoundProgram) -> BackwardPlan | None:
     chain_roles = set(roles) - set(grads) - {"copy_dq", "copy_dk", "copy_dv"}
     if not grads or (("dq" in grads or "dk" in grads) != bool(chain_roles)) or m.do is None:
         return None
-    if "dq" in grads or "dk" in grads:
-        if not m.ready():
-            return None
+    if ("dq" in grads or "dk" in grads) and not m.chain_complete():
+        return None
+    scores, rows = bp.shapes[sm.raw], bp.shapes[sm.raw][:-1] + (1,)
+    if any(bp.shapes[roles[r]] != (rows if r in ("drsum", "dmsum") else scores) for r in chain_roles):
+        return None
     written = {r: roles.get("copy_" + r, name) for r, name in grads.items()}
     elided = sm.chain + ((sm.p,) if sm.p else ()) + tuple(roles[r] for r in chain_roles) + \
         tuple(name for r, name in grads.items() if written[r] != name)
