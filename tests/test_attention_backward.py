@@ -3,6 +3,8 @@ autograd (float32), finite differences (float64 reference), and the unfused deri
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -16,6 +18,7 @@ from tilec.frontend import parse
 from tilec.ir.bounds import bind
 from tilec.schedule import attention_backward
 from tilec.schedule.templates import TemplateConfig, TemplateSchedule
+from tilec.target import host_target
 
 SMALL = TemplateSchedule((TemplateConfig(0, "attention_backward", (("bk", 16), ("bq", 8), ("mr", 4))),))
 NAMES = ("Q", "K", "V")
@@ -126,6 +129,19 @@ def test_one_batch_axis_and_no_scale():
     want = torch_grads(q[None], k[None], v[None], do[None], causal=False, scale=1.0, wrt=list(NAMES))
     for g, w in zip(fn(q, k, v, do), want):
         np.testing.assert_allclose(g, w[0], rtol=1e-4, atol=2e-5 * np.abs(w).max())
+
+
+@pytest.mark.parametrize("b, h, s, t, causal", [(1, 1, 70, 83, True), (1, 3, 41, 50, False)])
+def test_fewer_heads_than_cores_split_the_keys(b, h, s, t, causal):
+    """Fewer batch-and-heads than cores: pass 2 split over key blocks, dQ summed from parts."""
+    arrays = inputs(b, h, s, t, 12, 10, seed=s + t)
+    target = replace(host_target(), cores=4)
+    fn = tilec.grad(attention_source(causal, 0.3), wrt=list(NAMES), target=target).with_schedule(SMALL)
+    shapes = dict(zip(fn.inputs, (a.shape for a in arrays)))
+    assert ".dqpart" in fn.explain(shapes, stage="loop")
+    want = torch_grads(*arrays, causal=causal, scale=0.3, wrt=list(NAMES))
+    for name, g, w in zip(NAMES, fn(*arrays), want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5 * np.abs(w).max(), err_msg=name)
 
 
 # ------------------------------------------------------------------ matching and fallback

@@ -387,158 +387,244 @@ def _st(buf: L.Buffer, idx: tuple[L.Expr, ...], value: L.Expr) -> L.Stmt:
     return L.Store(buf.name, idx, value)
 
 
+class _Kernel:
+    """The kernel's pieces for one batch-and-head `bh` (its index tuple `bidx`) whose workspaces
+    are at index `slot` (a thread in the per-head layout, the head itself in the split one)."""
+
+    def __init__(self, plan: BackwardPlan, knobs: AttentionBackwardKnobs, slots: int) -> None:
+        self.plan, self.knobs = plan, knobs
+        self.need_dp = plan.dq is not None or plan.dk is not None
+        self.prefix = str(plan.dq or plan.dk or plan.dv)
+        self.g = _Builder(knobs, self.prefix)
+        bq, bk = knobs.bq, knobs.bk
+        self.sp = -(-plan.s // bq) * bq
+        self.q_blocks, self.k_blocks = self.sp // bq, -(-plan.t // bk)
+        # Q^T and dO^T, zero past S; rows one cache line longer than needed, so that a column's
+        # elements do not all fall into the same few cache sets
+        self.padded = -(-self.sp // LANES) * LANES
+        f32, p = "float32", self.prefix
+        self.qt = L.Buffer(f"{p}.Qt", f32, (slots, plan.d, self.padded + LANES))
+        self.dot = L.Buffer(f"{p}.dOt", f32, (slots, plan.e, self.padded + LANES))
+        self.lse = L.Buffer(f"{p}.lse", f32, (slots, self.sp))  # log-sum-exp of the scaled scores
+        self.delta = L.Buffer(f"{p}.delta", f32, (slots, self.sp))  # rowsum(P dP), per query
+        self.workspaces = [self.qt, self.lse] + ([self.dot, self.delta] if self.need_dp else [])
+
+    # -- helpers
+    def tensor(self, bidx: tuple[L.Expr, ...], name: str, row: L.Expr, col: L.Expr) -> L.Expr:
+        return L.Load(name, bidx + (row, col), "float32")
+
+    def query(self, r: L.Expr) -> L.Expr:  # queries past S read row S - 1 (their results are dropped)
+        return L.Bin("min", r, L.const(self.plan.s - 1))
+
+    def key(self, r: L.Expr) -> L.Expr:  # keys past T read row T - 1 (their probabilities are 0)
+        return L.Bin("min", r, L.const(self.plan.t - 1))
+
+    def valid(self, q: L.Expr, k: L.Expr, rows_too: bool) -> L.Expr:
+        cond: L.Expr = L.Cmp("lt", k, L.const(self.plan.t))
+        if rows_too:
+            cond = L.Bin("and", cond, L.Cmp("lt", q, L.const(self.plan.s)))
+        if self.plan.causal:
+            cond = L.Bin("and", cond, L.Cmp("le", k, q))
+        return cond
+
+    def transposes(self, slot: L.Expr, bidx: tuple[L.Expr, ...]) -> L.Stmt:
+        """Qt[slot, d, s] = Q[s, d] (and dO), zero for s past S, in blocks of LANES queries: each
+        block's source rows stay in cache while the destination is written a line at a time."""
+        parts = []
+        for src, dst, width in ((self.plan.q, self.qt, self.plan.d), (self.plan.do, self.dot, self.plan.e)):
+            if dst is self.dot and not self.need_dp:
+                continue
+            sb, dd, ss = self.g.var("sb"), self.g.var("d"), self.g.var("s")
+            s_ = L.add(L.mul(L.Var(sb), L.const(LANES)), L.Var(ss))
+            value = self.tensor(bidx, src, self.query(s_), L.Var(dd))
+            if self.padded > self.plan.s:
+                value = L.Select(L.Cmp("lt", s_, L.const(self.plan.s)), value, L.Const(0.0, "float32"))
+            parts.append(L.For(sb, L.const(0), L.const(self.padded // LANES), L.For(
+                dd, L.const(0), L.const(width), _lanes(ss, LANES, _st(dst, (slot, L.Var(dd), s_), value)))))
+        return L.seq(*parts)
+
+    def tiles(self, slot: L.Expr, bidx: tuple[L.Expr, ...], q0: L.Expr, k0: L.Expr, st: L.Buffer,
+              dpt: L.Buffer) -> L.Stmt:
+        """S^T[j, i] = K[k0 + j] . Q[q0 + i] and dP^T[j, i] = V[k0 + j] . dO[q0 + i]."""
+        plan, g, bk, bq = self.plan, self.g, self.knobs.bk, self.knobs.bq
+        s_gemm = g.gemm(bk, bq, plan.d, lambda m, k: self.tensor(bidx, plan.k, self.key(L.add(k0, m)), k),
+                        lambda k, n: L.Load(self.qt.name, (slot, k, L.add(q0, n)), "float32"), Out(st.name), zero=True)
+        if not self.need_dp:
+            return s_gemm
+        assert plan.v is not None
+        v_name = plan.v
+        dp_gemm = g.gemm(bk, bq, plan.e, lambda m, k: self.tensor(bidx, v_name, self.key(L.add(k0, m)), k),
+                         lambda k, n: L.Load(self.dot.name, (slot, k, L.add(q0, n)), "float32"), Out(dpt.name),
+                         zero=True)
+        return L.seq(s_gemm, dp_gemm)
+
+    def tile_buffers(self) -> tuple[L.Buffer, L.Buffer]:
+        bk, bq = self.knobs.bk, self.knobs.bq
+        # S^T then P^T; dP^T then dS^T (scaled)
+        return (L.Buffer(self.g.var("s"), "float32", (bk, bq), "local"),
+                L.Buffer(self.g.var("dp"), "float32", (bk, bq), "local"))
+
+    # -- pass 1
+    def pass1(self, slot: L.Expr, bidx: tuple[L.Expr, ...], qb_begin: L.Expr, qb_end: L.Expr) -> L.Stmt:
+        """Per query block: online softmax statistics, log-sum-exp and Delta = rowsum(P dP)."""
+        plan, g, bq, bk, f32 = self.plan, self.g, self.knobs.bq, self.knobs.bk, "float32"
+        v, c, zero, scale = L.Var, L.const, L.Const(0.0, f32), L.Const(plan.scale, f32)
+        st, dpt = self.tile_buffers()
+        qb, kb, i, j = g.var("qb"), g.var("kb"), g.var("i"), g.var("j")
+        q0, k0 = L.mul(v(qb), c(bq)), L.mul(v(kb), c(bk))
+        m_run, l_run, d_run, m_new = (L.Buffer(g.var(n), f32, (bq,), "local") for n in ("m", "l", "dl", "mnew"))
+        s_ji, dp_ji, vi = _ld(st, v(j), v(i)), _ld(dpt, v(j), v(i)), (v(i),)
+
+        def over_tile(body: L.Stmt) -> L.Stmt:
+            return L.For(j, c(0), c(bk), _lanes(i, bq, body))
+
+        init = _lanes(i, bq, L.seq(_st(m_run, vi, L.Const(-math.inf, f32)), _st(l_run, vi, zero),
+                                   _st(d_run, vi, zero)))
+        valid = self.valid(L.add(q0, v(i)), L.add(k0, v(j)), False)
+        maxima = L.seq(_lanes(i, bq, _st(m_new, vi, _ld(m_run, v(i)))), over_tile(_st(m_new, vi, L.Bin(
+            "max", _ld(m_new, v(i)), L.Select(valid, L.Bin("mul", s_ji, scale), L.Const(-math.inf, f32))))))
+        alpha = L.Call("exp", (L.Bin("sub", _ld(m_run, v(i)), _ld(m_new, v(i))),), f32)
+        rescale = _lanes(i, bq, L.seq(
+            _st(l_run, vi, L.Bin("mul", _ld(l_run, v(i)), alpha)),
+            _st(d_run, vi, L.Bin("mul", _ld(d_run, v(i)), alpha)) if self.need_dp else None,
+            _st(m_run, vi, _ld(m_new, v(i)))))
+        p = L.Select(valid, L.Call("exp", (L.Bin("sub", L.Bin("mul", s_ji, scale), _ld(m_new, v(i))),), f32), zero)
+        sums = over_tile(L.seq(
+            _st(st, (v(j), v(i)), p),
+            _st(l_run, vi, L.Bin("add", _ld(l_run, v(i)), s_ji)),
+            _st(d_run, vi, L.Bin("add", _ld(d_run, v(i)), L.Bin("mul", s_ji, dp_ji))) if self.need_dp else None))
+        k_end: L.Expr = c(self.k_blocks)
+        if plan.causal:  # key blocks right of the diagonal are all masked
+            last = L.Bin("min", L.add(q0, c(bq - 1)), c(plan.s - 1))
+            k_end = L.Bin("min", k_end, L.add(L.Bin("div", last, c(bk)), c(1)))
+        stream = L.For(kb, c(0), k_end, L.seq(self.tiles(slot, bidx, q0, k0, st, dpt), maxima, rescale, sums))
+        at = (slot, L.add(q0, v(i)))
+        stats = _lanes(i, bq, L.seq(
+            _st(self.lse, at, L.Bin("add", _ld(m_run, v(i)), L.Call("log", (_ld(l_run, v(i)),), f32))),
+            _st(self.delta, at, L.Bin("div", _ld(d_run, v(i)), _ld(l_run, v(i)))) if self.need_dp else None))
+        body: L.Stmt = L.For(qb, qb_begin, qb_end, L.seq(init, stream, stats))
+        for buf in (st, dpt, m_run, l_run, d_run, m_new):
+            body = L.Allocate(buf, body)
+        return body
+
+    # -- pass 2
+    def pass2(self, slot: L.Expr, bidx: tuple[L.Expr, ...], key_blocks: tuple[L.Expr, L.Expr, int],
+              dq: Out | None) -> L.Stmt:
+        """For key blocks begin, begin + step, .. < end: dK and dV in local memory; per query block,
+        P, dV, dS, dK and dQ (into `dq`)."""
+        plan, g, bq, bk, f32 = self.plan, self.g, self.knobs.bq, self.knobs.bk, "float32"
+        v, c, zero, scale = L.Var, L.const, L.Const(0.0, f32), L.Const(plan.scale, f32)
+        st, dpt = self.tile_buffers()
+        qb, kc, i, j, a, b = g.var("qb"), g.var("kc"), g.var("i"), g.var("j"), g.var("a"), g.var("b")
+        begin, end, step = key_blocks
+        n_blocks = L.Bin("div", L.add(L.sub(end, begin), c(step - 1)), c(step))
+        q0, k0 = L.mul(v(qb), c(bq)), L.mul(L.add(begin, L.mul(v(kc), c(step))), c(bk))
+        s_ji, dp_ji = _ld(st, v(j), v(i)), _ld(dpt, v(j), v(i))
+        dk_acc = L.Buffer(g.var("dk"), f32, (bk, plan.d), "local")
+        dv_acc = L.Buffer(g.var("dv"), f32, (bk, plan.e), "local")
+        accs = [(buf, out) for buf, out in ((dk_acc, plan.dk), (dv_acc, plan.dv)) if out is not None]
+        clear = L.seq(*(L.For(a, c(0), c(bk), _lanes(b, buf.shape[1], _st(buf, (v(a), v(b)), zero)))
+                        for buf, _ in accs))
+        at = (slot, L.add(q0, v(i)))
+        p = L.Select(self.valid(L.add(q0, v(i)), L.add(k0, v(j)), True), L.Call("exp", (L.Bin(
+            "sub", L.Bin("mul", s_ji, scale), L.Load(self.lse.name, at, f32)),), f32), zero)
+        ds = L.Bin("mul", L.Bin("mul", s_ji, L.Bin("sub", dp_ji, L.Load(self.delta.name, at, f32))), scale)
+        probs = L.For(j, c(0), c(bk), _lanes(i, bq, L.seq(
+            _st(st, (v(j), v(i)), p), _st(dpt, (v(j), v(i)), ds) if self.need_dp else None)))
+        steps: list[L.Stmt | None] = [self.tiles(slot, bidx, q0, k0, st, dpt), probs]
+        if plan.dv:  # dV[k0 + j] += sum_i P^T[j, i] dO[q0 + i]
+            steps.append(g.gemm(bk, plan.e, bq, lambda m, k: _ld(st, m, k),
+                                lambda k, n: self.tensor(bidx, plan.do, self.query(L.add(q0, k)), n),
+                                Out(dv_acc.name), zero=False))
+        if plan.dk:  # dK[k0 + j] += sum_i dS^T[j, i] Q[q0 + i]
+            steps.append(g.gemm(bk, plan.d, bq, lambda m, k: _ld(dpt, m, k),
+                                lambda k, n: self.tensor(bidx, plan.q, self.query(L.add(q0, k)), n),
+                                Out(dk_acc.name), zero=False))
+        if dq is not None:  # dQ[q0 + i] += sum_j dS^T[j, i] K[k0 + j]
+            steps.append(g.gemm(bq, plan.d, bk, lambda m, k: _ld(dpt, k, m),
+                                lambda k, n: self.tensor(bidx, plan.k, self.key(L.add(k0, k)), n),
+                                Out(dq.buffer, dq.prefix, q0, dq.limit), zero=False))
+        q_begin: L.Expr = L.Bin("div", k0, c(bq)) if plan.causal else c(0)
+        inner = L.For(qb, q_begin, c(self.q_blocks), L.seq(*steps))
+        key_row = L.add(k0, v(a))
+        store = L.seq(*(L.For(a, c(0), c(bk), L.If(L.Cmp("lt", key_row, c(plan.t)), _lanes(b, buf.shape[1], L.Store(
+            out, bidx + (key_row, v(b)), _ld(buf, v(a), v(b)))))) for buf, out in accs))
+        body: L.Stmt = L.For(kc, c(0), n_blocks, L.seq(clear, inner, store))
+        for buf in [st, dpt] + [buf for buf, _ in accs]:
+            body = L.Allocate(buf, body)
+        return body
+
+    def zero_rows(self, buffer: str, prefix: tuple[L.Expr, ...]) -> L.Stmt:
+        a, b = self.g.var("a"), self.g.var("b")
+        return L.For(a, L.const(0), L.const(self.plan.s), _lanes(b, self.plan.d, L.Store(
+            buffer, prefix + (L.Var(a), L.Var(b)), L.Const(0.0, "float32"))))
+
+
 def build(plan: BackwardPlan, bp: BoundProgram, target: Target,
           knobs: AttentionBackwardKnobs = AttentionBackwardKnobs()) -> LoweredGroup:
     """The kernel. Score tiles are held transposed, keys by queries, so that every per-query
     quantity (running max and sums, log-sum-exp, Delta) is a vector across a tile's columns and no
-    step reduces across vector lanes."""
+    step reduces across vector lanes.
+
+    With at least as many batch-and-heads as cores, one work item is one head, start to end
+    (workspaces per thread). With fewer (split), four parallel loops: the transposes per head;
+    pass 1 per (head, query block); pass 2 per (head, every parts-th key block), each part adding
+    its dQ into its own partial sum; the partial sums added into dQ per (head, query row)."""
     assert not knob_problems(knobs), knob_problems(knobs)
-    bq, bk = knobs.bq, knobs.bk
-    f32, v, c = "float32", L.Var, L.const
-    need_dp = plan.dq is not None or plan.dk is not None
-    prefix = str(plan.dq or plan.dk or plan.dv)
-    g = _Builder(knobs, prefix)
     bh_n = math.prod(hi - lo + 1 for _, lo, hi in plan.batch)
-    threads = max(1, min(target.cores, bh_n))
-    tp, sp = -(-plan.t // bk) * bk, -(-plan.s // bq) * bq
-    q_blocks, k_blocks = sp // bq, tp // bk
-    x, w = g.var("x"), g.var("w")
-    env = decompose(v(w), plan.batch)
-    bidx = tuple(env[var] for var, _, _ in plan.batch)
-    zero = L.Const(0.0, f32)
-    scale = L.Const(plan.scale, f32)
+    v, c = L.Var, L.const
+    if bh_n >= target.cores or target.cores == 1:
+        threads = max(1, min(target.cores, bh_n))
+        kernel = _Kernel(plan, knobs, threads)
+        g = kernel.g
+        x, w = g.var("x"), g.var("w")
+        env = decompose(v(w), plan.batch)
+        bidx = tuple(env[var] for var, _, _ in plan.batch)
+        dq = Out(plan.dq, bidx, None, plan.s) if plan.dq else None
+        body = L.seq(kernel.transposes(v(x), bidx), kernel.zero_rows(plan.dq, bidx) if plan.dq else None,
+                     kernel.pass1(v(x), bidx, c(0), c(kernel.q_blocks)),
+                     kernel.pass2(v(x), bidx, (c(0), c(kernel.k_blocks), 1), dq))
+        main = threads_loop(x, threads, thread_share(x, threads, w, bh_n, body))
+        return LoweredGroup(main, tuple(kernel.workspaces), plan.consumed, plan.elided)
+    kernel = _Kernel(plan, knobs, bh_n)
+    g = kernel.g
+    parts = min(-(-target.cores // bh_n), kernel.k_blocks)
 
-    def tensor(name: str, row: L.Expr, col: L.Expr) -> L.Expr:
-        return L.Load(name, bidx + (row, col), f32)
+    def parallel(items: int, body: "Callable[[L.Expr], L.Stmt]") -> L.Stmt:
+        x, w = g.var("x"), g.var("w")
+        threads = max(1, min(target.cores, items))
+        return threads_loop(x, threads, thread_share(x, threads, w, items, body(v(w))))
 
-    def query(r: L.Expr) -> L.Expr:  # queries past S read row S - 1 (their results are dropped)
-        return L.Bin("min", r, c(plan.s - 1))
+    def head(bh: L.Expr) -> tuple[L.Expr, ...]:
+        env = decompose(bh, plan.batch)
+        return tuple(env[var] for var, _, _ in plan.batch)
 
-    def key(r: L.Expr) -> L.Expr:  # keys past T read row T - 1 (their probabilities are 0)
-        return L.Bin("min", r, c(plan.t - 1))
+    qn = kernel.q_blocks
+    loops = [
+        parallel(bh_n, lambda w: kernel.transposes(w, head(w))),
+        parallel(bh_n * qn, lambda w: kernel.pass1(L.Bin("div", w, c(qn)), head(L.Bin("div", w, c(qn))),
+                                                   L.Bin("mod", w, c(qn)), L.add(L.Bin("mod", w, c(qn)), c(1)))),
+    ]
+    partial = L.Buffer(f"{kernel.prefix}.dqpart", "float32", (bh_n * parts, plan.s, plan.d))
+    workspaces = kernel.workspaces + ([partial] if plan.dq else [])
 
-    # Q^T and dO^T, zero past S; rows one cache line longer than needed, so that a column's
-    # elements do not all fall into the same few cache sets
-    padded = -(-sp // LANES) * LANES
-    qt = L.Buffer(f"{prefix}.Qt", f32, (threads, plan.d, padded + LANES))
-    dot = L.Buffer(f"{prefix}.dOt", f32, (threads, plan.e, padded + LANES))
-    lse = L.Buffer(f"{prefix}.lse", f32, (threads, sp))  # log-sum-exp of the scaled scores, per query
-    delta = L.Buffer(f"{prefix}.delta", f32, (threads, sp))  # rowsum(P dP), per query
-    workspaces = [qt, lse] + ([dot, delta] if need_dp else [])
-    st = L.Buffer(g.var("s"), f32, (bk, bq), "local")  # S^T, then P^T
-    dpt = L.Buffer(g.var("dp"), f32, (bk, bq), "local")  # dP^T, then dS^T (scaled)
-    local: list[L.Buffer] = [st] + ([dpt] if need_dp else [])
-    i, j = g.var("i"), g.var("j")  # query (a tile column, vector lanes), key (a tile row)
+    def key_part(w: L.Expr) -> L.Stmt:
+        bh = L.Bin("div", w, c(parts))
+        dq = Out(partial.name, (w,), None, plan.s) if plan.dq else None
+        return L.seq(kernel.zero_rows(partial.name, (w,)) if plan.dq else None,
+                     kernel.pass2(bh, head(bh), (L.Bin("mod", w, c(parts)), c(kernel.k_blocks), parts), dq))
 
-    def transpose(src: str, dst: L.Buffer, width: int) -> L.Stmt:
-        """dst[x, d, s] = src[s, d], zero for s past S, in blocks of LANES queries: each block's
-        source rows stay in cache while the destination is written a whole cache line at a time."""
-        sb, dd, ss = g.var("sb"), g.var("d"), g.var("s")
-        s_ = L.add(L.mul(v(sb), c(LANES)), v(ss))
-        value = tensor(src, query(s_), v(dd))
-        if padded > plan.s:
-            value = L.Select(L.Cmp("lt", s_, c(plan.s)), value, zero)
-        return L.For(sb, c(0), c(padded // LANES), L.For(dd, c(0), c(width), _lanes(ss, LANES, _st(
-            dst, (v(x), v(dd), s_), value))))
-
-    def tiles(q0: L.Expr, k0: L.Expr) -> L.Stmt:
-        """S^T[j, i] = K[k0 + j] . Q[q0 + i] and dP^T[j, i] = V[k0 + j] . dO[q0 + i]."""
-        s_gemm = g.gemm(bk, bq, plan.d, lambda m, k: tensor(plan.k, key(L.add(k0, m)), k),
-                        lambda k, n: L.Load(qt.name, (v(x), k, L.add(q0, n)), f32), Out(st.name), zero=True)
-        if not need_dp:
-            return s_gemm
-        assert plan.v is not None
-        v_name = plan.v
-        dp_gemm = g.gemm(bk, bq, plan.e, lambda m, k: tensor(v_name, key(L.add(k0, m)), k),
-                         lambda k, n: L.Load(dot.name, (v(x), k, L.add(q0, n)), f32), Out(dpt.name), zero=True)
-        return L.seq(s_gemm, dp_gemm)
-
-    def valid(q: L.Expr, kk: L.Expr, rows_too: bool) -> L.Expr:
-        cond: L.Expr = L.Cmp("lt", kk, c(plan.t))
-        if rows_too:
-            cond = L.Bin("and", cond, L.Cmp("lt", q, c(plan.s)))
-        if plan.causal:
-            cond = L.Bin("and", cond, L.Cmp("le", kk, q))
-        return cond
-
-    def over_tile(body: L.Stmt) -> L.Stmt:
-        return L.For(j, c(0), c(bk), _lanes(i, bq, body))
-
-    s_ji, dp_ji = _ld(st, v(j), v(i)), _ld(dpt, v(j), v(i))
-
-    # -- pass 1: per query block, online softmax statistics: log-sum-exp and Delta = rowsum(P dP)
-    qb, kb = g.var("qb"), g.var("kb")
-    q0, k0 = L.mul(v(qb), c(bq)), L.mul(v(kb), c(bk))
-    m_run, l_run, d_run, m_new = (L.Buffer(g.var(n), f32, (bq,), "local") for n in ("m", "l", "dl", "mnew"))
-    local += [m_run, l_run, d_run, m_new]
-    vi = (v(i),)
-    init = _lanes(i, bq, L.seq(_st(m_run, vi, L.Const(-math.inf, f32)), _st(l_run, vi, zero), _st(d_run, vi, zero)))
-    valid1 = valid(L.add(q0, v(i)), L.add(k0, v(j)), False)
-    maxima = L.seq(_lanes(i, bq, _st(m_new, vi, _ld(m_run, v(i)))), over_tile(_st(m_new, vi, L.Bin(
-        "max", _ld(m_new, v(i)), L.Select(valid1, L.Bin("mul", s_ji, scale), L.Const(-math.inf, f32))))))
-    alpha = L.Call("exp", (L.Bin("sub", _ld(m_run, v(i)), _ld(m_new, v(i))),), f32)
-    rescale = _lanes(i, bq, L.seq(
-        _st(l_run, vi, L.Bin("mul", _ld(l_run, v(i)), alpha)),
-        _st(d_run, vi, L.Bin("mul", _ld(d_run, v(i)), alpha)) if need_dp else None,
-        _st(m_run, vi, _ld(m_new, v(i)))))
-    p1 = L.Select(valid1, L.Call("exp", (L.Bin("sub", L.Bin("mul", s_ji, scale), _ld(m_new, v(i))),), f32), zero)
-    sums = over_tile(L.seq(
-        _st(st, (v(j), v(i)), p1),
-        _st(l_run, vi, L.Bin("add", _ld(l_run, v(i)), s_ji)),
-        _st(d_run, vi, L.Bin("add", _ld(d_run, v(i)), L.Bin("mul", s_ji, dp_ji))) if need_dp else None))
-    k_end: L.Expr = c(k_blocks)
-    if plan.causal:  # key blocks right of the diagonal are all masked
-        last = L.Bin("min", L.add(q0, c(bq - 1)), c(plan.s - 1))
-        k_end = L.Bin("min", k_end, L.add(L.Bin("div", last, c(bk)), c(1)))
-    stream = L.For(kb, c(0), k_end, L.seq(tiles(q0, k0), maxima, rescale, sums))
-    at = (v(x), L.add(q0, v(i)))
-    stats = _lanes(i, bq, L.seq(
-        _st(lse, at, L.Bin("add", _ld(m_run, v(i)), L.Call("log", (_ld(l_run, v(i)),), f32))),
-        _st(delta, at, L.Bin("div", _ld(d_run, v(i)), _ld(l_run, v(i)))) if need_dp else None))
-    pass1 = L.For(qb, c(0), c(q_blocks), L.seq(init, stream, stats))
-
-    # -- pass 2: per key block, dK and dV in local memory; per query block, P, dV, dS, dQ, dK
-    qb, kb = g.var("qb"), g.var("kb")
-    q0, k0 = L.mul(v(qb), c(bq)), L.mul(v(kb), c(bk))
-    dk_acc = L.Buffer(g.var("dk"), f32, (bk, plan.d), "local")
-    dv_acc = L.Buffer(g.var("dv"), f32, (bk, plan.e), "local")
-    accs = [(buf, out) for buf, out in ((dk_acc, plan.dk), (dv_acc, plan.dv)) if out is not None]
-    local += [buf for buf, _ in accs]
-    a, b = g.var("a"), g.var("b")
-    clear = L.seq(*(L.For(a, c(0), c(bk), _lanes(b, buf.shape[1], _st(buf, (v(a), v(b)), zero))) for buf, _ in accs))
-    at = (v(x), L.add(q0, v(i)))
-    p2 = L.Select(valid(L.add(q0, v(i)), L.add(k0, v(j)), True), L.Call("exp", (L.Bin(
-        "sub", L.Bin("mul", s_ji, scale), L.Load(lse.name, at, f32)),), f32), zero)
-    probs = over_tile(L.seq(
-        _st(st, (v(j), v(i)), p2),
-        _st(dpt, (v(j), v(i)), L.Bin("mul", L.Bin("mul", s_ji, L.Bin("sub", dp_ji, L.Load(delta.name, at, f32))),
-                                     scale)) if need_dp else None))
-    steps: list[L.Stmt | None] = [tiles(q0, k0), probs]
-    if plan.dv:  # dV[k0 + j] += sum_i P^T[j, i] dO[q0 + i]
-        steps.append(g.gemm(bk, plan.e, bq, lambda m, k: _ld(st, m, k),
-                            lambda k, n: tensor(plan.do, query(L.add(q0, k)), n), Out(dv_acc.name), zero=False))
-    if plan.dk:  # dK[k0 + j] += sum_i dS^T[j, i] Q[q0 + i]
-        steps.append(g.gemm(bk, plan.d, bq, lambda m, k: _ld(dpt, m, k),
-                            lambda k, n: tensor(plan.q, query(L.add(q0, k)), n), Out(dk_acc.name), zero=False))
-    if plan.dq:  # dQ[q0 + i] += sum_j dS^T[j, i] K[k0 + j], straight into the output
-        steps.append(g.gemm(bq, plan.d, bk, lambda m, k: _ld(dpt, k, m),
-                            lambda k, n: tensor(plan.k, key(L.add(k0, k)), n),
-                            Out(plan.dq, bidx, q0, plan.s), zero=False))
-    q_begin: L.Expr = L.Bin("div", k0, c(bq)) if plan.causal else c(0)
-    inner = L.For(qb, q_begin, c(q_blocks), L.seq(*steps))
-    key_row = L.add(k0, v(a))
-    store = L.seq(*(L.For(a, c(0), c(bk), L.If(L.Cmp("lt", key_row, c(plan.t)), _lanes(b, buf.shape[1], L.Store(
-        out, bidx + (key_row, v(b)), _ld(buf, v(a), v(b)))))) for buf, out in accs))
-    pass2 = L.For(kb, c(0), c(k_blocks), L.seq(clear, inner, store))
-
-    # -- a work item: one batch-and-head
-    prologue: list[L.Stmt | None] = [transpose(plan.q, qt, plan.d)]
-    if need_dp:
-        prologue.append(transpose(plan.do, dot, plan.e))
+    loops.append(parallel(bh_n * parts, key_part))
     if plan.dq:
-        prologue.append(L.For(a, c(0), c(plan.s), _lanes(b, plan.d, L.Store(plan.dq, bidx + (v(a), v(b)), zero))))
-    body: L.Stmt = L.seq(*prologue, pass1, pass2)
-    for buf in local:
-        body = L.Allocate(buf, body)
-    main = threads_loop(x, threads, thread_share(x, threads, w, bh_n, body))
-    return LoweredGroup(main, tuple(workspaces), plan.consumed, plan.elided)
+        dq_name = plan.dq
+
+        def add_parts(w: L.Expr) -> L.Stmt:
+            bh, row, e = L.Bin("div", w, c(plan.s)), L.Bin("mod", w, c(plan.s)), g.var("e")
+            total: L.Expr = L.Load(partial.name, (L.mul(bh, c(parts)), row, v(e)), "float32")
+            for k in range(1, parts):
+                total = L.Bin("add", total, L.Load(partial.name, (L.add(L.mul(bh, c(parts)), c(k)), row, v(e)),
+                                                   "float32"))
+            return _lanes(e, plan.d, L.Store(dq_name, head(bh) + (row, v(e)), total))
+
+        loops.append(parallel(bh_n * plan.s, add_parts))
+    return LoweredGroup(L.seq(*loops), tuple(workspaces), plan.consumed, plan.elided)
