@@ -77,9 +77,10 @@ def test_fused_gradients_match_torch(b, h, s, t, d, e, causal, wrt, small):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_fused_gradient_against_finite_differences(causal):
-    """<dL/dX, U> of L = sum(attention(Q, K, V) * dO), differenced in float64 numpy."""
-    q, k, v, do = inputs(1, 2, 11, 19, 6, 5, seed=3)
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-7), (np.float32, 1e-4)])
+def test_fused_gradient_against_finite_differences(causal, dtype, tol):
+    """<dL/dX, U> of L = sum(attention(Q, K, V) * dO), central differences in float64 numpy."""
+    q, k, v, do = inputs(1, 2, 11, 19, 6, 5, seed=3, dtype=dtype)
     fn = tilec.grad(attention_source(causal, 0.4), wrt=list(NAMES)).with_schedule(SMALL)
     assert fused(fn, [q, k, v, do])
     grads = as_list(fn(q, k, v, do))
@@ -90,17 +91,18 @@ def test_fused_gradient_against_finite_differences(causal):
             s = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), s, -np.inf)
         p = np.exp(s - s.max(-1, keepdims=True))
         p /= p.sum(-1, keepdims=True)
-        return float((np.einsum("bhst,bhte->bhse", p, v64) * do).sum())
+        return float((np.einsum("bhst,bhte->bhse", p, v64) * do.astype(np.float64)).sum())
 
     rng = np.random.default_rng(7)
     base = [a.astype(np.float64) for a in (q, k, v)]
-    eps = 1e-6
+    eps = 1e-5
     for n, grad in enumerate(grads):
+        assert grad.dtype == dtype
         u = rng.standard_normal(base[n].shape)
         plus = [a + eps * u if i == n else a for i, a in enumerate(base)]
         minus = [a - eps * u if i == n else a for i, a in enumerate(base)]
         numeric = (loss(*plus) - loss(*minus)) / (2 * eps)
-        assert abs(float((grad * u).sum()) - numeric) <= 1e-4 * max(1.0, abs(numeric)), NAMES[n]
+        assert abs(float((grad.astype(np.float64) * u).sum()) - numeric) <= tol * max(1.0, abs(numeric)), NAMES[n]
 
 
 def test_fused_matches_the_unfused_derived_program():
@@ -166,13 +168,29 @@ def test_matcher_recognises_every_derived_gradient(causal, wrt):
     assert plan.causal == causal and plan.scale == 0.5 and (plan.s, plan.t, plan.d, plan.e) == (5, 7, 4, 3)
 
 
-def test_float64_falls_back_to_the_unfused_program():
+def test_float64_is_fused_too():
     arrays = inputs(1, 2, 6, 9, 4, 3, seed=1, dtype=np.float64)
-    fn = tilec.grad(attention_source(False, 0.5), wrt=list(NAMES))
-    assert not fused(fn, arrays)
-    assert attention_backward.match(0, bound(attention_source(False, 0.5), list(NAMES), "float64")) is None
-    for g, w in zip(as_list(fn(*arrays)), torch_grads(*arrays, causal=False, scale=0.5, wrt=list(NAMES))):
-        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12)
+    fn = tilec.grad(attention_source(True, 0.5), wrt=list(NAMES))
+    assert fused(fn, arrays)
+    for g, w in zip(as_list(fn(*arrays)), torch_grads(*arrays, causal=True, scale=0.5, wrt=list(NAMES))):
+        assert g.dtype == np.float64
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+
+
+def test_a_program_that_also_returns_the_probabilities_falls_back():
+    """O2 = 2 P adds to P's gradient: not the attention gradient, lowered unfused, still right."""
+    source = attention_source(False, 0.5).replace("P = E / R;", "P = E / R;\n    O2 = P * 2.0;")
+    source = source.replace("-> (O)", "-> (O, O2)")
+    fn = tilec.grad(source, wrt=list(NAMES))
+    q, k, v, do = inputs(1, 2, 6, 9, 4, 3, seed=4)
+    do2 = np.random.default_rng(5).standard_normal((1, 2, 6, 9)).astype(np.float32)
+    shapes = dict(zip(fn.inputs, (a.shape for a in (q, k, v, do, do2))))
+    assert ".lse" not in fn.explain(shapes, stage="loop")
+    xs = [torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in (q, k, v)]
+    p = torch.softmax(xs[0] @ xs[1].transpose(-1, -2) * 0.5, -1)
+    loss = ((p @ xs[2]) * torch.from_numpy(do)).sum() + (2 * p * torch.from_numpy(do2)).sum()
+    for g, w in zip(fn(q, k, v, do, do2), torch.autograd.grad(loss, xs)):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-4, atol=1e-5)
 
 
 LOOKALIKES = [
@@ -228,3 +246,15 @@ def test_torch_attention_backward_uses_the_fused_kernel(causal):
     source = attention_source(causal, 1 / np.sqrt(8))
     fn = torch_ops._BACKWARD[(source, NAMES)]
     assert fused(fn, [t.detach().numpy() for t in (q, k, v, dy)])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_torch_attention_gradcheck_through_the_fused_kernel(causal):
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+               for shape in ((1, 2, 5, 3), (1, 2, 7, 3), (1, 2, 7, 2)))
+    assert torch.autograd.gradcheck(lambda q, k, v: torch_ops.attention(q, k, v, causal, 0.7), (q, k, v),
+                                    eps=1e-6, atol=1e-7, rtol=1e-5)
+    fn = torch_ops._BACKWARD[(attention_source(causal, 0.7), NAMES)]
+    dy = np.zeros((1, 2, 5, 2))
+    assert fused(fn, [t.detach().numpy() for t in (q, k, v)] + [dy])

@@ -118,7 +118,8 @@ def match_softmax(index: int, bp: BoundProgram) -> SoftmaxChain | None:
     stmts = bp.statements
     first = stmts[index]
     if not (isinstance(first, BoundContraction) and first.stmt.agg == "+" and first.stmt.combo == "mul"
-            and first.stmt.default is None and not first.guards and not first.empty and first.dtype == "float32"):
+            and first.stmt.default is None and not first.guards and not first.empty
+            and first.dtype in ("float32", "float64")):
         return None
     out = _out_vars(first)
     if None in out or len(out) < 2 or len(set(out)) != len(out):

@@ -27,7 +27,7 @@ Q and dO are transposed once per work item into per-thread workspaces (the micro
 them as vectors); queries past S and keys past T are computed from clamped rows and get
 probability 0 (their results are never stored).
 
-Requires: float32 tensors laid out [batch.., rows, cols] as the matcher checks. Guarantees: the
+Requires: float32 (or float64) tensors laid out [batch.., rows, cols] as the matcher checks. Guarantees: the
 gradients the derived program computes (up to rounding), every output cell written.
 """
 
@@ -88,6 +88,7 @@ class BackwardPlan:
     e: int  # head dimension of V and dO
     scale: float
     causal: bool
+    dtype: str  # float32 or float64, every tensor's
     dq: str | None  # the tensors the kernel writes
     dk: str | None
     dv: str | None
@@ -286,10 +287,12 @@ def match(index: int, bp: BoundProgram) -> BackwardPlan | None:
     if m.v is not None:
         expected[m.v] = (t, e)
     expected.update({written[r]: {"dq": (s, d), "dk": (t, d), "dv": (t, e)}[r] for r in grads})
-    if any(bp.shapes[name] != bs + tail or bp.dtypes[name] != "float32" for name, tail in expected.items()):
+    dtype = bp.dtypes[sm.q.tensor]
+    if dtype not in COLUMNS or any(bp.shapes[name] != bs + tail or bp.dtypes[name] != dtype
+                                   for name, tail in expected.items()):
         return None
     return BackwardPlan(q=sm.q.tensor, k=sm.k.tensor, v=m.v, do=m.do, batch=batch, s=s, t=t, d=d, e=e,
-                        scale=sm.scale, causal=sm.causal, dq=written.get("dq"), dk=written.get("dk"),
+                        scale=sm.scale, causal=sm.causal, dtype=dtype, dq=written.get("dq"), dk=written.get("dk"),
                         dv=written.get("dv"), consumed=k - index, elided=elided)
 
 
@@ -308,14 +311,14 @@ def _read_outside(bp: BoundProgram, start: int, stop: int, names: set[str]) -> b
 
 # ------------------------------------------------------------------ the kernel
 
-COLUMNS = 64  # columns of a register block: 4 vectors of 16 lanes
+COLUMNS = {"float32": 64, "float64": 32}  # columns of a register block: 4 vectors of 512 bits
 
 
 class _Builder:
     """Loop-IR pieces of the kernel; every loop variable gets a fresh name."""
 
-    def __init__(self, knobs: AttentionBackwardKnobs, prefix: str) -> None:
-        self.knobs, self.prefix = knobs, prefix
+    def __init__(self, knobs: AttentionBackwardKnobs, prefix: str, dtype: str) -> None:
+        self.knobs, self.prefix, self.dtype = knobs, prefix, dtype
         self.count = 0
 
     def var(self, what: str) -> str:
@@ -327,15 +330,15 @@ class _Builder:
         (rows is a multiple of mr) by up to COLUMNS columns: a is broadcast, b read as vectors."""
         mr = self.knobs.mr
         parts = []
-        for n0 in range(0, cols, COLUMNS):
-            width = min(COLUMNS, cols - n0)
+        for n0 in range(0, cols, COLUMNS[self.dtype]):
+            width = min(COLUMNS[self.dtype], cols - n0)
             mc, r, n, k = (self.var(x) for x in ("mc", "r", "n", "k"))
-            regs = L.Buffer(self.var("regs"), "float32", (mr, width), "local")
+            regs = L.Buffer(self.var("regs"), self.dtype, (mr, width), "local")
             m = L.add(L.mul(L.Var(mc), L.const(mr)), L.Var(r))
             col = L.add(L.Var(n), L.const(n0))
             cell = (L.Var(r), L.Var(n))
-            reg = L.Load(regs.name, cell, "float32")
-            zero_reg = L.Store(regs.name, cell, L.Const(0.0, "float32"))
+            reg = L.Load(regs.name, cell, self.dtype)
+            zero_reg = L.Store(regs.name, cell, L.Const(0.0, self.dtype))
             init = zero_reg if zero else out.guarded(m, L.Store(regs.name, cell, out.load(m, col)), zero_reg)
             update = L.For(k, L.const(0), L.const(depth), _unrolled(r, mr, _lanes(n, width, L.Store(
                 regs.name, cell, L.Bin("add", reg, L.Bin("mul", a(m, L.Var(k)), b(L.Var(k), col)))))))
@@ -351,6 +354,7 @@ class Out:
     skipped (never read or written)."""
 
     buffer: str
+    dtype: str
     prefix: tuple[L.Expr, ...] = ()
     offset: L.Expr | None = None
     limit: int | None = None
@@ -359,7 +363,7 @@ class Out:
         return self.prefix + ((m if self.offset is None else L.add(self.offset, m)), n)
 
     def load(self, m: L.Expr, n: L.Expr) -> L.Expr:
-        return L.Load(self.buffer, self._at(m, n), "float32")
+        return L.Load(self.buffer, self._at(m, n), self.dtype)
 
     def store(self, m: L.Expr, n: L.Expr, value: L.Expr) -> L.Stmt:
         return L.Store(self.buffer, self._at(m, n), value)
@@ -395,14 +399,15 @@ class _Kernel:
         self.plan, self.knobs = plan, knobs
         self.need_dp = plan.dq is not None or plan.dk is not None
         self.prefix = str(plan.dq or plan.dk or plan.dv)
-        self.g = _Builder(knobs, self.prefix)
+        self.dtype = plan.dtype
+        self.g = _Builder(knobs, self.prefix, plan.dtype)
         bq, bk = knobs.bq, knobs.bk
         self.sp = -(-plan.s // bq) * bq
         self.q_blocks, self.k_blocks = self.sp // bq, -(-plan.t // bk)
         # Q^T and dO^T, zero past S; rows one cache line longer than needed, so that a column's
         # elements do not all fall into the same few cache sets
         self.padded = -(-self.sp // LANES) * LANES
-        f32, p = "float32", self.prefix
+        f32, p = plan.dtype, self.prefix
         self.qt = L.Buffer(f"{p}.Qt", f32, (slots, plan.d, self.padded + LANES))
         self.dot = L.Buffer(f"{p}.dOt", f32, (slots, plan.e, self.padded + LANES))
         self.lse = L.Buffer(f"{p}.lse", f32, (slots, self.sp))  # log-sum-exp of the scaled scores
@@ -411,7 +416,7 @@ class _Kernel:
 
     # -- helpers
     def tensor(self, bidx: tuple[L.Expr, ...], name: str, row: L.Expr, col: L.Expr) -> L.Expr:
-        return L.Load(name, bidx + (row, col), "float32")
+        return L.Load(name, bidx + (row, col), self.dtype)
 
     def query(self, r: L.Expr) -> L.Expr:  # queries past S read row S - 1 (their results are dropped)
         return L.Bin("min", r, L.const(self.plan.s - 1))
@@ -438,7 +443,7 @@ class _Kernel:
             s_ = L.add(L.mul(L.Var(sb), L.const(LANES)), L.Var(ss))
             value = self.tensor(bidx, src, self.query(s_), L.Var(dd))
             if self.padded > self.plan.s:
-                value = L.Select(L.Cmp("lt", s_, L.const(self.plan.s)), value, L.Const(0.0, "float32"))
+                value = L.Select(L.Cmp("lt", s_, L.const(self.plan.s)), value, L.Const(0.0, self.dtype))
             parts.append(L.For(sb, L.const(0), L.const(self.padded // LANES), L.For(
                 dd, L.const(0), L.const(width), _lanes(ss, LANES, _st(dst, (slot, L.Var(dd), s_), value)))))
         return L.seq(*parts)
@@ -448,26 +453,27 @@ class _Kernel:
         """S^T[j, i] = K[k0 + j] . Q[q0 + i] and dP^T[j, i] = V[k0 + j] . dO[q0 + i]."""
         plan, g, bk, bq = self.plan, self.g, self.knobs.bk, self.knobs.bq
         s_gemm = g.gemm(bk, bq, plan.d, lambda m, k: self.tensor(bidx, plan.k, self.key(L.add(k0, m)), k),
-                        lambda k, n: L.Load(self.qt.name, (slot, k, L.add(q0, n)), "float32"), Out(st.name), zero=True)
+                        lambda k, n: L.Load(self.qt.name, (slot, k, L.add(q0, n)), self.dtype), Out(st.name, self.dtype),
+                        zero=True)
         if not self.need_dp:
             return s_gemm
         assert plan.v is not None
         v_name = plan.v
         dp_gemm = g.gemm(bk, bq, plan.e, lambda m, k: self.tensor(bidx, v_name, self.key(L.add(k0, m)), k),
-                         lambda k, n: L.Load(self.dot.name, (slot, k, L.add(q0, n)), "float32"), Out(dpt.name),
+                         lambda k, n: L.Load(self.dot.name, (slot, k, L.add(q0, n)), self.dtype), Out(dpt.name, self.dtype),
                          zero=True)
         return L.seq(s_gemm, dp_gemm)
 
     def tile_buffers(self) -> tuple[L.Buffer, L.Buffer]:
         bk, bq = self.knobs.bk, self.knobs.bq
         # S^T then P^T; dP^T then dS^T (scaled)
-        return (L.Buffer(self.g.var("s"), "float32", (bk, bq), "local"),
-                L.Buffer(self.g.var("dp"), "float32", (bk, bq), "local"))
+        return (L.Buffer(self.g.var("s"), self.dtype, (bk, bq), "local"),
+                L.Buffer(self.g.var("dp"), self.dtype, (bk, bq), "local"))
 
     # -- pass 1
     def pass1(self, slot: L.Expr, bidx: tuple[L.Expr, ...], qb_begin: L.Expr, qb_end: L.Expr) -> L.Stmt:
         """Per query block: online softmax statistics, log-sum-exp and Delta = rowsum(P dP)."""
-        plan, g, bq, bk, f32 = self.plan, self.g, self.knobs.bq, self.knobs.bk, "float32"
+        plan, g, bq, bk, f32 = self.plan, self.g, self.knobs.bq, self.knobs.bk, self.dtype
         v, c, zero, scale = L.Var, L.const, L.Const(0.0, f32), L.Const(plan.scale, f32)
         st, dpt = self.tile_buffers()
         qb, kb, i, j = g.var("qb"), g.var("kb"), g.var("i"), g.var("j")
@@ -512,7 +518,7 @@ class _Kernel:
               dq: Out | None) -> L.Stmt:
         """For key blocks begin, begin + step, .. < end: dK and dV in local memory; per query block,
         P, dV, dS, dK and dQ (into `dq`)."""
-        plan, g, bq, bk, f32 = self.plan, self.g, self.knobs.bq, self.knobs.bk, "float32"
+        plan, g, bq, bk, f32 = self.plan, self.g, self.knobs.bq, self.knobs.bk, self.dtype
         v, c, zero, scale = L.Var, L.const, L.Const(0.0, f32), L.Const(plan.scale, f32)
         st, dpt = self.tile_buffers()
         qb, kc, i, j, a, b = g.var("qb"), g.var("kc"), g.var("i"), g.var("j"), g.var("a"), g.var("b")
@@ -535,15 +541,15 @@ class _Kernel:
         if plan.dv:  # dV[k0 + j] += sum_i P^T[j, i] dO[q0 + i]
             steps.append(g.gemm(bk, plan.e, bq, lambda m, k: _ld(st, m, k),
                                 lambda k, n: self.tensor(bidx, plan.do, self.query(L.add(q0, k)), n),
-                                Out(dv_acc.name), zero=False))
+                                Out(dv_acc.name, f32), zero=False))
         if plan.dk:  # dK[k0 + j] += sum_i dS^T[j, i] Q[q0 + i]
             steps.append(g.gemm(bk, plan.d, bq, lambda m, k: _ld(dpt, m, k),
                                 lambda k, n: self.tensor(bidx, plan.q, self.query(L.add(q0, k)), n),
-                                Out(dk_acc.name), zero=False))
+                                Out(dk_acc.name, f32), zero=False))
         if dq is not None:  # dQ[q0 + i] += sum_j dS^T[j, i] K[k0 + j]
             steps.append(g.gemm(bq, plan.d, bk, lambda m, k: _ld(dpt, k, m),
                                 lambda k, n: self.tensor(bidx, plan.k, self.key(L.add(k0, k)), n),
-                                Out(dq.buffer, dq.prefix, q0, dq.limit), zero=False))
+                                Out(dq.buffer, f32, dq.prefix, q0, dq.limit), zero=False))
         q_begin: L.Expr = L.Bin("div", k0, c(bq)) if plan.causal else c(0)
         inner = L.For(qb, q_begin, c(self.q_blocks), L.seq(*steps))
         key_row = L.add(k0, v(a))
@@ -557,7 +563,7 @@ class _Kernel:
     def zero_rows(self, buffer: str, prefix: tuple[L.Expr, ...]) -> L.Stmt:
         a, b = self.g.var("a"), self.g.var("b")
         return L.For(a, L.const(0), L.const(self.plan.s), _lanes(b, self.plan.d, L.Store(
-            buffer, prefix + (L.Var(a), L.Var(b)), L.Const(0.0, "float32"))))
+            buffer, prefix + (L.Var(a), L.Var(b)), L.Const(0.0, self.dtype))))
 
 
 def build(plan: BackwardPlan, bp: BoundProgram, target: Target,
@@ -580,7 +586,7 @@ def build(plan: BackwardPlan, bp: BoundProgram, target: Target,
         x, w = g.var("x"), g.var("w")
         env = decompose(v(w), plan.batch)
         bidx = tuple(env[var] for var, _, _ in plan.batch)
-        dq = Out(plan.dq, bidx, None, plan.s) if plan.dq else None
+        dq = Out(plan.dq, plan.dtype, bidx, None, plan.s) if plan.dq else None
         body = L.seq(kernel.transposes(v(x), bidx), kernel.zero_rows(plan.dq, bidx) if plan.dq else None,
                      kernel.pass1(v(x), bidx, c(0), c(kernel.q_blocks)),
                      kernel.pass2(v(x), bidx, (c(0), c(kernel.k_blocks), 1), dq))
@@ -605,12 +611,12 @@ def build(plan: BackwardPlan, bp: BoundProgram, target: Target,
         parallel(bh_n * qn, lambda w: kernel.pass1(L.Bin("div", w, c(qn)), head(L.Bin("div", w, c(qn))),
                                                    L.Bin("mod", w, c(qn)), L.add(L.Bin("mod", w, c(qn)), c(1)))),
     ]
-    partial = L.Buffer(f"{kernel.prefix}.dqpart", "float32", (bh_n * parts, plan.s, plan.d))
+    partial = L.Buffer(f"{kernel.prefix}.dqpart", plan.dtype, (bh_n * parts, plan.s, plan.d))
     workspaces = kernel.workspaces + ([partial] if plan.dq else [])
 
     def key_part(w: L.Expr) -> L.Stmt:
         bh = L.Bin("div", w, c(parts))
-        dq = Out(partial.name, (w,), None, plan.s) if plan.dq else None
+        dq = Out(partial.name, plan.dtype, (w,), None, plan.s) if plan.dq else None
         return L.seq(kernel.zero_rows(partial.name, (w,)) if plan.dq else None,
                      kernel.pass2(bh, head(bh), (L.Bin("mod", w, c(parts)), c(kernel.k_blocks), parts), dq))
 
@@ -620,10 +626,10 @@ def build(plan: BackwardPlan, bp: BoundProgram, target: Target,
 
         def add_parts(w: L.Expr) -> L.Stmt:
             bh, row, e = L.Bin("div", w, c(plan.s)), L.Bin("mod", w, c(plan.s)), g.var("e")
-            total: L.Expr = L.Load(partial.name, (L.mul(bh, c(parts)), row, v(e)), "float32")
+            total: L.Expr = L.Load(partial.name, (L.mul(bh, c(parts)), row, v(e)), plan.dtype)
             for k in range(1, parts):
                 total = L.Bin("add", total, L.Load(partial.name, (L.add(L.mul(bh, c(parts)), c(k)), row, v(e)),
-                                                   "float32"))
+                                                   plan.dtype))
             return _lanes(e, plan.d, L.Store(dq_name, head(bh) + (row, v(e)), total))
 
         loops.append(parallel(bh_n * plan.s, add_parts))
