@@ -58,9 +58,11 @@ class AttentionBackwardKnobs:
     bq: int = 64  # query rows per block, a multiple of mr
     bk: int = 64  # keys per block, a multiple of LANES and of mr
     mr: int = 4  # rows of a register block in the micro-GEMMs
+    panel: bool = True  # one pass keeping a query block's S and dP for every key (see build)
 
     def to_json(self) -> dict:
-        return {"template": "attention_backward", "bq": self.bq, "bk": self.bk, "mr": self.mr}
+        return {"template": "attention_backward", "bq": self.bq, "bk": self.bk, "mr": self.mr,
+                "panel": self.panel}
 
 
 def knob_problems(knobs: AttentionBackwardKnobs) -> list[str]:
@@ -311,6 +313,7 @@ def _read_outside(bp: BoundProgram, start: int, stop: int, names: set[str]) -> b
 
 # ------------------------------------------------------------------ the kernel
 
+PANEL_MAX_BYTES = 4 << 20  # per thread, both panels: beyond it, two passes that keep no panel
 COLUMNS = {"float32": 64, "float64": 32}  # columns of a register block: 4 vectors of 512 bits
 
 
@@ -448,20 +451,17 @@ class _Kernel:
                 dd, L.const(0), L.const(width), _lanes(ss, LANES, _st(dst, (slot, L.Var(dd), s_), value)))))
         return L.seq(*parts)
 
-    def tiles(self, slot: L.Expr, bidx: tuple[L.Expr, ...], q0: L.Expr, k0: L.Expr, st: L.Buffer,
-              dpt: L.Buffer) -> L.Stmt:
-        """S^T[j, i] = K[k0 + j] . Q[q0 + i] and dP^T[j, i] = V[k0 + j] . dO[q0 + i]."""
-        plan, g, bk, bq = self.plan, self.g, self.knobs.bk, self.knobs.bq
+    def tiles(self, slot: L.Expr, bidx: tuple[L.Expr, ...], q0: L.Expr, k0: L.Expr, st: Out, dpt: Out) -> L.Stmt:
+        """S^T[j, i] = K[k0 + j] . Q[q0 + i] into st and dP^T[j, i] = V[k0 + j] . dO[q0 + i] into dpt."""
+        plan, g, bk, bq, f = self.plan, self.g, self.knobs.bk, self.knobs.bq, self.dtype
         s_gemm = g.gemm(bk, bq, plan.d, lambda m, k: self.tensor(bidx, plan.k, self.key(L.add(k0, m)), k),
-                        lambda k, n: L.Load(self.qt.name, (slot, k, L.add(q0, n)), self.dtype), Out(st.name, self.dtype),
-                        zero=True)
+                        lambda k, n: L.Load(self.qt.name, (slot, k, L.add(q0, n)), f), st, zero=True)
         if not self.need_dp:
             return s_gemm
         assert plan.v is not None
         v_name = plan.v
         dp_gemm = g.gemm(bk, bq, plan.e, lambda m, k: self.tensor(bidx, v_name, self.key(L.add(k0, m)), k),
-                         lambda k, n: L.Load(self.dot.name, (slot, k, L.add(q0, n)), self.dtype), Out(dpt.name, self.dtype),
-                         zero=True)
+                         lambda k, n: L.Load(self.dot.name, (slot, k, L.add(q0, n)), f), dpt, zero=True)
         return L.seq(s_gemm, dp_gemm)
 
     def tile_buffers(self) -> tuple[L.Buffer, L.Buffer]:
@@ -503,7 +503,7 @@ class _Kernel:
         if plan.causal:  # key blocks right of the diagonal are all masked
             last = L.Bin("min", L.add(q0, c(bq - 1)), c(plan.s - 1))
             k_end = L.Bin("min", k_end, L.add(L.Bin("div", last, c(bk)), c(1)))
-        stream = L.For(kb, c(0), k_end, L.seq(self.tiles(slot, bidx, q0, k0, st, dpt), maxima, rescale, sums))
+        stream = L.For(kb, c(0), k_end, L.seq(self.tiles(slot, bidx, q0, k0, Out(st.name, f32), Out(dpt.name, f32)), maxima, rescale, sums))
         at = (slot, L.add(q0, v(i)))
         stats = _lanes(i, bq, L.seq(
             _st(self.lse, at, L.Bin("add", _ld(m_run, v(i)), L.Call("log", (_ld(l_run, v(i)),), f32))),
@@ -537,7 +537,7 @@ class _Kernel:
         ds = L.Bin("mul", L.Bin("mul", s_ji, L.Bin("sub", dp_ji, L.Load(self.delta.name, at, f32))), scale)
         probs = L.For(j, c(0), c(bk), _lanes(i, bq, L.seq(
             _st(st, (v(j), v(i)), p), _st(dpt, (v(j), v(i)), ds) if self.need_dp else None)))
-        steps: list[L.Stmt | None] = [self.tiles(slot, bidx, q0, k0, st, dpt), probs]
+        steps: list[L.Stmt | None] = [self.tiles(slot, bidx, q0, k0, Out(st.name, f32), Out(dpt.name, f32)), probs]
         if plan.dv:  # dV[k0 + j] += sum_i P^T[j, i] dO[q0 + i]
             steps.append(g.gemm(bk, plan.e, bq, lambda m, k: _ld(st, m, k),
                                 lambda k, n: self.tensor(bidx, plan.do, self.query(L.add(q0, k)), n),
@@ -560,9 +560,70 @@ class _Kernel:
             body = L.Allocate(buf, body)
         return body
 
-    def zero_rows(self, buffer: str, prefix: tuple[L.Expr, ...]) -> L.Stmt:
+    # -- the panel variant: one pass
+    def panel(self, slot: L.Expr, bidx: tuple[L.Expr, ...], ps: L.Buffer, pd: L.Buffer) -> L.Stmt:
+        """Per query block: S^T and dP^T for every key block into the panels ps and pd (keys by
+        queries), the exact softmax statistics from them, then per key block P^T, dS^T and dV, dK
+        (straight into the outputs, zeroed first) and dQ. Five micro-GEMMs per tile, one exp."""
+        plan, g, bq, bk, f = self.plan, self.g, self.knobs.bq, self.knobs.bk, self.dtype
+        v, c, zero, scale = L.Var, L.const, L.Const(0.0, f), L.Const(plan.scale, f)
+        qb, kb, kb2, j, i = g.var("qb"), g.var("kb"), g.var("kb"), g.var("j"), g.var("i")
+        q0 = L.mul(v(qb), c(bq))
+        m, l_sum, d_sum = (L.Buffer(g.var(n), f, (bq,), "local") for n in ("m", "l", "dl"))
+        vi, cell = (v(i),), (slot, v(j), v(i))
+        s_ji, dp_ji = L.Load(ps.name, cell, f), L.Load(pd.name, cell, f)
+        k_end: L.Expr = c(self.k_blocks)
+        if plan.causal:  # key blocks right of the diagonal are all masked
+            last = L.Bin("min", L.add(q0, c(bq - 1)), c(plan.s - 1))
+            k_end = L.Bin("min", k_end, L.add(L.Bin("div", last, c(bk)), c(1)))
+        k0 = L.mul(v(kb), c(bk))
+        fill = L.For(kb, c(0), k_end, self.tiles(slot, bidx, q0, k0, Out(ps.name, f, (slot,), k0),
+                                                 Out(pd.name, f, (slot,), k0)))
+        valid = self.valid(L.add(q0, v(i)), v(j), True)  # padded queries too: they must add nothing to dK, dV
+        keys = L.mul(k_end, c(bk))
+        maxima = L.seq(_lanes(i, bq, _st(m, vi, L.Const(-math.inf, f))), L.For(j, c(0), keys, _lanes(i, bq, _st(
+            m, vi, L.Bin("max", _ld(m, v(i)), L.Select(valid, L.Bin("mul", s_ji, scale), L.Const(-math.inf, f)))))))
+        p = L.Select(valid, L.Call("exp", (L.Bin("sub", L.Bin("mul", s_ji, scale), _ld(m, v(i))),), f), zero)
+        sums = L.seq(_lanes(i, bq, L.seq(_st(l_sum, vi, zero), _st(d_sum, vi, zero))), L.For(j, c(0), keys, _lanes(
+            i, bq, L.seq(L.Store(ps.name, cell, p), _st(l_sum, vi, L.Bin("add", _ld(l_sum, v(i)), s_ji)),
+                         _st(d_sum, vi, L.Bin("add", _ld(d_sum, v(i)), L.Bin("mul", s_ji, dp_ji)))
+                         if self.need_dp else None))))
+        # 1/l (0 for a query with no valid key: a padded one) and Delta = rowsum(P dP)
+        inv = _lanes(i, bq, L.seq(
+            _st(l_sum, vi, L.Select(L.Cmp("gt", _ld(l_sum, v(i)), zero), L.Bin("div", L.Const(1.0, f),
+                                                                              _ld(l_sum, v(i))), zero)),
+            _st(d_sum, vi, L.Bin("mul", _ld(d_sum, v(i)), _ld(l_sum, v(i)))) if self.need_dp else None))
+        k0 = L.mul(v(kb2), c(bk))
+        at: tuple[L.Expr, ...] = (slot, L.add(k0, v(j)), v(i))
+        prob = L.Bin("mul", L.Load(ps.name, at, f), _ld(l_sum, v(i)))
+        ds = L.Bin("mul", L.Bin("mul", L.Load(ps.name, at, f), L.Bin("sub", L.Load(pd.name, at, f),
+                                                                       _ld(d_sum, v(i)))), scale)
+        steps: list[L.Stmt | None] = [L.For(j, c(0), c(bk), _lanes(i, bq, L.seq(
+            L.Store(ps.name, at, prob), L.Store(pd.name, at, ds) if self.need_dp else None)))]
+        if plan.dv:  # dV[k0 + j] += sum_i P^T[j, i] dO[q0 + i]
+            steps.append(g.gemm(bk, plan.e, bq, lambda mm, k: L.Load(ps.name, (slot, L.add(k0, mm), k), f),
+                                lambda k, n: self.tensor(bidx, plan.do, self.query(L.add(q0, k)), n),
+                                Out(plan.dv, f, bidx, k0, plan.t), zero=False))
+        if plan.dk:  # dK[k0 + j] += sum_i dS^T[j, i] Q[q0 + i]
+            steps.append(g.gemm(bk, plan.d, bq, lambda mm, k: L.Load(pd.name, (slot, L.add(k0, mm), k), f),
+                                lambda k, n: self.tensor(bidx, plan.q, self.query(L.add(q0, k)), n),
+                                Out(plan.dk, f, bidx, k0, plan.t), zero=False))
+        if plan.dq:  # dQ[q0 + i] += sum_j dS^T[j, i] K[k0 + j]
+            steps.append(g.gemm(bq, plan.d, bk, lambda mm, k: L.Load(pd.name, (slot, L.add(k0, k), mm), f),
+                                lambda k, n: self.tensor(bidx, plan.k, self.key(L.add(k0, k)), n),
+                                Out(plan.dq, f, bidx, q0, plan.s), zero=False))
+        body: L.Stmt = L.For(qb, c(0), c(self.q_blocks), L.seq(
+            fill, maxima, sums, inv, L.For(kb2, c(0), k_end, L.seq(*steps))))
+        for buf in (m, l_sum, d_sum):
+            body = L.Allocate(buf, body)
+        outputs = [(plan.dq, plan.s, plan.d), (plan.dk, plan.t, plan.d), (plan.dv, plan.t, plan.e)]
+        return L.seq(self.transposes(slot, bidx), *(self.zero_rows(name, bidx, rows, cols)
+                                                     for name, rows, cols in outputs if name), body)
+
+    def zero_rows(self, buffer: str, prefix: tuple[L.Expr, ...], rows: int = 0, cols: int = 0) -> L.Stmt:
+        """buffer[prefix.., r, c] = 0 for r < rows, c < cols (by default S and D: dQ)."""
         a, b = self.g.var("a"), self.g.var("b")
-        return L.For(a, L.const(0), L.const(self.plan.s), _lanes(b, self.plan.d, L.Store(
+        return L.For(a, L.const(0), L.const(rows or self.plan.s), _lanes(b, cols or self.plan.d, L.Store(
             buffer, prefix + (L.Var(a), L.Var(b)), L.Const(0.0, self.dtype))))
 
 
@@ -586,6 +647,14 @@ def build(plan: BackwardPlan, bp: BoundProgram, target: Target,
         x, w = g.var("x"), g.var("w")
         env = decompose(v(w), plan.batch)
         bidx = tuple(env[var] for var, _, _ in plan.batch)
+        tp = kernel.k_blocks * knobs.bk
+        if knobs.panel and 2 * tp * knobs.bq * (4 if plan.dtype == "float32" else 8) <= PANEL_MAX_BYTES:
+            ps = L.Buffer(f"{kernel.prefix}.panel_s", plan.dtype, (threads, tp, knobs.bq))
+            pd = L.Buffer(f"{kernel.prefix}.panel_dp", plan.dtype, (threads, tp, knobs.bq))
+            body = kernel.panel(v(x), bidx, ps, pd)
+            main = threads_loop(x, threads, thread_share(x, threads, w, bh_n, body))
+            workspaces = [kernel.qt, ps] + ([kernel.dot, pd] if kernel.need_dp else [])
+            return LoweredGroup(main, tuple(workspaces), plan.consumed, plan.elided)
         dq = Out(plan.dq, plan.dtype, bidx, None, plan.s) if plan.dq else None
         body = L.seq(kernel.transposes(v(x), bidx), kernel.zero_rows(plan.dq, bidx) if plan.dq else None,
                      kernel.pass1(v(x), bidx, c(0), c(kernel.q_blocks)),
