@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ import torch
 import tilec
 from ops import sources
 from tilec.errors import TilecError
+from tilec.runtime.function import run_pointers
 
 __all__ = ["OpError", "conv2d", "linear", "attention", "relu", "gelu", "softmax", "layer_norm"]
 
@@ -64,9 +66,41 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """A compiled kernel for one input signature and what its outputs look like as torch tensors."""
+
+    kernel: Any  # tilec.driver.Kernel
+    outputs: tuple[tuple[tuple[int, ...], torch.dtype], ...]
+
+
+_PLANS: dict[tuple[Any, ...], _Plan] = {}
+
+
+def _plan(fn: tilec.Function, tensors: Sequence[torch.Tensor]) -> _Plan:
+    key = (id(fn), *[(t.shape, t.dtype) for t in tensors])
+    plan = _PLANS.get(key)
+    if plan is None:
+        kernel = fn.kernel_for(tuple(tuple(t.shape) for t in tensors),
+                               tuple(str(t.dtype).removeprefix("torch.") for t in tensors))
+        outs = kernel.params[len(tensors):len(tensors) + len(fn.outputs)]
+        plan = _PLANS[key] = _Plan(kernel, tuple((b.shape, getattr(torch, b.dtype)) for b in outs))
+    return plan
+
+
+def _call(fn: tilec.Function, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Run `fn` on CPU tensors of the dtypes it takes: outputs are allocated as torch tensors and
+    every buffer goes to the kernel by address (no numpy round trip); the compiled kernel is looked
+    up once per (function, shapes, dtypes). Non-contiguous inputs are copied to contiguous ones."""
+    plan = _plan(fn, tensors)
+    inputs = [t.contiguous() for t in tensors]
+    outputs = [torch.empty(shape, dtype=dtype) for shape, dtype in plan.outputs]
+    run_pointers(plan.kernel, [t.data_ptr() for t in inputs] + [o.data_ptr() for o in outputs])
+    return outputs
+
+
 def _run(source: str, *tensors: torch.Tensor) -> torch.Tensor:
-    out = _forward_fn(source)(*(_numpy(t) for t in tensors))
-    return torch.from_numpy(np.ascontiguousarray(out))
+    return _call(_forward_fn(source), tensors)[0]
 
 
 # ------------------------------------------------------------------ checks
@@ -115,10 +149,7 @@ def tile_grad(source: str, wrt: list[int], inputs: list[torch.Tensor]) -> list[t
     """Gradients of the Tile program `source` w.r.t. its inputs number `wrt`; `inputs` are the
     forward inputs followed by one gradient per forward output (shaped like the outputs)."""
     names = _forward_fn(source).inputs
-    fn = _grad_fn(source, tuple(names[i] for i in wrt))
-    out = fn(*(_numpy(t) for t in inputs))
-    grads = [out] if len(wrt) == 1 else list(out)
-    return [torch.from_numpy(np.ascontiguousarray(g)) for g in grads]
+    return _call(_grad_fn(source, tuple(names[i] for i in wrt)), inputs)
 
 
 @tile_grad.register_fake
