@@ -169,6 +169,58 @@ def _grads(source: str, forward_inputs: Sequence[torch.Tensor], needs: Sequence[
     return result
 
 
+# ------------------------------------------------------------------ the eager fast path
+
+
+def _eager(*tensors: torch.Tensor | None) -> bool:
+    """Whether a call may skip the torch.library dispatcher: not while torch.compile traces, and only
+    for plain tensors (fake, meta and other subclasses take the registered op and its fake kernel)."""
+    if torch.compiler.is_compiling():
+        return False
+    return all(t is None or type(t) in _PLAIN for t in tensors)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+class _TileOp(torch.autograd.Function):
+    """One Tile program (one output) as an autograd node, called without the dispatcher.
+
+    The eager path of the ops below: the same kernels and the same derived gradients as the
+    registered ops (whose checks the wrappers run first), minus the two dispatcher hops per op
+    (forward, and tilec::tile_grad in backward), which cost more than a small kernel. `views` gives
+    the shape each tensor takes inside the program (None: as is); gradients come back in the
+    tensors' own shapes, all of those needed from one call of the derived gradient kernel."""
+
+    @staticmethod
+    def forward(ctx: Any, source: str, views: tuple[Any, ...], out_shape: tuple[int, ...],  # type: ignore[override]
+                *tensors: torch.Tensor) -> torch.Tensor:
+        inputs = [t if v is None else t.reshape(v) for t, v in zip(tensors, views)]
+        (out,) = _call(_forward_fn(source), inputs)
+        ctx.source, ctx.views, ctx.kernel_out = source, views, out.shape
+        ctx.save_for_backward(*tensors)
+        return out.view(out_shape)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        tensors = ctx.saved_tensors
+        wrt = [i for i, need in enumerate(ctx.needs_input_grad[3:]) if need]
+        result: list[Any] = [None] * len(tensors)
+        if wrt:
+            inputs = [t if v is None else t.reshape(v) for t, v in zip(tensors, ctx.views)]
+            names = _forward_fn(ctx.source).inputs
+            fn = _grad_fn(ctx.source, tuple(names[i] for i in wrt))
+            grads = _call(fn, [*inputs, grad.reshape(ctx.kernel_out)])
+            for i, g in zip(wrt, grads):
+                result[i] = g.view(tensors[i].shape)
+        return (None, None, None, *result)
+
+
+def _apply(source: str, views: tuple[Any, ...], out_shape: Sequence[int], *tensors: torch.Tensor) -> torch.Tensor:
+    return _TileOp.apply(source, views, tuple(out_shape), *tensors)
+
+
 # ------------------------------------------------------------------ conv2d
 
 
@@ -243,8 +295,13 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """Like torch.nn.functional.conv2d (NCHW, OIHW, integer padding only, groups=1)."""
     if isinstance(padding, str):
         raise OpError(f"tilec.conv2d: padding={padding!r} is not supported; give the padding as integers")
-    return torch.ops.tilec.conv2d(x, weight, bias, _as_list(stride), _as_list(padding), _as_list(dilation),
-                                  int(groups))
+    stride, padding, dilation = _as_list(stride), _as_list(padding), _as_list(dilation)
+    if _eager(x, weight, bias):
+        s, p, d, shape = _conv2d_check(x, weight, bias, stride, padding, dilation, int(groups))
+        source = sources.conv2d_source(s, p, d, bias is not None)
+        tensors = (x, weight) if bias is None else (x, weight, bias)
+        return _apply(source, (None,) * len(tensors), shape, *tensors)
+    return torch.ops.tilec.conv2d(x, weight, bias, stride, padding, dilation, int(groups))
 
 
 # ------------------------------------------------------------------ linear
@@ -313,7 +370,14 @@ _linear.register_autograd(_linear_backward, setup_context=_linear_setup)
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            activation: str | None = None) -> torch.Tensor:
     """x[..., in] @ weight[out, in].T + bias, then `activation` (None, "relu" or "gelu") fused."""
-    return torch.ops.tilec.linear(x, weight, bias, activation or "none")
+    act = activation or "none"
+    if _eager(x, weight, bias):
+        _linear_check(x, weight, bias, act)
+        source = sources.linear_source(bias is not None, act)
+        tensors = (x, weight) if bias is None else (x, weight, bias)
+        views = ((-1, x.shape[-1]),) + (None,) * (len(tensors) - 1)
+        return _apply(source, views, (*x.shape[:-1], weight.shape[0]), *tensors)
+    return torch.ops.tilec.linear(x, weight, bias, act)
 
 
 # ------------------------------------------------------------------ attention
@@ -408,13 +472,24 @@ _relu = _unary("relu")
 _gelu = _unary("gelu")
 
 
+def _unary_eager(name: str, x: torch.Tensor) -> torch.Tensor | None:
+    if not _eager(x):
+        return None
+    _check_tensor(name, "x", x)
+    if x.numel() == 0:
+        return None
+    return _apply(sources.unary_source(name), ((-1,),), x.shape, x)
+
+
 def relu(x: torch.Tensor) -> torch.Tensor:
-    return torch.ops.tilec.relu(x)
+    out = _unary_eager("relu", x)
+    return torch.ops.tilec.relu(x) if out is None else out
 
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
     """The exact GELU, x * Phi(x) through erf (torch's approximate="none")."""
-    return torch.ops.tilec.gelu(x)
+    out = _unary_eager("gelu", x)
+    return torch.ops.tilec.gelu(x) if out is None else out
 
 
 # ------------------------------------------------------------------ softmax
@@ -461,6 +536,8 @@ _softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup)
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    if _eager(x) and _softmax_check(x, dim) == x.dim() - 1:
+        return _apply(sources.softmax_source(), ((-1, x.shape[-1]),), x.shape, x)
     return torch.ops.tilec.softmax(x, dim)
 
 
@@ -538,4 +615,9 @@ _layer_norm.register_autograd(_layer_norm_backward, setup_context=_layer_norm_se
 def layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int], weight: torch.Tensor | None = None,
                bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
     shape = [int(normalized_shape)] if isinstance(normalized_shape, int) else [int(s) for s in normalized_shape]
+    if _eager(x, weight, bias):
+        k = _layer_norm_check(x, shape, weight, bias)
+        source = sources.layer_norm_source(k, float(eps), weight is not None, bias is not None)
+        tensors = [t for t in (x, weight, bias) if t is not None]
+        return _apply(source, ((-1, k),) + ((k,),) * (len(tensors) - 1), x.shape, *tensors)
     return torch.ops.tilec.layer_norm(x, shape, weight, bias, float(eps))
