@@ -7,7 +7,7 @@ tensors' numpy views. Its backward is `tilec::tile_grad`, a custom op running th
 `tilec.grad` derives from the same source for the inputs that need a gradient (cached per
 (source, wrt)). Every op has a fake (meta) implementation so `torch.compile` can trace it.
 
-    tilec::conv2d(x, weight, bias, stride, padding, dilation, groups)   NCHW, groups == 1
+    tilec::conv2d(x, weight, bias, stride, padding, dilation, groups)   NCHW, OIHW
     tilec::linear(x, weight, bias, activation)                          "none" | "relu" | "gelu"
     tilec::attention(q, k, v, causal, scale)                            [B, H, S, D]
     tilec::relu(x), tilec::gelu(x)                                      gelu: exact (erf) form
@@ -230,16 +230,20 @@ def _conv2d_check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     _check_tensor("conv2d", "x", x, rank=4)
     _check_tensor("conv2d", "weight", weight, rank=4)
     _same_dtype("conv2d", x=x, weight=weight, bias=bias)
-    if groups != 1:
-        raise OpError(f"tilec.conv2d: groups={groups} is not supported yet; only groups=1")
+    if not isinstance(groups, int) or groups < 1:
+        raise OpError(f"tilec.conv2d: 'groups' must be an integer >= 1, got {groups!r}")
     s = _pair("conv2d", "stride", stride, 1)
     p = _pair("conv2d", "padding", padding, 0)
     d = _pair("conv2d", "dilation", dilation, 1)
     n, c, h, w = x.shape
     co, ci, kh, kw = weight.shape
-    if ci != c:
-        raise OpError(f"tilec.conv2d: 'weight' has {ci} input channels (shape {tuple(weight.shape)}) but "
+    if ci * groups != c:
+        per = f" per group ({groups} groups need {c} / {groups})" if groups > 1 else ""
+        raise OpError(f"tilec.conv2d: 'weight' has {ci} input channels{per} (shape {tuple(weight.shape)}) but "
                       f"'x' has {c} (shape {tuple(x.shape)})")
+    if co % groups:
+        raise OpError(f"tilec.conv2d: 'weight' has {co} output channels (shape {tuple(weight.shape)}), "
+                      f"not a multiple of groups={groups}")
     if bias is not None:
         _check_tensor("conv2d", "bias", bias, rank=1)
         if bias.shape[0] != co:
@@ -252,12 +256,30 @@ def _conv2d_check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return s, p, d, (n, co, oh, ow)
 
 
+def _conv2d_views(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  groups: int) -> tuple[Any, ...]:
+    """The shapes x, weight (and bias) take inside the grouped program (ops/sources.py): free views
+    of the contiguous tensors with the group axis split out; None for each when groups == 1."""
+    n = 2 if bias is None else 3
+    if groups == 1:
+        return (None,) * n
+    co = weight.shape[0]
+    views = ((x.shape[0], groups, x.shape[1] // groups, *x.shape[2:]),
+             (groups, co // groups, *weight.shape[1:]), (groups, co // groups))
+    return views[:n]
+
+
+def _viewed(tensors: Sequence[torch.Tensor], views: Sequence[Any]) -> list[torch.Tensor]:
+    return [t if v is None else t.reshape(v) for t, v in zip(tensors, views)]
+
+
 @torch.library.custom_op("tilec::conv2d", mutates_args=())
 def _conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
             padding: list[int], dilation: list[int], groups: int) -> torch.Tensor:
-    s, p, d, _ = _conv2d_check(x, weight, bias, stride, padding, dilation, groups)
-    source = sources.conv2d_source(s, p, d, bias is not None)
-    return _run(source, x, weight, *([bias] if bias is not None else []))
+    s, p, d, shape = _conv2d_check(x, weight, bias, stride, padding, dilation, groups)
+    source = sources.conv2d_source(s, p, d, bias is not None, groups)
+    tensors = [x, weight] + ([bias] if bias is not None else [])
+    return _run(source, *_viewed(tensors, _conv2d_views(x, weight, bias, groups))).reshape(shape)
 
 
 @_conv2d.register_fake
@@ -272,15 +294,22 @@ def _conv2d_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> No
     ctx.save_for_backward(x, weight, bias)
     ctx.params = (_pair("conv2d", "stride", stride, 1), _pair("conv2d", "padding", padding, 0),
                   _pair("conv2d", "dilation", dilation, 1))
+    ctx.groups = groups
+    ctx.out_shape = output.shape
 
 
 def _conv2d_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     x, weight, bias = ctx.saved_tensors
     s, p, d = ctx.params
-    source = sources.conv2d_source(s, p, d, bias is not None)
+    source = sources.conv2d_source(s, p, d, bias is not None, ctx.groups)
     tensors = [x, weight] + ([bias] if bias is not None else [])
+    views = _conv2d_views(x, weight, bias, ctx.groups)
     needs = list(ctx.needs_input_grad[:len(tensors)])
-    grads = _grads(source, tensors, needs, [grad])
+    if ctx.groups > 1:
+        n, co, oh, ow = ctx.out_shape
+        grad = grad.reshape(n, ctx.groups, co // ctx.groups, oh, ow)
+    grads = _grads(source, _viewed(tensors, views), needs, [grad])
+    grads = [g if g is None else g.reshape(t.shape) for g, t in zip(grads, tensors)]
     if bias is None:
         grads.append(None)
     return (*grads, None, None, None, None)
@@ -292,15 +321,15 @@ _conv2d.register_autograd(_conv2d_backward, setup_context=_conv2d_setup)
 def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
            dilation: int | Sequence[int] = 1, groups: int = 1) -> torch.Tensor:
-    """Like torch.nn.functional.conv2d (NCHW, OIHW, integer padding only, groups=1)."""
+    """Like torch.nn.functional.conv2d (NCHW, OIHW, integer padding only; any groups, depthwise too)."""
     if isinstance(padding, str):
         raise OpError(f"tilec.conv2d: padding={padding!r} is not supported; give the padding as integers")
     stride, padding, dilation = _as_list(stride), _as_list(padding), _as_list(dilation)
     if _eager(x, weight, bias):
         s, p, d, shape = _conv2d_check(x, weight, bias, stride, padding, dilation, int(groups))
-        source = sources.conv2d_source(s, p, d, bias is not None)
+        source = sources.conv2d_source(s, p, d, bias is not None, int(groups))
         tensors = (x, weight) if bias is None else (x, weight, bias)
-        return _apply(source, (None,) * len(tensors), shape, *tensors)
+        return _apply(source, _conv2d_views(x, weight, bias, int(groups)), shape, *tensors)
     return torch.ops.tilec.conv2d(x, weight, bias, stride, padding, dilation, int(groups))
 
 

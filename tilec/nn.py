@@ -21,7 +21,7 @@ __all__ = ["Conv2d", "Linear", "LayerNorm", "ReLU", "GELU", "Softmax", "Multihea
 
 
 class Conv2d(torch.nn.Conv2d):
-    """torch.nn.Conv2d on tilec's conv2d (padding_mode="zeros", integer padding, groups=1)."""
+    """torch.nn.Conv2d on tilec's conv2d (padding_mode="zeros", integer padding; any groups)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -29,8 +29,6 @@ class Conv2d(torch.nn.Conv2d):
             raise OpError(f"tilec.nn.Conv2d: padding_mode={self.padding_mode!r} is not supported; only 'zeros'")
         if isinstance(self.padding, str):
             raise OpError(f"tilec.nn.Conv2d: padding={self.padding!r} is not supported; give integers")
-        if self.groups != 1:
-            raise OpError(f"tilec.nn.Conv2d: groups={self.groups} is not supported yet; only groups=1")
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 (torch's name)
         return torch_ops.conv2d(input, self.weight, self.bias, self.stride, self.padding,  # type: ignore[arg-type]
