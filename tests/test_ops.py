@@ -180,6 +180,7 @@ def test_multihead_attention(batch_first: bool, causal: bool) -> None:
     q, kv = rand(2, 5, 8), rand(2, 5, 8)
     mask = torch.nn.Transformer.generate_square_subsequent_mask(5) if causal else None
     check_module(ours, theirs, q, kv, kv, need_weights=False, attn_mask=mask, is_causal=causal)
+    check_module(ours, theirs, q, q, q, need_weights=False, attn_mask=mask, is_causal=causal)  # packed q, k, v
 
 
 def test_training_matches_torch() -> None:
