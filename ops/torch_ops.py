@@ -31,7 +31,10 @@ import torch
 
 import tilec
 from ops import sources
+from tilec.autodiff import derive
 from tilec.errors import TilecError
+from tilec.frontend import parse
+from tilec.ir.copies import eliminate_copies
 from tilec.runtime.function import run_pointers
 
 __all__ = ["OpError", "conv2d", "linear", "attention", "relu", "gelu", "softmax", "layer_norm"]
@@ -58,7 +61,9 @@ def _grad_fn(source: str, wrt: tuple[str, ...]) -> tilec.Function:
     key = (source, wrt)
     fn = _BACKWARD.get(key)
     if fn is None:
-        fn = _BACKWARD[key] = tilec.grad(source, wrt=list(wrt))
+        # the derived program without its renaming copies (each would be one more pass over memory)
+        program = eliminate_copies(derive(parse(source), list(wrt)))
+        fn = _BACKWARD[key] = tilec.compile(str(program))
     return fn
 
 

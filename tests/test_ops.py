@@ -320,3 +320,30 @@ def test_wrappers_take_the_eager_path() -> None:
     x, w = rand(2, 5), rand(3, 5)
     assert type(T.linear(x, w).grad_fn).__name__ == "_TileOpBackward"
     assert "_TileOp" not in type(torch.ops.tilec.linear(x, w, None, "none").grad_fn).__name__
+
+
+# ------------------------------------------------------------------ copy elimination in derived gradients
+
+def test_eliminate_copies_keeps_values_and_drops_renamings() -> None:
+    import numpy as np
+
+    from ops import sources
+    from tilec.autodiff import derive
+    from tilec.frontend import parse
+    from tilec.ir.copies import eliminate_copies
+    from tilec.ir.tensor import Elementwise, ETensor
+
+    source = sources.conv2d_source((2, 2), (1, 1), (1, 1), True)
+    derived = derive(parse(source), ["X", "F", "Bias"])
+    slim = eliminate_copies(derived)
+    assert slim.outputs == derived.outputs and slim.params == derived.params
+    assert not any(isinstance(st, Elementwise) and isinstance(st.expr, ETensor) for st in slim.statements)
+    assert len(slim.statements) < len(derived.statements)
+    assert eliminate_copies(slim) is slim  # nothing left to do: the same object
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 7, 6), (4, 3, 3, 3), (4,), (2, 4, 4, 3))]
+    for a, b in zip(tilec.compile(str(derived))(*args), tilec.compile(str(slim))(*args)):
+        np.testing.assert_array_equal(a, b)
+    # an input copied to an output stays; a temporary read after its copy is renamed everywhere
+    kept = parse("function (A[N]) -> (B, C) { B = A; T = A * 2.0; U = T; C = U + T; }")
+    assert [str(s) for s in eliminate_copies(kept).statements] == ["B = A", "T = A * 2.0", "C = T + T"]
