@@ -2,10 +2,16 @@
 
 Every op here is a `torch.library.custom_op` whose forward builds the Tile source for its static
 parameters (ops/sources.py, cached per parameter tuple), compiles it once (`tilec.compile`,
-cached per source; kernels are cached per shape inside the Function) and runs it on the
-tensors' numpy views. Its backward is `tilec::tile_grad`, a custom op running the kernel that
-`tilec.grad` derives from the same source for the inputs that need a gradient (cached per
-(source, wrt)). Every op has a fake (meta) implementation so `torch.compile` can trace it.
+cached per source; the kernel is looked up once per (shapes, dtypes)) and runs it on the tensors'
+memory by address, its outputs allocated as torch tensors. Its backward is `tilec::tile_grad`, a
+custom op running the kernel derived (tilec.autodiff, renaming copies removed) from the same
+source for all the inputs that need a gradient at once (cached per (source, wrt)). Every op has
+a fake (meta) implementation so `torch.compile` can trace it.
+
+The Python wrappers (`conv2d`, `linear`, ...; what tilec.nn calls) run the same checks, kernels
+and gradients through `_TileOp`, an autograd.Function, when called eagerly on plain tensors: the
+dispatcher's two hops per op cost more than a small kernel. Under torch.compile, and for fake or
+subclassed tensors, they call the registered ops.
 
     tilec::conv2d(x, weight, bias, stride, padding, dilation, groups)   NCHW, OIHW
     tilec::linear(x, weight, bias, activation)                          "none" | "relu" | "gelu"
