@@ -113,3 +113,42 @@ def cases(models: tuple[str, ...] = MODELS, batch: int | None = None,
                     shape["channels"] = model_args["channels"][1]
             out.append(TrainStepCase(m, shape, size))
     return out
+
+
+def interleaved(case: TrainStepCase, steps: int) -> dict[str, float]:
+    """Alternate tilec's and torch's steps (after 10 checked warm-up pairs) and report the median and
+    the fastest step of each side in ms: on a shared, loaded machine the fastest steps are the
+    figures that compare (they ran in the quiet slots), where the harness's medians swing."""
+    import statistics
+    import time
+
+    prepared = case.prepare()
+    for _ in range(10):
+        prepared.check(prepared.tilec(), prepared.baseline())
+    times: dict[str, list[float]] = {"tilec": [], "torch": []}
+    for _ in range(steps):
+        for side, step in (("tilec", prepared.tilec), ("torch", prepared.baseline)):
+            start = time.perf_counter()
+            step()
+            times[side].append((time.perf_counter() - start) * 1e3)
+    out = {f"{side} {stat}": f(ts) for side, ts in times.items()
+           for stat, f in (("median", statistics.median), ("min", min))}
+    out["ratio of mins"] = out["torch min"] / out["tilec min"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="interleaved training steps, tilec vs torch eager")
+    parser.add_argument("model", choices=MODELS)
+    parser.add_argument("--size", choices=SIZES, default="small")
+    parser.add_argument("--steps", type=int, default=200)
+    args = parser.parse_args(argv)
+    case = next(c for c in cases((args.model,)) if c.size == args.size)
+    result = interleaved(case, args.steps)
+    print(f"{case.op.label}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.items()))
+
+
+if __name__ == "__main__":
+    main()
