@@ -210,7 +210,7 @@ class _TileOp(torch.autograd.Function):
         (out,) = _call(_forward_fn(source), inputs)
         ctx.source, ctx.views, ctx.kernel_out = source, views, out.shape
         ctx.save_for_backward(*tensors)
-        return out.view(out_shape)
+        return out if out.shape == out_shape else out.view(out_shape)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -224,7 +224,7 @@ class _TileOp(torch.autograd.Function):
             fn = _grad_fn(ctx.source, tuple(names[i] for i in wrt))
             grads = _call(fn, [*inputs, grad.reshape(ctx.kernel_out)])
             for i, g in zip(wrt, grads):
-                result[i] = g.view(tensors[i].shape)
+                result[i] = g if g.shape == tensors[i].shape else g.view(tensors[i].shape)
         return (None, None, None, *result)
 
 
