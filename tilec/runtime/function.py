@@ -81,6 +81,27 @@ class Function:
             self._by_signature[sig_key] = kernel
         return _run(kernel, arrays, len(self.outputs))
 
+    def kernel_for(self, shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...]) -> driver.Kernel:
+        """The kernel for inputs of these shapes and dtypes (numpy names), in input order.
+
+        For callers that hold buffers other than numpy arrays (torch tensors): they pass the
+        buffers' addresses to `run_pointers`. The lookup shares `__call__`'s per-signature cache.
+        """
+        if len(shapes) != len(self.inputs) or len(dtypes) != len(self.inputs):
+            raise BindError(f"kernel_for needs one shape and one dtype per input ({', '.join(self.inputs)}); "
+                            f"got {len(shapes)} shapes and {len(dtypes)} dtypes")
+        np_dtypes = [np.dtype(d) for d in dtypes]
+        sig_key = tuple((tuple(int(d) for d in shape), dt.char) for shape, dt in zip(shapes, np_dtypes))
+        kernel = self._by_signature.get(sig_key)
+        if kernel is None:
+            sig = driver.Signature(
+                shapes=tuple((n, shape) for n, (shape, _) in zip(self.inputs, sig_key)),
+                dtypes=tuple((n, check_supported(n, dt)) for n, dt in zip(self.inputs, np_dtypes)),
+                sizes=tuple(sorted(self.sizes.items())),
+            )
+            kernel = self._by_signature[sig_key] = self.kernel(sig)
+        return kernel
+
     def _arguments(self, args: tuple, kwargs: dict) -> list[np.ndarray]:
         n = len(self.inputs)
         if len(args) > n:
@@ -198,3 +219,20 @@ def _run(kernel: driver.Kernel, inputs: list[np.ndarray], n_outputs: int) -> Any
     if len(kernel.scratch) < MAX_SCRATCH_SETS:
         kernel.scratch.append(scratch)
     return outputs[0] if n_outputs == 1 else tuple(outputs)
+
+
+def run_pointers(kernel: driver.Kernel, pointers: list[int]) -> None:
+    """Call `kernel` on buffers given by address: its inputs, then its outputs (`kernel.params` in
+    order, up to its temporaries, which come from the kernel's scratch sets as in `_run`).
+
+    The caller guarantees what `Function.__call__` checks: every buffer is C-contiguous, has the
+    shape and dtype of its parameter, and stays alive during the call."""
+    params = kernel.params
+    try:
+        scratch = kernel.scratch.pop()
+    except IndexError:
+        scratch = [np.empty(b.shape, dtype=b.dtype) for b in params[len(pointers):]]
+    addresses = pointers + [a.ctypes.data for a in scratch]
+    kernel.loaded.function((ctypes.c_void_p * len(params))(*addresses))
+    if len(kernel.scratch) < MAX_SCRATCH_SETS:
+        kernel.scratch.append(scratch)
