@@ -87,11 +87,22 @@ def _keepdim_reduce(b: BoundContraction, agg: str, source: str, batch: tuple[str
             and not last.coeffs and last.const == 0 and b.shape[-1] == 1)
 
 
-def match(index: int, bp: BoundProgram) -> AttentionPlan | None:
+CPU_DTYPES = ("float32",)
+
+
+def match(index: int, bp: BoundProgram, dtypes: tuple[str, ...] = CPU_DTYPES) -> AttentionPlan | None:
+    """The attention chain starting at statement `index`, or None.
+
+    Q, K and V must share one dtype out of `dtypes`, and the output's dtype must be one of
+    them too (a causal chain's float32 mask constant promotes a float16 chain's output to
+    float32). The CPU template is float32 only; the GPU template
+    (tilec.schedule.gpu_attention) also takes float16, keeping its softmax statistics and
+    accumulators in float32.
+    """
     stmts = bp.statements
     first = stmts[index]
     if not (isinstance(first, BoundContraction) and first.stmt.agg == "+" and first.stmt.combo == "mul"
-            and first.stmt.default is None and not first.guards and not first.empty and first.dtype == "float32"):
+            and first.stmt.default is None and not first.guards and not first.empty and first.dtype in dtypes):
         return None
     out = _out_vars(first)
     if None in out or len(out) < 2 or len(set(out)) != len(out):
@@ -178,7 +189,7 @@ def match(index: int, bp: BoundProgram) -> AttentionPlan | None:
     expected_readers[e.output] = 2  # R and P read E
     if any(readers.get(name, 0) != n for name, n in expected_readers.items()):
         return None
-    if any(bp.dtypes[x] != "float32" for x in (a.tensor, b.tensor, vv.tensor, o.output)):
+    if any(bp.dtypes[x] != first.dtype for x in (a.tensor, b.tensor, vv.tensor)) or bp.dtypes[o.output] not in dtypes:
         return None
     ranges = {v: (v, lo, hi) for v, lo, hi in first.ranges}
     if ranges[s][1] != 0 or ranges[t][1] != 0 or ranges[d][1] != 0:
