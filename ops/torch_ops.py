@@ -2,8 +2,9 @@
 
 Every op here is a `torch.library.custom_op` whose forward builds the Tile source for its static
 parameters (ops/sources.py, cached per parameter tuple), compiles it once (`tilec.compile`,
-cached per source; kernels are cached per shape inside the Function) and runs it on the
-tensors' numpy views. Its backward is `tilec::tile_grad`, a custom op running the kernel that
+cached per source and target; kernels are cached per shape inside the Function) and runs it on the
+tensors' numpy views - or, for CUDA tensors, on target "cuda" on the tensors themselves (device
+pointers, torch's current stream; tilec.runtime.torch_cuda). Its backward is `tilec::tile_grad`, a custom op running the kernel that
 `tilec.grad` derives from the same source for the inputs that need a gradient (cached per
 (source, wrt)). Every op has a fake (meta) implementation so `torch.compile` can trace it.
 
@@ -14,7 +15,8 @@ tensors' numpy views. Its backward is `tilec::tile_grad`, a custom op running th
     tilec::softmax(x, dim)
     tilec::layer_norm(x, normalized_shape, weight, bias, eps)
 
-Errors: wrong dtypes (float32 and float64 are supported, one per op), ranks, shapes, devices and parameters raise
+Errors: wrong dtypes (float32 and float64 are supported, one per op), ranks, shapes, devices (CPU or
+one CUDA device per op, not a mix) and parameters raise
 `OpError`, a `tilec.TilecError` (and `ValueError`) that names the argument at fault. Non-
 contiguous inputs are copied to contiguous ones first, so they give the same result.
 """
@@ -41,22 +43,27 @@ class OpError(TilecError, ValueError):
 
 # ------------------------------------------------------------------ compiled-function caches
 
-_FORWARD: dict[str, tilec.Function] = {}
-_BACKWARD: dict[tuple[str, tuple[str, ...]], tilec.Function] = {}
+_FORWARD: dict[tuple[str, str], tilec.Function] = {}
+_BACKWARD: dict[tuple[str, tuple[str, ...], str], tilec.Function] = {}
 
 
-def _forward_fn(source: str) -> tilec.Function:
-    fn = _FORWARD.get(source)
+def _target(t: torch.Tensor) -> str:
+    """The tilec target for tensors on t's device: "cuda" for a CUDA device, else the CPU's "llvm"."""
+    return "cuda" if t.is_cuda else "llvm"
+
+
+def _forward_fn(source: str, target: str = "llvm") -> tilec.Function:
+    fn = _FORWARD.get((source, target))
     if fn is None:
-        fn = _FORWARD[source] = tilec.compile(source)
+        fn = _FORWARD[source, target] = tilec.compile(source, target=target)
     return fn
 
 
-def _grad_fn(source: str, wrt: tuple[str, ...]) -> tilec.Function:
-    key = (source, wrt)
+def _grad_fn(source: str, wrt: tuple[str, ...], target: str = "llvm") -> tilec.Function:
+    key = (source, wrt, target)
     fn = _BACKWARD.get(key)
     if fn is None:
-        fn = _BACKWARD[key] = tilec.grad(source, wrt=list(wrt))
+        fn = _BACKWARD[key] = tilec.grad(source, wrt=list(wrt), target=target)
     return fn
 
 
@@ -65,6 +72,8 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def _run(source: str, *tensors: torch.Tensor) -> torch.Tensor:
+    if tensors[0].is_cuda:  # the checks put every tensor of the op on this one device
+        return _forward_fn(source, "cuda")(*(t.detach() for t in tensors))
     out = _forward_fn(source)(*(_numpy(t) for t in tensors))
     return torch.from_numpy(np.ascontiguousarray(out))
 
@@ -75,9 +84,8 @@ def _run(source: str, *tensors: torch.Tensor) -> torch.Tensor:
 def _check_tensor(op: str, name: str, t: Any, rank: int | None = None, min_rank: int | None = None) -> None:
     if not isinstance(t, torch.Tensor):
         raise OpError(f"tilec.{op}: '{name}' must be a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
-        raise OpError(f"tilec.{op}: '{name}' is on {t.device}; the CUDA backend is not in this build, "
-                      f"only CPU tensors are supported")
+    if t.device.type not in ("cpu", "cuda"):
+        raise OpError(f"tilec.{op}: '{name}' is on {t.device}; tilec ops take CPU or CUDA tensors")
     if t.dtype not in (torch.float32, torch.float64):
         raise OpError(f"tilec.{op}: '{name}' has dtype {t.dtype}; torch.float32 and torch.float64 are supported")
     if rank is not None and t.dim() != rank:
@@ -87,7 +95,11 @@ def _check_tensor(op: str, name: str, t: Any, rank: int | None = None, min_rank:
 
 
 def _same_dtype(op: str, **tensors: torch.Tensor | None) -> None:
-    """All tensors of one op share a dtype (the fake kernels give the output that dtype)."""
+    """All tensors of one op share a dtype (the fake kernels give the output that dtype) and a device."""
+    devices = {name: t.device for name, t in tensors.items() if t is not None}
+    if len(set(devices.values())) > 1:
+        listing = ", ".join(f"{name} on {device}" for name, device in devices.items())
+        raise OpError(f"tilec.{op}: the tensors must be on one device, got {listing}; move them with .to(device)")
     given = {name: t.dtype for name, t in tensors.items() if t is not None}
     if len(set(given.values())) > 1:
         listing = ", ".join(f"{name} {dtype}" for name, dtype in given.items())
@@ -115,7 +127,10 @@ def tile_grad(source: str, wrt: list[int], inputs: list[torch.Tensor]) -> list[t
     """Gradients of the Tile program `source` w.r.t. its inputs number `wrt`; `inputs` are the
     forward inputs followed by one gradient per forward output (shaped like the outputs)."""
     names = _forward_fn(source).inputs
-    fn = _grad_fn(source, tuple(names[i] for i in wrt))
+    fn = _grad_fn(source, tuple(names[i] for i in wrt), _target(inputs[0]))
+    if inputs[0].is_cuda:  # torch CUDA tensors in and out (a mix of devices is a tilec BindError)
+        out = fn(*(t.detach() for t in inputs))
+        return [out] if len(wrt) == 1 else list(out)
     out = fn(*(_numpy(t) for t in inputs))
     grads = [out] if len(wrt) == 1 else list(out)
     return [torch.from_numpy(np.ascontiguousarray(g)) for g in grads]
