@@ -87,7 +87,9 @@ class GpuTask(Task):
         on_device: dict[int, list[Any]] = {}
 
         def run(arrays: list[np.ndarray]) -> Any:
-            tensors = on_device.setdefault(id(arrays), [torch.from_numpy(a).cuda() for a in arrays])
+            if id(arrays) not in on_device:  # the inputs go to the GPU once, not per call
+                on_device[id(arrays)] = [torch.from_numpy(a).cuda() for a in arrays]
+            tensors = on_device[id(arrays)]
             out = call(tensors)
             outs = out if isinstance(out, tuple) else (out,)
             host = tuple(o.cpu().numpy() for o in outs)
