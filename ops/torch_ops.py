@@ -6,7 +6,8 @@ cached per source; the kernel is looked up once per (shapes, dtypes)) and runs i
 memory by address, its outputs allocated as torch tensors. Its backward is `tilec::tile_grad`, a
 custom op running the kernel derived (tilec.autodiff, renaming copies removed) from the same
 source for all the inputs that need a gradient at once (cached per (source, wrt)). Every op has
-a fake (meta) implementation so `torch.compile` can trace it.
+a fake (meta) implementation so `torch.compile` can trace it. CUDA tensors run on target "cuda"
+on the tensors themselves (device pointers, torch's current stream; tilec.runtime.torch_cuda).
 
 The Python wrappers (`conv2d`, `linear`, ...; what tilec.nn calls) run the same checks, kernels
 and gradients through `_TileOp`, an autograd.Function, when called eagerly on plain tensors: the
@@ -20,7 +21,8 @@ subclassed tensors, they call the registered ops.
     tilec::softmax(x, dim)
     tilec::layer_norm(x, normalized_shape, weight, bias, eps)
 
-Errors: wrong dtypes (float32 and float64 are supported, one per op), ranks, shapes, devices and parameters raise
+Errors: wrong dtypes (float32 and float64 are supported, one per op), ranks, shapes, devices (CPU or
+one CUDA device per op, not a mix) and parameters raise
 `OpError`, a `tilec.TilecError` (and `ValueError`) that names the argument at fault. Non-
 contiguous inputs are copied to contiguous ones first, so they give the same result.
 """
@@ -32,7 +34,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 import tilec
@@ -52,29 +53,30 @@ class OpError(TilecError, ValueError):
 
 # ------------------------------------------------------------------ compiled-function caches
 
-_FORWARD: dict[str, tilec.Function] = {}
-_BACKWARD: dict[tuple[str, tuple[str, ...]], tilec.Function] = {}
+_FORWARD: dict[tuple[str, str], tilec.Function] = {}
+_BACKWARD: dict[tuple[str, tuple[str, ...], str], tilec.Function] = {}
 
 
-def _forward_fn(source: str) -> tilec.Function:
-    fn = _FORWARD.get(source)
+def _target(t: torch.Tensor) -> str:
+    """The tilec target for tensors on t's device: "cuda" for a CUDA device, else the CPU's "llvm"."""
+    return "cuda" if t.is_cuda else "llvm"
+
+
+def _forward_fn(source: str, target: str = "llvm") -> tilec.Function:
+    fn = _FORWARD.get((source, target))
     if fn is None:
-        fn = _FORWARD[source] = tilec.compile(source)
+        fn = _FORWARD[source, target] = tilec.compile(source, target=target)
     return fn
 
 
-def _grad_fn(source: str, wrt: tuple[str, ...]) -> tilec.Function:
-    key = (source, wrt)
+def _grad_fn(source: str, wrt: tuple[str, ...], target: str = "llvm") -> tilec.Function:
+    key = (source, wrt, target)
     fn = _BACKWARD.get(key)
     if fn is None:
         # the derived program without its renaming copies (each would be one more pass over memory)
         program = eliminate_copies(derive(parse(source), list(wrt)))
-        fn = _BACKWARD[key] = tilec.compile(str(program))
+        fn = _BACKWARD[key] = tilec.compile(str(program), target=target)
     return fn
-
-
-def _numpy(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy()
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,8 @@ def _call(fn: tilec.Function, tensors: Sequence[torch.Tensor]) -> list[torch.Ten
 
 
 def _run(source: str, *tensors: torch.Tensor) -> torch.Tensor:
+    if tensors[0].is_cuda:  # the checks put every tensor of the op on this one device
+        return _forward_fn(source, "cuda")(*(t.detach() for t in tensors))
     return _call(_forward_fn(source), tensors)[0]
 
 
@@ -120,9 +124,8 @@ def _run(source: str, *tensors: torch.Tensor) -> torch.Tensor:
 def _check_tensor(op: str, name: str, t: Any, rank: int | None = None, min_rank: int | None = None) -> None:
     if not isinstance(t, torch.Tensor):
         raise OpError(f"tilec.{op}: '{name}' must be a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
-        raise OpError(f"tilec.{op}: '{name}' is on {t.device}; the CUDA backend is not in this build, "
-                      f"only CPU tensors are supported")
+    if t.device.type not in ("cpu", "cuda"):
+        raise OpError(f"tilec.{op}: '{name}' is on {t.device}; tilec ops take CPU or CUDA tensors")
     if t.dtype not in (torch.float32, torch.float64):
         raise OpError(f"tilec.{op}: '{name}' has dtype {t.dtype}; torch.float32 and torch.float64 are supported")
     if rank is not None and t.dim() != rank:
@@ -132,7 +135,11 @@ def _check_tensor(op: str, name: str, t: Any, rank: int | None = None, min_rank:
 
 
 def _same_dtype(op: str, **tensors: torch.Tensor | None) -> None:
-    """All tensors of one op share a dtype (the fake kernels give the output that dtype)."""
+    """All tensors of one op share a dtype (the fake kernels give the output that dtype) and a device."""
+    devices = {name: t.device for name, t in tensors.items() if t is not None}
+    if len(set(devices.values())) > 1:
+        listing = ", ".join(f"{name} on {device}" for name, device in devices.items())
+        raise OpError(f"tilec.{op}: the tensors must be on one device, got {listing}; move them with .to(device)")
     given = {name: t.dtype for name, t in tensors.items() if t is not None}
     if len(set(given.values())) > 1:
         listing = ", ".join(f"{name} {dtype}" for name, dtype in given.items())
@@ -160,7 +167,11 @@ def tile_grad(source: str, wrt: list[int], inputs: list[torch.Tensor]) -> list[t
     """Gradients of the Tile program `source` w.r.t. its inputs number `wrt`; `inputs` are the
     forward inputs followed by one gradient per forward output (shaped like the outputs)."""
     names = _forward_fn(source).inputs
-    return _call(_grad_fn(source, tuple(names[i] for i in wrt)), inputs)
+    fn = _grad_fn(source, tuple(names[i] for i in wrt), _target(inputs[0]))
+    if inputs[0].is_cuda:  # torch CUDA tensors in and out (a mix of devices is a tilec BindError)
+        out = fn(*(t.detach() for t in inputs))
+        return [out] if len(wrt) == 1 else list(out)
+    return _call(fn, inputs)
 
 
 @tile_grad.register_fake
@@ -185,10 +196,11 @@ def _grads(source: str, forward_inputs: Sequence[torch.Tensor], needs: Sequence[
 
 def _eager(*tensors: torch.Tensor | None) -> bool:
     """Whether a call may skip the torch.library dispatcher: not while torch.compile traces, and only
-    for plain tensors (fake, meta and other subclasses take the registered op and its fake kernel)."""
+    for plain CPU tensors (fake, meta and other subclasses take the registered op and its fake kernel;
+    CUDA tensors take the registered op, which runs them on target cuda)."""
     if torch.compiler.is_compiling():
         return False
-    return all(t is None or type(t) in _PLAIN for t in tensors)
+    return all(t is None or (type(t) in _PLAIN and not t.is_cuda) for t in tensors)
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)

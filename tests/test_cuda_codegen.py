@@ -26,6 +26,17 @@ def test_every_test_kernel_compiles_with_nvcc(arch: str) -> None:
             assert la.kernel.encode() in cubin
 
 
+def test_generated_cuda_compiles_without_warnings(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Unused prelude helpers and an unused `tilec_thread0` must not trip nvcc's #177 (or any warning)."""
+    import subprocess
+
+    source = translation_unit([render_cuda(block_sum().func), render_cuda(elementwise().func)])
+    (tmp_path / "k.cu").write_text(source)
+    proc = subprocess.run(["nvcc", "-cubin", "-arch=sm_80", "-std=c++17", "-o", str(tmp_path / "k.cubin"),
+                           str(tmp_path / "k.cu")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "warning" not in proc.stderr + proc.stdout, proc.stderr
+
+
 def _extra_funcs() -> list[L.PrimFunc]:
     """Kernels that only the render tests use, compiled with the others."""
     return [_wide_index_func(), _guarded_func(), _cast_func()]

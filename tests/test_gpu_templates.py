@@ -126,6 +126,12 @@ ATTENTION_CASES = [
     Case("att_causal_ragged", attention(8, True), qkv(1, 1, 37, 37, 8), att(8, 16), template="gpu_attention"),
     Case("att_default", attention(32, False), qkv(1, 1, 20, 24, 32)),
     Case("att_default_causal", attention(8, True), qkv(1, 3, 33, 33, 8)),
+    # float16 Q/K/V/O: float32 statistics and accumulators, one rounding per output cell
+    Case("att_fp16_odd", attention(5, False), qkv(1, 2, 13, 70, 5), att(8, 16), "float16", "gpu_attention"),
+    Case("att_fp16_causal_ragged", attention(16, True), qkv(2, 1, 37, 37, 16), att(16, 8), "float16",
+         "gpu_attention"),
+    Case("att_fp16_default", attention(64, False), qkv(1, 2, 20, 33, 64), None, "float16"),
+    Case("att_fp16_default_causal", attention(8, True), qkv(1, 3, 33, 33, 8), None, "float16"),
 ]
 
 
@@ -148,8 +154,10 @@ def run_case(case: Case, seed: int = 0, target: str = "cuda-sim") -> None:
     arrays = [randn(r, *s, dtype=case.dtype) for s in case.shapes]
     out = case.compile(target)(*arrays)
     if case.dtype == "float16":  # float32 accumulation, one rounding per cell
-        want = numpy_ref(case, [a.astype(np.float32) for a in arrays]).astype(np.float16)
-        assert_matches(out, want, dtype=np.float16, rtol=1e-2, atol=1e-2)
+        # a causal chain's float32 mask constant (Neg = -1.0e30) promotes its output to float32
+        out_dtype = np.float32 if ATTENTION_REFS.get(case.source, (False,))[0] else np.float16
+        want = numpy_ref(case, [a.astype(np.float32) for a in arrays]).astype(out_dtype)
+        assert_matches(out, want, dtype=out_dtype, rtol=1e-2, atol=1e-2)
     else:
         assert_matches(out, numpy_ref(case, arrays), dtype=np.float32, rtol=1e-4, atol=1e-4)
 
@@ -192,6 +200,25 @@ def test_fused_attention_matches_numpy_on_the_emulator(case: Case) -> None:
     assert len(launches) == 1 and any(name.endswith(".sK") for name in shared_buffers(func)), "not fused"
     assert {p.name for p in func.params} == {"Q", "K", "V", "O"}  # no score matrix
     run_case(case)
+
+
+def test_fp16_attention_keeps_float32_statistics_and_the_cpu_keeps_float32_only() -> None:
+    from tilec.ir.bounds import bind
+    from tilec.schedule import attention as cpu_attention
+    from tilec.schedule import gpu_attention
+
+    case = next(c for c in ATTENTION_CASES if c.name == "att_fp16_default")
+    func = case.gpu_func()
+    allocs = {n.buffer.name: n.buffer.dtype for n in walk(func.body) if isinstance(n, L.Allocate)}
+    assert allocs and set(allocs.values()) == {"float32"}, allocs
+    stores = [n for n in walk(func.body) if isinstance(n, L.Store) and n.buffer == "O"]
+    assert stores and all(isinstance(n.value, L.Cast) and n.value.dtype == "float16" for n in stores)
+    fn = case.compile()
+    bp = bind(fn.program, dict(zip(fn.inputs, case.shapes)), {n: "float16" for n in fn.inputs}, {})
+    assert gpu_attention.match(0, bp) is not None
+    assert cpu_attention.match(0, bp) is None  # the CPU template stays float32: fp16 keeps the default lowering
+    out = tilec.compile(case.source)(*[randn(rng(1), *s, dtype="float16") for s in case.shapes])
+    assert out.dtype == np.float16
 
 
 def test_causal_attention_skips_the_blocks_right_of_the_diagonal() -> None:
@@ -349,4 +376,4 @@ def test_bench_gpu_cases_are_the_acceptance_shapes() -> None:
 
     names = [(c.name, c.dtype, c.shape) for c in gpu.cases()]
     assert names == [("gemm", "float16", "4096x4096x4096"), ("gemm", "float32", "4096x4096x4096"),
-                     ("conv2d", "float32", "N=32 14x14 256->256 3x3"), ("attention", "float32", "B=4 H=16 S=2048 D=64")]
+                     ("conv2d", "float32", "N=32 14x14 256->256 3x3"), ("attention", "float16", "B=4 H=16 S=2048 D=64")]

@@ -240,11 +240,13 @@ def test_errors(call: Callable[[], Any], match: str) -> None:
         call()
 
 
-def test_cuda_tensors_refused() -> None:
+def test_devices_other_than_cpu_and_cuda_refused() -> None:
     x = rand(1, 3, 5, 5, grad=False)
-    meta = x.to("meta")  # any non-CPU device takes the same path as CUDA
-    with pytest.raises(tilec.TilecError, match="CUDA backend is not in this build"):
+    meta = x.to("meta")
+    with pytest.raises(tilec.TilecError, match="CPU or CUDA tensors"):
         T._conv2d_check(meta, meta, None, [1, 1], [0, 0], [1, 1], 1)
+    with pytest.raises(tilec.TilecError, match="one device, got x on cpu, weight on meta"):
+        T._same_dtype("conv2d", x=x, weight=meta)  # CUDA ops: tests/test_torch_cuda.py
 
 
 def test_import_tilec_does_not_import_torch() -> None:

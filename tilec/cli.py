@@ -312,7 +312,15 @@ def _tune_task(args: argparse.Namespace) -> "tuple[Task, str, str]":
         shapes = dict(_parse_shape(s) for s in args.shape)
         op_name, shape_text = Path(args.op).stem if "\n" not in args.op else "tile", \
             ",".join(f"{n}={'x'.join(map(str, d))}" for n, d in shapes.items())
-    tasks = tasks_for(source, shapes, target=host_target(), label=f"{op_name} {shape_text}")
+    label = f"{op_name} {shape_text}"
+    if args.target in ("cuda", "cuda-sim"):
+        from tilec.autotune.gpu import gpu_tasks_for
+        from tilec.target import resolve_target
+
+        dtypes = {n: args.dtype for n in shapes}
+        tasks: list[Task] = list(gpu_tasks_for(source, shapes, dtypes, resolve_target(args.target), label))
+    else:
+        tasks = tasks_for(source, shapes, target=host_target(), label=label)
     if not tasks:
         raise TilecError(f"nothing to tune in {op_name}: no statement matches a tunable template "
                          f"(implicit_gemm: a sum of products; attention: the softmax(QK^T)V chain)")
@@ -328,10 +336,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from tilec.autotune.tuner import Progress, default_time, describe, tune
 
     if args.target == "cuda":
-        raise TilecError("--target cuda: this machine has no CUDA GPU that tilec can use (this build of tilec "
-                         "compiles for the host CPU only); tune with --target llvm")
-    if args.target not in ("llvm", "cpu", "host"):
-        raise TilecError(f"--target {args.target}: known targets are llvm and cuda")
+        from tilec.bench import gpu
+
+        try:
+            gpu.require_gpu()  # torch (CUDA events, device tensors) and a GPU that tilec's runtime reaches
+        except gpu.NoGpu as err:
+            print(f"tilec: tune --target cuda needs a GPU: {err}", file=sys.stderr)
+            return 2
+    if args.target not in ("llvm", "cpu", "host", "cuda", "cuda-sim"):
+        raise TilecError(f"--target {args.target}: known targets are llvm, cuda and cuda-sim")
     task, op_name, shape_text = _tune_task(args)
     started = time.monotonic()
 
@@ -384,7 +397,12 @@ def _add_tune_parsers(sub: argparse._SubParsersAction) -> None:
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--stmt", type=int, default=None, help="which tunable statement (default: the first)")
     tune.add_argument("--timeout", type=float, default=20.0, help="seconds per candidate before it is killed")
-    tune.add_argument("--target", default="llvm", help="llvm (the host CPU, default) or cuda")
+    tune.add_argument("--target", default="llvm",
+                      help="llvm (the host CPU, default); cuda (a GPU: gpu_gemm, gpu_tensorcore, gpu_attention "
+                           "knobs, timed with CUDA events); cuda-sim (the same GPU spaces run on the CPU emulator: "
+                           "a test of the plumbing only, its times mean nothing)")
+    tune.add_argument("--dtype", default="float32", choices=("float32", "float16"),
+                      help="input dtype for GPU targets (float16: tensor cores / fp16 attention)")
     tune.set_defaults(run=cmd_tune)
     plot = sub.add_parser("plot", help="plot best-so-far time versus trials of a tuning run (PNG)")
     plot.add_argument("records", metavar="RECORDS", help="the record database")

@@ -2,7 +2,7 @@
 
 The cases are issue 6's acceptance shapes: GEMM 4096^3 in float16 (tensor cores) and float32
 (CUDA cores; torch's TF32 off so cuBLAS does true float32), conv2d 3x3 256->256 14x14 batch 32
-(implicit GEMM, NHWC) and attention forward B=4 H=16 S=2048 D=64. Both sides run on torch CUDA
+(implicit GEMM, NHWC) and attention forward B=4 H=16 S=2048 D=64 in float16. Both sides run on torch CUDA
 tensors on torch's current stream and are timed with CUDA events around `repeats` calls after
 a warm-up; the ratio is baseline time / tilec time (> 1: tilec faster), as in the CPU bench.
 Without a GPU, `require_gpu` raises NoGpu (the CLI exits 2 with its message).
@@ -65,7 +65,7 @@ def cases(quick: bool = False) -> list[GpuCase]:
     def attention_baseline(torch: Any, x: list[Any]) -> Callable[[], Any]:
         return lambda: torch.nn.functional.scaled_dot_product_attention(x[0], x[1], x[2])
 
-    att_dtype = "float32"  # the GPU attention template matches the float32 chain only (see the report)
+    att_dtype = "float16"  # the acceptance case; float32 statistics and accumulation inside the template
     return [
         gemm("float16"),
         gemm("float32"),
@@ -152,7 +152,8 @@ def smoke_sim() -> list[dict[str, Any]]:
             arrays = case.make_inputs(np.random.default_rng(0))
             got = tilec.compile(case.source, target="cuda-sim")(*arrays)
             want = tilec.compile(case.source, target="llvm")(*arrays)  # the CPU backend as the reference
-            ok = bool(np.allclose(got, want, rtol=1e-3, atol=1e-3))
+            tol = 2e-2 if case.dtype == "float16" else 1e-3
+            ok = bool(np.allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol))
         rows.append({"op": case.name, "shape": case.shape, "dtype": case.dtype, "target": "cuda-sim", "ok": ok})
     return rows
 

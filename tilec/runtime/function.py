@@ -7,6 +7,7 @@ for the whole process, and their object code on disk (see tilec.driver).
 from __future__ import annotations
 
 import copy
+import ctypes
 import threading
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tilec import driver
-from tilec.runtime import memory
+from tilec.runtime import memory, torch_cuda
 from tilec.errors import BindError, TilecError, TilecWarning
 from tilec.frontend import parse
 from tilec.ir.dtypes import check_supported
@@ -73,6 +74,8 @@ class Function:
     # ------------------------------------------------------------ calling
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if torch_cuda.any_torch_cuda(args) or torch_cuda.any_torch_cuda(kwargs.values()):
+            return self._call_on_device(args, kwargs)
         arrays = self._arguments(args, kwargs)
         sig_key = tuple((a.shape, a.dtype.char) for a in arrays)
         kernel = self._by_signature.get(sig_key)
@@ -102,7 +105,27 @@ class Function:
             kernel = self._by_signature[sig_key] = self.kernel(sig)
         return kernel
 
+    def _call_on_device(self, args: tuple, kwargs: dict) -> Any:
+        """torch CUDA tensors on target cuda: device pointers, torch's current stream (tilec.runtime.torch_cuda)."""
+        named = self._values(args, kwargs)
+        device = torch_cuda.check_devices(self.target.name, named)
+        tensors = [named[name] for name in self.inputs]
+        sig_key = ("cuda",) + tuple((tuple(t.shape), torch_cuda.dtype_name(n, t)) for n, t in named.items())
+        kernel = self._by_signature.get(sig_key)
+        if kernel is None:
+            kernel = self.kernel(driver.Signature(
+                shapes=tuple((n, tuple(int(d) for d in t.shape)) for n, t in named.items()),
+                dtypes=tuple((n, torch_cuda.dtype_name(n, t)) for n, t in named.items()),
+                sizes=tuple(sorted(self.sizes.items()))))
+            self._by_signature[sig_key] = kernel
+        return torch_cuda.run(kernel, tensors, len(self.outputs), device)
+
     def _arguments(self, args: tuple, kwargs: dict) -> list[np.ndarray]:
+        values = self._values(args, kwargs)
+        return [_as_array(name, values[name]) for name in self.inputs]
+
+    def _values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """The argument of each input, by name, in input order (BindError for missing/extra ones)."""
         n = len(self.inputs)
         if len(args) > n:
             raise BindError(f"too many arguments: the program takes {n} input(s) ({', '.join(self.inputs)}), "
@@ -117,7 +140,7 @@ class Function:
         missing = [name for name in self.inputs if name not in values]
         if missing:
             raise BindError(f"missing argument(s) {', '.join(missing)}; the inputs are {', '.join(self.inputs)}")
-        return [_as_array(name, values[name]) for name in self.inputs]
+        return {name: values[name] for name in self.inputs}
 
     def _signature(self, arrays: list[np.ndarray]) -> driver.Signature:
         return driver.Signature(
@@ -226,7 +249,11 @@ def run_pointers(kernel: driver.Kernel, pointers: list[int]) -> None:
     order, up to its temporaries, which come from the kernel's scratch sets as in `_run`).
 
     The caller guarantees what `Function.__call__` checks: every buffer is C-contiguous, has the
-    shape and dtype of its parameter, and stays alive during the call."""
+    shape and dtype of its parameter, and stays alive during the call. Host memory only: a kernel
+    of target cuda runs through `Kernel.run` (or torch CUDA tensors through `Function.__call__`)."""
+    if kernel.invoke is not None:
+        raise TilecError("run_pointers calls kernels of the host targets (llvm, cuda-sim) on host memory; "
+                         "call the Function itself for target cuda")
     params = kernel.params
     try:
         scratch = kernel.scratch.pop()

@@ -113,13 +113,14 @@ class SoftmaxChain:
     next: int
 
 
-def match_softmax(index: int, bp: BoundProgram) -> SoftmaxChain | None:
-    """The chain L = +(Q K), [Z = L * c], [Neg, Zc], M, E, R, P starting at statement `index`."""
+def match_softmax(index: int, bp: BoundProgram, dtypes: tuple[str, ...] = ("float32", "float64")) -> SoftmaxChain | None:
+    """The chain L = +(Q K), [Z = L * c], [Neg, Zc], M, E, R, P starting at statement `index`,
+    with scores of one of `dtypes`."""
     stmts = bp.statements
     first = stmts[index]
     if not (isinstance(first, BoundContraction) and first.stmt.agg == "+" and first.stmt.combo == "mul"
             and first.stmt.default is None and not first.guards and not first.empty
-            and first.dtype in ("float32", "float64")):
+            and first.dtype in dtypes):
         return None
     out = _out_vars(first)
     if None in out or len(out) < 2 or len(set(out)) != len(out):
@@ -204,8 +205,19 @@ def causal_guard(b: BoundContraction, s: str, t: str, rows: int) -> bool:
             and guard.expr.divisor == 1 and guard.lo == 0 and (guard.hi == INF or guard.hi >= rows - 1))
 
 
-def match(index: int, bp: BoundProgram) -> AttentionPlan | None:
-    sm = match_softmax(index, bp)
+CPU_DTYPES = ("float32",)
+
+
+def match(index: int, bp: BoundProgram, dtypes: tuple[str, ...] = CPU_DTYPES) -> AttentionPlan | None:
+    """The attention chain starting at statement `index`, or None.
+
+    Q, K and V must share one dtype out of `dtypes`, and the output's dtype must be one of
+    them too (a causal chain's float32 mask constant promotes a float16 chain's output to
+    float32). The CPU template is float32 only; the GPU template
+    (tilec.schedule.gpu_attention) also takes float16, keeping its softmax statistics and
+    accumulators in float32.
+    """
+    sm = match_softmax(index, bp, dtypes)
     if sm is None or sm.p is None:
         return None
     o = bp.statements[sm.next] if sm.next < len(bp.statements) else None
@@ -230,10 +242,10 @@ def match(index: int, bp: BoundProgram) -> AttentionPlan | None:
     readers = _readers(bp)
     if any(readers.get(name, 0) != n for name, n in expected_readers.items()):
         return None
-    if any(bp.dtypes[x] != "float32" for x in (sm.q.tensor, sm.k.tensor, vv.tensor, o.output)):
+    first = bp.statements[index]
+    if any(bp.dtypes[x] != first.dtype for x in (sm.q.tensor, sm.k.tensor, vv.tensor)) or bp.dtypes[o.output] not in dtypes:
         return None
     ranges = sm.ranges
-    first = bp.statements[index]
     return AttentionPlan(q=sm.q, k=sm.k, v=vv, batch=tuple(ranges[x] for x in batch), s=first.shape[-2],
                          t=first.shape[-1], d=ranges[sm.d][2] + 1, e=o.shape[-1], scale=sm.scale, causal=sm.causal,
                          output=o.output, consumed=sm.next + 1 - index, elided=chain)

@@ -1,7 +1,7 @@
 """Fused flash attention on the GPU: softmax(scale * Q K^T [causal]) V in one launch.
 
 Requires: an AttentionPlan of tilec.schedule.attention.match (the Tile chain scores, scale,
-optional causal mask, softmax, times V; float32) that `applicable` accepts. Guarantees: one
+optional causal mask, softmax, times V; float32 or float16, see DTYPES) that `applicable` accepts. Guarantees: one
 launch in the GPU conventions of tilec/ir/loop.py computing what the chain computes without
 materialising the scores::
 
@@ -17,6 +17,9 @@ materialising the scores::
         O[bh, row] = acc / l                         # rows past S computed on a clamped row, not stored
 
 All threads of a block read the same sK/sV element at a time (a shared-memory broadcast).
+float16 Q/K/V/O: loads convert to float32 (q, sK, sV, the scores, the softmax statistics and
+the accumulator are all float32) and the output is rounded to float16 once per cell. The
+products run on the CUDA cores in float32 (no tensor cores yet).
 Knobs (GpuAttentionKnobs): bq (query rows per block, one thread each) and bk (keys per block).
 """
 
@@ -29,10 +32,12 @@ from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundAccess, BoundProgram
 from tilec.ir.lower import LoweredGroup
+from tilec.schedule import attention
 from tilec.schedule.attention import AttentionPlan
 from tilec.schedule.gpu_gemm import MAX_GRID_YZ, MAX_THREADS, SHARED_LIMIT, cooperative_copy
 from tilec.schedule.implicit_gemm import decompose
 
+DTYPES = ("float32", "float16")  # the dtypes of Q, K, V and O that this template takes
 MAX_ROW_REGISTERS = 224  # q[D] + acc[E] + s[BK] per thread, of the 255 registers a thread may use
 
 
@@ -97,7 +102,7 @@ def build(plan: AttentionPlan, bp: BoundProgram, knobs: GpuAttentionKnobs | None
     m_run, l_run, m_new, alpha = (c(i) for i in range(4))
 
     def access(op: BoundAccess, *tail: L.Expr) -> L.Expr:
-        return L.Load(op.tensor, tuple(env[var] for var, _, _ in plan.batch) + tail, bp.dtypes[op.tensor])
+        return L.cast(f32, L.Load(op.tensor, tuple(env[var] for var, _, _ in plan.batch) + tail, bp.dtypes[op.tensor]))
 
     def ld(buf: L.Buffer, *idx: L.Expr) -> L.Expr:
         return L.Load(buf.name, tuple(idx), f32)
@@ -154,7 +159,7 @@ def build(plan: AttentionPlan, bp: BoundProgram, knobs: GpuAttentionKnobs | None
         k_blocks = L.Bin("min", k_blocks, L.add(L.Bin("div", last_row, c(bk)), c(1)))
     finish = L.If(L.Cmp("lt", row, c(plan.s)), L.For(ee, c(0), c(plan.e), L.Store(
         plan.output, tuple(env[var] for var, _, _ in plan.batch) + (row, v(ee)),
-        L.Bin("div", ld(acc, v(ee)), ld(stats, l_run)))))
+        L.cast(bp.dtypes[plan.output], L.Bin("div", ld(acc, v(ee)), ld(stats, l_run))))))
     per_thread = L.Allocate(q, L.Allocate(acc, L.Allocate(stats, L.seq(
         init, L.For(kb, c(0), k_blocks, step), finish))))
     body: L.Stmt = L.For(t, c(0), c(bq), per_thread, "threadIdx.x")
@@ -164,4 +169,9 @@ def build(plan: AttentionPlan, bp: BoundProgram, knobs: GpuAttentionKnobs | None
     return LoweredGroup(body, (), plan.consumed, plan.elided)
 
 
-__all__ = ["GpuAttentionKnobs", "applicable", "build"]
+def match(index: int, bp: BoundProgram) -> AttentionPlan | None:
+    """The attention chain at statement `index` in a dtype this template takes (see DTYPES)."""
+    return attention.match(index, bp, DTYPES)
+
+
+__all__ = ["DTYPES", "GpuAttentionKnobs", "match", "applicable", "build"]

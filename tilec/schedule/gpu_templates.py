@@ -5,8 +5,8 @@ statements. Guarantees: a lowering strategy (tilec.ir.lower.Strategy) whose grou
 launches in the GPU conventions of tilec/ir/loop.py computing what the default lowering
 computes. Heuristic choice per statement, in this order:
 
-* the attention chain (tilec.schedule.attention.match) -> fused flash attention
-  (tilec.schedule.gpu_attention);
+* the attention chain (tilec.schedule.attention.match, float32 or float16) -> fused flash
+  attention (tilec.schedule.gpu_attention);
 * a sum of products the implicit-GEMM matcher accepts -> float16 operands: the tensor-core
   template (tilec.schedule.gpu_gemm_tc, float32 accumulation); float32/float64: the
   CUDA-core template (tilec.schedule.gpu_gemm), a convolution as implicit GEMM;
@@ -20,7 +20,7 @@ from dataclasses import replace
 from tilec.errors import ScheduleError
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import LoweredGroup, Strategy
-from tilec.schedule import attention, gpu_attention, gpu_gemm, gpu_gemm_tc, implicit_gemm
+from tilec.schedule import gpu_attention, gpu_gemm, gpu_gemm_tc, implicit_gemm
 from tilec.schedule.templates import GPU_TEMPLATES, TemplateConfig, TemplateSchedule
 
 
@@ -49,7 +49,7 @@ def gpu_strategy(bp: BoundProgram, overrides: TemplateSchedule | None = None) ->
             return _configured(index, program, config)
         if not isinstance(b, BoundContraction):
             return None
-        plan = attention.match(index, program)
+        plan = gpu_attention.match(index, program)
         if plan is not None and gpu_attention.applicable(plan):
             return gpu_attention.build(plan, program)
         gemm = gemm_plan(b)
@@ -68,7 +68,7 @@ def _configured(index: int, program: BoundProgram, config: TemplateConfig) -> Lo
     if config.template == "default":
         return None
     if config.template == "gpu_attention":
-        plan = attention.match(index, program)
+        plan = gpu_attention.match(index, program)
         if plan is None or not gpu_attention.applicable(plan):
             raise ScheduleError(f"template 'gpu_attention' does not apply to {where}: it must start the chain "
                                 f"scores, softmax, times V (see tilec/schedule/attention.py) in float32 or float16")
