@@ -24,19 +24,22 @@ VOCAB, SEQ, DIM, HEADS = 16, 16, 32, 4
 
 
 class Block(torch.nn.Module):
-    def __init__(self, kind: str) -> None:
+    """The example's model (the defaults); `tilec bench train_step` also times a wider one
+    (dim 256, seq 128, 8 heads)."""
+
+    def __init__(self, kind: str, dim: int = DIM, seq: int = SEQ, heads: int = HEADS) -> None:
         super().__init__()
         nn = torch.nn if kind == "torch" else _tilec_nn()
-        self.embed = torch.nn.Embedding(VOCAB, DIM)
-        self.position = torch.nn.Parameter(0.02 * torch.randn(SEQ, DIM))
-        self.norm1 = nn.LayerNorm(DIM)
-        self.attention = nn.MultiheadAttention(DIM, HEADS, batch_first=True)
-        self.norm2 = nn.LayerNorm(DIM)
-        self.up = nn.Linear(DIM, 2 * DIM)
+        self.embed = torch.nn.Embedding(VOCAB, dim)
+        self.position = torch.nn.Parameter(0.02 * torch.randn(seq, dim))
+        self.norm1 = nn.LayerNorm(dim)
+        self.attention = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.norm2 = nn.LayerNorm(dim)
+        self.up = nn.Linear(dim, 2 * dim)
         self.act = nn.GELU()
-        self.down = nn.Linear(2 * DIM, DIM)
-        self.head = nn.Linear(DIM, VOCAB)
-        self.causal = torch.triu(torch.ones(SEQ, SEQ, dtype=torch.bool), diagonal=1)
+        self.down = nn.Linear(2 * dim, dim)
+        self.head = nn.Linear(dim, VOCAB)
+        self.causal = torch.triu(torch.ones(seq, seq, dtype=torch.bool), diagonal=1)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens) + self.position
@@ -47,11 +50,11 @@ class Block(torch.nn.Module):
         return self.head(x)
 
 
-def batches(steps: int, size: int = 16) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def batches(steps: int, size: int = 16, length: int = SEQ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(2)
     for _ in range(steps):
         pattern = torch.randint(0, VOCAB, (size, 4), generator=gen)
-        seq = pattern.repeat(1, (SEQ + 1) // 4 + 1)[:, :SEQ + 1]
+        seq = pattern.repeat(1, (length + 1) // 4 + 1)[:, :length + 1]
         yield seq[:, :-1], seq[:, 1:]
 
 

@@ -27,7 +27,7 @@ def train(name: str, make_model: Callable[[str], torch.nn.Module], batches: Call
         optimiser = torch.optim.SGD(model.parameters(), lr=lr)
         losses = []
         start = time.perf_counter()
-        for step, (x, y) in enumerate(batches(steps)):
+        for x, y in batches(steps):
             optimiser.zero_grad()
             loss = loss_fn(model(x), y)
             loss.backward()

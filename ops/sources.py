@@ -27,30 +27,39 @@ def _activation(name: str, x: str) -> str:
 
 @lru_cache(maxsize=None)
 def conv2d_source(stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int],
-                  has_bias: bool) -> str:
+                  has_bias: bool, groups: int = 1) -> str:
     """NCHW input X[N, C, H, W], OIHW filter F[CO, C, KH, KW], optional Bias[CO] -> NCHW O.
 
     Like tilec/bench/ops.py's conv2d: converts to NHWC/HWIO inside the program so that the
     channels are the implicit GEMM's reduction; the bias is added in the NHWC stage (its last
-    axis is CO, so it broadcasts) and fuses into the GEMM's epilogue."""
+    axis is CO, so it broadcasts) and fuses into the GEMM's epilogue.
+
+    With `groups` > 1 the channels carry a group axis, which the caller exposes with free views of
+    the contiguous tensors: X[N, G, C, H, W] (C input channels per group), F[G, CO, C, KH, KW] (CO
+    output channels per group), Bias[G, CO] -> O[N, G, CO, OH, OW]. Every group is a conv of its
+    own channels (depthwise: C == 1); the text is the same for every groups value > 1 (G binds
+    from the shapes), so they share one compiled Function."""
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    if groups < 1:
+        raise ValueError(f"groups must be >= 1, got {groups}")
     # (H + 2p - d (KH - 1) - 1) / s + 1
     oh = f"(H + {2 * ph + dh - 1} - {dh}*KH) / {sh} + 1" if dh != 1 else f"(H + {2 * ph} - KH) / {sh} + 1"
     ow = f"(W + {2 * pw + dw - 1} - {dw}*KW) / {sw} + 1" if dw != 1 else f"(W + {2 * pw} - KW) / {sw} + 1"
     ih = f"{sh}*x + {dh}*i - {ph}" if dh != 1 else f"{sh}*x + i - {ph}"
     iw = f"{sw}*y + {dw}*j - {pw}" if dw != 1 else f"{sw}*y + j - {pw}"
-    inputs = "X[N, C, H, W], F[CO, C, KH, KW]" + (", Bias[CO]" if has_bias else "")
+    g, gd = ("", "") if groups == 1 else ("g, ", "G, ")  # the group index and its dimension
+    inputs = f"X[N, {gd}C, H, W], F[{gd}CO, C, KH, KW]" + (f", Bias[{gd}CO]" if has_bias else "")
     y = "Y"
     epilogue = ""
     if has_bias:
         y = "Yb"
         epilogue = "    Yb = Y + Bias;\n"
     return (f"function ({inputs}) -> (O) {{\n"
-            f"    I[n, h, w, c: N, H, W, C] = =(X[n, c, h, w]);\n"
-            f"    K[i, j, c, co: KH, KW, C, CO] = =(F[co, c, i, j]);\n"
-            f"    Y[n, x, y, co: N, {oh}, {ow}, CO] = +(I[n, {ih}, {iw}, c] * K[i, j, c, co]);\n"
+            f"    I[n, h, w, {g}c: N, H, W, {gd}C] = =(X[n, {g}c, h, w]);\n"
+            f"    K[{g}i, j, c, co: {gd}KH, KW, C, CO] = =(F[{g}co, c, i, j]);\n"
+            f"    Y[n, x, y, {g}co: N, {oh}, {ow}, {gd}CO] = +(I[n, {ih}, {iw}, {g}c] * K[{g}i, j, c, co]);\n"
             f"{epilogue}"
-            f"    O[n, co, x, y: N, CO, {oh}, {ow}] = =({y}[n, x, y, co]);\n"
+            f"    O[n, {g}co, x, y: N, {gd}CO, {oh}, {ow}] = =({y}[n, x, y, {g}co]);\n"
             f"}}")
 
 

@@ -2,19 +2,27 @@
 
 Every op here is a `torch.library.custom_op` whose forward builds the Tile source for its static
 parameters (ops/sources.py, cached per parameter tuple), compiles it once (`tilec.compile`,
-cached per source; kernels are cached per shape inside the Function) and runs it on the
-tensors' numpy views. Its backward is `tilec::tile_grad`, a custom op running the kernel that
-`tilec.grad` derives from the same source for the inputs that need a gradient (cached per
-(source, wrt)). Every op has a fake (meta) implementation so `torch.compile` can trace it.
+cached per source; the kernel is looked up once per (shapes, dtypes)) and runs it on the tensors'
+memory by address, its outputs allocated as torch tensors. Its backward is `tilec::tile_grad`, a
+custom op running the kernel derived (tilec.autodiff, renaming copies removed) from the same
+source for all the inputs that need a gradient at once (cached per (source, wrt)). Every op has
+a fake (meta) implementation so `torch.compile` can trace it. CUDA tensors run on target "cuda"
+on the tensors themselves (device pointers, torch's current stream; tilec.runtime.torch_cuda).
 
-    tilec::conv2d(x, weight, bias, stride, padding, dilation, groups)   NCHW, groups == 1
+The Python wrappers (`conv2d`, `linear`, ...; what tilec.nn calls) run the same checks, kernels
+and gradients through `_TileOp`, an autograd.Function, when called eagerly on plain tensors: the
+dispatcher's two hops per op cost more than a small kernel. Under torch.compile, and for fake or
+subclassed tensors, they call the registered ops.
+
+    tilec::conv2d(x, weight, bias, stride, padding, dilation, groups)   NCHW, OIHW
     tilec::linear(x, weight, bias, activation)                          "none" | "relu" | "gelu"
     tilec::attention(q, k, v, causal, scale)                            [B, H, S, D]
     tilec::relu(x), tilec::gelu(x)                                      gelu: exact (erf) form
     tilec::softmax(x, dim)
     tilec::layer_norm(x, normalized_shape, weight, bias, eps)
 
-Errors: wrong dtypes (float32 and float64 are supported, one per op), ranks, shapes, devices and parameters raise
+Errors: wrong dtypes (float32 and float64 are supported, one per op), ranks, shapes, devices (CPU or
+one CUDA device per op, not a mix) and parameters raise
 `OpError`, a `tilec.TilecError` (and `ValueError`) that names the argument at fault. Non-
 contiguous inputs are copied to contiguous ones first, so they give the same result.
 """
@@ -23,14 +31,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 import tilec
 from ops import sources
+from tilec.autodiff import derive
 from tilec.errors import TilecError
+from tilec.frontend import parse
+from tilec.ir.copies import eliminate_copies
+from tilec.runtime.function import run_pointers
 
 __all__ = ["OpError", "conv2d", "linear", "attention", "relu", "gelu", "softmax", "layer_norm"]
 
@@ -41,32 +53,69 @@ class OpError(TilecError, ValueError):
 
 # ------------------------------------------------------------------ compiled-function caches
 
-_FORWARD: dict[str, tilec.Function] = {}
-_BACKWARD: dict[tuple[str, tuple[str, ...]], tilec.Function] = {}
+_FORWARD: dict[tuple[str, str], tilec.Function] = {}
+_BACKWARD: dict[tuple[str, tuple[str, ...], str], tilec.Function] = {}
 
 
-def _forward_fn(source: str) -> tilec.Function:
-    fn = _FORWARD.get(source)
+def _target(t: torch.Tensor) -> str:
+    """The tilec target for tensors on t's device: "cuda" for a CUDA device, else the CPU's "llvm"."""
+    return "cuda" if t.is_cuda else "llvm"
+
+
+def _forward_fn(source: str, target: str = "llvm") -> tilec.Function:
+    fn = _FORWARD.get((source, target))
     if fn is None:
-        fn = _FORWARD[source] = tilec.compile(source)
+        fn = _FORWARD[source, target] = tilec.compile(source, target=target)
     return fn
 
 
-def _grad_fn(source: str, wrt: tuple[str, ...]) -> tilec.Function:
-    key = (source, wrt)
+def _grad_fn(source: str, wrt: tuple[str, ...], target: str = "llvm") -> tilec.Function:
+    key = (source, wrt, target)
     fn = _BACKWARD.get(key)
     if fn is None:
-        fn = _BACKWARD[key] = tilec.grad(source, wrt=list(wrt))
+        # the derived program without its renaming copies (each would be one more pass over memory)
+        program = eliminate_copies(derive(parse(source), list(wrt)))
+        fn = _BACKWARD[key] = tilec.compile(str(program), target=target)
     return fn
 
 
-def _numpy(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy()
+@dataclass(frozen=True)
+class _Plan:
+    """A compiled kernel for one input signature and what its outputs look like as torch tensors."""
+
+    kernel: Any  # tilec.driver.Kernel
+    outputs: tuple[tuple[tuple[int, ...], torch.dtype], ...]
+
+
+_PLANS: dict[tuple[Any, ...], _Plan] = {}
+
+
+def _plan(fn: tilec.Function, tensors: Sequence[torch.Tensor]) -> _Plan:
+    key = (id(fn), *[(t.shape, t.dtype) for t in tensors])
+    plan = _PLANS.get(key)
+    if plan is None:
+        kernel = fn.kernel_for(tuple(tuple(t.shape) for t in tensors),
+                               tuple(str(t.dtype).removeprefix("torch.") for t in tensors))
+        outs = kernel.params[len(tensors):len(tensors) + len(fn.outputs)]
+        plan = _PLANS[key] = _Plan(kernel, tuple((b.shape, getattr(torch, b.dtype)) for b in outs))
+    return plan
+
+
+def _call(fn: tilec.Function, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Run `fn` on CPU tensors of the dtypes it takes: outputs are allocated as torch tensors and
+    every buffer goes to the kernel by address (no numpy round trip); the compiled kernel is looked
+    up once per (function, shapes, dtypes). Non-contiguous inputs are copied to contiguous ones."""
+    plan = _plan(fn, tensors)
+    inputs = [t.contiguous() for t in tensors]
+    outputs = [torch.empty(shape, dtype=dtype) for shape, dtype in plan.outputs]
+    run_pointers(plan.kernel, [t.data_ptr() for t in inputs] + [o.data_ptr() for o in outputs])
+    return outputs
 
 
 def _run(source: str, *tensors: torch.Tensor) -> torch.Tensor:
-    out = _forward_fn(source)(*(_numpy(t) for t in tensors))
-    return torch.from_numpy(np.ascontiguousarray(out))
+    if tensors[0].is_cuda:  # the checks put every tensor of the op on this one device
+        return _forward_fn(source, "cuda")(*(t.detach() for t in tensors))
+    return _call(_forward_fn(source), tensors)[0]
 
 
 # ------------------------------------------------------------------ checks
@@ -75,9 +124,8 @@ def _run(source: str, *tensors: torch.Tensor) -> torch.Tensor:
 def _check_tensor(op: str, name: str, t: Any, rank: int | None = None, min_rank: int | None = None) -> None:
     if not isinstance(t, torch.Tensor):
         raise OpError(f"tilec.{op}: '{name}' must be a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
-        raise OpError(f"tilec.{op}: '{name}' is on {t.device}; the CUDA backend is not in this build, "
-                      f"only CPU tensors are supported")
+    if t.device.type not in ("cpu", "cuda"):
+        raise OpError(f"tilec.{op}: '{name}' is on {t.device}; tilec ops take CPU or CUDA tensors")
     if t.dtype not in (torch.float32, torch.float64):
         raise OpError(f"tilec.{op}: '{name}' has dtype {t.dtype}; torch.float32 and torch.float64 are supported")
     if rank is not None and t.dim() != rank:
@@ -87,7 +135,11 @@ def _check_tensor(op: str, name: str, t: Any, rank: int | None = None, min_rank:
 
 
 def _same_dtype(op: str, **tensors: torch.Tensor | None) -> None:
-    """All tensors of one op share a dtype (the fake kernels give the output that dtype)."""
+    """All tensors of one op share a dtype (the fake kernels give the output that dtype) and a device."""
+    devices = {name: t.device for name, t in tensors.items() if t is not None}
+    if len(set(devices.values())) > 1:
+        listing = ", ".join(f"{name} on {device}" for name, device in devices.items())
+        raise OpError(f"tilec.{op}: the tensors must be on one device, got {listing}; move them with .to(device)")
     given = {name: t.dtype for name, t in tensors.items() if t is not None}
     if len(set(given.values())) > 1:
         listing = ", ".join(f"{name} {dtype}" for name, dtype in given.items())
@@ -115,10 +167,11 @@ def tile_grad(source: str, wrt: list[int], inputs: list[torch.Tensor]) -> list[t
     """Gradients of the Tile program `source` w.r.t. its inputs number `wrt`; `inputs` are the
     forward inputs followed by one gradient per forward output (shaped like the outputs)."""
     names = _forward_fn(source).inputs
-    fn = _grad_fn(source, tuple(names[i] for i in wrt))
-    out = fn(*(_numpy(t) for t in inputs))
-    grads = [out] if len(wrt) == 1 else list(out)
-    return [torch.from_numpy(np.ascontiguousarray(g)) for g in grads]
+    fn = _grad_fn(source, tuple(names[i] for i in wrt), _target(inputs[0]))
+    if inputs[0].is_cuda:  # torch CUDA tensors in and out (a mix of devices is a tilec BindError)
+        out = fn(*(t.detach() for t in inputs))
+        return [out] if len(wrt) == 1 else list(out)
+    return _call(fn, inputs)
 
 
 @tile_grad.register_fake
@@ -138,6 +191,59 @@ def _grads(source: str, forward_inputs: Sequence[torch.Tensor], needs: Sequence[
     return result
 
 
+# ------------------------------------------------------------------ the eager fast path
+
+
+def _eager(*tensors: torch.Tensor | None) -> bool:
+    """Whether a call may skip the torch.library dispatcher: not while torch.compile traces, and only
+    for plain CPU tensors (fake, meta and other subclasses take the registered op and its fake kernel;
+    CUDA tensors take the registered op, which runs them on target cuda)."""
+    if torch.compiler.is_compiling():
+        return False
+    return all(t is None or (type(t) in _PLAIN and not t.is_cuda) for t in tensors)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+class _TileOp(torch.autograd.Function):
+    """One Tile program (one output) as an autograd node, called without the dispatcher.
+
+    The eager path of the ops below: the same kernels and the same derived gradients as the
+    registered ops (whose checks the wrappers run first), minus the two dispatcher hops per op
+    (forward, and tilec::tile_grad in backward), which cost more than a small kernel. `views` gives
+    the shape each tensor takes inside the program (None: as is); gradients come back in the
+    tensors' own shapes, all of those needed from one call of the derived gradient kernel."""
+
+    @staticmethod
+    def forward(ctx: Any, source: str, views: tuple[Any, ...], out_shape: tuple[int, ...],  # type: ignore[override]
+                *tensors: torch.Tensor) -> torch.Tensor:
+        inputs = [t if v is None else t.reshape(v) for t, v in zip(tensors, views)]
+        (out,) = _call(_forward_fn(source), inputs)
+        ctx.source, ctx.views, ctx.kernel_out = source, views, out.shape
+        ctx.save_for_backward(*tensors)
+        return out if out.shape == out_shape else out.view(out_shape)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        tensors = ctx.saved_tensors
+        wrt = [i for i, need in enumerate(ctx.needs_input_grad[3:]) if need]
+        result: list[Any] = [None] * len(tensors)
+        if wrt:
+            inputs = [t if v is None else t.reshape(v) for t, v in zip(tensors, ctx.views)]
+            names = _forward_fn(ctx.source).inputs
+            fn = _grad_fn(ctx.source, tuple(names[i] for i in wrt))
+            grads = _call(fn, [*inputs, grad.reshape(ctx.kernel_out)])
+            for i, g in zip(wrt, grads):
+                result[i] = g if g.shape == tensors[i].shape else g.view(tensors[i].shape)
+        return (None, None, None, *result)
+
+
+def _apply(source: str, views: tuple[Any, ...], out_shape: Sequence[int], *tensors: torch.Tensor) -> torch.Tensor:
+    return _TileOp.apply(source, views, tuple(out_shape), *tensors)
+
+
 # ------------------------------------------------------------------ conv2d
 
 
@@ -147,16 +253,20 @@ def _conv2d_check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     _check_tensor("conv2d", "x", x, rank=4)
     _check_tensor("conv2d", "weight", weight, rank=4)
     _same_dtype("conv2d", x=x, weight=weight, bias=bias)
-    if groups != 1:
-        raise OpError(f"tilec.conv2d: groups={groups} is not supported yet; only groups=1")
+    if not isinstance(groups, int) or groups < 1:
+        raise OpError(f"tilec.conv2d: 'groups' must be an integer >= 1, got {groups!r}")
     s = _pair("conv2d", "stride", stride, 1)
     p = _pair("conv2d", "padding", padding, 0)
     d = _pair("conv2d", "dilation", dilation, 1)
     n, c, h, w = x.shape
     co, ci, kh, kw = weight.shape
-    if ci != c:
-        raise OpError(f"tilec.conv2d: 'weight' has {ci} input channels (shape {tuple(weight.shape)}) but "
+    if ci * groups != c:
+        per = f" per group ({groups} groups need {c} / {groups})" if groups > 1 else ""
+        raise OpError(f"tilec.conv2d: 'weight' has {ci} input channels{per} (shape {tuple(weight.shape)}) but "
                       f"'x' has {c} (shape {tuple(x.shape)})")
+    if co % groups:
+        raise OpError(f"tilec.conv2d: 'weight' has {co} output channels (shape {tuple(weight.shape)}), "
+                      f"not a multiple of groups={groups}")
     if bias is not None:
         _check_tensor("conv2d", "bias", bias, rank=1)
         if bias.shape[0] != co:
@@ -169,12 +279,30 @@ def _conv2d_check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return s, p, d, (n, co, oh, ow)
 
 
+def _conv2d_views(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  groups: int) -> tuple[Any, ...]:
+    """The shapes x, weight (and bias) take inside the grouped program (ops/sources.py): free views
+    of the contiguous tensors with the group axis split out; None for each when groups == 1."""
+    n = 2 if bias is None else 3
+    if groups == 1:
+        return (None,) * n
+    co = weight.shape[0]
+    views = ((x.shape[0], groups, x.shape[1] // groups, *x.shape[2:]),
+             (groups, co // groups, *weight.shape[1:]), (groups, co // groups))
+    return views[:n]
+
+
+def _viewed(tensors: Sequence[torch.Tensor], views: Sequence[Any]) -> list[torch.Tensor]:
+    return [t if v is None else t.reshape(v) for t, v in zip(tensors, views)]
+
+
 @torch.library.custom_op("tilec::conv2d", mutates_args=())
 def _conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
             padding: list[int], dilation: list[int], groups: int) -> torch.Tensor:
-    s, p, d, _ = _conv2d_check(x, weight, bias, stride, padding, dilation, groups)
-    source = sources.conv2d_source(s, p, d, bias is not None)
-    return _run(source, x, weight, *([bias] if bias is not None else []))
+    s, p, d, shape = _conv2d_check(x, weight, bias, stride, padding, dilation, groups)
+    source = sources.conv2d_source(s, p, d, bias is not None, groups)
+    tensors = [x, weight] + ([bias] if bias is not None else [])
+    return _run(source, *_viewed(tensors, _conv2d_views(x, weight, bias, groups))).reshape(shape)
 
 
 @_conv2d.register_fake
@@ -189,15 +317,22 @@ def _conv2d_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> No
     ctx.save_for_backward(x, weight, bias)
     ctx.params = (_pair("conv2d", "stride", stride, 1), _pair("conv2d", "padding", padding, 0),
                   _pair("conv2d", "dilation", dilation, 1))
+    ctx.groups = groups
+    ctx.out_shape = output.shape
 
 
 def _conv2d_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     x, weight, bias = ctx.saved_tensors
     s, p, d = ctx.params
-    source = sources.conv2d_source(s, p, d, bias is not None)
+    source = sources.conv2d_source(s, p, d, bias is not None, ctx.groups)
     tensors = [x, weight] + ([bias] if bias is not None else [])
+    views = _conv2d_views(x, weight, bias, ctx.groups)
     needs = list(ctx.needs_input_grad[:len(tensors)])
-    grads = _grads(source, tensors, needs, [grad])
+    if ctx.groups > 1:
+        n, co, oh, ow = ctx.out_shape
+        grad = grad.reshape(n, ctx.groups, co // ctx.groups, oh, ow)
+    grads = _grads(source, _viewed(tensors, views), needs, [grad])
+    grads = [g if g is None else g.reshape(t.shape) for g, t in zip(grads, tensors)]
     if bias is None:
         grads.append(None)
     return (*grads, None, None, None, None)
@@ -209,11 +344,16 @@ _conv2d.register_autograd(_conv2d_backward, setup_context=_conv2d_setup)
 def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
            dilation: int | Sequence[int] = 1, groups: int = 1) -> torch.Tensor:
-    """Like torch.nn.functional.conv2d (NCHW, OIHW, integer padding only, groups=1)."""
+    """Like torch.nn.functional.conv2d (NCHW, OIHW, integer padding only; any groups, depthwise too)."""
     if isinstance(padding, str):
         raise OpError(f"tilec.conv2d: padding={padding!r} is not supported; give the padding as integers")
-    return torch.ops.tilec.conv2d(x, weight, bias, _as_list(stride), _as_list(padding), _as_list(dilation),
-                                  int(groups))
+    stride, padding, dilation = _as_list(stride), _as_list(padding), _as_list(dilation)
+    if _eager(x, weight, bias):
+        s, p, d, shape = _conv2d_check(x, weight, bias, stride, padding, dilation, int(groups))
+        source = sources.conv2d_source(s, p, d, bias is not None, int(groups))
+        tensors = (x, weight) if bias is None else (x, weight, bias)
+        return _apply(source, _conv2d_views(x, weight, bias, int(groups)), shape, *tensors)
+    return torch.ops.tilec.conv2d(x, weight, bias, stride, padding, dilation, int(groups))
 
 
 # ------------------------------------------------------------------ linear
@@ -282,7 +422,14 @@ _linear.register_autograd(_linear_backward, setup_context=_linear_setup)
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            activation: str | None = None) -> torch.Tensor:
     """x[..., in] @ weight[out, in].T + bias, then `activation` (None, "relu" or "gelu") fused."""
-    return torch.ops.tilec.linear(x, weight, bias, activation or "none")
+    act = activation or "none"
+    if _eager(x, weight, bias):
+        _linear_check(x, weight, bias, act)
+        source = sources.linear_source(bias is not None, act)
+        tensors = (x, weight) if bias is None else (x, weight, bias)
+        views = ((-1, x.shape[-1]),) + (None,) * (len(tensors) - 1)
+        return _apply(source, views, (*x.shape[:-1], weight.shape[0]), *tensors)
+    return torch.ops.tilec.linear(x, weight, bias, act)
 
 
 # ------------------------------------------------------------------ attention
@@ -377,13 +524,24 @@ _relu = _unary("relu")
 _gelu = _unary("gelu")
 
 
+def _unary_eager(name: str, x: torch.Tensor) -> torch.Tensor | None:
+    if not _eager(x):
+        return None
+    _check_tensor(name, "x", x)
+    if x.numel() == 0:
+        return None
+    return _apply(sources.unary_source(name), ((-1,),), x.shape, x)
+
+
 def relu(x: torch.Tensor) -> torch.Tensor:
-    return torch.ops.tilec.relu(x)
+    out = _unary_eager("relu", x)
+    return torch.ops.tilec.relu(x) if out is None else out
 
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
     """The exact GELU, x * Phi(x) through erf (torch's approximate="none")."""
-    return torch.ops.tilec.gelu(x)
+    out = _unary_eager("gelu", x)
+    return torch.ops.tilec.gelu(x) if out is None else out
 
 
 # ------------------------------------------------------------------ softmax
@@ -430,6 +588,8 @@ _softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup)
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    if _eager(x) and _softmax_check(x, dim) == x.dim() - 1:
+        return _apply(sources.softmax_source(), ((-1, x.shape[-1]),), x.shape, x)
     return torch.ops.tilec.softmax(x, dim)
 
 
@@ -507,4 +667,9 @@ _layer_norm.register_autograd(_layer_norm_backward, setup_context=_layer_norm_se
 def layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int], weight: torch.Tensor | None = None,
                bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
     shape = [int(normalized_shape)] if isinstance(normalized_shape, int) else [int(s) for s in normalized_shape]
+    if _eager(x, weight, bias):
+        k = _layer_norm_check(x, shape, weight, bias)
+        source = sources.layer_norm_source(k, float(eps), weight is not None, bias is not None)
+        tensors = [t for t in (x, weight, bias) if t is not None]
+        return _apply(source, ((-1, k),) + ((k,),) * (len(tensors) - 1), x.shape, *tensors)
     return torch.ops.tilec.layer_norm(x, shape, weight, bias, float(eps))

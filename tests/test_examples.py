@@ -24,3 +24,11 @@ def test_transformer_example_tracks_torch():
     curves = train("transformer", train_transformer.Block, train_transformer.batches, train_transformer.loss_fn,
                    steps=12, lr=0.3, report_every=6)
     assert all(abs(a - b) <= 2e-3 * max(1.0, abs(a)) for a, b in zip(curves["torch"], curves["tilec"]))
+
+
+def test_interleaved_train_steps_report_both_sides():
+    from tilec.bench.train_step import TrainStepCase, interleaved
+
+    result = interleaved(TrainStepCase("cnn", {"batch": 2}), steps=2)
+    assert set(result) == {"tilec median", "tilec min", "torch median", "torch min", "ratio of mins"}
+    assert all(v > 0 for v in result.values())

@@ -48,6 +48,21 @@ def test_conv2d(stride: Any, padding: Any, dilation: Any, bias: bool) -> None:
              lambda x, w, b: F.conv2d(x, w, b, stride, padding, dilation), x, w, b)
 
 
+@pytest.mark.parametrize("cin,cout,groups,stride,padding,dilation,bias", [
+    (4, 6, 2, 1, 1, 1, True), (6, 6, 6, 2, 1, 1, True), (6, 12, 3, (1, 2), 0, 2, False), (8, 8, 8, 1, 1, 1, False)])
+def test_conv2d_groups(cin: int, cout: int, groups: int, stride: Any, padding: Any, dilation: Any,
+                       bias: bool) -> None:
+    """Grouped and depthwise (groups == channels) convs, forward and gradients, through the eager
+    wrapper and the registered op."""
+    x, w = rand(2, cin, 7, 8), rand(cout, cin // groups, 3, 3)
+    b = rand(cout) if bias else None
+    check_op(lambda x, w, b: T.conv2d(x, w, b, stride, padding, dilation, groups),
+             lambda x, w, b: F.conv2d(x, w, b, stride, padding, dilation, groups), x, w, b)
+    check_op(lambda x, w, b: torch.ops.tilec.conv2d(x, w, b, T._as_list(stride), T._as_list(padding),
+                                                    T._as_list(dilation), groups),
+             lambda x, w, b: F.conv2d(x, w, b, stride, padding, dilation, groups), x, w, b)
+
+
 @pytest.mark.parametrize("activation", [None, "relu", "gelu"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear(activation: str | None, bias: bool) -> None:
@@ -108,6 +123,8 @@ def test_non_contiguous_inputs() -> None:
 OPCHECK_CASES: list[tuple[str, Callable[[], tuple[Any, ...]]]] = [
     ("conv2d", lambda: (rand(1, 2, 6, 5), rand(3, 2, 3, 3), rand(3), [2, 1], [1, 1], [1, 1], 1)),
     ("conv2d", lambda: (rand(1, 2, 6, 5), rand(3, 2, 3, 3), None, [1, 1], [0, 0], [1, 1], 1)),
+    ("conv2d", lambda: (rand(1, 4, 6, 5), rand(6, 2, 3, 3), rand(6), [1, 1], [1, 1], [1, 1], 2)),
+    ("conv2d", lambda: (rand(2, 3, 6, 5), rand(3, 1, 3, 3), None, [2, 2], [1, 1], [1, 1], 3)),
     ("linear", lambda: (rand(2, 3, 5), rand(4, 5), rand(4), "gelu")),
     ("linear", lambda: (rand(3, 5), rand(4, 5), None, "relu")),
     ("attention", lambda: (rand(1, 2, 5, 4), rand(1, 2, 6, 4), rand(1, 2, 6, 4), True, None)),
@@ -146,6 +163,8 @@ def test_modules() -> None:
     check_module(tnn.Conv2d(3, 4, 3, stride=2, padding=1), torch.nn.Conv2d(3, 4, 3, stride=2, padding=1),
                  rand(2, 3, 7, 7))
     check_module(tnn.Conv2d(3, 4, (1, 3), bias=False), torch.nn.Conv2d(3, 4, (1, 3), bias=False), rand(1, 3, 5, 5))
+    check_module(tnn.Conv2d(4, 4, 3, padding=1, groups=4), torch.nn.Conv2d(4, 4, 3, padding=1, groups=4),
+                 rand(2, 4, 6, 6))
     check_module(tnn.Linear(5, 4), torch.nn.Linear(5, 4), rand(2, 3, 5))
     check_module(tnn.LayerNorm(5), torch.nn.LayerNorm(5), rand(2, 3, 5))
     x = rand(3, 4)
@@ -161,6 +180,7 @@ def test_multihead_attention(batch_first: bool, causal: bool) -> None:
     q, kv = rand(2, 5, 8), rand(2, 5, 8)
     mask = torch.nn.Transformer.generate_square_subsequent_mask(5) if causal else None
     check_module(ours, theirs, q, kv, kv, need_weights=False, attn_mask=mask, is_causal=causal)
+    check_module(ours, theirs, q, q, q, need_weights=False, attn_mask=mask, is_causal=causal)  # packed q, k, v
 
 
 def test_training_matches_torch() -> None:
@@ -196,7 +216,9 @@ def test_training_matches_torch() -> None:
     (lambda: T.conv2d(rand(3, 5, 5), rand(2, 3, 3, 3)), "'x' must have rank 4"),
     (lambda: T.conv2d(rand(1, 3, 5, 5), rand(2, 4, 3, 3)), "'weight' has 4 input channels"),
     (lambda: T.conv2d(rand(1, 3, 5, 5), rand(2, 3, 3, 3), rand(3)), "'bias' has shape"),
-    (lambda: T.conv2d(rand(1, 4, 5, 5), rand(2, 2, 3, 3), groups=2), "groups=2 is not supported"),
+    (lambda: T.conv2d(rand(1, 4, 5, 5), rand(2, 4, 3, 3), groups=2), "4 input channels per group"),
+    (lambda: T.conv2d(rand(1, 4, 5, 5), rand(3, 2, 3, 3), groups=2), "not a multiple of groups=2"),
+    (lambda: T.conv2d(rand(1, 4, 5, 5), rand(2, 4, 3, 3), groups=0), "'groups' must be an integer >= 1"),
     (lambda: T.conv2d(rand(1, 3, 2, 2), rand(2, 3, 3, 3)), "does not fit"),
     (lambda: T.conv2d(rand(1, 3, 5, 5), rand(2, 3, 3, 3), stride=0), "'stride' must be"),
     (lambda: T.linear(rand(2, 5), rand(4, 6)), "'x' has 5 features"),
@@ -209,7 +231,6 @@ def test_training_matches_torch() -> None:
     (lambda: T.layer_norm(rand(3, 4), 5), "normalized_shape=\\[5\\]"),
     (lambda: T.layer_norm(rand(3, 4), 4, rand(5)), "'weight' has shape"),
     (lambda: T.relu(torch.ones(3, dtype=torch.int32)), "'x' has dtype torch.int32"),
-    (lambda: tnn.Conv2d(4, 4, 3, groups=2), "groups=2"),
     (lambda: tnn.Conv2d(4, 4, 3, padding="same"), "padding='same'"),
     (lambda: tnn.MultiheadAttention(8, 2)(rand(2, 3, 8), rand(2, 3, 8), rand(2, 3, 8), need_weights=True),
      "need_weights=True"),
@@ -219,11 +240,13 @@ def test_errors(call: Callable[[], Any], match: str) -> None:
         call()
 
 
-def test_cuda_tensors_refused() -> None:
+def test_devices_other_than_cpu_and_cuda_refused() -> None:
     x = rand(1, 3, 5, 5, grad=False)
-    meta = x.to("meta")  # any non-CPU device takes the same path as CUDA
-    with pytest.raises(tilec.TilecError, match="CUDA backend is not in this build"):
+    meta = x.to("meta")
+    with pytest.raises(tilec.TilecError, match="CPU or CUDA tensors"):
         T._conv2d_check(meta, meta, None, [1, 1], [0, 0], [1, 1], 1)
+    with pytest.raises(tilec.TilecError, match="one device, got x on cpu, weight on meta"):
+        T._same_dtype("conv2d", x=x, weight=meta)  # CUDA ops: tests/test_torch_cuda.py
 
 
 def test_import_tilec_does_not_import_torch() -> None:
@@ -259,6 +282,10 @@ def _double(*shape: int) -> torch.Tensor:
 @pytest.mark.parametrize("name, fn, make", [
     ("conv2d", lambda x, w, b: T.conv2d(x, w, b, stride=2, padding=1), lambda: (_double(1, 2, 5, 5), _double(3, 2, 3, 3),
                                                                                _double(3))),
+    ("conv2d_groups", lambda x, w, b: T.conv2d(x, w, b, stride=1, padding=1, groups=2),
+     lambda: (_double(1, 4, 4, 5), _double(4, 2, 3, 3), _double(4))),
+    ("conv2d_depthwise", lambda x, w: T.conv2d(x, w, None, stride=2, padding=1, groups=3),
+     lambda: (_double(2, 3, 5, 5), _double(6, 1, 3, 3))),
     ("linear", lambda x, w, b: T.linear(x, w, b, "gelu"), lambda: (_double(3, 4), _double(2, 4), _double(2))),
     ("attention", lambda q, k, v: T.attention(q, k, v, True, 0.5), lambda: (_double(1, 2, 3, 4), _double(1, 2, 3, 4),
                                                                              _double(1, 2, 3, 4))),
@@ -271,3 +298,54 @@ def test_gradcheck_in_float64(name, fn, make):
     torch.manual_seed(3)
     inputs = make()
     assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-4), name
+
+
+# ------------------------------------------------------------------ the registered ops' own autograd
+
+@pytest.mark.parametrize("name, ours, theirs, make", [
+    ("conv2d", lambda x, w, b: torch.ops.tilec.conv2d(x, w, b, [2, 1], [1, 0], [1, 1], 1),
+     lambda x, w, b: F.conv2d(x, w, b, (2, 1), (1, 0)), lambda: (rand(2, 3, 7, 6), rand(4, 3, 3, 2), rand(4))),
+    ("linear", lambda x, w, b: torch.ops.tilec.linear(x, w, b, "gelu"), lambda x, w, b: F.gelu(F.linear(x, w, b)),
+     lambda: (rand(2, 3, 5), rand(4, 5), rand(4))),
+    ("softmax", lambda x: torch.ops.tilec.softmax(x, 1), lambda x: F.softmax(x, 1), lambda: (rand(3, 4, 5),)),
+    ("layer_norm", lambda x, w, b: torch.ops.tilec.layer_norm(x, [5], w, b, 1e-5),
+     lambda x, w, b: F.layer_norm(x, [5], w, b), lambda: (rand(3, 4, 5), rand(5), rand(5))),
+    ("relu", lambda x: torch.ops.tilec.relu(x), F.relu, lambda: (rand(3, 4),)),
+])
+def test_registered_ops_autograd(name, ours, theirs, make):
+    """The wrappers take an eager path (an autograd.Function, no dispatcher); torch.compile and
+    direct callers of torch.ops.tilec.* get the registered ops, whose autograd is checked here."""
+    check_op(ours, theirs, *make())
+
+
+def test_wrappers_take_the_eager_path() -> None:
+    x, w = rand(2, 5), rand(3, 5)
+    assert type(T.linear(x, w).grad_fn).__name__ == "_TileOpBackward"
+    assert "_TileOp" not in type(torch.ops.tilec.linear(x, w, None, "none").grad_fn).__name__
+
+
+# ------------------------------------------------------------------ copy elimination in derived gradients
+
+def test_eliminate_copies_keeps_values_and_drops_renamings() -> None:
+    import numpy as np
+
+    from ops import sources
+    from tilec.autodiff import derive
+    from tilec.frontend import parse
+    from tilec.ir.copies import eliminate_copies
+    from tilec.ir.tensor import Elementwise, ETensor
+
+    source = sources.conv2d_source((2, 2), (1, 1), (1, 1), True)
+    derived = derive(parse(source), ["X", "F", "Bias"])
+    slim = eliminate_copies(derived)
+    assert slim.outputs == derived.outputs and slim.params == derived.params
+    assert not any(isinstance(st, Elementwise) and isinstance(st.expr, ETensor) for st in slim.statements)
+    assert len(slim.statements) < len(derived.statements)
+    assert eliminate_copies(slim) is slim  # nothing left to do: the same object
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 7, 6), (4, 3, 3, 3), (4,), (2, 4, 4, 3))]
+    for a, b in zip(tilec.compile(str(derived))(*args), tilec.compile(str(slim))(*args)):
+        np.testing.assert_array_equal(a, b)
+    # an input copied to an output stays; a temporary read after its copy is renamed everywhere
+    kept = parse("function (A[N]) -> (B, C) { B = A; T = A * 2.0; U = T; C = U + T; }")
+    assert [str(s) for s in eliminate_copies(kept).statements] == ["B = A", "T = A * 2.0", "C = T + T"]

@@ -98,6 +98,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                              f"{args.records})")
         options.records_path, options.use_records = Path(args.records), True
 
+    if args.target in ("cuda", "cuda-sim"):
+        return _bench_gpu(args)
     cases: list[Any]
     if args.op == "train_step":
         from tilec.bench import train_step
@@ -119,6 +121,35 @@ def cmd_bench(args: argparse.Namespace) -> int:
             failed += 1
         print(harness.to_json(result) if table is None else table.row(result), flush=True)
     return 1 if failed else 0
+
+
+def _bench_gpu(args: argparse.Namespace) -> int:
+    """`tilec bench --target cuda` (tilec.bench.gpu: CUDA events vs cuBLAS/cuDNN/SDPA), or the quick shapes
+    on the GPU emulator (--target cuda-sim: a correctness smoke test, no timing). Exit code 2 without a GPU."""
+    import json
+
+    from tilec.bench import gpu
+
+    if args.op not in ("all", "gemm", "conv2d", "attention"):
+        raise TilecError(f"the GPU bench has the cases gemm, conv2d and attention, not {args.op}")
+    if args.target == "cuda-sim":
+        rows = [r for r in gpu.smoke_sim() if args.op in ("all", r["op"])]
+        for row in rows:
+            print(json.dumps(row) if args.json else f"{row['op']:<10} {row['shape']:<28} {row['dtype']:<8} cuda-sim  "
+                  f"{'ok' if row['ok'] else 'WRONG'}", flush=True)
+        return 0 if all(r["ok"] for r in rows) else 1
+    try:
+        gpu.require_gpu()
+    except gpu.NoGpu as err:
+        print(f"tilec: {err}", file=sys.stderr)
+        return 2
+    rows = [r for r in gpu.run(quick=args.quick, repeats=max(1, args.repeats)) if args.op in ("all", r["op"])]
+    for row in rows:
+        print(json.dumps(row) if args.json else
+              f"{row['op']:<10} {row['shape']:<28} {row['dtype']:<8} tilec {row['tilec_ms']:9.3f} ms  "
+              f"{row['baseline']} {row['baseline_ms']:9.3f} ms  ratio {row['ratio']:.2f}x  ({row['device']})",
+              flush=True)
+    return 0
 
 
 def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
@@ -288,7 +319,19 @@ def _tune_tasks(args: argparse.Namespace) -> "tuple[list[Task], str, str]":
         op_name, shape_text = Path(args.op).stem if "\n" not in args.op else "tile", \
             ",".join(f"{n}={'x'.join(map(str, d))}" for n, d in shapes.items())
         wrt = tuple(parse(source).input_names)
-    tasks = tasks_for(source, shapes, target=host_target(), sizes=sizes, label=f"{op_name} {shape_text}")
+    label = f"{op_name} {shape_text}"
+    tasks: list[Task]
+    if args.target in ("cuda", "cuda-sim"):
+        from tilec.autotune.gpu import gpu_tasks_for
+        from tilec.target import resolve_target
+
+        if args.backward:
+            raise TilecError("--backward tunes CPU kernels only (--target llvm); the gradient programs have no "
+                             "GPU tuning tasks yet")
+        dtypes = {n: args.dtype for n in shapes}
+        tasks = list(gpu_tasks_for(source, shapes, dtypes, resolve_target(args.target), label))
+    else:
+        tasks = tasks_for(source, shapes, target=host_target(), sizes=sizes, label=label)
     if not tasks:
         raise TilecError(f"nothing to tune in {op_name}: no statement matches a tunable template "
                          f"(implicit_gemm: a sum of products; attention: the softmax(QK^T)V chain)")
@@ -312,10 +355,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from tilec.autotune.tuner import Progress, default_time, describe, tune
 
     if args.target == "cuda":
-        raise TilecError("--target cuda: this machine has no CUDA GPU that tilec can use (this build of tilec "
-                         "compiles for the host CPU only); tune with --target llvm")
-    if args.target not in ("llvm", "cpu", "host"):
-        raise TilecError(f"--target {args.target}: known targets are llvm and cuda")
+        from tilec.bench import gpu
+
+        try:
+            gpu.require_gpu()  # torch (CUDA events, device tensors) and a GPU that tilec's runtime reaches
+        except gpu.NoGpu as err:
+            print(f"tilec: tune --target cuda needs a GPU: {err}", file=sys.stderr)
+            return 2
+    if args.target not in ("llvm", "cpu", "host", "cuda", "cuda-sim"):
+        raise TilecError(f"--target {args.target}: known targets are llvm, cuda and cuda-sim")
     tasks, op_name, shape_text = _tune_tasks(args)
     options = MeasureOptions(timeout_s=args.timeout, build_workers=args.jobs)
     with RecordDB(args.records) as db, LocalMeasurer(options) as measurer:
@@ -372,7 +420,12 @@ def _add_tune_parsers(sub: argparse._SubParsersAction) -> None:
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--stmt", type=int, default=None, help="which tunable statement (default: the first)")
     tune.add_argument("--timeout", type=float, default=20.0, help="seconds per candidate before it is killed")
-    tune.add_argument("--target", default="llvm", help="llvm (the host CPU, default) or cuda")
+    tune.add_argument("--target", default="llvm",
+                      help="llvm (the host CPU, default); cuda (a GPU: gpu_gemm, gpu_tensorcore, gpu_attention "
+                           "knobs, timed with CUDA events); cuda-sim (the same GPU spaces run on the CPU emulator: "
+                           "a test of the plumbing only, its times mean nothing)")
+    tune.add_argument("--dtype", default="float32", choices=("float32", "float16"),
+                      help="input dtype for GPU targets (float16: tensor cores / fp16 attention)")
     tune.add_argument("--backward", action="store_true",
                       help="tune the gradient kernels too (those tilec.grad and the torch ops compile), "
                            "each for --trials candidates")

@@ -21,7 +21,7 @@ __all__ = ["Conv2d", "Linear", "LayerNorm", "ReLU", "GELU", "Softmax", "Multihea
 
 
 class Conv2d(torch.nn.Conv2d):
-    """torch.nn.Conv2d on tilec's conv2d (padding_mode="zeros", integer padding, groups=1)."""
+    """torch.nn.Conv2d on tilec's conv2d (padding_mode="zeros", integer padding; any groups)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -29,8 +29,6 @@ class Conv2d(torch.nn.Conv2d):
             raise OpError(f"tilec.nn.Conv2d: padding_mode={self.padding_mode!r} is not supported; only 'zeros'")
         if isinstance(self.padding, str):
             raise OpError(f"tilec.nn.Conv2d: padding={self.padding!r} is not supported; give integers")
-        if self.groups != 1:
-            raise OpError(f"tilec.nn.Conv2d: groups={self.groups} is not supported yet; only groups=1")
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 (torch's name)
         return torch_ops.conv2d(input, self.weight, self.bias, self.stride, self.padding,  # type: ignore[arg-type]
@@ -100,20 +98,26 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
             if t.dim() != 3:
                 raise OpError(f"tilec.nn.MultiheadAttention: '{name}' must have rank 3 (batched), got shape "
                               f"{tuple(t.shape)}")
+        packed = query is key and key is value  # self-attention: one projection (and gradient) for q, k, v
         if not self.batch_first:  # [S, B, E] -> [B, S, E]
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
         e, h = self.embed_dim, self.num_heads
         w = self.in_proj_weight
         b = self.in_proj_bias
-        bq, bk, bv = (None, None, None) if b is None else (b[:e], b[e:2 * e], b[2 * e:])
-        q = torch_ops.linear(query, w[:e], bq)
-        k = torch_ops.linear(key, w[e:2 * e], bk)
-        v = torch_ops.linear(value, w[2 * e:], bv)
+        if packed:
+            qkv = torch_ops.linear(query, w, b)  # [B, S, 3E] -> 3 x [B, H, S, E/H]
+            q, k, v = qkv.reshape(query.shape[0], query.shape[1], 3, h, e // h).permute(2, 0, 3, 1, 4).unbind(0)
+        else:
+            bq, bk, bv = (None, None, None) if b is None else (b[:e], b[e:2 * e], b[2 * e:])
 
-        def heads(t: torch.Tensor) -> torch.Tensor:  # [B, S, E] -> [B, H, S, E/H]
-            return t.reshape(t.shape[0], t.shape[1], h, e // h).transpose(1, 2)
+            def heads(t: torch.Tensor) -> torch.Tensor:  # [B, S, E] -> [B, H, S, E/H]
+                return t.reshape(t.shape[0], t.shape[1], h, e // h).transpose(1, 2)
 
-        o = torch_ops.attention(heads(q), heads(k), heads(v), causal=is_causal)
+            q = heads(torch_ops.linear(query, w[:e], bq))
+            k = heads(torch_ops.linear(key, w[e:2 * e], bk))
+            v = heads(torch_ops.linear(value, w[2 * e:], bv))
+
+        o = torch_ops.attention(q, k, v, causal=is_causal)
         o = o.transpose(1, 2).reshape(query.shape[0], query.shape[1], e)
         out = torch_ops.linear(o, self.out_proj.weight, self.out_proj.bias)
         if not self.batch_first:

@@ -123,7 +123,13 @@ class Featurizer:
         self.task = task
         self.with_ir = with_ir
         self._analytic = attention_features if task.template == "attention" else gemm_features
-        base = ATTENTION_NAMES if task.template == "attention" else GEMM_NAMES
+        base: tuple[str, ...] = ATTENTION_NAMES if task.template == "attention" else GEMM_NAMES
+        from tilec.autotune import gpu
+
+        if task.template in gpu.GPU_TUNABLE:  # knobs and GPU loop-IR counts (tilec.autotune.gpu)
+            self._analytic = gpu.gpu_features  # type: ignore[assignment]
+            base = tuple(sorted(task.default_config())) + gpu.GPU_IR_NAMES + ("log_flops_per_thread",)
+            with_ir = self.with_ir = False  # the GPU features already hold the kernel's IR counts
         self.names: tuple[str, ...] = base + (IR_NAMES if with_ir else ())
         self._memo: dict[tuple, np.ndarray] = {}
 

@@ -96,6 +96,16 @@ def _mismatch(got: list[np.ndarray], expected: list[np.ndarray], rtol: float) ->
     return None
 
 
+def _time_candidate(task: Task, fn: Callable[[list[np.ndarray]], Any], inputs: list[np.ndarray],
+                    opts: MeasureOptions) -> float:
+    """GPU tasks time themselves (CUDA events on the device call, tilec.autotune.gpu); CPU ones by wall clock."""
+    time_call = getattr(task, "time_call", None)
+    if time_call is not None:
+        device_call = getattr(fn, "device_call", fn)
+        return float(time_call(lambda: device_call(inputs), opts.repeats, opts.min_repeat_s))
+    return _time(lambda: fn(inputs), opts)
+
+
 def _worker(conn: Any, task: Task, opts: MeasureOptions, cache_dir: str) -> None:
     from tilec.config import options
 
@@ -106,7 +116,7 @@ def _worker(conn: Any, task: Task, opts: MeasureOptions, cache_dir: str) -> None
     conn.send(("loaded", None, ""))
     if conn.recv() is None:  # the go-ahead: time the default once no build runs beside it
         return
-    default_time = _time(lambda: reference(inputs), opts)
+    default_time = _time_candidate(task, reference, inputs, opts)
     conn.send(("ready", default_time, ""))
     while True:
         config = conn.recv()
@@ -123,7 +133,7 @@ def _worker(conn: Any, task: Task, opts: MeasureOptions, cache_dir: str) -> None
             if why is not None:
                 conn.send(("wrong_answer", None, why))
                 continue
-            conn.send(("ok", _time(lambda: fn(inputs), opts), ""))  # noqa: B023 - called at once
+            conn.send(("ok", _time_candidate(task, fn, inputs, opts), ""))
         except Exception as err:  # noqa: BLE001
             conn.send(("runtime_error", None, f"{type(err).__name__}: {err}"))
 
@@ -154,7 +164,7 @@ class LocalMeasurer:
     def _build(self, task: Task, configs: list[Config]) -> list[BuildResult | None]:
         """Every candidate compiled by the pool first (None: left to the measurement process)."""
         workers = default_workers() if self.options.build_workers is None else self.options.build_workers
-        if workers < 2 or len(configs) < 2:
+        if workers < 2 or len(configs) < 2 or not task.pool_builds:
             return [None] * len(configs)
         if self._pool is None:
             self._pool = BuildPool(workers, self.cache_dir, self.options.startup_timeout_s)

@@ -201,4 +201,8 @@ def attention_space(task: Task, max_points: int = MAX_RAW_POINTS) -> Space:
 
 
 def space_for(task: Task, max_points: int = MAX_RAW_POINTS) -> Space:
+    from tilec.autotune import gpu  # (imports this module)
+
+    if task.template in gpu.GPU_TUNABLE:
+        return gpu.gpu_space(task)  # type: ignore[arg-type]
     return attention_space(task, max_points) if task.template == "attention" else gemm_space(task, max_points)

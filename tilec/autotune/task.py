@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
 
@@ -42,6 +42,9 @@ class Task:
     template: str
     sizes: tuple[tuple[str, int], ...] = ()
     label: str = ""
+    # Whether builder processes can compile candidates to object code in the disk cache
+    # (compile_object); GPU tasks (tilec.autotune.gpu) are built in the measurement process.
+    pool_builds: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if self.template not in TEMPLATES:

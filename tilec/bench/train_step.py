@@ -3,6 +3,10 @@
 The models are the training examples' (examples/train_cnn.py, examples/train_transformer.py):
 both copies start from the same weights and see the same batch, so they stay in lockstep; the
 check compares their losses. A step is forward, backward and the optimiser's update.
+
+Each model runs at two sizes: "small" is exactly the example (a step is a dozen tiny ops, so
+per-op overhead dominates) and "large" the same architecture at a realistic width: the CNN on
+32x32 images with 64 channels, the transformer block with d_model 256, sequence 128, 8 heads.
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ from tilec.bench.ops import BenchError, Prepared
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MODELS = ("cnn", "transformer")
+SIZES = ("small", "large")
+#: keyword arguments of the examples' model and batch builders at each size (small: their defaults)
+LARGE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {"cnn": ({"channels": (64, 64), "image": 32}, {"image": 32}),
+         "transformer": ({"dim": 256, "seq": 128, "heads": 8}, {"length": 128})}
 
 
 @dataclass(frozen=True)
@@ -32,14 +40,15 @@ class TrainOp:
 @dataclass(frozen=True)
 class TrainStepCase:
     model: str  # one of MODELS
-    shape: dict[str, int] = field(default_factory=dict)  # {"batch": N}
+    shape: dict[str, int] = field(default_factory=dict)  # {"batch": N}, then the size's dimensions
+    size: str = "small"  # one of SIZES
     dtype: str = "float32"
     target: str = "llvm"
     flops: float = 0.0  # not counted
 
     @property
     def op(self) -> TrainOp:
-        return TrainOp(label=f"train_step-{self.model}")
+        return TrainOp(label=f"train_step-{self.model}" + ("" if self.size == "small" else f"-{self.size}"))
 
     def prepare(self) -> Prepared:
         import torch
@@ -51,19 +60,20 @@ class TrainStepCase:
             sys.path.insert(0, str(EXAMPLES))
         torch.manual_seed(0)
         batch = self.shape.get("batch", 32 if self.model == "cnn" else 16)
+        model_args, batch_args = LARGE[self.model] if self.size == "large" else ({}, {})
         if self.model == "cnn":
             import train_cnn as example
 
-            make: Callable[[str], Any] = example.make_model
-            x, y = next(example.batches(1, batch))
+            make: Callable[..., Any] = example.make_model
+            x, y = next(example.batches(1, batch, **batch_args))
             loss_fn: Callable[[Any, Any], Any] = F.cross_entropy
         else:
             import train_transformer as example  # type: ignore[no-redef]
 
             make = example.Block
-            x, y = next(example.batches(1, batch))
+            x, y = next(example.batches(1, batch, **batch_args))
             loss_fn = example.loss_fn
-        reference, ours = make("torch"), make("tilec")
+        reference, ours = make("torch", **model_args), make("tilec", **model_args)
         ours.load_state_dict(reference.state_dict())
 
         def stepper(model: Any) -> Callable[[], float]:
@@ -85,6 +95,60 @@ class TrainStepCase:
             raise BenchError(f"train_step-{self.model}: tilec's loss {got} differs from torch's {expected}")
 
 
-def cases(models: tuple[str, ...] = MODELS, batch: int | None = None) -> list[TrainStepCase]:
-    shape = {"batch": batch} if batch else {}
-    return [TrainStepCase(m, dict(shape)) for m in models]
+def cases(models: tuple[str, ...] = MODELS, batch: int | None = None,
+          sizes: tuple[str, ...] | None = None) -> list[TrainStepCase]:
+    """Both sizes of every model; with a `batch` (the CLI's --quick gives 4), the small ones only
+    unless `sizes` says otherwise."""
+    chosen = sizes if sizes is not None else (("small",) if batch else SIZES)
+    out = []
+    for size in chosen:
+        for m in models:
+            shape: dict[str, int] = {"batch": batch} if batch else {}
+            if size == "large" and not batch:
+                shape = {"batch": 32 if m == "cnn" else 16}
+            if size == "large":
+                model_args = LARGE[m][0]
+                shape.update({k: v for k, v in model_args.items() if isinstance(v, int)})
+                if m == "cnn":
+                    shape["channels"] = model_args["channels"][1]
+            out.append(TrainStepCase(m, shape, size))
+    return out
+
+
+def interleaved(case: TrainStepCase, steps: int) -> dict[str, float]:
+    """Alternate tilec's and torch's steps (after 10 checked warm-up pairs) and report the median and
+    the fastest step of each side in ms: on a shared, loaded machine the fastest steps are the
+    figures that compare (they ran in the quiet slots), where the harness's medians swing."""
+    import statistics
+    import time
+
+    prepared = case.prepare()
+    for _ in range(10):
+        prepared.check(prepared.tilec(), prepared.baseline())
+    times: dict[str, list[float]] = {"tilec": [], "torch": []}
+    for _ in range(steps):
+        for side, step in (("tilec", prepared.tilec), ("torch", prepared.baseline)):
+            start = time.perf_counter()
+            step()
+            times[side].append((time.perf_counter() - start) * 1e3)
+    out = {f"{side} {stat}": f(ts) for side, ts in times.items()
+           for stat, f in (("median", statistics.median), ("min", min))}
+    out["ratio of mins"] = out["torch min"] / out["tilec min"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="interleaved training steps, tilec vs torch eager")
+    parser.add_argument("model", choices=MODELS)
+    parser.add_argument("--size", choices=SIZES, default="small")
+    parser.add_argument("--steps", type=int, default=200)
+    args = parser.parse_args(argv)
+    case = next(c for c in cases((args.model,)) if c.size == args.size)
+    result = interleaved(case, args.steps)
+    print(f"{case.op.label}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -168,7 +168,8 @@ class Barrier:
     """All threads of a GPU block wait here (no-op on the CPU)."""
 
 
-Stmt = Union[Store, For, If, Seq, Allocate, Barrier]
+Stmt = Union[Store, For, If, Seq, Allocate, Barrier,
+             "WmmaFill", "WmmaLoad", "WmmaMma", "WmmaStore"]  # tensor cores: see the end of this file
 
 
 @dataclass(frozen=True)
@@ -255,3 +256,84 @@ def logical_and(conds: list[Expr]) -> Expr | None:
     for c in conds:
         out = c if out is None else Bin("and", out, c)
     return out
+
+
+# ---------------------------------------------------------------- tensor cores (WMMA)
+#
+# Warp-level matrix multiply-accumulate on 16x16x16 tiles: float16 operands, float32
+# accumulation (CUDA's nvcuda::wmma, sm_70 and later). Conventions:
+# * A fragment is a buffer Allocated inside the thread loops with one of the FRAGMENT_SCOPES;
+#   its shape is (*lead, 16, 16): an array of 16x16 fragments, addressed by `index` (one
+#   expression per lead dimension). Scope wmma.matrix_a / wmma.matrix_b hold float16,
+#   wmma.accumulator float32. Fragments are read and written only by the statements below.
+# * The statements are warp-collective: the 32 lanes of a warp run each of them together and
+#   own the warp's fragments jointly. They must be reached by every thread of the block (like
+#   Barrier: never under a thread-dependent condition), blocks must hold whole warps, and all
+#   their operands (indices, window origins, the fill value) must be the same on every lane
+#   of a warp (they may depend on the warp, e.g. on ``threadIdx.x // 32``).
+# * A window is a 16x16 block of a row-major buffer: ``buf[*origin[:-2], origin[-2] + i,
+#   origin[-1] + j]`` for i, j in [0, 16). Its first element must be 32-byte aligned and the
+#   buffer's last dimension a multiple of 16 bytes (CUDA's load/store_matrix_sync rules).
+# * Memory written by WmmaStore is visible to other threads after a Barrier, as for Store.
+# Their CPU meaning (for the GPU emulator) is tilec.codegen.wmma.lower_wmma.
+WMMA_SHAPE = (16, 16, 16)
+FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
+
+
+@dataclass(frozen=True)
+class WmmaFill:
+    """``frag[*index, i, j] = value`` for i, j in [0, 16): value is float32, frag an accumulator."""
+
+    frag: str
+    index: tuple[Expr, ...]
+    value: Expr
+
+    def buffer_refs(self) -> tuple[tuple[str, bool], ...]:
+        return ()
+
+
+@dataclass(frozen=True)
+class WmmaLoad:
+    """``frag[*index, i, j] = buffer[window origin + (i, j)]``: a 16x16 window into a fragment."""
+
+    frag: str
+    index: tuple[Expr, ...]
+    buffer: str
+    origin: tuple[Expr, ...]
+
+    def buffer_refs(self) -> tuple[tuple[str, bool], ...]:
+        return ((self.buffer, False),)
+
+
+@dataclass(frozen=True)
+class WmmaMma:
+    """``acc[*acc_index, i, j] += sum_k float32(a[*a_index, i, k]) * float32(b[*b_index, k, j])``.
+
+    Products of float16 values are exact in float32; the order of the 16 additions is unspecified.
+    """
+
+    acc: str
+    acc_index: tuple[Expr, ...]
+    a: str
+    a_index: tuple[Expr, ...]
+    b: str
+    b_index: tuple[Expr, ...]
+
+    def buffer_refs(self) -> tuple[tuple[str, bool], ...]:
+        return ()
+
+
+@dataclass(frozen=True)
+class WmmaStore:
+    """``buffer[window origin + (i, j)] = frag[*index, i, j]``: an accumulator into a float32 window."""
+
+    buffer: str
+    origin: tuple[Expr, ...]
+    frag: str
+    index: tuple[Expr, ...]
+
+    def buffer_refs(self) -> tuple[tuple[str, bool], ...]:
+        return ((self.buffer, True),)
+
+
+WMMA_STMTS = (WmmaFill, WmmaLoad, WmmaMma, WmmaStore)

@@ -55,7 +55,16 @@ def format_stmt(s: L.Stmt, indent: int = 0) -> list[str]:
         return [head] + format_stmt(s.body, indent)
     if isinstance(s, L.Barrier):
         return [f"{pad}barrier()"]
+    if isinstance(s, L.WMMA_STMTS):  # warp-collective tensor-core statements
+        args = ", ".join(_operand(v) for v in s.__dict__.values())
+        return [f"{pad}{type(s).__name__.replace('Wmma', 'wmma_').lower()}({args})"]
     raise TypeError(f"not a loop-IR statement: {s!r}")
+
+
+def _operand(v: object) -> str:
+    if isinstance(v, tuple):
+        return "[" + ", ".join(format_expr(e) for e in v) + "]"
+    return v if isinstance(v, str) else format_expr(v)  # type: ignore[arg-type]
 
 
 def format_func(f: L.PrimFunc) -> str:

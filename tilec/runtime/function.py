@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tilec import driver
-from tilec.runtime import memory
+from tilec.runtime import memory, torch_cuda
 from tilec.errors import BindError, TilecError, TilecWarning
 from tilec.frontend import parse
 from tilec.ir.dtypes import check_supported
@@ -74,6 +74,8 @@ class Function:
     # ------------------------------------------------------------ calling
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if torch_cuda.any_torch_cuda(args) or torch_cuda.any_torch_cuda(kwargs.values()):
+            return self._call_on_device(args, kwargs)
         arrays = self._arguments(args, kwargs)
         sig_key = tuple((a.shape, a.dtype.char) for a in arrays)
         kernel = self._by_signature.get(sig_key)
@@ -82,7 +84,48 @@ class Function:
             self._by_signature[sig_key] = kernel
         return _run(kernel, arrays, len(self.outputs))
 
+    def kernel_for(self, shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...]) -> driver.Kernel:
+        """The kernel for inputs of these shapes and dtypes (numpy names), in input order.
+
+        For callers that hold buffers other than numpy arrays (torch tensors): they pass the
+        buffers' addresses to `run_pointers`. The lookup shares `__call__`'s per-signature cache.
+        """
+        if len(shapes) != len(self.inputs) or len(dtypes) != len(self.inputs):
+            raise BindError(f"kernel_for needs one shape and one dtype per input ({', '.join(self.inputs)}); "
+                            f"got {len(shapes)} shapes and {len(dtypes)} dtypes")
+        np_dtypes = [np.dtype(d) for d in dtypes]
+        sig_key = tuple((tuple(int(d) for d in shape), dt.char) for shape, dt in zip(shapes, np_dtypes))
+        kernel = self._by_signature.get(sig_key)
+        if kernel is None:
+            sig = driver.Signature(
+                shapes=tuple((n, shape) for n, (shape, _) in zip(self.inputs, sig_key)),
+                dtypes=tuple((n, check_supported(n, dt)) for n, dt in zip(self.inputs, np_dtypes)),
+                sizes=tuple(sorted(self.sizes.items())),
+            )
+            kernel = self._by_signature[sig_key] = self.kernel(sig)
+        return kernel
+
+    def _call_on_device(self, args: tuple, kwargs: dict) -> Any:
+        """torch CUDA tensors on target cuda: device pointers, torch's current stream (tilec.runtime.torch_cuda)."""
+        named = self._values(args, kwargs)
+        device = torch_cuda.check_devices(self.target.name, named)
+        tensors = [named[name] for name in self.inputs]
+        sig_key = ("cuda",) + tuple((tuple(t.shape), torch_cuda.dtype_name(n, t)) for n, t in named.items())
+        kernel = self._by_signature.get(sig_key)
+        if kernel is None:
+            kernel = self.kernel(driver.Signature(
+                shapes=tuple((n, tuple(int(d) for d in t.shape)) for n, t in named.items()),
+                dtypes=tuple((n, torch_cuda.dtype_name(n, t)) for n, t in named.items()),
+                sizes=tuple(sorted(self.sizes.items()))))
+            self._by_signature[sig_key] = kernel
+        return torch_cuda.run(kernel, tensors, len(self.outputs), device)
+
     def _arguments(self, args: tuple, kwargs: dict) -> list[np.ndarray]:
+        values = self._values(args, kwargs)
+        return [_as_array(name, values[name]) for name in self.inputs]
+
+    def _values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """The argument of each input, by name, in input order (BindError for missing/extra ones)."""
         n = len(self.inputs)
         if len(args) > n:
             raise BindError(f"too many arguments: the program takes {n} input(s) ({', '.join(self.inputs)}), "
@@ -97,7 +140,7 @@ class Function:
         missing = [name for name in self.inputs if name not in values]
         if missing:
             raise BindError(f"missing argument(s) {', '.join(missing)}; the inputs are {', '.join(self.inputs)}")
-        return [_as_array(name, values[name]) for name in self.inputs]
+        return {name: values[name] for name in self.inputs}
 
     def _signature(self, arrays: list[np.ndarray]) -> driver.Signature:
         return driver.Signature(
@@ -195,9 +238,28 @@ def _run(kernel: driver.Kernel, inputs: list[np.ndarray], n_outputs: int) -> Any
         sizes = ", ".join(f"{b.name} {b.dtype}{list(b.shape)}" for b in params[len(inputs):])
         raise BindError(f"cannot allocate the program's outputs and temporaries ({sizes}): not enough "
                         f"memory; check the output sizes") from None
-    arrays = inputs + outputs + scratch
-    pointers = (ctypes.c_void_p * len(params))(*[a.ctypes.data for a in arrays])
-    kernel.loaded.function(pointers)  # `arrays` keeps every buffer alive during the call
+    kernel.run(inputs + outputs + scratch)
     if len(kernel.scratch) < MAX_SCRATCH_SETS:
         kernel.scratch.append(scratch)
     return outputs[0] if n_outputs == 1 else tuple(outputs)
+
+
+def run_pointers(kernel: driver.Kernel, pointers: list[int]) -> None:
+    """Call `kernel` on buffers given by address: its inputs, then its outputs (`kernel.params` in
+    order, up to its temporaries, which come from the kernel's scratch sets as in `_run`).
+
+    The caller guarantees what `Function.__call__` checks: every buffer is C-contiguous, has the
+    shape and dtype of its parameter, and stays alive during the call. Host memory only: a kernel
+    of target cuda runs through `Kernel.run` (or torch CUDA tensors through `Function.__call__`)."""
+    if kernel.invoke is not None:
+        raise TilecError("run_pointers calls kernels of the host targets (llvm, cuda-sim) on host memory; "
+                         "call the Function itself for target cuda")
+    params = kernel.params
+    try:
+        scratch = kernel.scratch.pop()
+    except IndexError:
+        scratch = [np.empty(b.shape, dtype=b.dtype) for b in params[len(pointers):]]
+    addresses = pointers + [a.ctypes.data for a in scratch]
+    kernel.loaded.function((ctypes.c_void_p * len(params))(*addresses))
+    if len(kernel.scratch) < MAX_SCRATCH_SETS:
+        kernel.scratch.append(scratch)

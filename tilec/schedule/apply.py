@@ -22,23 +22,30 @@ from tilec.schedule.cache import cache_read, cache_write
 from tilec.schedule.compute_at import compute_at
 from tilec.schedule.inline import compute_inline
 from tilec.schedule.partition import partition
-from tilec.schedule.primitives import (UNROLL_LIMIT, CacheRead, CacheWrite, ComputeAt, ComputeInline, Fuse, Parallel, Partition,
-                                       Primitive, Reorder, Schedule, Split, Tensorize, Unroll, Vectorize)
+from tilec.schedule.gpu_bind import bind
+from tilec.schedule.primitives import (UNROLL_LIMIT, Bind, CacheRead, CacheWrite, ComputeAt, ComputeInline, Fuse, Parallel, Partition,
+                                       Primitive, Reorder, Schedule, Split, Tensorize, Unroll, Vectorize,
+                                       is_gpu_only)
 from tilec.schedule.tensorize import tensorize
 from tilec.schedule.rewrite import (constant_extent, extent, floordiv, loops_in, mentions, minimum,
                                     substitute)
 
 
 def apply_schedule(func: L.PrimFunc, schedule: "Schedule | Iterable[Primitive] | None",
-                   outputs: "Collection[str] | None" = None) -> L.PrimFunc:
+                   outputs: "Collection[str] | None" = None, gpu: bool = False) -> L.PrimFunc:
     """`outputs` names the program's output tensors; `ComputeInline` refuses to run without it
-    (a PrimFunc alone cannot tell an output from a temporary)."""
+    (a PrimFunc alone cannot tell an output from a temporary). `gpu`: the target is a GPU, so
+    the GPU primitives (`Bind`, shared `CacheRead`) are allowed."""
     for p in (schedule or ()):
-        func = apply_primitive(func, p, outputs)
+        func = apply_primitive(func, p, outputs, gpu)
     return func
 
 
-def apply_primitive(func: L.PrimFunc, p: Primitive, outputs: "Collection[str] | None" = None) -> L.PrimFunc:
+def apply_primitive(func: L.PrimFunc, p: Primitive, outputs: "Collection[str] | None" = None,
+                    gpu: bool = False) -> L.PrimFunc:
+    if not gpu and is_gpu_only(p):
+        raise ScheduleError(f"{describe(p)}: a GPU-only primitive; compile for target 'cuda' or 'cuda-sim' "
+                            f"to use it (this target is a CPU)")
     rule = _RULES.get(type(p))
     whole = _FUNC_RULES.get(type(p))
     if rule is None and whole is None:
@@ -66,8 +73,15 @@ def _nests(body: L.Stmt) -> tuple[L.Stmt, ...]:
 # ------------------------------------------------------------------ primitives
 
 
+def _not_bound(p: Primitive, loop: L.For) -> None:
+    if loop.kind in L.GPU_AXES:
+        raise ScheduleError(f"{describe(p)}: loop {loop.var} is bound to {loop.kind}; split, fuse and reorder "
+                            f"loops before binding them")
+
+
 def split(p: Split, nest: L.Stmt) -> L.Stmt:
     loop, _ = find_loop(nest, p.loop, p)
+    _not_bound(p, loop)
     if not isinstance(p.factor, int) or p.factor < 1:
         raise ScheduleError(f"{describe(p)}: the factor must be a positive integer")
     outer_name, inner_name = p.outputs
@@ -100,6 +114,8 @@ def reorder(p: Reorder, nest: L.Stmt) -> L.Stmt:
     for a, b in zip(chain, chain[1:]):
         if located[a][0] not in located[b][1]:
             raise ScheduleError(f"{describe(p)}: loops {a} and {b} are not nested one inside the other")
+    for n in names:
+        _not_bound(p, located[n][0])
     band_top = located[chain[0]][0]
     band: list[L.For] = [band_top]
     while band[-1].var != chain[-1]:
@@ -125,6 +141,8 @@ def reorder(p: Reorder, nest: L.Stmt) -> L.Stmt:
 def fuse(p: Fuse, nest: L.Stmt) -> L.Stmt:
     outer, _ = find_loop(nest, p.outer, p)
     inner, _ = find_loop(nest, p.inner, p)
+    _not_bound(p, outer)
+    _not_bound(p, inner)
     if outer.body is not inner:
         raise ScheduleError(f"{describe(p)}: fuse needs adjacent loops, loop {p.inner} must be the whole body "
                             f"of loop {p.outer}")
@@ -196,7 +214,7 @@ def parallel(p: Parallel, nest: L.Stmt) -> L.Stmt:
 
 
 _RULES: dict[type, Callable] = {Split: split, Reorder: reorder, Fuse: fuse, Unroll: unroll, Vectorize: vectorize,
-                                Parallel: parallel}
+                                Parallel: parallel, Bind: bind}
 
 
 def _in_nest(rule: Callable[..., L.Stmt]) -> Callable[..., tuple[L.Stmt, ...]]:

@@ -87,11 +87,40 @@ def _keepdim_reduce(b: BoundContraction, agg: str, source: str, batch: tuple[str
             and not last.coeffs and last.const == 0 and b.shape[-1] == 1)
 
 
-def match(index: int, bp: BoundProgram) -> AttentionPlan | None:
+@dataclass(frozen=True)
+class SoftmaxChain:
+    """The statements from the scores contraction through P = E / R (what the forward and the
+    backward templates share): names of the tensors, the loop variables of the scores, and where
+    the chain stops (`next`, the index of the first statement after P)."""
+
+    q: BoundAccess
+    k: BoundAccess
+    batch: tuple[str, ...]  # batch variables of the scores, outermost first
+    s: str
+    t: str
+    d: str
+    ranges: dict[str, Range]
+    scale: float
+    causal: bool
+    raw: str  # Q K^T
+    scaled: str  # raw * scale (raw itself without a scale statement)
+    scores: str  # the scaled scores, masked when causal
+    m: str
+    e: str
+    r: str
+    p: str | None  # None where the chain stops at R
+    chain: tuple[str, ...]  # every tensor from raw through R (P excluded)
+    next: int
+
+
+def match_softmax(index: int, bp: BoundProgram, dtypes: tuple[str, ...] = ("float32", "float64")) -> SoftmaxChain | None:
+    """The chain L = +(Q K), [Z = L * c], [Neg, Zc], M, E, R, P starting at statement `index`,
+    with scores of one of `dtypes`."""
     stmts = bp.statements
     first = stmts[index]
     if not (isinstance(first, BoundContraction) and first.stmt.agg == "+" and first.stmt.combo == "mul"
-            and first.stmt.default is None and not first.guards and not first.empty and first.dtype == "float32"):
+            and first.stmt.default is None and not first.guards and not first.empty
+            and first.dtype in dtypes):
         return None
     out = _out_vars(first)
     if None in out or len(out) < 2 or len(set(out)) != len(out):
@@ -107,7 +136,6 @@ def match(index: int, bp: BoundProgram) -> AttentionPlan | None:
         a, b = b, a
     if not (_vars(a) == batch + (s, d) and _vars(b) == batch + (t, d)):
         return None
-    readers = _readers(bp)
     chain: list[str] = [first.output]
     k = index + 1
 
@@ -128,6 +156,7 @@ def match(index: int, bp: BoundProgram) -> AttentionPlan | None:
             scale, scores = float(y.value), z.output
             chain.append(z.output)
             k += 1
+    scaled = scores
     causal = False
     neg = stmts[k] if k < len(stmts) else None
     if isinstance(neg, BoundElementwise) and isinstance(neg.stmt.expr, T.EConst) and neg.shape == ():
@@ -136,10 +165,9 @@ def match(index: int, bp: BoundProgram) -> AttentionPlan | None:
                 and masked.stmt.default == neg.output and float(neg.stmt.expr.value) <= MASK_LIMIT):
             return None
         (op,) = masked.operands
-        (guard,) = masked.guards if len(masked.guards) == 1 else (None,)
+        guard = causal_guard(masked, s, t, first.shape[-2])
         if not (op.tensor == scores and _vars(op) == batch + (s, t) and _out_vars(masked) == batch + (s, t)
-                and guard is not None and dict(guard.expr.coeffs) == {s: 1, t: -1} and guard.expr.const == 0
-                and guard.expr.divisor == 1 and guard.lo == 0 and (guard.hi == INF or guard.hi >= first.shape[-2] - 1)):
+                and guard):
             return None
         causal, scores = True, masked.output
         chain += [neg.output, masked.output]
@@ -147,45 +175,80 @@ def match(index: int, bp: BoundProgram) -> AttentionPlan | None:
     m = take(BoundContraction)
     e = take(BoundElementwise)
     r = take(BoundContraction)
-    p = take(BoundElementwise)
-    o = take(BoundContraction)
-    if None in (m, e, r, p, o):
+    if None in (m, e, r):
         return None
     assert isinstance(m, BoundContraction) and isinstance(e, BoundElementwise) and isinstance(r, BoundContraction)
-    assert isinstance(p, BoundElementwise) and isinstance(o, BoundContraction)
     if not _keepdim_reduce(m, ">", scores, batch, s, t):
         return None
     if e.stmt.expr != T.ECall("exp", (T.EBinary("-", T.ETensor(scores), T.ETensor(m.output)),)):
         return None
     if not _keepdim_reduce(r, "+", e.output, batch, s, t):
         return None
-    if p.stmt.expr != T.EBinary("/", T.ETensor(e.output), T.ETensor(r.output)):
+    p = stmts[k] if k < len(stmts) else None
+    if isinstance(p, BoundElementwise) and p.stmt.expr == T.EBinary("/", T.ETensor(e.output), T.ETensor(r.output)):
+        k += 1
+    else:
+        p = None  # a gradient program that needs no P (tilec.grad with respect to Q or K alone)
+    chain += [m.output, e.output, r.output]
+    ranges = {v: (v, lo, hi) for v, lo, hi in first.ranges}
+    if ranges[s][1] != 0 or ranges[t][1] != 0 or ranges[d][1] != 0:
         return None
+    return SoftmaxChain(q=a, k=b, batch=batch, s=s, t=t, d=d, ranges=ranges, scale=scale, causal=causal,
+                        raw=first.output, scaled=scaled, scores=scores, m=m.output, e=e.output, r=r.output,
+                        p=p.output if p is not None else None, chain=tuple(chain), next=k)
+
+
+def causal_guard(b: BoundContraction, s: str, t: str, rows: int) -> bool:
+    """b's only guard is 0 <= s - t (< S): the causal mask, t <= s."""
+    (guard,) = b.guards if len(b.guards) == 1 else (None,)
+    return (guard is not None and dict(guard.expr.coeffs) == {s: 1, t: -1} and guard.expr.const == 0
+            and guard.expr.divisor == 1 and guard.lo == 0 and (guard.hi == INF or guard.hi >= rows - 1))
+
+
+CPU_DTYPES = ("float32",)
+
+
+def match(index: int, bp: BoundProgram, dtypes: tuple[str, ...] = CPU_DTYPES) -> AttentionPlan | None:
+    """The attention chain starting at statement `index`, or None.
+
+    Q, K and V must share one dtype out of `dtypes`, and the output's dtype must be one of
+    them too (a causal chain's float32 mask constant promotes a float16 chain's output to
+    float32). The CPU template is float32 only; the GPU template
+    (tilec.schedule.gpu_attention) also takes float16, keeping its softmax statistics and
+    accumulators in float32.
+    """
+    sm = match_softmax(index, bp, dtypes)
+    if sm is None or sm.p is None:
+        return None
+    o = bp.statements[sm.next] if sm.next < len(bp.statements) else None
+    if not isinstance(o, BoundContraction):
+        return None
+    batch, s, t = sm.batch, sm.s, sm.t
     if not (o.stmt.agg == "+" and o.stmt.combo == "mul" and o.stmt.default is None and not o.guards):
         return None
     pv, vv = o.operands
     ev = _out_vars(o)[-1]
     if _vars(vv) == batch + (s, t):
         pv, vv = vv, pv
-    if not (pv.tensor == p.output and _vars(pv) == batch + (s, t) and ev is not None
+    if not (pv.tensor == sm.p and _vars(pv) == batch + (s, t) and ev is not None
             and _vars(vv) == batch + (t, ev) and _out_vars(o) == batch + (s, ev)):
         return None
-    chain += [m.output, e.output, r.output, p.output]
+    chain = sm.chain + (sm.p,)
     if any(name in bp.program.outputs for name in chain):
         return None
     expected_readers = {name: 1 for name in chain}
-    expected_readers[scores] = 2  # M and E read the (scaled, masked) scores
-    expected_readers[e.output] = 2  # R and P read E
+    expected_readers[sm.scores] = 2  # M and E read the (scaled, masked) scores
+    expected_readers[sm.e] = 2  # R and P read E
+    readers = _readers(bp)
     if any(readers.get(name, 0) != n for name, n in expected_readers.items()):
         return None
-    if any(bp.dtypes[x] != "float32" for x in (a.tensor, b.tensor, vv.tensor, o.output)):
+    first = bp.statements[index]
+    if any(bp.dtypes[x] != first.dtype for x in (sm.q.tensor, sm.k.tensor, vv.tensor)) or bp.dtypes[o.output] not in dtypes:
         return None
-    ranges = {v: (v, lo, hi) for v, lo, hi in first.ranges}
-    if ranges[s][1] != 0 or ranges[t][1] != 0 or ranges[d][1] != 0:
-        return None
-    return AttentionPlan(q=a, k=b, v=vv, batch=tuple(ranges[x] for x in batch), s=first.shape[-2],
-                         t=first.shape[-1], d=ranges[d][2] + 1, e=o.shape[-1], scale=scale, causal=causal,
-                         output=o.output, consumed=k - index, elided=tuple(chain))
+    ranges = sm.ranges
+    return AttentionPlan(q=sm.q, k=sm.k, v=vv, batch=tuple(ranges[x] for x in batch), s=first.shape[-2],
+                         t=first.shape[-1], d=ranges[sm.d][2] + 1, e=o.shape[-1], scale=sm.scale, causal=sm.causal,
+                         output=o.output, consumed=sm.next + 1 - index, elided=chain)
 
 
 def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: AttentionKnobs = AttentionKnobs()) -> LoweredGroup:

@@ -14,11 +14,11 @@ from dataclasses import replace
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.lower import LoweredGroup, lower, lower_statement
-from tilec.schedule import attention, direct_gemm, implicit_gemm
+from tilec.schedule import attention, attention_backward, attention_backward_kernel, direct_gemm, implicit_gemm
 from tilec.schedule.fusion import find_epilogue
 from tilec.schedule.legality import check_parallel
 from tilec.errors import ScheduleError
-from tilec.schedule.templates import TemplateConfig, TemplateSchedule
+from tilec.schedule.templates import GPU_TEMPLATES, TemplateConfig, TemplateSchedule
 from tilec.target import Target
 
 DIRECT_MAX_PANELS = 4  # column panels up to which reading A in place beats packing it
@@ -45,6 +45,9 @@ def auto_lower(bp: BoundProgram, target: Target, overrides: "TemplateSchedule | 
             plan = attention.match(index, program)
             if plan is not None:
                 return attention.build(plan, program, target)
+            backward = attention_backward.match(index, program)
+            if backward is not None:
+                return attention_backward_kernel.build(backward, program, target)
             group = _gemm_group(index, b, program, target)
             if group is not None:
                 return group
@@ -58,6 +61,9 @@ def _configured(index: int, b: BoundContraction | BoundElementwise, program: Bou
     if config.template == "default":
         return None
     where = f"statement {index} ('{b.stmt}')"
+    if config.template in GPU_TEMPLATES:
+        raise ScheduleError(f"template '{config.template}' for {where} is a GPU template; on target {target.name} "
+                            f"use implicit_gemm, attention or default (or compile for cuda / cuda-sim)")
     if config.template == "attention":
         plan = attention.match(index, program)
         if plan is None:
@@ -68,6 +74,16 @@ def _configured(index: int, b: BoundContraction | BoundElementwise, program: Bou
             raise ScheduleError(f"attention knobs {knobs} for {where}: bq must be >= 1 and bk a positive multiple "
                                 f"of {attention.LANES}")
         return attention.build(plan, program, target, knobs)
+    if config.template == "attention_backward":
+        backward = attention_backward.match(index, program)
+        if backward is None:
+            raise ScheduleError(f"template 'attention_backward' does not apply to {where}: it must start the "
+                                f"gradient tilec.grad derives from attention (see tilec/schedule/attention_backward.py)")
+        knobs = config.knob_record()
+        problems = attention_backward.knob_problems(knobs)
+        if problems:
+            raise ScheduleError(f"attention_backward knobs {knobs} for {where}: " + "; ".join(problems))
+        return attention_backward_kernel.build(backward, program, target, knobs)
     if not isinstance(b, BoundContraction) or implicit_gemm.match(b) is None:
         raise ScheduleError(f"template 'implicit_gemm' does not apply to {where}: it needs a sum of products "
                             f"onto a direct output whose last index only one operand reads")

@@ -103,6 +103,12 @@ def cache_write(p: CacheWrite, nest: L.Stmt, func: L.PrimFunc) -> L.Stmt:
 
 
 def cache_read(p: CacheRead, nest: L.Stmt, func: L.PrimFunc) -> L.Stmt:
+    if p.scope == "shared":
+        from tilec.schedule.gpu_shared import cache_read_shared
+
+        return cache_read_shared(p, nest, func)
+    if p.scope != "local":
+        raise ScheduleError(f"{describe(p)}: unknown scope {p.scope!r}; scopes are 'local' and 'shared' (GPU)")
     loop, _ = find_loop(nest, p.loop, p)
     what = f"{describe(p)}: the cells of {p.tensor} read inside loop {p.loop}"
     if any(isinstance(s, L.Store) and s.buffer == p.tensor for s in walk(nest)):

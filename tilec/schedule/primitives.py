@@ -103,10 +103,25 @@ class CacheWrite(_Record):
 
 @dataclass(frozen=True)
 class CacheRead(_Record):
-    """Copy the part of input `tensor` the loops inside `loop` read into a contiguous local buffer first."""
+    """Copy the part of input `tensor` the loops inside `loop` read into a contiguous local buffer first.
+
+    scope "shared" (GPU targets only): `loop` lies inside the thread loops; the part the whole
+    block reads in one iteration of `loop` is loaded cooperatively by the block's threads into a
+    buffer per block, between Barriers (see tilec.schedule.gpu_shared)."""
 
     tensor: str
     loop: str
+    nest: int = 0
+    scope: str = "local"
+
+
+@dataclass(frozen=True)
+class Bind(_Record):
+    """Run the iterations of `loop` as the blocks or threads of a GPU axis (GPU targets only):
+    `axis` is one of tilec.ir.loop.GPU_AXES ("blockIdx.x", ..., "threadIdx.z")."""
+
+    loop: str
+    axis: str
     nest: int = 0
 
 
@@ -155,16 +170,23 @@ class Tensorize(_Record):
 
 
 Primitive = Union[Split, Reorder, Fuse, Unroll, Vectorize, Parallel, CacheWrite, CacheRead, ComputeAt, ComputeInline,
-                  Partition, Tensorize]
+                  Partition, Tensorize, Bind]
 PRIMITIVES: dict[str, type] = {cls.__name__.lower(): cls for cls in (
     Split, Reorder, Fuse, Unroll, Vectorize, Parallel, CacheWrite, CacheRead, ComputeAt, ComputeInline, Partition,
-    Tensorize)}
+    Tensorize, Bind)}
+
+
+def is_gpu_only(p: Primitive) -> bool:
+    """Whether `p` only makes sense on a GPU target (Bind, a shared CacheRead)."""
+    return isinstance(p, Bind) or (isinstance(p, CacheRead) and p.scope == "shared")
 
 
 def primitive_to_json(p: Primitive) -> dict[str, Any]:
     d = asdict(p)
     if isinstance(p, Reorder):
         d["loops"] = list(p.loops)
+    if isinstance(p, CacheRead) and p.scope == "local":
+        del d["scope"]  # the default: keeps the keys of CPU schedules as they were
     return {"kind": type(p).__name__.lower(), **d}
 
 
@@ -260,8 +282,12 @@ class Schedule:
     def cache_write(self, loop: str, nest: int = 0) -> None:
         self.append(CacheWrite(loop, nest))
 
-    def cache_read(self, tensor: str, loop: str, nest: int = 0) -> None:
-        self.append(CacheRead(tensor, loop, nest))
+    def cache_read(self, tensor: str, loop: str, nest: int = 0, scope: str = "local") -> None:
+        self.append(CacheRead(tensor, loop, nest, scope))
+
+    def bind(self, loop: str, axis: str, nest: int = 0) -> None:
+        """Bind `loop` to a GPU axis ("blockIdx.x", ..., "threadIdx.z"); GPU targets only."""
+        self.append(Bind(loop, axis, nest))
 
     def compute_inline(self, nest: int) -> None:
         self.append(ComputeInline(nest))
@@ -288,7 +314,7 @@ def schedule_key(schedule: "Schedule | Any | str | None") -> str:
     return schedule.key()
 
 
-__all__ = ["Split", "Reorder", "Fuse", "Unroll", "Vectorize", "Parallel", "CacheWrite", "CacheRead", "ComputeAt",
+__all__ = ["Bind", "is_gpu_only", "Split", "Reorder", "Fuse", "Unroll", "Vectorize", "Parallel", "CacheWrite", "CacheRead", "ComputeAt",
            "ComputeInline",
            "Partition", "Tensorize", "Primitive", "Schedule",
            "primitive_from_json", "primitive_to_json", "schedule_key", "UNROLL_LIMIT"]

@@ -15,9 +15,18 @@ from typing import Any
 
 from tilec.errors import ScheduleError
 from tilec.schedule.attention import AttentionKnobs
+from tilec.schedule.attention_backward import AttentionBackwardKnobs
+from tilec.schedule.gpu_attention import GpuAttentionKnobs
+from tilec.schedule.gpu_gemm import GpuGemmKnobs
+from tilec.schedule.gpu_tensorcore import WmmaGemmConfig
 from tilec.schedule.implicit_gemm import GemmKnobs
 
-KNOB_TYPES: dict[str, type] = {"implicit_gemm": GemmKnobs, "attention": AttentionKnobs}
+KNOB_TYPES: dict[str, type] = {"implicit_gemm": GemmKnobs, "attention": AttentionKnobs,
+                               "attention_backward": AttentionBackwardKnobs,
+                               # GPU targets (tilec.schedule.gpu_templates)
+                               "gpu_gemm": GpuGemmKnobs, "gpu_tensorcore": WmmaGemmConfig,
+                               "gpu_attention": GpuAttentionKnobs}
+GPU_TEMPLATES = ("gpu_gemm", "gpu_tensorcore", "gpu_attention")
 TEMPLATES = tuple(KNOB_TYPES) + ("default",)  # "default": no template, the plain loop nest
 
 
