@@ -199,7 +199,10 @@ def test_softmax_plan_segments() -> None:
 def test_no_fusion_for_non_row_local_reads() -> None:
     src = "function (X[N, K]) -> (O) {\n    T = exp(X);\n    O[i, j: N, K] = +(T[j, i]);\n}"
     bp, _ = _lowered(src, {"X": (8, 8)})
-    assert elementwise_fusion.match(0, bp) is None  # a transposed read of a group temporary
+    plan = elementwise_fusion.match(0, bp)
+    assert plan is not None and len(plan.members) == 1  # a transposed read of a group temporary ends it
+    assert plan.stored == ("T",)
+    assert elementwise_fusion.match(1, bp) is None  # a lone contraction is left to the default
     x = RNG.standard_normal((8, 8)).astype(np.float32)
     np.testing.assert_allclose(tilec.compile(src)(x), np.exp(x).T, rtol=1e-6)
 

@@ -20,7 +20,7 @@ per-lane local buffer (registers), a row one in a local scalar; one read by a la
 outside the group (or an output) is stored to its buffer too.
 
 Requires: a BoundProgram. Guarantees: `match` gives a plan only for runs of at least two statements
-whose every in-group read is row-local (the same cell, or the row's cell of a row value), with
+(or one elementwise statement: its inner loop becomes explicit vector code) whose every in-group read is row-local (the same cell, or the row's cell of a row value), with
 rank >= 2 and K >= 2; `build` computes what the default lowering computes (reductions sum per lane
 first, so floating-point sums are reassociated, as in the other templates).
 """
@@ -165,8 +165,8 @@ def match(index: int, bp: BoundProgram) -> FusionPlan | None:
             break
         members.append(m)
         kinds[s.output] = FULL if m.kind == FULL else ROW
-    if len(members) < 2:
-        return None
+    if not members or (len(members) < 2 and not isinstance(bp.statements[index], BoundElementwise)):
+        return None  # a lone elementwise statement gains too: LLVM vectorises its default nest's outer loop
     return _plan(shape, members, bp)
 
 
