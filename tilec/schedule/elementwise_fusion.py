@@ -282,6 +282,7 @@ class _Builder:
 
     def cell_body(self, segment: int, j: L.Expr, lane: L.Expr) -> L.Stmt:
         stmts: list[L.Stmt] = []
+        seen: dict[L.Expr, L.Expr] = {}  # a full member's value -> where an earlier member stored it
         for pos in self.plan.segments[segment]:
             m = self.plan.members[pos]
             s = self.bp.statements[m.index]
@@ -301,11 +302,15 @@ class _Builder:
                     stmts.append(L.Store(s.output, tuple(self.rows) + (L.const(0),),
                                          L.Load(self.row_buf(s.output), (), s.dtype)))
                 continue
+            key = value
+            value = seen.get(key, value)  # derived gradients repeat expressions (GELU's for two uses)
             if s.output in self.plan.local:
                 stmts.append(L.Store(self.lane_buf(s.output), (lane,), value))
                 value = L.Load(self.lane_buf(s.output), (lane,), s.dtype)
             if s.output in self.plan.stored:
                 stmts.append(L.Store(s.output, tuple(self.rows) + (j,), value))
+                value = L.Load(s.output, tuple(self.rows) + (j,), s.dtype) if s.output not in self.plan.local else value
+            seen.setdefault(key, value)
         return L.seq(*stmts)
 
     def segment(self, n: int) -> L.Stmt:
