@@ -231,3 +231,32 @@ def test_vector_erf_float32_within_3_ulp() -> None:
     assert ulps.max() <= 3, (ulps.max(), x.ravel()[ulps.argmax()])
     nan = tilec.compile(src)(np.full((1, 16), np.nan, np.float32))
     assert np.isnan(nan).all()
+
+
+# ------------------------------------------------------------------ column reductions
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 40), st.integers(2, 50), st.integers(1, 3), st.sampled_from(["+", ">", "<"]),
+       st.sampled_from(["float32", "float64"]), st.integers(0, 2**31 - 1))
+def test_column_reductions_match_numpy(rows: int, k: int, outer: int, agg: str, dtype: str, seed: int) -> None:
+    from tilec.schedule import column_reduce
+
+    src = f"function (A[R, P, K]) -> (O) {{ O[p, x: P, K] = {agg}(A[r, p, x]); }}"
+    a = np.random.default_rng(seed).standard_normal((rows, outer, k)).astype(dtype)
+    want = {"+": np.sum, ">": np.max, "<": np.min}[agg](a.astype(np.float64), axis=0)
+    np.testing.assert_allclose(tilec.compile(src)(a), want, rtol=1e-5 if dtype == "float32" else 1e-12, atol=1e-5)
+    bp = bind(parse(src), {"A": a.shape}, {"A": dtype})
+    assert column_reduce.match(bp.statements[0]) is not None
+
+
+def test_bias_gradient_is_a_column_sweep() -> None:
+    from tilec.schedule import column_reduce
+
+    src = "function (G[M, N]) -> (DB) { DB[x: N] = +(G[m, x]); }"
+    bp, func = _lowered(src, {"G": (300, 40)})
+    assert column_reduce.match(bp.statements[0]) is not None
+    sweeps = [s for s in _walk(func.body) if isinstance(s, L.For) and s.kind == "vectorized"]
+    assert sweeps and all("m" != s.var for s in sweeps)
+    not_column = "function (G[M, N]) -> (DB) { DB[x: M] = +(G[x, n]); }"  # a row sum: not this template
+    assert column_reduce.match(bind(parse(not_column), {"G": (3, 4)}, {"G": "float32"}).statements[0]) is None
