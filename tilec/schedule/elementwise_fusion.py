@@ -323,7 +323,7 @@ class _Builder:
         reductions = [s for m in members if m.kind == REDUCE
                       for s in (self.bp.statements[m.index],) if isinstance(s, BoundContraction)]
         init = [L.For(f"fuse.p{n}", L.const(0), L.const(v), L.Store(f"{s.output}.part", (L.Var(f"fuse.p{n}"),),
-                                                                       identity(s.stmt.agg, s.dtype)))
+                                                                       identity(s.stmt.agg, s.dtype)), "vectorized")
                 for s in reductions]
         loops: list[L.Stmt] = []
         if blocks:
@@ -335,11 +335,21 @@ class _Builder:
                                self.cell_body(n, jt, L.sub(jt, L.const(blocks * v)))))
         final: list[L.Stmt] = []
         for s in reductions:
-            lane = L.Var(f"fuse.f{n}")
+            # Fold the partials as a tree (log2(lanes) vector steps, not a chain of lanes scalar ones:
+            # with short rows the chain cost as much as the row's arithmetic).
+            part, width, step = f"{s.output}.part", v, 0
+            while width > 1:
+                half = width // 2
+                f = L.Var(f"fuse.f{n}.{step}")
+                fold = L.Store(part, (f,), combine(s.stmt.agg, L.Load(part, (f,), s.dtype),
+                                                   L.Load(part, (L.add(f, L.const(half)),), s.dtype)))
+                final.append(L.For(f.name, L.const(0), L.const(half), fold, "vectorized" if half > 1 else "serial"))
+                if width % 2:  # an odd width (not with power-of-two lanes): fold its last partial in too
+                    final.append(L.Store(part, (L.const(0),), combine(s.stmt.agg, L.Load(part, (L.const(0),), s.dtype),
+                                                                       L.Load(part, (L.const(width - 1),), s.dtype))))
+                width, step = half, step + 1
             acc = L.Load(self.row_buf(s.output), (), s.dtype)
-            final.append(L.Store(self.row_buf(s.output), (), identity(s.stmt.agg, s.dtype)))
-            final.append(L.For(lane.name, L.const(0), L.const(v), L.Store(
-                self.row_buf(s.output), (), combine(s.stmt.agg, acc, L.Load(f"{s.output}.part", (lane,), s.dtype)))))
+            final.append(L.Store(self.row_buf(s.output), (), L.Load(part, (L.const(0),), s.dtype)))
             if s.output in self.plan.stored:
                 final.append(L.Store(s.output, tuple(self.rows) + (L.const(0),), acc))
         return L.seq(*init, *loops, *final)
