@@ -249,3 +249,59 @@ def test_fractional_gather_is_exact() -> None:
     assert "(x - i + 1) / 2" in str(gathered)
     g, k = r(5), r(3)
     np.testing.assert_allclose(tilec.compile(str(gathered))(g, k), tilec.compile(text)(g, k), rtol=1e-12)
+
+
+def test_polyphase_form_rewrites() -> None:
+    from tilec.autodiff import polyphase_form
+    from tilec.frontend import parse
+
+    def split(text: str) -> tuple[str, str] | None:
+        st = parse(text, {"H": 9, "N": 2, "S": 2}).statements[0]
+        assert isinstance(st, tilec.ir.tensor.Contraction)
+        out = polyphase_form(st, "G", "P")
+        return None if out is None else (str(out[0]), str(out[1]))
+
+    assert split("O[2*x + i - 1: H] = +(G[x] * K[i])") == (
+        "P[z0, u0: 2, H / 2 + 1] = +(G[u0 - t0] * K[2 * t0 + z0])",
+        "O[2 * u0 + z0 - 1: H] = +(P[z0, u0])")
+    assert split("O[n, 3*x + i + 2: N, H] = +(G[n, x] * K[i])") == (  # u0 = u - m with m = -1
+        "P[z0, n, u0: 3, N, H / 3 + 1] = +(G[n, u0 - t0 - 1] * K[3 * t0 + z0])",
+        "O[n, 3 * u0 + z0 - 1: N, H] = +(P[z0, n, u0])")
+    assert split("O[2*x + i - 4: H] = +(G[x] * K[i])") == (  # m = 2: no tuple has u < 2
+        "P[z0, u0: 2, (H - 1) / 2 + 1] = +(G[u0 - t0 + 2] * K[2 * t0 + z0])",
+        "O[2 * u0 + z0: H] = +(P[z0, u0])")
+    assert split("O[x + i: H] = +(G[x] * K[i])") is None  # stride 1: gather_form's business
+    assert split("O[S*x + i: H] = +(G[x] * K[i])") is None  # a symbolic stride
+    assert split("O[2*x + 2*i: H] = +(G[x] * K[i])") is None  # a strided tap
+    assert split("O[2*x + i: H] = >(G[x] * K[i])") is None  # only sums
+
+
+def test_strided_conv_input_gradient_is_polyphase() -> None:
+    src = """function (I[N, H, W, C], K[KH, KW, C, CO]) -> (O) {
+        O[n, x, y, co: N, (H + 2 - KH) / 2 + 1, (W + 2 - KW) / 2 + 1, CO] =
+            +(I[n, 2*x + i - 1, 2*y + j - 1, c] * K[i, j, c, co]);
+    }"""
+    g = check(src, ["I", "K"], [r(1, 7, 6, 2), r(3, 3, 2, 2)])
+    assert "DI_0_phases[z0, z1, n, u0, u1, c: 2, 2, N, H / 2 + 1, W / 2 + 1, C] = " \
+           "+(DO[n, u0 - t0, u1 - t1, co] * K[2 * t0 + z0, 2 * t1 + z1, c, co])" in g.source
+    assert "DI_0[n, 2 * u0 + z0 - 1, 2 * u1 + z1 - 1, c: N, H, W, C] = +(DI_0_phases[z0, z1, n, u0, u1, c])" in g.source
+
+
+@pytest.mark.parametrize("stride, pad, k, hw", [(2, 1, 3, (9, 10)), (2, 0, 2, (8, 8)), (3, 1, 3, (13, 11)),
+                                                (2, 2, 5, (11, 12)), (3, 0, 4, (14, 9)), (2, 3, 3, (7, 7))])
+def test_polyphase_conv_gradients_match_torch(stride: int, pad: int, k: int, hw: tuple[int, int]) -> None:
+    torch = pytest.importorskip("torch")
+    from ops import sources
+
+    src = sources.conv2d_source((stride, stride), (pad, pad), (1, 1), True)
+    x = RNG.standard_normal((2, 3) + hw).astype(np.float32)
+    w = RNG.standard_normal((4, 3, k, k)).astype(np.float32)
+    b = RNG.standard_normal(4).astype(np.float32)
+    xt, wt, bt = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    y = torch.nn.functional.conv2d(xt, wt, bt, stride=stride, padding=pad)
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
+    y.backward(dy)
+    g = tilec.grad(src, ["X", "F", "Bias"])
+    assert "_phases" in g.source
+    for got, want in zip(g(x, w, b, dy.numpy()), (xt.grad, wt.grad, bt.grad)):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-4)

@@ -3,7 +3,10 @@
 Requires: a BoundProgram and a Target. Guarantees: a PrimFunc computing what the
 default lowering computes; sum-of-products contractions big enough to gain go
 through the implicit-GEMM template with knobs chosen from the shapes and target,
-with the elementwise statements that follow them fused in as an epilogue.
+with the elementwise statements that follow them fused in as an epilogue; runs of elementwise
+statements and keep-dim row reductions over one iteration space become one nest over rows
+(tilec/schedule/elementwise_fusion.py); sums over leading axes (a bias's gradient) keep the
+vector loop on the output's last axis (tilec/schedule/column_reduce.py).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from dataclasses import replace
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.lower import LoweredGroup, lower, lower_statement
-from tilec.schedule import attention, attention_backward, attention_backward_kernel, direct_gemm, implicit_gemm
+from tilec.schedule import (attention, attention_backward, attention_backward_kernel, column_reduce, direct_gemm,
+                            elementwise_fusion, implicit_gemm)
 from tilec.schedule.fusion import find_epilogue
 from tilec.schedule.legality import check_parallel
 from tilec.errors import ScheduleError
@@ -51,6 +55,12 @@ def auto_lower(bp: BoundProgram, target: Target, overrides: "TemplateSchedule | 
             group = _gemm_group(index, b, program, target)
             if group is not None:
                 return group
+            column = column_reduce.match(b)
+            if column is not None:
+                return column_reduce.build(column, b, program, target, PARALLEL_MIN_CELLS)
+        fused = elementwise_fusion.match(index, program)
+        if fused is not None:
+            return elementwise_fusion.build(fused, program, target, PARALLEL_MIN_CELLS)
         return _parallel_default(b, program, target)
 
     return lower(bp, strategy=strategy)
