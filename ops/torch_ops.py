@@ -30,7 +30,7 @@ contiguous inputs are copied to contiguous ones first, so they give the same res
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,7 @@ from tilec.autodiff import derive
 from tilec.errors import TilecError
 from tilec.frontend import parse
 from tilec.ir.copies import eliminate_copies
-from tilec.runtime.function import run_pointers
+from tilec.runtime.function import pointer_runner, run_pointers
 
 __all__ = ["OpError", "conv2d", "linear", "attention", "relu", "gelu", "softmax", "layer_norm"]
 
@@ -206,42 +206,82 @@ def _eager(*tensors: torch.Tensor | None) -> bool:
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
+class _Node:
+    """One eager op for one input signature (its key proves the op's checks passed): the forward
+    kernel's runner, the output's shape and dtype, and one gradient runner per set of inputs that
+    need a gradient, made on first use. `views` gives the shape each tensor takes inside the
+    program (None: as is); contiguous tensors go to the kernels by address, so no view is made."""
+
+    __slots__ = ("source", "n", "dtype", "in_shapes", "out_shape", "kernel_out", "run", "shapes", "_grads")
+
+    def __init__(self, source: str, views: tuple[Any, ...], out_shape: Sequence[int],
+                 tensors: Sequence[torch.Tensor]) -> None:
+        fn = _forward_fn(source)
+        inputs = [t if v is None else t.reshape(v) for t, v in zip(tensors, views)]
+        plan = _plan(fn, inputs)
+        (kernel_out, self.dtype), = plan.outputs
+        self.out_shape = tuple(out_shape)
+        if math.prod(kernel_out) != math.prod(self.out_shape):
+            raise OpError(f"tilec: the kernel's output {kernel_out} does not fit the op's {self.out_shape}")
+        self.source, self.n, self.kernel_out = source, len(tensors), kernel_out
+        self.in_shapes = tuple(tuple(t.shape) for t in inputs)
+        self.shapes = tuple(tuple(t.shape) for t in tensors)
+        self.run = pointer_runner(plan.kernel, self.n + 1)
+        self._grads: dict[tuple[int, ...], tuple[Callable[[Sequence[int]], None], list[tuple[int, ...]]]] = {}
+
+    def grad(self, wrt: tuple[int, ...]) -> tuple[Callable[[Sequence[int]], None], list[tuple[int, ...]]]:
+        """The derived gradient kernel's runner for inputs `wrt`, and the gradients' (tensor) shapes."""
+        found = self._grads.get(wrt)
+        if found is None:
+            names = _forward_fn(self.source).inputs
+            fn = _grad_fn(self.source, tuple(names[i] for i in wrt))
+            dtype = str(self.dtype).removeprefix("torch.")
+            kernel = fn.kernel_for((*self.in_shapes, self.kernel_out), (dtype,) * (self.n + 1))
+            found = self._grads[wrt] = (pointer_runner(kernel, self.n + 1 + len(wrt)), [self.shapes[i] for i in wrt])
+        return found
+
+
+def _signature(t: torch.Tensor | None) -> Any:
+    """What an op's checks look at in one tensor argument (part of the eager cache key)."""
+    return None if t is None else (t.shape, t.dtype, t.device)
+
+
+_NODES: dict[tuple[Any, ...], _Node] = {}
+
+
 class _TileOp(torch.autograd.Function):
     """One Tile program (one output) as an autograd node, called without the dispatcher.
 
     The eager path of the ops below: the same kernels and the same derived gradients as the
-    registered ops (whose checks the wrappers run first), minus the two dispatcher hops per op
-    (forward, and tilec::tile_grad in backward), which cost more than a small kernel. `views` gives
-    the shape each tensor takes inside the program (None: as is); gradients come back in the
-    tensors' own shapes, all of those needed from one call of the derived gradient kernel."""
+    registered ops (whose checks the wrappers run first, once per `_Node`), minus the two
+    dispatcher hops per op (forward, and tilec::tile_grad in backward), which cost more than a
+    small kernel. Gradients come back in the tensors' own shapes, all of those needed from one call
+    of the derived gradient kernel."""
 
     @staticmethod
-    def forward(ctx: Any, source: str, views: tuple[Any, ...], out_shape: tuple[int, ...],  # type: ignore[override]
-                *tensors: torch.Tensor) -> torch.Tensor:
-        inputs = [t if v is None else t.reshape(v) for t, v in zip(tensors, views)]
-        (out,) = _call(_forward_fn(source), inputs)
-        ctx.source, ctx.views, ctx.kernel_out = source, views, out.shape
-        ctx.save_for_backward(*tensors)
-        return out if out.shape == out_shape else out.view(out_shape)
+    def forward(ctx: Any, node: _Node, *tensors: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        inputs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+        out = torch.empty(node.out_shape, dtype=node.dtype)
+        node.run([*[t.data_ptr() for t in inputs], out.data_ptr()])
+        ctx.node = node
+        ctx.save_for_backward(*inputs)
+        return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
-        tensors = ctx.saved_tensors
-        wrt = [i for i, need in enumerate(ctx.needs_input_grad[3:]) if need]
-        result: list[Any] = [None] * len(tensors)
+        node = ctx.node
+        wrt = tuple(i for i, need in enumerate(ctx.needs_input_grad[1:]) if need)
+        result: list[Any] = [None] * node.n
         if wrt:
-            inputs = [t if v is None else t.reshape(v) for t, v in zip(tensors, ctx.views)]
-            names = _forward_fn(ctx.source).inputs
-            fn = _grad_fn(ctx.source, tuple(names[i] for i in wrt))
-            grads = _call(fn, [*inputs, grad.reshape(ctx.kernel_out)])
+            run, shapes = node.grad(wrt)
+            if grad.dtype != node.dtype or not grad.is_contiguous():
+                grad = grad.to(node.dtype).contiguous()
+            grads = [torch.empty(shape, dtype=node.dtype) for shape in shapes]
+            run([*[t.data_ptr() for t in ctx.saved_tensors], grad.data_ptr(), *[g.data_ptr() for g in grads]])
             for i, g in zip(wrt, grads):
-                result[i] = g if g.shape == tensors[i].shape else g.view(tensors[i].shape)
-        return (None, None, None, *result)
-
-
-def _apply(source: str, views: tuple[Any, ...], out_shape: Sequence[int], *tensors: torch.Tensor) -> torch.Tensor:
-    return _TileOp.apply(source, views, tuple(out_shape), *tensors)
+                result[i] = g
+        return (None, *result)
 
 
 # ------------------------------------------------------------------ conv2d
@@ -349,10 +389,14 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         raise OpError(f"tilec.conv2d: padding={padding!r} is not supported; give the padding as integers")
     stride, padding, dilation = _as_list(stride), _as_list(padding), _as_list(dilation)
     if _eager(x, weight, bias):
-        s, p, d, shape = _conv2d_check(x, weight, bias, stride, padding, dilation, int(groups))
-        source = sources.conv2d_source(s, p, d, bias is not None, int(groups))
         tensors = (x, weight) if bias is None else (x, weight, bias)
-        return _apply(source, _conv2d_views(x, weight, bias, int(groups)), shape, *tensors)
+        key = ("conv2d", *stride, *padding, *dilation, groups, _signature(x), _signature(weight), _signature(bias))
+        node = _NODES.get(key)
+        if node is None:
+            s, p, d, shape = _conv2d_check(x, weight, bias, stride, padding, dilation, int(groups))
+            source = sources.conv2d_source(s, p, d, bias is not None, int(groups))
+            node = _NODES[key] = _Node(source, _conv2d_views(x, weight, bias, int(groups)), shape, tensors)
+        return _TileOp.apply(node, *tensors)
     return torch.ops.tilec.conv2d(x, weight, bias, stride, padding, dilation, int(groups))
 
 
@@ -424,11 +468,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """x[..., in] @ weight[out, in].T + bias, then `activation` (None, "relu" or "gelu") fused."""
     act = activation or "none"
     if _eager(x, weight, bias):
-        _linear_check(x, weight, bias, act)
-        source = sources.linear_source(bias is not None, act)
         tensors = (x, weight) if bias is None else (x, weight, bias)
-        views = ((-1, x.shape[-1]),) + (None,) * (len(tensors) - 1)
-        return _apply(source, views, (*x.shape[:-1], weight.shape[0]), *tensors)
+        key = ("linear", act, _signature(x), _signature(weight), _signature(bias))
+        node = _NODES.get(key)
+        if node is None:
+            _linear_check(x, weight, bias, act)
+            source = sources.linear_source(bias is not None, act)
+            views = ((-1, x.shape[-1]),) + (None,) * (len(tensors) - 1)
+            node = _NODES[key] = _Node(source, views, (*x.shape[:-1], weight.shape[0]), tensors)
+        return _TileOp.apply(node, *tensors)
     return torch.ops.tilec.linear(x, weight, bias, act)
 
 
@@ -486,6 +534,14 @@ _attention.register_autograd(_attention_backward, setup_context=_attention_setup
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               scale: float | None = None) -> torch.Tensor:
     """softmax(scale * q k^T [causal]) v on [B, H, S, D]; scale defaults to 1/sqrt(D) like torch's sdpa."""
+    if _eager(q, k, v):
+        key = ("attention", causal, scale, _signature(q), _signature(k), _signature(v))
+        node = _NODES.get(key)
+        if node is None:
+            _attention_check(q, k, v)
+            source = sources.attention_source(bool(causal), _scale(q, scale))
+            node = _NODES[key] = _Node(source, (None,) * 3, (*q.shape[:3], v.shape[3]), (q, k, v))
+        return _TileOp.apply(node, q, k, v)
     return torch.ops.tilec.attention(q, k, v, causal, scale)
 
 
@@ -527,10 +583,14 @@ _gelu = _unary("gelu")
 def _unary_eager(name: str, x: torch.Tensor) -> torch.Tensor | None:
     if not _eager(x):
         return None
-    _check_tensor(name, "x", x)
-    if x.numel() == 0:
-        return None
-    return _apply(sources.unary_source(name), ((-1,),), x.shape, x)
+    key = (name, _signature(x))
+    node = _NODES.get(key)
+    if node is None:
+        _check_tensor(name, "x", x)
+        if x.numel() == 0:
+            return None
+        node = _NODES[key] = _Node(sources.unary_source(name), ((-1,),), x.shape, (x,))
+    return _TileOp.apply(node, x)
 
 
 def relu(x: torch.Tensor) -> torch.Tensor:
@@ -588,8 +648,13 @@ _softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup)
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    if _eager(x) and _softmax_check(x, dim) == x.dim() - 1:
-        return _apply(sources.softmax_source(), ((-1, x.shape[-1]),), x.shape, x)
+    if _eager(x):
+        key = ("softmax", dim, _signature(x))
+        node = _NODES.get(key)
+        if node is None and _softmax_check(x, dim) == x.dim() - 1:
+            node = _NODES[key] = _Node(sources.softmax_source(), ((-1, x.shape[-1]),), x.shape, (x,))
+        if node is not None:
+            return _TileOp.apply(node, x)
     return torch.ops.tilec.softmax(x, dim)
 
 
@@ -666,10 +731,16 @@ _layer_norm.register_autograd(_layer_norm_backward, setup_context=_layer_norm_se
 
 def layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int], weight: torch.Tensor | None = None,
                bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
-    shape = [int(normalized_shape)] if isinstance(normalized_shape, int) else [int(s) for s in normalized_shape]
     if _eager(x, weight, bias):
-        k = _layer_norm_check(x, shape, weight, bias)
-        source = sources.layer_norm_source(k, float(eps), weight is not None, bias is not None)
         tensors = [t for t in (x, weight, bias) if t is not None]
-        return _apply(source, ((-1, k),) + ((k,),) * (len(tensors) - 1), x.shape, *tensors)
+        given = normalized_shape if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        key = ("layer_norm", given, eps, _signature(x), _signature(weight), _signature(bias))
+        node = _NODES.get(key)
+        if node is None:
+            shape = [int(given)] if isinstance(given, int) else [int(s) for s in given]
+            k = _layer_norm_check(x, shape, weight, bias)
+            source = sources.layer_norm_source(k, float(eps), weight is not None, bias is not None)
+            node = _NODES[key] = _Node(source, ((-1, k),) + ((k,),) * (len(tensors) - 1), x.shape, tensors)
+        return _TileOp.apply(node, *tensors)
+    shape = [int(normalized_shape)] if isinstance(normalized_shape, int) else [int(s) for s in normalized_shape]
     return torch.ops.tilec.layer_norm(x, shape, weight, bias, float(eps))

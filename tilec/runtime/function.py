@@ -10,6 +10,7 @@ import copy
 import ctypes
 import threading
 import warnings
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -263,3 +264,21 @@ def run_pointers(kernel: driver.Kernel, pointers: list[int]) -> None:
     kernel.loaded.function((ctypes.c_void_p * len(params))(*addresses))
     if len(kernel.scratch) < MAX_SCRATCH_SETS:
         kernel.scratch.append(scratch)
+
+
+def pointer_runner(kernel: driver.Kernel, n_pointers: int) -> Callable[[Sequence[int]], None]:
+    """`run_pointers(kernel, pointers)` for `n_pointers` addresses per call, with its per-call work
+    done once: the ctypes array type of the kernel's arity, and no scratch handling at all when
+    the kernel has no temporaries (the common case). Same contract as `run_pointers`."""
+    if kernel.invoke is not None:
+        raise TilecError("pointer_runner calls kernels of the host targets (llvm, cuda-sim) on host memory; "
+                         "call the Function itself for target cuda")
+    if n_pointers != len(kernel.params):
+        return lambda pointers: run_pointers(kernel, list(pointers))
+    array_type = ctypes.c_void_p * n_pointers
+    function = kernel.loaded.function
+
+    def run(pointers: Sequence[int]) -> None:
+        function(array_type(*pointers))
+
+    return run
