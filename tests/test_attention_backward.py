@@ -62,6 +62,8 @@ def as_list(out) -> list[np.ndarray]:
     (2, 1, 13, 29, 64, 70, True, "K", True),  # more keys than queries: keys no query sees get 0
     (1, 2, 9, 9, 5, 3, False, "Q", True),
     (1, 1, 1, 1, 1, 1, False, "KV", False),
+    (16, 4, 16, 16, 8, 8, True, "QKV", False),  # the small transformer's: default knobs shrink to 16 x 16
+    (2, 2, 7, 11, 8, 8, False, "QKV", False),  # default knobs shrunk past sequences shorter than a block
 ])
 def test_fused_gradients_match_torch(b, h, s, t, d, e, causal, wrt, small):
     scale = 0.3
@@ -75,6 +77,14 @@ def test_fused_gradients_match_torch(b, h, s, t, d, e, causal, wrt, small):
     for name, g, w in zip(wrt, got, want):
         assert g.shape == w.shape and g.dtype == np.float32
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5 * np.abs(w).max(), err_msg=name)
+
+
+def test_default_knobs_shrink_to_short_sequences():
+    assert attention_backward.default_knobs(512, 512) == attention_backward.AttentionBackwardKnobs()
+    small = attention_backward.default_knobs(16, 16)
+    assert (small.bq, small.bk) == (16, 16)
+    odd = attention_backward.default_knobs(7, 11)
+    assert (odd.bq, odd.bk) == (8, 16) and not attention_backward.knob_problems(odd)
 
 
 @pytest.mark.parametrize("causal", [False, True])

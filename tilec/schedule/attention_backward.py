@@ -46,6 +46,16 @@ class AttentionBackwardKnobs:
                 "panel": self.panel}
 
 
+def default_knobs(s: int, t: int) -> AttentionBackwardKnobs:
+    """The untuned knobs for S queries and T keys: the defaults' 64 x 64 blocks, shrunk to the
+    sequences when they are shorter (rows of a block past the sequence are padding work: at S = T
+    = 16, 64 x 64 blocks would compute 16 times the scores needed)."""
+    base = AttentionBackwardKnobs()
+    bq = min(base.bq, -(-s // base.mr) * base.mr)
+    bk = min(base.bk, -(-t // LANES) * LANES)
+    return AttentionBackwardKnobs(bq=bq, bk=bk, mr=base.mr, panel=base.panel)
+
+
 def knob_problems(knobs: AttentionBackwardKnobs) -> list[str]:
     """Why `knobs` cannot be built (empty when they can)."""
     problems = []

@@ -32,7 +32,7 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import BoundProgram
 from tilec.ir.lower import LoweredGroup
 from tilec.schedule.attention import LANES
-from tilec.schedule.attention_backward import AttentionBackwardKnobs, BackwardPlan, knob_problems
+from tilec.schedule.attention_backward import AttentionBackwardKnobs, BackwardPlan, default_knobs, knob_problems
 from tilec.schedule.implicit_gemm import decompose, thread_share, threads_loop
 from tilec.target import Target
 
@@ -361,7 +361,7 @@ def build(plan: BackwardPlan, bp: BoundProgram, target: Target,
     else the two passes. With fewer heads, the two passes as four parallel loops: the transposes
     per head; pass 1 per (head, query block); pass 2 per (head, every parts-th key block), each
     part adding its dQ into its own partial sum; the partial sums added into dQ per (head, row)."""
-    knobs = knobs or AttentionBackwardKnobs()
+    knobs = knobs or default_knobs(plan.s, plan.t)
     assert not knob_problems(knobs), knob_problems(knobs)
     bh_n = math.prod(hi - lo + 1 for _, lo, hi in plan.batch)
     v, c = L.Var, L.const
