@@ -69,7 +69,8 @@ class CostModel:
         if rows < MIN_ROWS:
             return
         xgb = _xgb()
-        data = xgb.DMatrix(np.concatenate([g[0] for g in groups]), label=np.concatenate([g[1] for g in groups]))
+        data = xgb.DMatrix(np.concatenate([g[0] for g in groups]), label=np.concatenate([g[1] for g in groups]),
+                           nthread=1)
         data.set_group([len(g[1]) for g in groups])
         self.booster = xgb.train({**PARAMS, "seed": self.seed}, data, num_boost_round=self.rounds)
 
@@ -78,7 +79,8 @@ class CostModel:
         X = np.asarray(X, np.float32)  # noqa: N806
         if self.booster is None or len(X) == 0:
             return np.zeros(len(X), np.float32)
-        return np.asarray(self.booster.predict(_xgb().DMatrix(X)), np.float32)
+        # inplace_predict: no DMatrix (building one costs ~50 ms whatever its size on a loaded machine)
+        return np.asarray(self.booster.inplace_predict(X), np.float32)
 
     def save(self, path: str | Path) -> None:
         if self.booster is None:
