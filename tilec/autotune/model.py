@@ -45,12 +45,28 @@ def relevance(times: Sequence[float | None]) -> np.ndarray:
     return labels
 
 
+def speed_labels(times: Sequence[float | None]) -> np.ndarray:
+    """Regression labels: -log2 of the time relative to the group's best (0 for the best, -1 for
+    twice as slow); failures one below the slowest measured."""
+    t = np.array([np.inf if x is None or not np.isfinite(x) else float(x) for x in times])
+    ok = np.isfinite(t)
+    labels = np.zeros(len(t), np.float32)
+    if ok.any():
+        labels[ok] = -np.log2(t[ok] / t[ok].min())
+        labels[~ok] = labels[ok].min() - 1.0
+    return labels
+
+
 class CostModel:
-    def __init__(self, seed: int = 0, rounds: int = ROUNDS) -> None:
+    def __init__(self, seed: int = 0, rounds: int = ROUNDS, params: dict[str, Any] | None = None) -> None:
         self.seed = seed
         self.rounds = rounds
+        self.params = {**PARAMS, **(params or {})}
         self.booster: Any = None
         self._prior: list[tuple[np.ndarray, np.ndarray]] = []  # (X, labels) groups from other tasks
+
+    def _labels(self, times: Sequence[float | None]) -> np.ndarray:
+        return relevance(times) if str(self.params["objective"]).startswith("rank:") else speed_labels(times)
 
     @property
     def trained(self) -> bool:
@@ -59,12 +75,12 @@ class CostModel:
     def add_prior(self, X: np.ndarray, y_seconds: Sequence[float | None]) -> None:  # noqa: N803
         """Measurements of another task of the same template (another shape): one more group."""
         if len(y_seconds) >= 2:
-            self._prior.append((np.asarray(X, np.float32), relevance(y_seconds)))
+            self._prior.append((np.asarray(X, np.float32), self._labels(y_seconds)))
 
     def fit(self, X: np.ndarray, y_seconds: Sequence[float | None]) -> None:  # noqa: N803
         groups = list(self._prior)
         if len(y_seconds) > 0:
-            groups.append((np.asarray(X, np.float32), relevance(y_seconds)))
+            groups.append((np.asarray(X, np.float32), self._labels(y_seconds)))
         rows = sum(len(g[1]) for g in groups)
         if rows < MIN_ROWS:
             return
@@ -72,7 +88,7 @@ class CostModel:
         data = xgb.DMatrix(np.concatenate([g[0] for g in groups]), label=np.concatenate([g[1] for g in groups]),
                            nthread=1)
         data.set_group([len(g[1]) for g in groups])
-        self.booster = xgb.train({**PARAMS, "seed": self.seed}, data, num_boost_round=self.rounds)
+        self.booster = xgb.train({**self.params, "seed": self.seed}, data, num_boost_round=self.rounds)
 
     def predict(self, X: np.ndarray) -> np.ndarray:  # noqa: N803
         """Scores: higher means predicted faster. Zeros before the first fit."""
