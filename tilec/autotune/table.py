@@ -69,15 +69,16 @@ def measure_table(task: Task, out: str | Path, repeats: int = 5, min_repeat_s: f
         rng = np.random.default_rng(seed + 1)
         for rnd in range(rounds):
             again = [best[int(i)] for i in rng.permutation(len(best))]
-            results: list[MeasureResult] = measurer.measure(task, again)
-            for r in results:
-                key = config_key(r.config)
-                old = table[key][0]
-                if r.time_s is not None and (old is None or r.time_s < old):
-                    table[key] = (r.time_s, "ok")
-            save_table(out, table)
-            log(f"re-measured the top {len(best)} (round {rnd + 1}) at {time.monotonic() - start:.0f} s, "
-                f"load {os.getloadavg()[0]:.2f}")
+            for b in range(0, len(again), 8 * batch):
+                results: list[MeasureResult] = measurer.measure(task, again[b: b + 8 * batch])
+                for r in results:
+                    key = config_key(r.config)
+                    old = table[key][0]
+                    if r.time_s is not None and (old is None or r.time_s < old):
+                        table[key] = (r.time_s, "ok")
+                save_table(out, table)
+                log(f"re-measured {b + len(results)} of the top {len(best)} (round {rnd + 1}) at "
+                    f"{time.monotonic() - start:.0f} s, load {os.getloadavg()[0]:.2f}")
     return table
 
 
