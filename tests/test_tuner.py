@@ -323,7 +323,8 @@ def test_table_measures_a_space_once_and_replays_it(tmp_path: Path) -> None:
     with pytest.raises(TilecError, match="no entry"):
         replay.measure(task, [missing])
 
-    summary = run(trials=12, seeds=(0,), table=str(out), task=task)
+    summary = run(trials=12, seeds=(0,), table=str(out), task=task, out=str(tmp_path / "curve.png"))
+    assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
     assert summary["configs_known"] == 40 and summary["best_ms"] == pytest.approx(replay.best() * 1e3)
     assert summary["trials_to_95pct"]["random seed 0"] is not None  # it ran through all 40 points
     assert summary["within_5pct"] >= 1 and summary["random_expected_trials"] <= 41 / 2
