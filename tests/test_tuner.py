@@ -286,6 +286,79 @@ def test_experiment_caches_measurements_and_counts_trials_to_target():
     assert trials_to_reach([5.0, 4.0, 3.0, 3.0], 3.5) == 3 and trials_to_reach([5.0], 1.0) is None
 
 
+def test_table_measures_a_space_once_and_replays_it(tmp_path: Path) -> None:
+    """tilec.autotune.table fills a table (here with a fake measurer, partially), re-measures its
+    top points keeping the minimum; the experiment replays it over exactly the table's points,
+    random search running until it has seen them all."""
+    from tilec.autotune.experiment import TableMeasurer, bar_holds, run, table_space
+    from tilec.autotune.table import config_key, load_table, measure_table
+    from tilec.errors import TilecError
+
+    (task,) = tasks_for(gemm_source({}), {"A": (64, 64), "B": (64, 64)}, {"A": "float32", "B": "float32"})
+    jitter = iter(np.random.default_rng(0).uniform(1.0, 1.5, 10_000))
+    seen: dict[str, list[float]] = {}
+
+    def noisy(c: Mapping[str, Any]) -> float:
+        t = synthetic_cost(c) * next(jitter)
+        seen.setdefault(config_key(dict(c)), []).append(t)
+        return t
+
+    fake = FakeMeasurer(cost=noisy)
+    out = tmp_path / "table.json"
+    table = measure_table(task, out, top=5, rounds=2, batch=16, limit=40, measurer=fake, log=lambda s: None)
+    assert len(table) == 40 and load_table(out) == table
+    assert len(fake.calls) == 40 + 2 * 5  # the top 5 measured twice more
+    assert sorted(len(v) for v in seen.values()) == [1] * 35 + [3] * 5
+    for key, times in seen.items():  # each point keeps the minimum of its measurements
+        assert table[key] == (min(times), "ok")
+    assert measure_table(task, out, top=0, rounds=0, limit=40, measurer=fake, log=lambda s: None) == table
+    assert len(fake.calls) == 50  # resumed: nothing measured again
+
+    replay = TableMeasurer(out)
+    sub = table_space(space_for(task), replay.table, task.default_config())
+    assert len(sub) == 40 and {config_key(sub.config(i)) for i in range(len(sub))} == set(table)
+    assert replay.best() == min(t for t, _ in table.values())
+    missing = next(c for c in (space_for(task).config(i) for i in range(len(space_for(task))))
+                   if config_key(c) not in table)
+    with pytest.raises(TilecError, match="no entry"):
+        replay.measure(task, [missing])
+
+    summary = run(trials=12, seeds=(0,), table=str(out), task=task, out=str(tmp_path / "curve.png"))
+    assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert summary["configs_known"] == 40 and summary["best_ms"] == pytest.approx(replay.best() * 1e3)
+    assert summary["trials_to_95pct"]["random seed 0"] is not None  # it ran through all 40 points
+    assert summary["within_5pct"] >= 1 and summary["random_expected_trials"] <= 41 / 2
+    assert bar_holds(3, 6) and not bar_holds(4, 7) and bar_holds(5, None) and not bar_holds(None, 9)
+
+
+def test_speed_labels_and_regression_objective(task: Task, space: Space) -> None:
+    from tilec.autotune.model import speed_labels
+
+    labels = speed_labels([2.0, 1.0, None, 4.0])
+    assert np.allclose(labels, [-1.0, 0.0, -3.0, -2.0])
+    f = Featurizer(task)
+    configs = [space.config(i) for i in range(0, len(space), 40)]
+    X, y = f.matrix(configs), [synthetic_cost(c) for c in configs]  # noqa: N806
+    model = CostModel(seed=0, params={"objective": "reg:squarederror"})
+    model.fit(X, y)
+    ranks = [np.argsort(np.argsort(v)) for v in (model.predict(X), -np.asarray(y))]
+    assert np.corrcoef(*ranks)[0, 1] > 0.8
+
+
+def test_gemm_features_describe_the_micro_kernel(task: Task) -> None:
+    f = Featurizer(task)
+    names = list(f.names)
+    small = f(dict(task.default_config(), mr=4, nr=32, kc=64, mc=8, pack_a=True))
+    big = f(dict(task.default_config(), mr=4, nr=32, kc=256, mc=64, pack_a=True))
+    at = {n: names.index(n) for n in ("a_panel_l1", "kernel_l1", "a_block_l1", "log_mc_tiles", "acc_regs", "k_tail")}
+    assert small[at["a_panel_l1"]] == pytest.approx(4 * 64 * 4 / (32 * 1024))
+    assert small[at["kernel_l1"]] == pytest.approx((4 + 32) * 64 * 4 / (32 * 1024))
+    assert big[at["a_block_l1"]] == pytest.approx(64 * 256 * 4 / (32 * 1024))
+    assert small[at["log_mc_tiles"]] == pytest.approx(1.0) and big[at["log_mc_tiles"]] == pytest.approx(4.0)
+    lanes = task.target.vector_bits // 32
+    assert small[at["acc_regs"]] == 4 * -(-32 // lanes) and small[at["k_tail"]] == 0.0
+
+
 # ------------------------------------------------------------------ tuning gradient kernels
 
 

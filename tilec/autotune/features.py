@@ -26,7 +26,8 @@ from tilec.ir import loop as L
 GEMM_NAMES = ("log_mr", "log_nr", "vectors", "log_kc", "log_mc", "pack_a", "threads", "reg_use", "log_block",
               "intensity", "bytes_per_flop", "b_panel_l1", "a_block_l2", "b_all_l2", "m_waste", "n_waste",
               "mc_waste", "k_waste", "edge_tiles", "imbalance", "k_blocks", "row_blocks", "log_m", "log_n",
-              "log_k", "a_reads_per_elem")
+              "log_k", "a_reads_per_elem", "a_panel_l1", "kernel_l1", "a_block_l1", "log_mc_tiles", "acc_regs",
+              "b_all_l1", "n_tiles", "k_tail", "m_tail")
 ATTENTION_NAMES = ("log_bq", "log_bk", "reg_use", "log_block", "intensity", "q_waste", "t_waste", "imbalance",
                    "log_s", "log_t", "log_d", "causal", "kt_tile_l1")
 IR_NAMES = ("loops", "serial", "parallel", "vectorized", "unrolled", "depth", "vector_width", "parallel_extent",
@@ -61,7 +62,15 @@ def gemm_features(task: Task, c: Mapping[str, Any]) -> list[float]:
             kc * nr * itemsize / L1_BYTES, (mc if pack else mr) * kc * itemsize / L2_BYTES,
             kc * _up(n, nr) * itemsize / L2_BYTES, _up(m, mr) / m, _up(n, nr) / n,
             _up(m, mc) / m if pack else 1.0, _up(k, kc) / k, edge, imbalance, _log(-(-k // kc)), _log(row_units),
-            _log(m), _log(n), _log(k), tiles_n if not pack else 1.0]
+            _log(m), _log(n), _log(k), tiles_n if not pack else 1.0,
+            # the micro-kernel's working set against L1: the A micro-panel (mr x kc), with the B
+            # micro-panel (kc x nr), the packed A block (mc x kc) that every column panel re-reads
+            mr * kc * itemsize / L1_BYTES, (mr + nr) * kc * itemsize / L1_BYTES,
+            (mc if pack else mr) * kc * itemsize / L1_BYTES,
+            _log((mc if pack else mr) / mr),  # micro-tiles per packed A block (B micro-panel reuse)
+            mr * vectors,  # accumulator registers
+            kc * _up(n, nr) * itemsize / L1_BYTES, _log(tiles_n),
+            (k % kc) / kc, (m % (mc if pack else mr)) / (mc if pack else mr)]  # partial last blocks
 
 
 def attention_features(task: Task, c: Mapping[str, Any]) -> list[float]:
