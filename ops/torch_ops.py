@@ -41,7 +41,6 @@ from ops import sources
 from tilec.autodiff import derive
 from tilec.errors import TilecError
 from tilec.frontend import parse
-from tilec.ir.copies import eliminate_copies
 from tilec.runtime.function import pointer_runner, run_pointers
 
 __all__ = ["OpError", "conv2d", "linear", "attention", "relu", "gelu", "softmax", "layer_norm"]
@@ -74,7 +73,7 @@ def _grad_fn(source: str, wrt: tuple[str, ...], target: str = "llvm") -> tilec.F
     fn = _BACKWARD.get(key)
     if fn is None:
         # the derived program without its renaming copies (each would be one more pass over memory)
-        program = eliminate_copies(derive(parse(source), list(wrt)))
+        program = derive(parse(source), list(wrt))
         fn = _BACKWARD[key] = tilec.compile(str(program), target=target)
     return fn
 

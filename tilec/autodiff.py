@@ -28,6 +28,7 @@ import math
 
 from tilec.errors import TilecError
 from tilec.frontend import parse
+from tilec.ir.copies import eliminate_copies
 from tilec.ir.tensor import (Access, Constraint, Contraction, EBinary, ECall, ECompare, EConst, EExpr, Elementwise,
                              ESelect, ETensor, EUnary, IBin, IConst, IExpr, INeg, ISize, IVar, Program, Statement,
                              TensorParam, eexpr_tensors, iexpr_names)
@@ -38,9 +39,12 @@ Shape = tuple[IExpr, ...]
 _ONE = IConst(1)
 
 
-def derive(program: Program, wrt: Sequence[str]) -> Program:
-    """The gradient program of `program` with respect to the inputs named in `wrt`."""
-    return _Deriver(program).run(list(wrt))
+def derive(program: Program, wrt: Sequence[str], keep_copies: bool = False) -> Program:
+    """The gradient program of `program` with respect to the inputs named in `wrt`, without the
+    renaming copies the derivation leaves (`DX = DX_4`: each would be one more pass over memory)
+    unless `keep_copies`."""
+    derived = _Deriver(program).run(list(wrt))
+    return derived if keep_copies else eliminate_copies(derived)
 
 
 def _names(program: Program) -> set[str]:
