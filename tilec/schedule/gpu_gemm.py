@@ -214,15 +214,7 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GpuGemmK
     value: L.Expr = L.Load(acc.name, (v(i), v(j)), dt)
     if epilogue is not None:
         value = epilogue_value(epilogue, bp, out, value, out_cell)
-    store: L.Stmt = L.Store(dest, out_cell, value)
-    edges: list[L.Expr] = []
-    if m % bm:
-        edges.append(L.Cmp("lt", row, c(m)))
-    if n % bn:
-        edges.append(L.Cmp("lt", col, c(n)))
-    inside = L.logical_and(edges)
-    if inside is not None:
-        store = L.If(inside, store)
+    store = guard_edges(L.Store(dest, out_cell, value), row, col, (m, n), (bm, bn))
     zero = unrolled(i, tm, unrolled(j, tn, L.Store(acc.name, (v(i), v(j)), L.cast(dt, c(0)))))
     per_thread = L.Allocate(acc, L.seq(zero, main, unrolled(i, tm, unrolled(j, tn, store))))
     body: L.Stmt = L.For(ty, c(0), c(ty_n), L.For(tx, c(0), c(tx_n), per_thread, "threadIdx.x"), "threadIdx.y")
@@ -231,6 +223,19 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GpuGemmK
     body = L.For(bx, c(0), c(-(-m // bm)), body, "blockIdx.x")
     body = L.For(by, c(0), c(-(-n // bn)), body, "blockIdx.y")
     return L.For(bz, c(0), c(n_outer), body, "blockIdx.z")
+
+
+def guard_edges(store: L.Stmt, row: L.Expr, col: L.Expr, extents: tuple[int, int], tiles: tuple[int, int]) -> L.Stmt:
+    """`store` of output cell (row, col), guarded by `row < M` / `col < N` only along an axis whose
+    extent the tile does not divide (the interior tiles need no test)."""
+    (m, n), (bm, bn) = extents, tiles
+    edges: list[L.Expr] = []
+    if m % bm:
+        edges.append(L.Cmp("lt", row, L.const(m)))
+    if n % bn:
+        edges.append(L.Cmp("lt", col, L.const(n)))
+    inside = L.logical_and(edges)
+    return store if inside is None else L.If(inside, store)
 
 
 def cooperative_copy(var: str, shape: tuple[int, int], store: Callable[[L.Expr, L.Expr], L.Stmt], tid: L.Expr, threads: int,

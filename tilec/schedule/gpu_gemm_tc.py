@@ -30,7 +30,7 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import LoweredGroup, index_expr
 from tilec.schedule.fusion import Epilogue, epilogue_value, find_epilogue
-from tilec.schedule.gpu_gemm import MAX_GRID_YZ, SHARED_LIMIT, SMS, cooperative_copy
+from tilec.schedule.gpu_gemm import MAX_GRID_YZ, SHARED_LIMIT, SMS, cooperative_copy, guard_edges
 from tilec.schedule.gpu_tensorcore import WmmaGemmConfig
 from tilec.schedule.implicit_gemm import GemmPlan, _guarded_store, decompose
 from tilec.schedule.rewrite import substitute_expr
@@ -129,15 +129,7 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, cfg: WmmaGemmCo
     value: L.Expr = L.cast(F16, L.Load(sc.name, (warp, r, q), F32))
     if epilogue is not None:
         value = epilogue_value(epilogue, bp, out, value, out_cell)
-    store: L.Stmt = L.Store(dest, out_cell, value)
-    inside: list[L.Expr] = []
-    if m % bm:
-        inside.append(L.Cmp("lt", row, c(m)))
-    if n % bn:
-        inside.append(L.Cmp("lt", col, c(n)))
-    edges = L.logical_and(inside)
-    if edges is not None:
-        store = L.If(edges, store)
+    store = guard_edges(L.Store(dest, out_cell, value), row, col, (m, n), (bm, bn))
     results = unrolled(fi, frag_m, unrolled(fj, frag_n, L.seq(
         L.WmmaStore(sc.name, (warp, c(0), c(0)), acc.name, (v(fi), v(fj))), L.Barrier(),
         unrolled(e, 8, store), L.Barrier())))
