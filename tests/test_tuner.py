@@ -399,3 +399,13 @@ def test_backward_tasks_reject_unknown_inputs() -> None:
 
     with pytest.raises(TilecError, match="with respect to Z"):
         backward_tasks(gemm_source({}), {"A": (8, 8), "B": (8, 8)}, ["Z"])
+
+
+def test_the_fused_attention_gradient_is_not_split_into_gemm_tasks() -> None:
+    """A record for one product of the attention gradient would replace its fused kernel."""
+    from ops.sources import attention_source
+    from tilec.autotune.task import backward_tasks
+
+    shapes = {"Q": (1, 2, 40, 16), "K": (1, 2, 40, 16), "V": (1, 2, 40, 16)}
+    for causal in (False, True):
+        assert backward_tasks(attention_source(causal, 0.25), shapes, ["Q", "K", "V"]) == []

@@ -343,6 +343,10 @@ def _tune_tasks(args: argparse.Namespace) -> "tuple[list[Task], str, str]":
                                label=f"{op_name} {shape_text} backward")
         for g in grads:
             chosen.append(replace(g, label=f"{g.label} (gradient statement {g.stmt})"))
+        if not grads:
+            print(f"tilec tune: the gradient of {op_name} has no statement to tune on its own (no GEMM-like "
+                  f"product outside a fused kernel; attention's gradient is one fused kernel, whose block "
+                  f"sizes the tuner does not search yet)", file=sys.stderr)
     return chosen, op_name, shape_text
 
 

@@ -21,7 +21,7 @@ from tilec.frontend import parse
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram, bind
 from tilec.ir.tensor import Program
-from tilec.schedule import attention, direct_gemm, implicit_gemm
+from tilec.schedule import attention, attention_backward, direct_gemm, implicit_gemm
 from tilec.schedule.auto import DIRECT_MAX_PANELS
 from tilec.schedule.templates import TemplateConfig, TemplateSchedule
 from tilec.target import Target, host_target
@@ -153,7 +153,8 @@ class Task:
 def tasks_for(source: str, shapes: Mapping[str, tuple[int, ...]], dtypes: Mapping[str, str] | None = None,
               target: Target | None = None, sizes: Mapping[str, int] | None = None, label: str = "") -> list[Task]:
     """The tunable statements of a program: each attention chain, and each other contraction
-    the implicit-GEMM template matches (statements inside an attention chain are skipped)."""
+    the implicit-GEMM template matches (statements inside an attention chain, or inside the
+    gradient of one, which lowers as one fused kernel, are skipped)."""
     target = target or host_target()
     dtypes = dict(dtypes or {})
     program = parse(source, dict(sizes or {}))
@@ -170,6 +171,12 @@ def tasks_for(source: str, shapes: Mapping[str, tuple[int, ...]], dtypes: Mappin
         if index < skip_until or not isinstance(b, BoundContraction):
             continue
         plan = attention.match(index, bp)
+        backward = attention_backward.match(index, bp) if plan is None else None
+        if backward is not None:
+            # the fused attention gradient: its statements are not tuned one by one (a record for one
+            # of its products would replace the fused kernel); its block knobs have no search space yet
+            skip_until = index + backward.consumed
+            continue
         if plan is not None:
             template, skip_until = "attention", index + plan.consumed
         elif implicit_gemm.match(b) is not None:
