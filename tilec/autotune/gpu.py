@@ -63,13 +63,6 @@ class GpuTask(Task):
             raise TilecError(f"template '{self.template}' does not apply to statement {self.stmt} of the program")
         return plan
 
-    @property
-    def flops(self) -> float:
-        p = self.plan
-        if self.template == "gpu_attention":
-            return 2.0 * math.prod(hi - lo + 1 for _, lo, hi in p.batch) * p.s * p.t * (p.d + p.e)
-        return 2.0 * p.m * p.n * p.k * math.prod(hi - lo + 1 for _, lo, hi in p.outer)
-
     def default_config(self) -> Config:
         """The GPU heuristic's knobs (tilec.schedule.gpu_templates), as a config of this task's space."""
         if self.template == "gpu_attention":

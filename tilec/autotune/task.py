@@ -89,7 +89,7 @@ class Task:
     @property
     def flops(self) -> float:
         p = self.plan
-        if self.template == "attention":
+        if isinstance(p, attention.AttentionPlan):  # CPU and GPU attention templates alike
             return 2.0 * math.prod(hi - lo + 1 for _, lo, hi in p.batch) * p.s * p.t * (p.d + p.e)
         return 2.0 * p.m * p.n * p.k * math.prod(hi - lo + 1 for _, lo, hi in p.outer)
 
