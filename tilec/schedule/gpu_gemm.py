@@ -154,13 +154,9 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GpuGemmK
 
     def load_a(step: L.Expr, stage: L.Expr) -> L.Stmt:
         def store(r: L.Expr, q: L.Expr) -> L.Stmt:
-            extra: list[L.Expr] = []
             row, kidx = L.add(row0, r), L.add(L.mul(step, c(bk)), q)
             env = {**outer_env, **decompose(row, plan.rows), **decompose(kidx, plan.red)}
-            if m % bm:
-                extra.append(L.Cmp("lt", row, c(m)))
-            if k % bk:
-                extra.append(L.Cmp("lt", kidx, c(k)))
+            extra = ragged_edges((row, m, bm), (kidx, k, bk))
             return _guarded_store(sa.name, (stage, r, q), plan.a, plan.a_guards, env, dt, bp.dtypes[plan.a.tensor],
                                   extra)
         unguarded = not plan.a_guards and not m % bm and not k % bk
@@ -168,13 +164,9 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GpuGemmK
 
     def load_b(step: L.Expr, stage: L.Expr) -> L.Stmt:
         def store(r: L.Expr, q: L.Expr) -> L.Stmt:
-            extra: list[L.Expr] = []
             kidx, col = L.add(L.mul(step, c(bk)), r), L.add(col0, q)
             env = {**outer_env, **decompose(kidx, plan.red), col_var: L.add(col, c(col_lo))}
-            if k % bk:
-                extra.append(L.Cmp("lt", kidx, c(k)))
-            if n % bn:
-                extra.append(L.Cmp("lt", col, c(n)))
+            extra = ragged_edges((kidx, k, bk), (col, n, bn))
             return _guarded_store(sb.name, (stage, r, q), plan.b, plan.b_guards, env, dt, bp.dtypes[plan.b.tensor],
                                   extra)
         unguarded = not plan.b_guards and not n % bn and not k % bk
@@ -225,16 +217,16 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GpuGemmK
     return L.For(bz, c(0), c(n_outer), body, "blockIdx.z")
 
 
+def ragged_edges(*axes: tuple[L.Expr, int, int]) -> list[L.Expr]:
+    """`index < extent` for each (index, extent, tile) whose extent the tile does not divide: the
+    only bounds tests a tiled loop needs (interior tiles need none)."""
+    return [L.Cmp("lt", index, L.const(extent)) for index, extent, tile in axes if extent % tile]
+
+
 def guard_edges(store: L.Stmt, row: L.Expr, col: L.Expr, extents: tuple[int, int], tiles: tuple[int, int]) -> L.Stmt:
-    """`store` of output cell (row, col), guarded by `row < M` / `col < N` only along an axis whose
-    extent the tile does not divide (the interior tiles need no test)."""
+    """`store` of output cell (row, col), guarded along the axes whose extent the tile does not divide."""
     (m, n), (bm, bn) = extents, tiles
-    edges: list[L.Expr] = []
-    if m % bm:
-        edges.append(L.Cmp("lt", row, L.const(m)))
-    if n % bn:
-        edges.append(L.Cmp("lt", col, L.const(n)))
-    inside = L.logical_and(edges)
+    inside = L.logical_and(ragged_edges((row, m, bm), (col, n, bn)))
     return store if inside is None else L.If(inside, store)
 
 

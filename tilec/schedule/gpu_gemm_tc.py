@@ -30,7 +30,7 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import LoweredGroup, index_expr
 from tilec.schedule.fusion import Epilogue, epilogue_value, find_epilogue
-from tilec.schedule.gpu_gemm import MAX_GRID_YZ, SHARED_LIMIT, SMS, cooperative_copy, guard_edges
+from tilec.schedule.gpu_gemm import MAX_GRID_YZ, SHARED_LIMIT, SMS, cooperative_copy, guard_edges, ragged_edges
 from tilec.schedule.gpu_tensorcore import WmmaGemmConfig
 from tilec.schedule.implicit_gemm import GemmPlan, _guarded_store, decompose
 from tilec.schedule.rewrite import substitute_expr
@@ -93,16 +93,14 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, cfg: WmmaGemmCo
     def store_a(r: L.Expr, q: L.Expr) -> L.Stmt:
         row, kidx = L.add(row0, r), L.add(L.mul(v(ko), c(bk)), q)
         env = {**outer_env, **decompose(row, plan.rows), **decompose(kidx, plan.red)}
-        extra = ([L.Cmp("lt", row, c(m))] if m % bm else []) + ([L.Cmp("lt", kidx, c(k))] if k % bk else [])
         return _guarded_store(sa.name, (r, q), plan.a, plan.a_guards, env, F16, bp.dtypes[plan.a.tensor],
-                              list(extra))
+                              ragged_edges((row, m, bm), (kidx, k, bk)))
 
     def store_b(r: L.Expr, q: L.Expr) -> L.Stmt:
         kidx, col = L.add(L.mul(v(ko), c(bk)), r), L.add(col0, q)
         env = {**outer_env, **decompose(kidx, plan.red), col_var: L.add(col, c(col_lo))}
-        extra = ([L.Cmp("lt", kidx, c(k))] if k % bk else []) + ([L.Cmp("lt", col, c(n))] if n % bn else [])
         return _guarded_store(sb.name, (r, q), plan.b, plan.b_guards, env, F16, bp.dtypes[plan.b.tensor],
-                              list(extra))
+                              ragged_edges((kidx, k, bk), (col, n, bn)))
 
     def unrolled(var: str, extent: int, body: L.Stmt) -> L.Stmt:
         return L.For(var, c(0), c(extent), body, "unrolled")
