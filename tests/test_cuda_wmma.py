@@ -7,7 +7,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from tests.cuda_kernels import single_warp_mma, tensorcore_gemm
+from tests.cuda_kernels import single_warp_mma, tensorcore_gemm, wmma_gemm
 from tilec.codegen.cuda_c import render_cuda
 from tilec.codegen.llvm_ir import emit_module
 from tilec.codegen.llvm_jit import emit_object, load_object, optimise
@@ -15,7 +15,7 @@ from tilec.codegen.wmma import lower_wmma
 from tilec.errors import CodegenError, ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.verify import verify
-from tilec.schedule.gpu_tensorcore import WmmaGemmConfig, wmma_gemm
+from tilec.schedule.gpu_tensorcore import WmmaGemmConfig
 from tilec.target import host_target
 
 
