@@ -197,3 +197,14 @@ def flat_affine(indices: tuple[L.Expr, ...], shape: tuple[int, ...], atoms: bool
         total = combine(total, scale(a, stride))
         stride *= n
     return total
+
+
+def pure_index(e: L.Expr) -> bool:
+    """An index expression made of loop variables, constants and arithmetic (no loads or casts)."""
+    if isinstance(e, (L.Var, L.Const)):
+        return e.dtype == L.INDEX
+    if isinstance(e, L.Bin):
+        return e.dtype == L.INDEX and pure_index(e.a) and pure_index(e.b)
+    if isinstance(e, L.Select):
+        return pure_index(e.a) and pure_index(e.b)
+    return False

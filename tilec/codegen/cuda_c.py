@@ -315,7 +315,7 @@ def _needs_wide_index(stmt: L.Stmt, params: dict[str, L.Buffer]) -> bool:
         for node in A.walk(e):
             if isinstance(node, L.Load):
                 check_access(node.buffer, node.indices, ranges)
-            elif node.dtype == L.INDEX and _pure_index(node) and not A.fits_int32(A.interval(node, ranges)):
+            elif node.dtype == L.INDEX and A.pure_index(node) and not A.fits_int32(A.interval(node, ranges)):
                 wide = True
 
     def check_access(name: str, indices: tuple[L.Expr, ...], ranges: dict[str, A.Interval]) -> None:
@@ -360,18 +360,6 @@ def _needs_wide_index(stmt: L.Stmt, params: dict[str, L.Buffer]) -> bool:
 
     visit(stmt, {})
     return wide
-
-
-def _pure_index(e: L.Expr) -> bool:
-    """An index expression made of loop variables, constants and arithmetic (no loads or casts)."""
-    if isinstance(e, (L.Var, L.Const)):
-        return e.dtype == L.INDEX
-    if isinstance(e, L.Bin):
-        return e.dtype == L.INDEX and _pure_index(e.a) and _pure_index(e.b)
-    if isinstance(e, L.Select):
-        return _pure_index(e.a) and _pure_index(e.b)
-    return False
-
 
 
 def translation_unit(sources: list[CudaSource]) -> str:

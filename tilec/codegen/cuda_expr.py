@@ -115,7 +115,7 @@ class ExprRenderer:
         self.ranges: dict[str, A.Interval] = {}  # loop-variable ranges, maintained by the statement renderer
 
     def type_of(self, e: L.Expr) -> str:
-        if e.dtype == L.INDEX and not self.wide and _pure(e):
+        if e.dtype == L.INDEX and not self.wide and A.pure_index(e):
             return "int"
         return ctype(e.dtype)
 
@@ -363,16 +363,6 @@ def _opaque_uses(e: L.Expr, var: str) -> bool:
         if isinstance(e.b, L.Const):
             return _opaque_uses(e.a, var)
     return A.uses_vars(e, {var})
-
-
-def _pure(e: L.Expr) -> bool:
-    if isinstance(e, (L.Var, L.Const)):
-        return e.dtype == L.INDEX
-    if isinstance(e, L.Bin):
-        return e.dtype == L.INDEX and _pure(e.a) and _pure(e.b)
-    if isinstance(e, L.Select):
-        return _pure(e.a) and _pure(e.b)
-    return False
 
 
 def _float_bin(op: str, a: str, b: str) -> str:
