@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,7 +31,7 @@ from tilec.autotune.measure import LocalMeasurer, Measurer, MeasureResult
 from tilec.autotune.records import RecordDB
 from tilec.autotune.space import Constraint, Space, space_for
 from tilec.autotune.task import Config, Task, tasks_for
-from tilec.autotune.tuner import best_so_far, tune
+from tilec.autotune.tuner import best_so_far, plot, tune
 from tilec.bench.ops import gemm_source
 from tilec.errors import TilecError
 
@@ -151,39 +150,9 @@ def run(trials: int = 64, seeds: Sequence[int] = (0, 1, 2), size: int = 512, out
     if within[0.95]:  # random search's expectation: the first of j targets among N points, drawn without replacement
         summary["random_expected_trials"] = (points + 1) / (within[0.95] + 1)
     if out:
-        plot_curves({k: c[:trials] for k, c in curves.items()}, out,
-                    f"best so far, {task.label} ({len(seeds)} seeds, {trials} trials per run)", target)
+        plot({k: c[:trials] for k, c in curves.items()}, out,
+             f"best so far, {task.label} ({len(seeds)} seeds, {trials} trials per run)", target)
     return summary
-
-
-def plot_curves(curves: Mapping[str, Sequence[float]], out: str, title: str, target: float) -> None:
-    """Best-so-far curves, one colour per strategy (the part of a name before " seed"), with the
-    95% target as a dashed line: readable with many seeds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    colours: dict[str, str] = {}
-    for name, ys in curves.items():
-        strategy = name.split(" seed")[0]
-        first = strategy not in colours
-        colour = colours.setdefault(strategy, f"C{len(colours)}")
-        ax.step(range(1, len(ys) + 1), [y * 1e3 if math.isfinite(y) else math.nan for y in ys], where="post",
-                color=colour, alpha=0.6, label=strategy if first else None)
-    ax.axhline(target * 1e3, color="k", linestyle="--", linewidth=1, label="95% of the best")
-    finite = [y for ys in curves.values() for y in ys if math.isfinite(y)]
-    if finite:
-        ax.set_ylim(min(finite) * 1e3 * 0.95, min(max(finite), 4 * target) * 1e3)
-    ax.set_xlabel("trials")
-    ax.set_ylabel("best time so far (ms)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
 
 
 def bar_holds(model: int | None, random: int | None) -> bool:
