@@ -61,6 +61,13 @@ class IntAffine:
     def vars(self) -> tuple[str, ...]:
         return tuple(v for v, _ in self.coeffs)
 
+    @property
+    def lone_var(self) -> str | None:
+        """The variable when the expression is one variable alone (`i`, not `2i`, `i + 1` or `i / 2`)."""
+        if self.divisor == 1 and self.const == 0 and len(self.coeffs) == 1 and self.coeffs[0][1] == 1:
+            return self.coeffs[0][0]
+        return None
+
     def interval(self, ranges: Mapping[str, tuple[float, float]]) -> tuple[float, float]:
         """Range of the numerator (sum + const) over the box `ranges`."""
         lo = hi = float(self.const)

@@ -216,9 +216,9 @@ def lone_output_vars(b: BoundContraction) -> list[str] | None:
     ranges = {v: (lo, hi) for v, lo, hi in b.ranges}
     out_vars: list[str] = []
     for e, n in zip(b.out_indices, b.shape):
-        if e.divisor != 1 or e.const != 0 or len(e.coeffs) != 1 or e.coeffs[0][1] != 1:
+        v = e.lone_var
+        if v is None:
             return None
-        v = e.coeffs[0][0]
         lo, hi = ranges[v]
         if v in out_vars or lo < 0 or hi > n - 1:
             return None

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from tilec.ir import loop as L
 from tilec.ir import tensor as T
-from tilec.ir.affine import INF, IntAffine
+from tilec.ir.affine import INF
 from tilec.ir.bounds import BoundAccess, BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.lower import LoweredGroup
 from tilec.schedule.fusion import _readers
@@ -63,18 +63,12 @@ class AttentionPlan:
     elided: tuple[str, ...]
 
 
-def _lone(e: IntAffine) -> str | None:
-    if e.divisor == 1 and e.const == 0 and len(e.coeffs) == 1 and e.coeffs[0][1] == 1:
-        return e.coeffs[0][0]
-    return None
-
-
 def _vars(access: BoundAccess) -> tuple[str | None, ...]:
-    return tuple(_lone(e) for e in access.indices)
+    return tuple(e.lone_var for e in access.indices)
 
 
 def _out_vars(b: BoundContraction) -> tuple[str | None, ...]:
-    return tuple(_lone(e) for e in b.out_indices)
+    return tuple(e.lone_var for e in b.out_indices)
 
 
 def _keepdim_reduce(b: BoundContraction, agg: str, source: str, batch: tuple[str, ...], s: str, t: str) -> bool:

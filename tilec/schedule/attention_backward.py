@@ -24,7 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilec.ir import tensor as T
-from tilec.ir.affine import IntAffine
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
 from tilec.schedule.attention import LANES, Range, SoftmaxChain, causal_guard, match_softmax
 
@@ -92,18 +91,12 @@ class BackwardPlan:
 # ------------------------------------------------------------------ matching
 
 
-def _lone(e: IntAffine) -> str | None:
-    if e.divisor == 1 and e.const == 0 and len(e.coeffs) == 1 and e.coeffs[0][1] == 1:
-        return e.coeffs[0][0]
-    return None
-
-
 def _signature(b: BoundContraction) -> tuple[tuple[tuple[str, object], ...], ...] | None:
     """Each operand's indices as ('o', position in the output) / ('r', reduction var) / ('0', 0);
     None when an output index is not a lone variable or a constant 0."""
     out: list[str | None] = []
     for e in b.out_indices:
-        v = _lone(e)
+        v = e.lone_var
         if v is None and (e.coeffs or e.const != 0):
             return None
         out.append(v)
@@ -113,7 +106,7 @@ def _signature(b: BoundContraction) -> tuple[tuple[tuple[str, object], ...], ...
     for op in b.operands:
         sig: list[tuple[str, object]] = []
         for e in op.indices:
-            v = _lone(e)
+            v = e.lone_var
             if v is not None:
                 sig.append(("o", out.index(v)) if v in out else ("r", v))
             elif not e.coeffs and e.const == 0:
@@ -226,7 +219,7 @@ class _Matcher:
         return need <= self.names.keys()
 
     def _row_col(self, b: BoundContraction) -> tuple[str, str]:
-        out = [_lone(e) for e in b.out_indices]
+        out = [e.lone_var for e in b.out_indices]
         return str(out[-2]), str(out[-1])
 
     def _set_do(self, name: str) -> bool:

@@ -71,12 +71,6 @@ def _row(shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape[:-1] + (1,)
 
 
-def _lone(e: IntAffine) -> str | None:
-    if e.divisor == 1 and e.const == 0 and len(e.coeffs) == 1 and e.coeffs[0][1] == 1:
-        return e.coeffs[0][0]
-    return None
-
-
 def _is_zero(e: IntAffine) -> bool:
     return not e.coeffs and e.const == 0
 
@@ -102,7 +96,7 @@ def _contraction_member(index: int, b: BoundContraction, shape: tuple[int, ...],
     ranges = {v: (lo, hi) for v, lo, hi in b.ranges}
     places: dict[str, str] = {}
     for d, e in enumerate(b.out_indices):
-        v = _lone(e)
+        v = e.lone_var
         if d < rank - 1 or kind == FULL:
             if v is None or v in places or ranges[v] != (0, shape[d] - 1):
                 return None
@@ -124,7 +118,7 @@ def _contraction_member(index: int, b: BoundContraction, shape: tuple[int, ...],
         if a.tensor not in kinds:
             continue
         want = [f"r{d}" for d in range(rank - 1)] + ["j" if kinds[a.tensor] == FULL else "0"]
-        got = [places.get(_lone(e) or "", "0" if _is_zero(e) else "?") for e in a.indices]
+        got = [places.get(e.lone_var or "", "0" if _is_zero(e) else "?") for e in a.indices]
         if got != want:
             return None
     return Member(index, kind, tuple(places.items()))
@@ -143,7 +137,7 @@ def _space(b: BoundContraction | BoundElementwise) -> tuple[int, ...] | None:
     """The iteration space a group starting at `b` covers: its shape, or a row reduction's input shape."""
     if isinstance(b, BoundElementwise) or not b.shape:
         return b.shape
-    out = {_lone(e) for e in b.out_indices}
+    out = {e.lone_var for e in b.out_indices}
     rest = [(v, hi + 1) for v, lo, hi in b.ranges if v not in out and lo == 0]
     if b.shape[-1] == 1 and len(rest) == 1:
         return b.shape[:-1] + (rest[0][1],)
