@@ -19,7 +19,7 @@ from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.lower import LoweredGroup, lower, lower_statement
 from tilec.schedule import (attention, attention_backward, attention_backward_kernel, column_reduce, direct_gemm,
                             elementwise_fusion, implicit_gemm)
-from tilec.schedule.fusion import find_epilogue
+from tilec.schedule.fusion import find_epilogue, fused_group
 from tilec.schedule.legality import check_parallel
 from tilec.errors import ScheduleError
 from tilec.schedule.templates import GPU_TEMPLATES, TemplateConfig, TemplateSchedule
@@ -132,10 +132,7 @@ def _gemm_group(index: int, b: BoundContraction, program: BoundProgram, target: 
                             f"{index} ('{b.stmt}') has others")
     epilogue = None if plan.partial else find_epilogue(index, program)  # f(0) need not be 0
     stmt, workspaces = implicit_gemm.build(b, program, plan, knobs, target, epilogue)
-    if epilogue is None:
-        return LoweredGroup(stmt, tuple(workspaces))
-    elided = (b.output,) + tuple(link.output for link in epilogue.links[:-1])
-    return LoweredGroup(stmt, tuple(workspaces), 1 + len(epilogue.links), elided)
+    return fused_group(stmt, b, epilogue, tuple(workspaces))
 
 
 def _parallel_default(b: BoundContraction | BoundElementwise, program: BoundProgram,

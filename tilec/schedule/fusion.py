@@ -16,7 +16,7 @@ from tilec.ir import loop as L
 from tilec.ir import tensor as T
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.elementwise import lower_expression
-from tilec.ir.lower import broadcast_indices
+from tilec.ir.lower import LoweredGroup, broadcast_indices
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,16 @@ class Epilogue:
     @property
     def dest(self) -> str:
         return self.links[-1].output
+
+
+def fused_group(stmt: L.Stmt, b: BoundContraction, epilogue: "Epilogue | None",
+                workspaces: tuple[L.Buffer, ...] = ()) -> LoweredGroup:
+    """What a template made of contraction `b` and its fused epilogue: the group covers the epilogue's
+    statements too, and every tensor but the last link's result is never materialised."""
+    if epilogue is None:
+        return LoweredGroup(stmt, workspaces)
+    elided = (b.output,) + tuple(link.output for link in epilogue.links[:-1])
+    return LoweredGroup(stmt, workspaces, 1 + len(epilogue.links), elided)
 
 
 def _readers(bp: BoundProgram) -> dict[str, int]:

@@ -39,7 +39,7 @@ from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import LoweredGroup, index_expr
-from tilec.schedule.fusion import Epilogue, epilogue_value, find_epilogue
+from tilec.schedule.fusion import Epilogue, epilogue_value, find_epilogue, fused_group
 from tilec.schedule.implicit_gemm import GemmPlan, _guarded_store, decompose
 from tilec.schedule.rewrite import substitute_expr
 
@@ -266,10 +266,7 @@ def lower_gemm(index: int, b: BoundContraction, bp: BoundProgram, plan: GemmPlan
     knobs.check(where, _itemsize(b.dtype))
     epilogue = find_epilogue(index, bp)
     stmt = build(b, bp, plan, knobs, epilogue)
-    if epilogue is None:
-        return LoweredGroup(stmt)
-    elided = (b.output,) + tuple(link.output for link in epilogue.links[:-1])
-    return LoweredGroup(stmt, (), 1 + len(epilogue.links), elided)
+    return fused_group(stmt, b, epilogue)
 
 
 __all__ = ["GpuGemmKnobs", "build", "default_knobs", "lower_gemm", "cooperative_copy", "worthwhile"]

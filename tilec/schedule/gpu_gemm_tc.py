@@ -29,7 +29,7 @@ from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import LoweredGroup, index_expr
-from tilec.schedule.fusion import Epilogue, epilogue_value, find_epilogue
+from tilec.schedule.fusion import Epilogue, epilogue_value, find_epilogue, fused_group
 from tilec.schedule.gpu_gemm import MAX_GRID_YZ, SHARED_LIMIT, SMS, cooperative_copy, guard_edges, ragged_edges
 from tilec.schedule.gpu_tensorcore import WmmaGemmConfig
 from tilec.schedule.implicit_gemm import GemmPlan, _guarded_store, decompose
@@ -156,10 +156,7 @@ def lower_gemm(index: int, b: BoundContraction, bp: BoundProgram, plan: GemmPlan
     check(cfg, where)
     epilogue = find_epilogue(index, bp)
     stmt = build(b, bp, plan, cfg, epilogue)
-    if epilogue is None:
-        return LoweredGroup(stmt)
-    elided = (b.output,) + tuple(link.output for link in epilogue.links[:-1])
-    return LoweredGroup(stmt, (), 1 + len(epilogue.links), elided)
+    return fused_group(stmt, b, epilogue)
 
 
 __all__ = ["build", "check", "default_config", "lower_gemm", "shared_bytes"]
