@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from tilec.errors import BindError
 from tilec.ir.dtypes import SUPPORTED
 
@@ -29,7 +31,9 @@ def is_torch_cuda(value: Any) -> bool:
 
 
 def any_torch_cuda(values: Any) -> bool:
-    return any(is_torch_cuda(v) for v in values)
+    """Whether any of `values` is a torch CUDA tensor (numpy arrays, the common case, cost one type test:
+    this runs on every call of a Function)."""
+    return any(type(v) is not np.ndarray and is_torch_cuda(v) for v in values)
 
 
 def check_devices(target: str, named: dict[str, Any]) -> Any:
