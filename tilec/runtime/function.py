@@ -111,14 +111,8 @@ class Function:
         named = self._values(args, kwargs)
         device = torch_cuda.check_devices(self.target.name, named)
         tensors = [named[name] for name in self.inputs]
-        sig_key = ("cuda",) + tuple((tuple(t.shape), torch_cuda.dtype_name(n, t)) for n, t in named.items())
-        kernel = self._by_signature.get(sig_key)
-        if kernel is None:
-            kernel = self.kernel(driver.Signature(
-                shapes=tuple((n, tuple(int(d) for d in t.shape)) for n, t in named.items()),
-                dtypes=tuple((n, torch_cuda.dtype_name(n, t)) for n, t in named.items()),
-                sizes=tuple(sorted(self.sizes.items()))))
-            self._by_signature[sig_key] = kernel
+        kernel = self.kernel_for(tuple(tuple(t.shape) for t in tensors),
+                                 tuple(torch_cuda.dtype_name(n, named[n]) for n in self.inputs))
         return torch_cuda.run(kernel, tensors, len(self.outputs), device)
 
     def _arguments(self, args: tuple, kwargs: dict) -> list[np.ndarray]:
