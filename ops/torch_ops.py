@@ -41,7 +41,7 @@ from ops import sources
 from tilec.autodiff import derive
 from tilec.errors import TilecError
 from tilec.frontend import parse
-from tilec.runtime.function import pointer_runner, run_pointers
+from tilec.runtime.function import pointer_runner
 
 __all__ = ["OpError", "conv2d", "linear", "attention", "relu", "gelu", "softmax", "layer_norm"]
 
@@ -80,9 +80,10 @@ def _grad_fn(source: str, wrt: tuple[str, ...], target: str = "llvm") -> tilec.F
 
 @dataclass(frozen=True)
 class _Plan:
-    """A compiled kernel for one input signature and what its outputs look like as torch tensors."""
+    """A compiled kernel for one input signature (its runner on buffer addresses: inputs, then
+    outputs) and what its outputs look like as torch tensors."""
 
-    kernel: Any  # tilec.driver.Kernel
+    run: Callable[[Sequence[int]], None]
     outputs: tuple[tuple[tuple[int, ...], torch.dtype], ...]
 
 
@@ -96,7 +97,8 @@ def _plan(fn: tilec.Function, tensors: Sequence[torch.Tensor]) -> _Plan:
         kernel = fn.kernel_for(tuple(tuple(t.shape) for t in tensors),
                                tuple(str(t.dtype).removeprefix("torch.") for t in tensors))
         outs = kernel.params[len(tensors):len(tensors) + len(fn.outputs)]
-        plan = _PLANS[key] = _Plan(kernel, tuple((b.shape, getattr(torch, b.dtype)) for b in outs))
+        plan = _PLANS[key] = _Plan(pointer_runner(kernel, len(tensors) + len(outs)),
+                                   tuple((b.shape, getattr(torch, b.dtype)) for b in outs))
     return plan
 
 
@@ -107,7 +109,7 @@ def _call(fn: tilec.Function, tensors: Sequence[torch.Tensor]) -> list[torch.Ten
     plan = _plan(fn, tensors)
     inputs = [t.contiguous() for t in tensors]
     outputs = [torch.empty(shape, dtype=dtype) for shape, dtype in plan.outputs]
-    run_pointers(plan.kernel, [t.data_ptr() for t in inputs] + [o.data_ptr() for o in outputs])
+    plan.run([t.data_ptr() for t in inputs] + [o.data_ptr() for o in outputs])
     return outputs
 
 
@@ -225,7 +227,7 @@ class _Node:
         self.source, self.n, self.kernel_out = source, len(tensors), kernel_out
         self.in_shapes = tuple(tuple(t.shape) for t in inputs)
         self.shapes = tuple(tuple(t.shape) for t in tensors)
-        self.run = pointer_runner(plan.kernel, self.n + 1)
+        self.run = plan.run
         self._grads: dict[tuple[int, ...], tuple[Callable[[Sequence[int]], None], list[tuple[int, ...]]]] = {}
 
     def grad(self, wrt: tuple[int, ...]) -> tuple[Callable[[Sequence[int]], None], list[tuple[int, ...]]]:

@@ -133,3 +133,14 @@ def test_torch_ops_on_cuda_tensors_forward_and_backward() -> None:
     torch.testing.assert_close(T.softmax(x, 1), torch.softmax(x, 1))
     with pytest.raises(T.OpError, match="one device"):
         T.conv2d(x, w.detach().cpu(), None, 1, 1)
+
+
+def test_pointer_runner_refuses_device_kernels() -> None:
+    """Host addresses never reach a kernel of target cuda (it takes device pointers)."""
+    from tilec.driver import Kernel
+    from tilec.errors import TilecError
+    from tilec.runtime.function import pointer_runner
+
+    device_kernel = Kernel(bound=None, params=(), loaded=None, key="k", invoke=lambda arrays: None)  # type: ignore[arg-type]
+    with pytest.raises(TilecError, match="host targets"):
+        pointer_runner(device_kernel, 0)

@@ -89,7 +89,7 @@ class Function:
         """The kernel for inputs of these shapes and dtypes (numpy names), in input order.
 
         For callers that hold buffers other than numpy arrays (torch tensors): they pass the
-        buffers' addresses to `run_pointers`. The lookup shares `__call__`'s per-signature cache.
+        buffers' addresses to a `pointer_runner`. The lookup shares `__call__`'s per-signature cache.
         """
         if len(shapes) != len(self.inputs) or len(dtypes) != len(self.inputs):
             raise BindError(f"kernel_for needs one shape and one dtype per input ({', '.join(self.inputs)}); "
@@ -239,16 +239,9 @@ def _run(kernel: driver.Kernel, inputs: list[np.ndarray], n_outputs: int) -> Any
     return outputs[0] if n_outputs == 1 else tuple(outputs)
 
 
-def run_pointers(kernel: driver.Kernel, pointers: list[int]) -> None:
-    """Call `kernel` on buffers given by address: its inputs, then its outputs (`kernel.params` in
-    order, up to its temporaries, which come from the kernel's scratch sets as in `_run`).
-
-    The caller guarantees what `Function.__call__` checks: every buffer is C-contiguous, has the
-    shape and dtype of its parameter, and stays alive during the call. Host memory only: a kernel
-    of target cuda runs through `Kernel.run` (or torch CUDA tensors through `Function.__call__`)."""
-    if kernel.invoke is not None:
-        raise TilecError("run_pointers calls kernels of the host targets (llvm, cuda-sim) on host memory; "
-                         "call the Function itself for target cuda")
+def _run_with_scratch(kernel: driver.Kernel, pointers: list[int]) -> None:
+    """Call a host `kernel` on its inputs and outputs given by address, its temporaries taken from
+    the kernel's scratch sets as in `_run`."""
     params = kernel.params
     try:
         scratch = kernel.scratch.pop()
@@ -261,14 +254,19 @@ def run_pointers(kernel: driver.Kernel, pointers: list[int]) -> None:
 
 
 def pointer_runner(kernel: driver.Kernel, n_pointers: int) -> Callable[[Sequence[int]], None]:
-    """`run_pointers(kernel, pointers)` for `n_pointers` addresses per call, with its per-call work
-    done once: the ctypes array type of the kernel's arity, and no scratch handling at all when
-    the kernel has no temporaries (the common case). Same contract as `run_pointers`."""
+    """A call of `kernel` on buffers given by address, `n_pointers` per call: its inputs, then its
+    outputs (`kernel.params` in order, up to its temporaries, which come from the kernel's scratch
+    sets). The per-call work is done once: the ctypes array type of the kernel's arity, and no
+    scratch handling at all when the kernel has no temporaries (the common case).
+
+    The caller guarantees what `Function.__call__` checks: every buffer is C-contiguous, has the
+    shape and dtype of its parameter, and stays alive during the call. Host memory only: a kernel
+    of target cuda runs through `Kernel.run` (or torch CUDA tensors through `Function.__call__`)."""
     if kernel.invoke is not None:
         raise TilecError("pointer_runner calls kernels of the host targets (llvm, cuda-sim) on host memory; "
                          "call the Function itself for target cuda")
     if n_pointers != len(kernel.params):
-        return lambda pointers: run_pointers(kernel, list(pointers))
+        return lambda pointers: _run_with_scratch(kernel, list(pointers))
     array_type = ctypes.c_void_p * n_pointers
     function = kernel.loaded.function
 
