@@ -132,6 +132,23 @@ def test_search_is_reproducible_and_never_repeats(task: Task, space: Space) -> N
     assert r == _run(RandomSearch(space, seed=1), 4) and len(set(r)) == 32
 
 
+def test_sweep_proposes_the_models_best_and_annealing_takes_large_spaces(task: Task, space: Space) -> None:
+    featurizer = Featurizer(task)
+    sweep = ModelSearch(space, featurizer, CostModel(0), seed=0, explore=0.0)
+    sweep.update([(i, synthetic_cost(space.config(i))) for i in sweep.next_batch(16)])
+    batch = sweep.next_batch(4)
+    free = [i for i in range(len(space)) if i not in sweep.proposed or i in batch]
+    scores = dict(zip(free, sweep.model.predict(featurizer.matrix([space.config(i) for i in free]))))
+    top = sorted(scores.values(), reverse=True)[:4]
+    assert sorted((scores[i] for i in batch), reverse=True) == pytest.approx(top)
+    # past the sweep's size limit the same search anneals: reproducible, never repeating
+    def anneal(seed: int) -> ModelSearch:
+        return ModelSearch(space, Featurizer(task), CostModel(seed), seed=seed, sweep_points=0)
+
+    a = _run(anneal(3), 4)
+    assert a == _run(anneal(3), 4) and len(set(a)) == len(a) == 32
+
+
 def test_search_stops_early() -> None:
     flat = Space((Knob("x", tuple(range(50))),))
     s = RandomSearch(flat, seed=0, patience=2)
