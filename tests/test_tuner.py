@@ -307,7 +307,7 @@ def test_table_measures_a_space_once_and_replays_it(tmp_path: Path) -> None:
     """tilec.autotune.table fills a table (here with a fake measurer, partially), re-measures its
     top points keeping the minimum; the experiment replays it over exactly the table's points,
     random search running until it has seen them all."""
-    from tilec.autotune.experiment import TableMeasurer, bar_holds, run, table_space
+    from tilec.autotune.experiment import TableMeasurer, bar_holds, mean_trials, run, table_space
     from tilec.autotune.table import config_key, load_table, measure_table
     from tilec.errors import TilecError
 
@@ -346,6 +346,7 @@ def test_table_measures_a_space_once_and_replays_it(tmp_path: Path) -> None:
     assert summary["trials_to_95pct"]["random seed 0"] is not None  # it ran through all 40 points
     assert summary["within_5pct"] >= 1 and summary["random_expected_trials"] <= 41 / 2
     assert bar_holds(3, 6) and not bar_holds(4, 7) and bar_holds(5, None) and not bar_holds(None, 9)
+    assert mean_trials([2, None, 4], cap=10) == pytest.approx(16 / 3)  # a miss counts as the whole run
 
 
 def test_speed_labels_and_regression_objective(task: Task, space: Space) -> None:

@@ -31,7 +31,7 @@ from tilec.autotune.measure import LocalMeasurer, Measurer, MeasureResult
 from tilec.autotune.records import RecordDB
 from tilec.autotune.space import Constraint, Space, space_for
 from tilec.autotune.task import Config, Task, tasks_for
-from tilec.autotune.tuner import best_so_far, plot, tune
+from tilec.autotune.tuner import best_so_far, tune
 from tilec.bench.ops import gemm_source
 from tilec.errors import TilecError
 
@@ -99,6 +99,41 @@ def table_space(space: Space, table: Mapping[str, object], default: Config | Non
     return Space(space.knobs, space.constraints + (Constraint("in_table", held),), keep)
 
 
+def plot_seeds(curves: Mapping[str, Sequence[float]], out: str, trials: int, target: float, title: str) -> None:
+    """A PNG summarising best-so-far curves named "<strategy> seed <n>", per strategy over its
+    seeds: left, the median best time so far with the 25-75% band shaded and the target dashed;
+    right, the share of seeds within the target after each trial (the bar's view)."""
+    import matplotlib
+    import numpy as np
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_strategy: dict[str, list[Sequence[float]]] = {}
+    for name, curve in curves.items():
+        by_strategy.setdefault(name.split(" seed")[0], []).append(curve)
+    fig, (times_ax, share_ax) = plt.subplots(1, 2, figsize=(11, 4.3))
+    x = np.arange(1, trials + 1)
+    for k, (strategy, runs) in enumerate(by_strategy.items()):
+        ms = np.array([[c[min(i, len(c) - 1)] * 1e3 for i in range(trials)] for c in runs])
+        lo, mid, hi = np.percentile(ms, [25, 50, 75], axis=0)
+        times_ax.step(x, mid, where="post", color=f"C{k}", label=f"{strategy} (median of {len(runs)})")
+        times_ax.fill_between(x, lo, hi, step="post", color=f"C{k}", alpha=0.2)
+        share_ax.step(x, (ms <= target * 1e3 * (1 + 1e-9)).mean(axis=0), where="post", color=f"C{k}",
+                      label=strategy)
+    times_ax.axhline(target * 1e3, color="k", linestyle="--", linewidth=1, label="95% of the best")
+    times_ax.set_ylim(target * 1e3 * 0.9, target * 1e3 * 2.0)
+    times_ax.set(xlabel="trials", ylabel="best time so far (ms)", title=f"best so far, {title}")
+    share_ax.set(xlabel="trials", ylabel="share of seeds", ylim=(0, 1.02),
+                 title="seeds within 95% of the best")
+    for ax in (times_ax, share_ax):
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper right" if ax is times_ax else "lower right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def trials_to_reach(curve: Sequence[float], target: float) -> int | None:
     return next((k + 1 for k, t in enumerate(curve) if t <= target), None)
 
@@ -150,8 +185,7 @@ def run(trials: int = 64, seeds: Sequence[int] = (0, 1, 2), size: int = 512, out
     if within[0.95]:  # random search's expectation: the first of j targets among N points, drawn without replacement
         summary["random_expected_trials"] = (points + 1) / (within[0.95] + 1)
     if out:
-        plot({k: c[:trials] for k, c in curves.items()}, out,
-             f"best so far, {task.label} ({len(seeds)} seeds, {trials} trials per run)", target)
+        plot_seeds(curves, out, trials, target, f"{task.label}, {len(seeds)} seeds")
     return summary
 
 

@@ -117,28 +117,18 @@ def best_so_far(records: Sequence[Record]) -> list[float]:
     return out
 
 
-def plot(curves: Mapping[str, Sequence[float]], out: str, title: str = "", target: float | None = None) -> None:
-    """A PNG of best-so-far time (ms) versus trials. Curves named "<strategy> seed <n>" share one
-    colour and one legend entry per strategy (readable with many seeds); with `target` (seconds) a
-    dashed line marks it (95% of the best) and the y range is kept near it."""
+def plot(curves: Mapping[str, Sequence[float]], out: str, title: str = "") -> None:
+    """A PNG of best-so-far time (ms) versus trials, one step line per named curve (many-seed
+    experiments have their own summary plot: tilec.autotune.experiment.plot_seeds)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    colours: dict[str, str] = {}
     for name, ys in curves.items():
-        strategy = name.split(" seed")[0]
-        first = strategy not in colours
-        colour = colours.setdefault(strategy, f"C{len(colours)}")
         ax.step(range(1, len(ys) + 1), [y * 1e3 if math.isfinite(y) else math.nan for y in ys], where="post",
-                color=colour, alpha=0.6 if target is not None else 1.0, label=strategy if first else None)
-    if target is not None:
-        ax.axhline(target * 1e3, color="k", linestyle="--", linewidth=1, label="95% of the best")
-        finite = [y for ys in curves.values() for y in ys if math.isfinite(y)]
-        if finite:
-            ax.set_ylim(min(finite) * 1e3 * 0.95, min(max(finite), 4 * target) * 1e3)
+                label=name)
     ax.set_xlabel("trials")
     ax.set_ylabel("best time so far (ms)")
     if title:
