@@ -11,11 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilec
+from random_schedules import assert_legal_moves_compute_the_default, lowered_f32
 from reference import CONV_NHWC_SAME, MATMUL, SOFTMAX, assert_matches, conv2d_nhwc, randn, rng, softmax_rows
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
-from tilec.ir.bounds import bind
-from tilec.ir.lower import lower
 from tilec.ir.verify import verify
 from tilec.schedule.apply import apply_primitive, apply_schedule
 from tilec.schedule.primitives import (Fuse, Parallel, Reorder, Schedule, Split, Unroll, Vectorize,
@@ -23,11 +22,6 @@ from tilec.schedule.primitives import (Fuse, Parallel, Reorder, Schedule, Split,
 from tilec.schedule.rewrite import loops_in
 
 CONV = CONV_NHWC_SAME
-
-
-def _lowered(src: str, shapes: dict) -> L.PrimFunc:
-    program = tilec.parse(src, {})
-    return lower(bind(program, shapes, {n: "float32" for n in shapes}, {}))
 
 
 def _schedule(*primitives) -> Schedule:
@@ -69,7 +63,7 @@ def test_conv2d_with_padding_split_reorder_parallel():
 
 def test_softmax_schedules_name_their_nest():
     x = randn(rng(2), 13, 21) * 3
-    nests = _lowered(SOFTMAX, {"X": (13, 21)}).body.stmts
+    nests = lowered_f32(SOFTMAX, {"X": (13, 21)}).body.stmts
     assert [n.var for n in nests] == ["M.c0", "i", "M.c0", "i0", "S.c0", "i", "i0"]
     s = tilec.Schedule()
     for nest, loop in enumerate(nests):
@@ -153,17 +147,17 @@ def test_bad_json_is_a_schedule_error():
     (Parallel("k"), "it is a reduction loop, every iteration updates C.acc"),
 ])
 def test_schedule_errors(primitive, message):
-    func = _lowered(MATMUL, {"A": (100, 7), "B": (7, 5)})
+    func = lowered_f32(MATMUL, {"A": (100, 7), "B": (7, 5)})
     with pytest.raises(ScheduleError, match=message):
         apply_primitive(func, primitive)
 
 
 def test_unroll_and_vectorize_need_a_constant_extent():
-    func = apply_primitive(_lowered(MATMUL, {"A": (10, 7), "B": (7, 5)}), Split("i", 4))
+    func = apply_primitive(lowered_f32(MATMUL, {"A": (10, 7), "B": (7, 5)}), Split("i", 4))
     for p in (Unroll("i.i"), Vectorize("i.i")):
         with pytest.raises(ScheduleError, match="not a compile-time constant"):
             apply_primitive(func, p)
-    conv = _lowered(CONV, {"I": (1, 5, 5, 1), "K": (3, 3, 1, 1)})
+    conv = lowered_f32(CONV, {"I": (1, 5, 5, 1), "K": (3, 3, 1, 1)})
     with pytest.raises(ScheduleError, match="extent of loop j is not a compile-time constant"):
         apply_primitive(conv, Fuse("i", "j"))
 
@@ -184,19 +178,19 @@ def test_reorder_refuses_bounds_that_depend_on_an_inner_loop():
 
 
 def test_parallel_errors():
-    func = apply_primitive(_lowered(MATMUL, {"A": (4, 3), "B": (3, 5)}), Parallel("i"))
+    func = apply_primitive(lowered_f32(MATMUL, {"A": (4, 3), "B": (3, 5)}), Parallel("i"))
     with pytest.raises(ScheduleError, match="nested inside parallel loop i"):
         apply_primitive(func, Parallel("j"))
     with pytest.raises(ScheduleError, match="already parallel"):
         apply_primitive(func, Vectorize("i"))
-    inner = apply_primitive(_lowered(MATMUL, {"A": (4, 3), "B": (3, 5)}), Parallel("j"))
+    inner = apply_primitive(lowered_f32(MATMUL, {"A": (4, 3), "B": (3, 5)}), Parallel("j"))
     with pytest.raises(ScheduleError, match="contains parallel loop j"):
         apply_primitive(inner, Parallel("i"))
-    scatter = _lowered("function (I[X], K[KX]) -> (O) { O[x + i: X + KX - 1] = +(I[x] * K[i]); }",
+    scatter = lowered_f32("function (I[X], K[KX]) -> (O) { O[x + i: X + KX - 1] = +(I[x] * K[i]); }",
                        {"I": (6,), "K": (3,)})
     with pytest.raises(ScheduleError, match=r"different iterations may write the same element O\[\(x \+ i\)\]"):
         apply_primitive(scatter, Parallel("x", nest=1))
-    softmax = _lowered(SOFTMAX, {"X": (3, 4)})
+    softmax = lowered_f32(SOFTMAX, {"X": (3, 4)})
     with pytest.raises(ScheduleError, match=r"reduction loop, every iteration updates M\[i, 0\]"):
         apply_primitive(softmax, Parallel("j", nest=1))
 
@@ -292,15 +286,4 @@ def test_random_legal_schedules_compute_the_default(case, seed):
     r = np.random.default_rng(seed)
     a = r.uniform(-2, 2, [sizes[c] for c in acc_a]).astype(np.float32)
     b = r.uniform(-2, 2, [sizes[c] for c in acc_b]).astype(np.float32)
-    func = _lowered(src, {"A": a.shape, "B": b.shape})
-    applied = []
-    for move in moves:
-        p = _random_primitive(func, move)
-        try:
-            func = verify(apply_primitive(func, p))
-        except ScheduleError:
-            continue
-        applied.append(p)
-    f = tilec.compile(src)
-    scheduled = f.with_schedule(Schedule(applied))
-    assert_matches(scheduled(a, b), f(a, b), dtype=np.float32, rtol=1e-5, atol=1e-5)
+    assert_legal_moves_compute_the_default(src, {"A": a.shape, "B": b.shape}, [a, b], moves, _random_primitive)

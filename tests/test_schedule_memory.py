@@ -12,13 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilec
+from random_schedules import assert_legal_moves_compute_the_default, bound_f32, lowered_f32
 from reference import CONV_NHWC_SAME, MATMUL, SOFTMAX, assert_matches, conv2d_nhwc, randn, rng, softmax_rows
 from tilec import driver
 from tilec.codegen.llvm_ir import emit_module
 from tilec.codegen.llvm_jit import emit_object, load_object, optimise
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
-from tilec.ir.bounds import bind
 from tilec.ir.lower import KERNEL_NAME, lower
 from tilec.ir.verify import verify
 from tilec.runtime.function import _run
@@ -35,17 +35,9 @@ CONV = CONV_NHWC_SAME
 CHAIN = "function (A[N, C], B[N, C]) -> (O, P) { T = A * 2 + 1; U = tanh(T) * B; O = U - A; P = B * 3; }"
 
 
-def _bound(src: str, shapes: dict):
-    return bind(tilec.parse(src, {}), shapes, {n: "float32" for n in shapes}, {})
-
-
-def _lowered(src: str, shapes: dict) -> L.PrimFunc:
-    return lower(_bound(src, shapes))
-
-
 def _run_scheduled(src: str, schedule: Schedule, *inputs: np.ndarray):
     """Compile with the outputs known to apply_schedule (what ComputeInline needs) and run."""
-    bound = _bound(src, {n: a.shape for n, a in zip(tilec.compile(src).inputs, inputs)})
+    bound = bound_f32(src, {n: a.shape for n, a in zip(tilec.compile(src).inputs, inputs)})
     func = verify(apply_schedule(lower(bound), schedule, outputs=bound.program.outputs))
     target = host_target()
     loaded = load_object(emit_object(optimise(emit_module(func, target), target), target), KERNEL_NAME, target)
@@ -133,7 +125,7 @@ def test_compute_inline_into_a_contraction():
     x = randn(rng(15), 4, 9)
     s = Schedule([ComputeInline(0)])
     assert_matches(_run_scheduled(src, s, x), np.exp(x.astype(np.float64)).sum(1), dtype=np.float32)
-    func = apply_schedule(_lowered(src, {"X": (4, 9)}), s, outputs=("S",))
+    func = apply_schedule(lowered_f32(src, {"X": (4, 9)}), s, outputs=("S",))
     assert func.body.stmts[0] == L.Seq(()) and "E" not in str(func.body)
 
 
@@ -157,7 +149,7 @@ def test_json_round_trip_of_the_new_primitives():
 
 
 def _scatter_blocked() -> L.PrimFunc:
-    func = _lowered(SCATTER_MATMUL, {"A": (8, 6), "B": (6, 32)})
+    func = lowered_f32(SCATTER_MATMUL, {"A": (8, 6), "B": (6, 32)})
     return apply_schedule(func, [Split("i", 4, 1), Split("j", 16, 1), Reorder(("i.o", "j.o", "k", "i.i", "j.i"), 1)])
 
 
@@ -203,13 +195,13 @@ def _scatter_blocked() -> L.PrimFunc:
     (CHAIN, {"A": (2, 3), "B": (2, 3)}, [Split("i0", 2, nest=0), ComputeInline(0)], "already scheduled"),
 ])
 def test_schedule_errors(src, shapes, schedule, message):
-    bound = _bound(src, shapes)
+    bound = bound_f32(src, shapes)
     with pytest.raises(ScheduleError, match=message):
         apply_schedule(lower(bound), schedule, outputs=bound.program.outputs)
 
 
 def test_compute_inline_needs_the_outputs_and_refuses_clobbered_inputs():
-    func = _lowered(CHAIN, {"A": (2, 3), "B": (2, 3)})
+    func = lowered_f32(CHAIN, {"A": (2, 3), "B": (2, 3)})
     with pytest.raises(ScheduleError, match="outputs are unknown here"):
         apply_primitive(func, ComputeInline(0))
     x = L.Buffer("X", "float32", (3,))
@@ -355,20 +347,10 @@ def test_random_schedules_with_memory_primitives_compute_the_default(case, seed)
     src, shapes, moves = case
     r = np.random.default_rng(seed)
     inputs = [r.uniform(-2, 2, shapes[n]).astype(np.float32) for n in shapes]
-    func = _lowered(src, shapes)
-    n_nests = len(func.body.stmts) if isinstance(func.body, L.Seq) else 1
-    applied = []
-    for move in moves:
-        p = _random_primitive(func, move, move[2] % n_nests, list(shapes))
-        if p is None:
-            continue
-        try:
-            func = verify(apply_primitive(func, p))
-        except ScheduleError:
-            continue
-        applied.append(p)
-    f = tilec.compile(src)
-    assert_matches(f.with_schedule(Schedule(applied))(*inputs), f(*inputs), dtype=np.float32, rtol=1e-5, atol=1e-5)
+    nests = lowered_f32(src, shapes).body
+    n_nests = len(nests.stmts) if isinstance(nests, L.Seq) else 1
+    assert_legal_moves_compute_the_default(
+        src, shapes, inputs, moves, lambda func, move: _random_primitive(func, move, move[2] % n_nests, list(shapes)))
 
 
 # ------------------------------------------------------------------ ComputeAt
