@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -174,6 +175,35 @@ def test_tuner_finds_the_synthetic_optimum_and_resumes(tmp_path: Path) -> None:
     tune(t, 104, again, db, seed=0)
     assert len(again.calls) == 8 and len(db.records(t.key)) == 104
     assert best_so_far(db.records(t.key))[-1] == pytest.approx(optimum)
+
+
+def test_a_second_shape_starts_from_the_first_shapes_records(tmp_path: Path) -> None:
+    """`tilec tune` hands the records of the op's other shapes to the cost model (transfer): the
+    tune of a new shape finds them, and its first batch is the model's choice, not random."""
+    from tilec.cli import _transfer_tasks, _tune_tasks, build_parser
+
+    def args(shape: str) -> Any:
+        return build_parser().parse_args(["tune", "gemm", "--shape", shape])
+
+    first, _, first_shape = _tune_tasks(args("M=96,N=128,K=64"))
+    db = RecordDB(tmp_path / "r.sqlite")
+    tune(first[0], 48, FakeMeasurer(), db, seed=0, op="gemm", shape=first_shape)
+    second, _, second_shape = _tune_tasks(args("M=128,N=96,K=80"))
+    (prior,) = _transfer_tasks(args(second_shape), db, 0, "gemm", second_shape, second[0].target.key)
+    assert prior.key == first[0].key
+    assert _transfer_tasks(args(second_shape), db, 0, "conv2d", second_shape, second[0].target.key) == []
+
+    db.close()
+
+    def first_batch(transfer: list[Task], seed: int) -> float:
+        fake, copy = FakeMeasurer(), tmp_path / f"s{seed}-{len(transfer)}.sqlite"
+        shutil.copy(tmp_path / "r.sqlite", copy)  # the first shape's records, and nothing of the second's
+        tune(second[0], 8, fake, RecordDB(copy), seed=seed, transfer=transfer, batch_size=8)
+        return float(np.median([synthetic_cost(c) for c in fake.calls[1:]]))  # after the default
+
+    guided = [first_batch([prior], seed) for seed in range(3)]
+    blind = [first_batch([], seed) for seed in range(3)]
+    assert max(guided) < min(blind), (guided, blind)
 
 
 # ------------------------------------------------------------------ real measurement

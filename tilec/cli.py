@@ -291,7 +291,7 @@ def _add_records_parser(sub: argparse._SubParsersAction) -> None:
     records.set_defaults(run=cmd_records)
 
 
-def _tune_tasks(args: argparse.Namespace) -> "tuple[list[Task], str, str]":
+def _tune_tasks(args: argparse.Namespace, quiet: bool = False) -> "tuple[list[Task], str, str]":
     """(tasks, op name, shape text) for `tilec tune OP|FILE [--shape ...] [--backward]`: the
     forward statement chosen by --stmt (default: the first tunable one), then with --backward
     every tunable statement of the gradient program (tilec.grad of the op's inputs)."""
@@ -343,11 +343,40 @@ def _tune_tasks(args: argparse.Namespace) -> "tuple[list[Task], str, str]":
                                label=f"{op_name} {shape_text} backward")
         for g in grads:
             chosen.append(replace(g, label=f"{g.label} (gradient statement {g.stmt})"))
-        if not grads:
+        if not grads and not quiet:
             print(f"tilec tune: the gradient of {op_name} has no statement to tune on its own (no GEMM-like "
                   f"product outside a fused kernel; attention's gradient is one fused kernel, whose block "
                   f"sizes the tuner does not search yet)", file=sys.stderr)
     return chosen, op_name, shape_text
+
+
+TRANSFER_SHAPES = 3  # earlier tunings of other shapes whose records seed the cost model
+
+
+def _transfer_tasks(args: argparse.Namespace, db: "RecordDB", index: int, kernel_op: str, shape_text: str,
+                    target_key: str) -> "list[Task]":
+    """The same kernel of this op at other shapes tuned before into `db` (same target; newest
+    first, at most TRANSFER_SHAPES): their records become the cost model's prior, so a second
+    shape starts from what the first taught it. `index` is the kernel's place in _tune_tasks'
+    list (0: the forward statement, then the gradient's). Only the named ops (gemm, conv2d,
+    attention) record shapes that can be rebuilt."""
+    from tilec.bench import ops
+
+    if args.op not in ops.OP_NAMES:
+        return []
+    shapes: list[str] = []
+    for r in reversed(db.records()):
+        if r.op == kernel_op and r.shape not in (shape_text, *shapes) and r.target == target_key and r.shape:
+            shapes.append(r.shape)
+    out = []
+    for other in shapes[:TRANSFER_SHAPES]:
+        try:
+            tasks, _, _ = _tune_tasks(argparse.Namespace(**{**vars(args), "shape": [other]}), quiet=True)
+        except TilecError:  # a shape this tilec no longer accepts: no prior from it
+            continue
+        if index < len(tasks):
+            out.append(tasks[index])
+    return out
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -371,7 +400,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     tasks, op_name, shape_text = _tune_tasks(args)
     options = MeasureOptions(timeout_s=args.timeout, build_workers=args.jobs)
     with RecordDB(args.records) as db, LocalMeasurer(options) as measurer:
-        for task in tasks:  # one JSON line per tuned kernel: the forward one, then the gradient's
+        for index, task in enumerate(tasks):  # one JSON line per tuned kernel: the forward one, then the gradient's
             started = time.monotonic()
 
             def show(p: Progress, label: str = task.label) -> None:
@@ -381,7 +410,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 sys.stderr.flush()
 
             kernel_op = op_name if task is tasks[0] else f"{op_name}-backward"  # as `tilec bench --backward` names it
-            best = tune(task, args.trials, measurer, db, seed=args.seed, progress=show, op=kernel_op, shape=shape_text)
+            transfer = _transfer_tasks(args, db, index, kernel_op, shape_text, task.target.key)
+            best = tune(task, args.trials, measurer, db, seed=args.seed, progress=show, op=kernel_op, shape=shape_text,
+                        transfer=transfer)
             sys.stderr.write("\n")
             if best is None:
                 raise TilecError(f"every candidate of {task.label} failed; see `tilec records show {task.key}`")

@@ -74,6 +74,7 @@ def tune(task: Task, trials: int, measurer: Measurer, db: RecordDB, seed: int = 
             if other.key != task.key and other.template == task.template:
                 done = measured_configs(other, db)
                 model.add_prior(Featurizer(other, with_ir=True).matrix([c for c, _ in done]), [t for _, t in done])
+        model.fit(featurizer.matrix([]), [])  # with a prior, the first batch is already the model's choice
         search = ModelSearch(space, featurizer, model, seed, patience, first)
     resumed = [(i, t) for i, t in ((space.index(c), t) for c, t in measured_configs(task, db)) if i is not None]
     if resumed:
