@@ -17,8 +17,8 @@ from dataclasses import replace
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.lower import LoweredGroup, lower, lower_statement
-from tilec.schedule import (attention, attention_backward, attention_backward_kernel, column_reduce, direct_gemm,
-                            elementwise_fusion, implicit_gemm)
+from tilec.schedule import (attention, attention_backward, attention_backward_kernel, column_reduce, copy_fold,
+                            direct_gemm, elementwise_fusion, implicit_gemm, permute)
 from tilec.schedule.fusion import find_epilogue, fused_group
 from tilec.schedule.legality import check_parallel
 from tilec.errors import ScheduleError
@@ -40,8 +40,16 @@ def auto_lower(bp: BoundProgram, target: Target, overrides: "TemplateSchedule | 
             raise ScheduleError(f"template config for statement {config.stmt}, but the program has "
                                 f"{len(bp.statements)} statement(s)")
 
+    gemms = _gemm_decisions(bp, target, overrides)
+    folded = copy_fold.foldable(bp, {k: (plan, knobs, padded) for k, (plan, knobs, padded) in gemms.items()})
+
     def strategy(index: int, program: BoundProgram) -> LoweredGroup | None:
         b = program.statements[index]
+        if b.output in folded:  # every reader packs it from the source: never materialised
+            return LoweredGroup(L.seq(), elided=(b.output,))
+        if index in gemms:
+            gemm, knobs, _ = gemms[index]
+            return _gemm_group(index, b, program, target, gemm, knobs, folded)  # type: ignore[arg-type]
         config = overrides.override(index)
         if config is not None:
             return _configured(index, b, program, target, config)
@@ -52,9 +60,9 @@ def auto_lower(bp: BoundProgram, target: Target, overrides: "TemplateSchedule | 
             backward = attention_backward.match(index, program)
             if backward is not None:
                 return attention_backward_kernel.build(backward, program, target)
-            group = _gemm_group(index, b, program, target)
-            if group is not None:
-                return group
+            permutation = permute.match(b, program)
+            if permutation is not None:
+                return permute.build(permutation, b, program, target, PARALLEL_MIN_CELLS)
             column = column_reduce.match(b)
             if column is not None:
                 return column_reduce.build(column, b, program, target, PARALLEL_MIN_CELLS)
@@ -94,12 +102,9 @@ def _configured(index: int, b: BoundContraction | BoundElementwise, program: Bou
         if problems:
             raise ScheduleError(f"attention_backward knobs {knobs} for {where}: " + "; ".join(problems))
         return attention_backward_kernel.build(backward, program, target, knobs)
-    if not isinstance(b, BoundContraction) or implicit_gemm.match(b) is None:
-        raise ScheduleError(f"template 'implicit_gemm' does not apply to {where}: it needs a sum of products "
-                            f"onto a direct output whose last index only one operand reads")
-    knobs = config.knob_record()
-    _check_gemm_knobs(knobs, where, target, b.dtype)
-    return _gemm_group(index, b, program, target, knobs)
+    # implicit_gemm on a contraction is decided in _gemm_decisions; here only what it cannot lower
+    raise ScheduleError(f"template 'implicit_gemm' does not apply to {where}: it needs a sum of products "
+                        f"onto a direct output whose last index only one operand reads")
 
 
 def _check_gemm_knobs(knobs: implicit_gemm.GemmKnobs, where: str, target: Target, dtype: str) -> None:
@@ -116,23 +121,69 @@ def _check_gemm_knobs(knobs: implicit_gemm.GemmKnobs, where: str, target: Target
                             + f" (vector lanes here: {lanes})")
 
 
+GemmDecision = tuple[implicit_gemm.GemmPlan, implicit_gemm.GemmKnobs, bool]  # plan, knobs, A zero-padded
+
+
+def _gemm_decisions(bp: BoundProgram, target: Target, overrides: TemplateSchedule) -> dict[int, GemmDecision]:
+    """The statements the implicit-GEMM template lowers, decided before lowering starts (copies
+    they pack from are folded into them: tilec.schedule.copy_fold). Mirrors the strategy's order:
+    an override first, then attention's templates, then the GEMM heuristic."""
+    out: dict[int, GemmDecision] = {}
+    covered = 0  # statements before this one belong to an attention template's group
+    for index, b in enumerate(bp.statements):
+        config = overrides.override(index)
+        if index < covered or not isinstance(b, BoundContraction):
+            continue
+        group = _attention_group(index, bp, config)
+        if group:
+            covered = index + group
+            continue
+        if config is not None:
+            if config.template != "implicit_gemm":
+                continue
+            where = f"statement {index} ('{b.stmt}')"
+            plan = implicit_gemm.match(b)
+            if plan is None:
+                raise ScheduleError(f"template 'implicit_gemm' does not apply to {where}: it needs a sum of "
+                                    f"products onto a direct output whose last index only one operand reads")
+            knobs = config.knob_record()
+            _check_gemm_knobs(knobs, where, target, b.dtype)
+            if not knobs.pack_a and not direct_gemm.applicable(plan, bp):
+                raise ScheduleError(f"pack_a=False needs A's only guards to be its own bounds (padding); "
+                                    f"{where} has others")
+        else:
+            plan = implicit_gemm.match(b)
+            if plan is None or not implicit_gemm.worthwhile(plan, target):
+                continue
+            knobs = implicit_gemm.default_knobs(plan, b.dtype, target)
+            if -(-plan.n // knobs.nr) <= DIRECT_MAX_PANELS and direct_gemm.applicable(plan, bp):
+                knobs = replace(knobs, pack_a=False)  # each packed A element would serve too few panels
+        pads = None if knobs.pack_a else direct_gemm.padding(plan, bp)
+        out[index] = (plan, knobs, pads is not None and any(p != (0, 0) for p in pads))
+    return out
+
+
+def _attention_group(index: int, bp: BoundProgram, config: TemplateConfig | None) -> int:
+    """How many statements an attention template lowers from statement `index` on (0: none)."""
+    if config is not None and config.template not in ("attention", "attention_backward"):
+        return 0
+    if config is None or config.template == "attention":
+        plan = attention.match(index, bp)
+        if plan is not None:
+            return plan.consumed
+    if config is None or config.template == "attention_backward":
+        backward = attention_backward.match(index, bp)
+        if backward is not None:
+            return backward.consumed
+    return 0
+
+
 def _gemm_group(index: int, b: BoundContraction, program: BoundProgram, target: Target,
-                knobs: implicit_gemm.GemmKnobs | None = None) -> LoweredGroup | None:
-    plan = implicit_gemm.match(b)
-    if plan is None:
-        return None
-    if knobs is None:
-        if not implicit_gemm.worthwhile(plan, target):
-            return None
-        knobs = implicit_gemm.default_knobs(plan, b.dtype, target)
-        if -(-plan.n // knobs.nr) <= DIRECT_MAX_PANELS and direct_gemm.applicable(plan, program):
-            knobs = replace(knobs, pack_a=False)  # each packed A element would serve too few panels
-    elif not knobs.pack_a and not direct_gemm.applicable(plan, program):
-        raise ScheduleError(f"pack_a=False needs A's only guards to be its own bounds (padding); statement "
-                            f"{index} ('{b.stmt}') has others")
+                plan: implicit_gemm.GemmPlan, knobs: implicit_gemm.GemmKnobs,
+                folded: dict[str, copy_fold.Copy]) -> LoweredGroup:
     epilogue = None if plan.partial else find_epilogue(index, program)  # f(0) need not be 0
-    stmt, workspaces = implicit_gemm.build(b, program, plan, knobs, target, epilogue)
-    return fused_group(stmt, b, epilogue, tuple(workspaces))
+    stmt, workspaces = implicit_gemm.build(b, program, plan, knobs, target, epilogue, folded)
+    return fused_group(copy_fold.read_through(stmt, folded), b, epilogue, tuple(workspaces))
 
 
 def _parallel_default(b: BoundContraction | BoundElementwise, program: BoundProgram,

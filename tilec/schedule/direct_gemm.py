@@ -22,13 +22,19 @@ any other guard on A (a constraint, a divisibility) makes this variant inapplica
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import numpy as np
+
 from tilec.ir import loop as L
 from tilec.ir.affine import INF
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.lower import affine_expr, index_expr, zero_fill
+from tilec.ir.lower import affine_expr, combine, identity, index_expr, zero_fill
+from tilec.schedule.copy_fold import Copy
 from tilec.schedule.fusion import Epilogue, epilogue_value
 from tilec.schedule.implicit_gemm import (GemmKnobs, GemmPlan, _guarded_store, decompose, plan_threads,
                                          thread_share, threads_loop)
+from tilec.schedule.permute import PermutePlan, nest
 from tilec.schedule.rewrite import substitute_expr
 from tilec.target import Target
 
@@ -85,8 +91,43 @@ def _padded_copy(name: str, source: str, shape: tuple[int, ...], dtype: str,
     return stmt, buf
 
 
+def _padded_gather(name: str, copy: Copy, shape: tuple[int, ...], pads: tuple[tuple[int, int], ...],
+                   cores: int) -> tuple[L.Stmt, L.Buffer]:
+    """dest = copy (a permutation of its source, tilec.schedule.copy_fold) with zero borders, read
+    straight from the source: the interior in the cache-friendly order of a permutation (both
+    sides a line at a time), then the border slabs zeroed."""
+    dtype = copy.dtype
+    padded = tuple(n + lo + hi for n, (lo, hi) in zip(shape, pads))
+    buf = L.Buffer(name, dtype, padded)
+    names = {v: f"{name}.{v}" for v in copy.out_vars}
+    plan = PermutePlan(tuple(names[v] for v in copy.out_vars), tuple(names[v] for v in copy.src_vars),
+                       tuple((names[v], n) for v, n in zip(copy.out_vars, shape)))
+
+    def body(where: dict[str, L.Expr]) -> L.Stmt:
+        load = L.cast(dtype, L.Load(copy.source, tuple(where[names[v]] for v in copy.src_vars), dtype))
+        value = combine(copy.agg, identity(copy.agg, dtype), load)  # the copy's own value
+        cell = tuple(L.add(where[names[v]], L.const(lo)) for v, (lo, _) in zip(copy.out_vars, pads))
+        return L.Store(name, cell, value)
+
+    interior = nest(plan, np.dtype(dtype).itemsize, body, cores, True)
+    borders: list[L.Stmt] = []
+    for d, (lo, _) in enumerate(pads):
+        for begin, end in ((0, lo), (lo + shape[d], padded[d])):
+            if begin == end:
+                continue
+            loop_vars = [f"{name}.z{k}" for k in range(len(shape))]
+            zero: L.Stmt = L.Store(name, tuple(L.Var(v) for v in loop_vars), L.cast(dtype, L.const(0)))
+            for k in reversed(range(len(shape))):
+                b, e = (begin, end) if k == d else (0, padded[k])
+                vec = k == len(shape) - 1 and k != d and 2 <= e - b <= 1024
+                zero = L.For(loop_vars[k], L.const(b), L.const(e), zero, "vectorized" if vec else "serial")
+            borders.append(zero)
+    return L.seq(interior, *borders), buf
+
+
 def build_direct(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnobs, target: Target,
-                 epilogue: Epilogue | None = None) -> tuple[L.Stmt, list[L.Buffer]]:
+                 epilogue: Epilogue | None = None,
+                 copies: "Mapping[str, Copy] | None" = None) -> tuple[L.Stmt, list[L.Buffer]]:
     pads = padding(plan, bp)
     assert pads is not None, "build_direct needs applicable(plan, bp)"
     dt = b.dtype
@@ -105,7 +146,11 @@ def build_direct(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: G
     a_tensor, a_dtype = plan.a.tensor, bp.dtypes[plan.a.tensor]
     a_offsets = [lo for lo, _ in pads]
     if any(p != (0, 0) for p in pads):
-        fill, apad = _padded_copy(f"{out}.Apad", a_tensor, bp.shapes[a_tensor], a_dtype, pads)
+        through = (copies or {}).get(a_tensor)
+        if through is not None:  # A is a folded layout copy: pad straight from its source
+            fill, apad = _padded_gather(f"{out}.Apad", through, bp.shapes[a_tensor], pads, target.cores)
+        else:
+            fill, apad = _padded_copy(f"{out}.Apad", a_tensor, bp.shapes[a_tensor], a_dtype, pads)
         stmts.append(fill)
         workspaces.append(apad)
         a_tensor = apad.name

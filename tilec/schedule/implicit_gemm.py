@@ -30,7 +30,9 @@ output dtype while packing.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundAccess, BoundContraction, BoundProgram, Condition
@@ -39,6 +41,9 @@ from tilec.ir.lower import condition_expr, index_expr, lone_output_vars, zero_fi
 from tilec.schedule.fusion import Epilogue, epilogue_value
 from tilec.schedule.rewrite import substitute_expr
 from tilec.target import Target
+
+if TYPE_CHECKING:
+    from tilec.schedule.copy_fold import Copy
 
 Range = tuple[str, int, int]  # (var, lo, hi) inclusive
 
@@ -212,7 +217,7 @@ def _guarded_store(buffer: str, indices: tuple[L.Expr, ...], op: BoundAccess, gu
 
 
 def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnobs, target: Target,
-          epilogue: Epilogue | None = None) -> tuple[L.Stmt, list[L.Buffer]]:
+          epilogue: Epilogue | None = None, copies: "Mapping[str, Copy] | None" = None) -> tuple[L.Stmt, list[L.Buffer]]:
     """The loop nest of the template and the workspaces it needs (pack_a=False: see direct_gemm).
 
     Parallelism: over the outer (batch) loop when it has an iteration per thread, each thread
@@ -221,7 +226,7 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnob
     if not knobs.pack_a:
         from tilec.schedule.direct_gemm import build_direct
 
-        return build_direct(b, bp, plan, knobs, target, epilogue)
+        return build_direct(b, bp, plan, knobs, target, epilogue, copies)
     dt = b.dtype
     mr, nr, mc = knobs.mr, knobs.nr, knobs.mc
     kc = min(knobs.kc, plan.k)

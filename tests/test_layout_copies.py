@@ -1,0 +1,117 @@
+"""Layout copies: the permutation nest (tilec/schedule/permute.py) and copies folded into the GEMM
+template's packing (tilec/schedule/copy_fold.py), against numpy and torch."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import tilec
+from tilec.bench.ops import conv2d_source
+from tilec.ir.bounds import bind
+from tilec.schedule import permute
+from tilec.target import host_target
+
+rng = np.random.default_rng(11)
+TARGET = host_target()
+
+
+def kernel_params(src: str, shapes: dict[str, tuple[int, ...]]) -> str:
+    """The loop IR's parameter line: which tensors the kernel materialises."""
+    return tilec.explain(src, shapes, stage="loop").splitlines()[0]
+
+
+@pytest.mark.parametrize("shape,perm", [((3, 40, 5), (2, 0, 1)), ((2, 3, 17, 33), (0, 3, 1, 2)),
+                                        ((33, 7, 3, 3), (2, 3, 1, 0)), ((5, 16, 9, 2), (1, 3, 0, 2)),
+                                        ((300, 130), (1, 0))])
+@pytest.mark.parametrize("agg,dtype", [("=", "float32"), ("+", "float64"), ("=", "int32")])
+def test_permutations_match_numpy(shape, perm, agg, dtype):
+    names = "abcd"[:len(shape)]
+    out = ", ".join(names[p] for p in perm)
+    sizes = ", ".join(f"N{p}" for p in perm)
+    src = (f"function (X[{', '.join(f'N{k}' for k in range(len(shape)))}]) -> (Y) {{\n"
+           f"    Y[{out}: {sizes}] = {agg}(X[{', '.join(names)}]);\n}}")
+    bp = bind(tilec.parse(src), {"X": shape}, {"X": dtype})
+    assert permute.match(bp.statements[0], bp) is not None
+    x = (rng.standard_normal(shape) * 100).astype(dtype)
+    np.testing.assert_array_equal(tilec.compile(src)(x), x.transpose(perm))
+
+
+def test_a_copy_that_keeps_the_innermost_axis_is_left_to_the_default_nest():
+    src = "function (X[A, B, C]) -> (Y) { Y[b, a, c: B, A, C] = =(X[a, b, c]); }"
+    bp = bind(tilec.parse(src), {"X": (3, 4, 5)}, {"X": "float32"})
+    assert permute.match(bp.statements[0], bp) is None
+
+
+def test_loop_order_reads_a_source_line_innermost():
+    plan = permute.PermutePlan(("co", "c", "i", "j"), ("i", "j", "c", "co"),
+                               (("co", 40), ("c", 8), ("i", 3), ("j", 3)))
+    loops, split = permute.loop_order(plan, 16)
+    assert split == "co" and [v for v, _ in loops] == ["co.o", "c", "i", "j", "co.i"]
+    assert dict(loops)["co.o"] == 3
+    plan = permute.PermutePlan(("i", "j", "c", "co"), ("co", "c", "i", "j"),
+                               (("i", 3), ("j", 3), ("c", 8), ("co", 40)))
+    loops, split = permute.loop_order(plan, 16)
+    assert split is None and [v for v, _ in loops] == ["c", "co", "i", "j"]
+
+
+def _torch_conv_grads(x, f, dy, stride, pad):
+    torch = pytest.importorskip("torch")
+    xt = torch.from_numpy(x.astype(np.float64)).requires_grad_()
+    ft = torch.from_numpy(f.astype(np.float64)).requires_grad_()
+    y = torch.nn.functional.conv2d(xt, ft, stride=stride, padding=pad)
+    dx, df = torch.autograd.grad(y, (xt, ft), torch.from_numpy(dy.astype(np.float64)))
+    return y.detach().numpy(), dx.numpy(), df.numpy()
+
+
+CASES = [dict(N=1, C=20, H=9, W=11, CO=70, KH=3, KW=3, stride=1, pad=1),
+         dict(N=3, C=13, H=10, W=7, CO=40, KH=3, KW=2, stride=2, pad=1),
+         dict(N=2, C=33, H=8, W=8, CO=17, KH=3, KW=3, stride=1, pad=0),
+         dict(N=2, C=24, H=12, W=9, CO=150, KH=5, KW=3, stride=1, pad=2)]
+
+
+@pytest.mark.parametrize("shape", CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_conv2d_forward_and_gradients_with_folded_copies_match_torch(shape):
+    n, c, h, w, co, kh, kw = (shape[k] for k in ("N", "C", "H", "W", "CO", "KH", "KW"))
+    s, p = shape["stride"], shape["pad"]
+    oh, ow = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    f = rng.standard_normal((co, c, kh, kw)).astype(np.float32)
+    dy = rng.standard_normal((n, co, oh, ow)).astype(np.float32)
+    y_ref, dx_ref, df_ref = _torch_conv_grads(x, f, dy, s, p)
+    src = conv2d_source(shape)
+    np.testing.assert_allclose(tilec.compile(src)(x, f), y_ref, rtol=1e-4, atol=1e-3)
+    grad = tilec.grad(src, wrt=["X", "F"])
+    dx, df = grad(x, f, dy)
+    np.testing.assert_allclose(dx, dx_ref, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(df, df_ref, rtol=1e-4, atol=1e-3)
+
+
+def test_conv2d_gradient_never_materialises_the_input_layout_copies():
+    shape = CASES[0]
+    shapes = {"X": (1, 20, 9, 11), "F": (70, 20, 3, 3), "DO": (1, 70, 9, 11)}
+    params = kernel_params(tilec.grad(conv2d_source(shape), wrt=["X", "F"]).source, shapes)
+    for copy in ("I", "K", "DY_0"):  # read through by the products' packing instead
+        assert f" {copy}: " not in params
+    assert " DI_1: " in params and " DK_2: " in params  # the products themselves stay
+
+
+def test_a_copy_read_outside_a_gemm_is_materialised():
+    src = """function (X[N, C, H, W], F[CO, C, KH, KW]) -> (O, S) {
+        I[n, h, w, c: N, H, W, C] = =(X[n, c, h, w]);
+        K[i, j, c, co: KH, KW, C, CO] = =(F[co, c, i, j]);
+        O[n, x, y, co: N, H - KH + 1, W - KW + 1, CO] = +(I[n, x + i, y + j, c] * K[i, j, c, co]);
+        S = I * 2;
+    }"""
+    x = rng.standard_normal((2, 16, 9, 9)).astype(np.float32)
+    f = rng.standard_normal((40, 16, 3, 3)).astype(np.float32)
+    params = kernel_params(src, {"X": x.shape, "F": f.shape})
+    assert " I: " in params and " K: " not in params
+    o, s = tilec.compile(src)(x, f)
+    i_ = x.transpose(0, 2, 3, 1)
+    ref = sum(np.einsum("nxyc,cd->nxyd", i_[:, a:a + 7, b:b + 7, :], f[:, :, a, b].T)
+              for a, b in itertools.product(range(3), range(3)))
+    np.testing.assert_allclose(o, ref, rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(s, i_ * 2)

@@ -1,0 +1,147 @@
+"""Layout permutations (NCHW <-> NHWC, OIHW <-> HWIO, ...) as a nest that uses whole cache lines.
+
+A permutation ``O[p..: ...] = =(S[q..])`` (or a single-operand ``+``) whose source indices are a
+permutation of the output's, each a distinct lone variable spanning its dimension, no guards and no
+default, walks one side against its layout in the default nest (the output's order): its inner loop
+reads the source with a large stride, so each source line is fetched once per element it holds
+(from L2 at best; a power-of-two-ish row stride also maps the lines onto a few L1 sets).
+
+Here the source's trailing run of at most a cache line (`LINE` elements: the longest suffix of its
+dimensions whose product fits, or the innermost dimension split into blocks of `LINE`) is the
+innermost loop, and every other variable keeps the output's order (a split variable's block loop at
+its output position):
+
+    DF[co, c, i, j] = DK[i, j, c, co]    ->  for co.o: for c: for i: for j: for co.i in 16:
+    K[i, j, c, co]  = F[co, c, i, j]     ->  for c: for co: for i: for j:
+
+so the inner loop reads one source line and writes a few output streams, each advancing by one
+element per outer iteration, and a line of either side is used whole while it is in L1.
+
+Requires: a BoundProgram. Guarantees: `match` accepts only such permutations whose source and
+output innermost variables differ (otherwise the default nest is unit-stride on both sides already);
+`build` computes exactly the default lowering's values (the same value expression per cell).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tilec.errors import ScheduleError
+from tilec.ir import loop as L
+from tilec.ir.bounds import BoundContraction, BoundProgram
+from tilec.ir.lower import LoweredGroup, combine, direct_output_vars, identity
+from tilec.schedule.legality import check_parallel
+from tilec.target import Target
+
+LINE_BYTES = 64
+
+
+@dataclass(frozen=True)
+class PermutePlan:
+    out_vars: tuple[str, ...]  # the output's variables, in its dimension order
+    src_vars: tuple[str, ...]  # the source's variables, in its dimension order
+    extents: tuple[tuple[str, int], ...]  # each variable's extent
+
+
+def match(b: BoundContraction, bp: BoundProgram) -> PermutePlan | None:
+    if b.empty or b.guards or b.stmt.default is not None or len(b.shape) < 2:
+        return None
+    if b.stmt.combo != "single" or b.stmt.agg not in ("=", "+") or len(b.operands) != 1:
+        return None
+    out_vars = direct_output_vars(b)
+    if out_vars is None or {v for v, _, _ in b.ranges} != set(out_vars):
+        return None  # a reduction, or a variable no output index holds
+    src = b.operands[0]
+    src_vars = [e.lone_var for e in src.indices]
+    if any(v is None for v in src_vars) or len(set(src_vars)) != len(src_vars) or set(src_vars) != set(out_vars):
+        return None
+    extent = dict(zip(out_vars, b.shape))
+    if tuple(extent[v] for v in src_vars) != tuple(bp.shapes[src.tensor]):  # type: ignore[index]
+        return None  # the source is read only in part
+    if out_vars[-1] == src_vars[-1]:
+        return None
+    return PermutePlan(tuple(out_vars), tuple(src_vars), tuple(extent.items()))  # type: ignore[arg-type]
+
+
+def loop_order(plan: PermutePlan, line: int) -> tuple[list[tuple[str, int]], str | None]:
+    """The loops outermost first as (variable, extent), and the variable split into blocks of
+    `line` (its block loop is `<var>.o` of extent ceil(n / line), its inner loop `<var>.i`)."""
+    extent = dict(plan.extents)
+    run: list[str] = []
+    cells = 1
+    for v in reversed(plan.src_vars):
+        if cells * extent[v] > line:
+            break
+        run.insert(0, v)
+        cells *= extent[v]
+    split = None
+    if not run:  # the innermost dimension alone is longer than a line
+        split = plan.src_vars[-1]
+        run = [split]
+    outer: list[tuple[str, int]] = []
+    for v in plan.out_vars:
+        if v == split:
+            outer.append((f"{v}.o", -(-extent[v] // line)))
+        elif v not in run:
+            outer.append((v, extent[v]))
+    inner = [(f"{v}.i", min(line, extent[v])) if v == split else (v, extent[v]) for v in run]
+    return outer + inner, split
+
+
+def nest(plan: PermutePlan, itemsize: int, body: Callable[[dict[str, L.Expr]], L.Stmt], cores: int,
+         parallel: bool) -> L.Stmt:
+    """The loops of `loop_order` around `body(index of each variable)`, the outermost loop with an
+    iteration per core parallel if `parallel`."""
+    line = max(1, LINE_BYTES // itemsize)
+    loops, split = loop_order(plan, line)
+    extent = dict(plan.extents)
+    where: dict[str, L.Expr] = {v: L.Var(v) for v in plan.out_vars}
+    ends: dict[str, L.Expr] = {v: L.const(n) for v, n in loops}
+    if split is not None:
+        n = extent[split]
+        base = L.mul(L.Var(f"{split}.o"), L.const(line))
+        where[split] = L.add(base, L.Var(f"{split}.i"))
+        if n % line:  # the last block is short
+            ends[f"{split}.i"] = L.Bin("min", L.const(line), L.sub(L.const(n), base))
+    stmt = body(where)
+    for v, _ in reversed(loops):
+        stmt = L.For(v, L.const(0), ends[v], stmt)
+    assert isinstance(stmt, L.For)
+    return _parallel_outermost(stmt, cores) if parallel and cores >= 2 else stmt
+
+
+def build(plan: PermutePlan, b: BoundContraction, bp: BoundProgram, target: Target,
+          parallel_min_cells: int) -> LoweredGroup:
+    src = b.operands[0]
+
+    def body(where: dict[str, L.Expr]) -> L.Stmt:
+        value = L.cast(b.dtype, L.Load(src.tensor, tuple(where[v] for v in plan.src_vars), bp.dtypes[src.tensor]))
+        value = combine(b.stmt.agg, identity(b.stmt.agg, b.dtype), value)  # as the default nest: 0 + x for '+'
+        return L.Store(b.output, tuple(where[v] for v in plan.out_vars), value)
+
+    itemsize = np.dtype(bp.dtypes[src.tensor]).itemsize
+    return LoweredGroup(nest(plan, itemsize, body, target.cores, math.prod(b.shape) >= parallel_min_cells))
+
+
+MAX_POOL_STARTS = 16  # a parallel loop inside serial ones starts the threads this often at most
+
+
+def _parallel_outermost(nest: L.For, cores: int, starts: int = 1) -> L.Stmt:
+    """The outermost loop with an iteration per core made parallel (loops outside it stay serial)."""
+    n = int(nest.end.value) if isinstance(nest.end, L.Const) else 0
+    if n >= cores:
+        try:
+            check_parallel(nest)
+            return replace(nest, kind="parallel")
+        except ScheduleError:
+            return nest
+    if isinstance(nest.body, L.For) and starts * max(1, n) <= MAX_POOL_STARTS:
+        return replace(nest, body=_parallel_outermost(nest.body, cores, starts * max(1, n)))
+    return nest
+
+
+__all__ = ["PermutePlan", "match", "build", "loop_order", "nest"]
