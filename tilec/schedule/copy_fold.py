@@ -17,6 +17,7 @@ loads the source at the permuted index, with the copy's own value expression.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -26,6 +27,12 @@ from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import combine, direct_output_vars, identity
 from tilec.schedule.implicit_gemm import GemmKnobs, GemmPlan
 from tilec.schedule.loops import map_stmt_exprs
+
+
+# Larger copies stay materialised: folding the NCHW -> NHWC copy of a 3x3 64->64 conv's 56^2 input
+# (1.6M cells) into the padded-copy gather cost ~0.5-1 ms in its gradient (a gather across 12.5 kB
+# planes), while the 14^2 ones (0.4M cells) gain.
+MAX_FOLD_CELLS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -80,7 +87,7 @@ def foldable(bp: BoundProgram, gemms: Mapping[int, tuple[GemmPlan, GemmKnobs, bo
     for s in bp.statements:
         if isinstance(s, BoundContraction) and s.output not in bp.program.outputs:
             c = match_copy(s, bp)
-            if c is not None:
+            if c is not None and math.prod(s.shape) <= MAX_FOLD_CELLS:
                 copies[c.output] = c
     if not copies:
         return {}
