@@ -48,6 +48,8 @@ class Copy:
 
 
 def match_copy(b: BoundContraction, bp: BoundProgram) -> Copy | None:
+    """`b` as a copy: one operand, `=` or `+`, no reduction, guard or default, each index a
+    distinct lone variable over the whole source (a permutation of the output's), one dtype."""
     if b.empty or b.guards or b.stmt.default is not None or not b.shape:
         return None
     if b.stmt.combo != "single" or b.stmt.agg not in ("=", "+") or len(b.operands) != 1:

@@ -35,7 +35,8 @@ import numpy as np
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.lower import LoweredGroup, combine, direct_output_vars, identity
+from tilec.ir.lower import LoweredGroup, combine, identity
+from tilec.schedule.copy_fold import match_copy
 from tilec.schedule.legality import check_parallel
 from tilec.target import Target
 
@@ -51,27 +52,16 @@ class PermutePlan:
 
 
 def match(b: BoundContraction, bp: BoundProgram) -> PermutePlan | None:
-    if b.empty or b.guards or b.stmt.default is not None or len(b.shape) < 2:
-        return None
-    if b.stmt.combo != "single" or b.stmt.agg not in ("=", "+") or len(b.operands) != 1:
+    copy = match_copy(b, bp)
+    if copy is None or len(b.shape) < 2 or copy.out_vars[-1] == copy.src_vars[-1]:
         return None
     if math.prod(b.shape) > MAX_CELLS:
         # measured: in the 3x3 64->64 56^2 conv gradient the NHWC -> NCHW permutation of dX (1.6M
         # cells) cost 1.2-1.8 ms more this way than the default nest, though alone it was as fast;
         # the 14^2 gradient's permutations (0.4-0.6M cells) gain ~0.4 ms. Not understood yet.
         return None
-    out_vars = direct_output_vars(b)
-    if out_vars is None or {v for v, _, _ in b.ranges} != set(out_vars):
-        return None  # a reduction, or a variable no output index holds
-    src = b.operands[0]
-    src_vars = [e.lone_var for e in src.indices]
-    if any(v is None for v in src_vars) or len(set(src_vars)) != len(src_vars) or set(src_vars) != set(out_vars):
-        return None
+    out_vars, src_vars, src = copy.out_vars, copy.src_vars, b.operands[0]
     extent = dict(zip(out_vars, b.shape))
-    if tuple(extent[v] for v in src_vars) != tuple(bp.shapes[src.tensor]):  # type: ignore[index]
-        return None  # the source is read only in part
-    if out_vars[-1] == src_vars[-1]:
-        return None
     plan = PermutePlan(tuple(out_vars), tuple(src_vars), tuple(extent.items()))  # type: ignore[arg-type]
     line = max(1, LINE_BYTES // np.dtype(bp.dtypes[src.tensor]).itemsize)
     _, split = loop_order(plan, line)
