@@ -138,9 +138,7 @@ class ModelSearch(RandomSearch):
         free = np.array([i for i in range(len(self.space)) if i not in self.proposed and i not in taken], np.int64)
         if k <= 0 or len(free) == 0:
             return []
-        score = self.model.predict(self._all_features[free])
-        order = np.lexsort((self.rng.random(len(free)), -score))
-        return [int(i) for i in free[order[:k]]]
+        return self._ranked(k, free, self.model.predict(self._all_features[free]))
 
     def _anneal(self, k: int, taken: set[int]) -> list[int]:
         """The k best-predicted unproposed points that annealing chains visit."""
@@ -166,7 +164,11 @@ class ModelSearch(RandomSearch):
         if not candidates or k <= 0:
             return []
         cand = np.array(sorted(set(candidates)))
-        score = np.array([scores[int(i)] for i in cand]) if scores is not None else self._scores(cand)
+        return self._ranked(k, cand, np.array([scores[int(i)] for i in cand]) if scores is not None
+                            else self._scores(cand))
+
+    def _ranked(self, k: int, cand: np.ndarray, score: np.ndarray) -> list[int]:
+        """The k of `cand` with the highest `score`, ties broken at random."""
         order = np.lexsort((self.rng.random(len(cand)), -score))
         return [int(i) for i in cand[order[:k]]]
 
