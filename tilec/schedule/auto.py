@@ -41,7 +41,7 @@ def auto_lower(bp: BoundProgram, target: Target, overrides: "TemplateSchedule | 
                                 f"{len(bp.statements)} statement(s)")
 
     gemms = _gemm_decisions(bp, target, overrides)
-    folded = copy_fold.foldable(bp, {k: (plan, knobs, padded) for k, (plan, knobs, padded) in gemms.items()})
+    folded = copy_fold.foldable(bp, gemms)
 
     def strategy(index: int, program: BoundProgram) -> LoweredGroup | None:
         b = program.statements[index]
@@ -102,9 +102,12 @@ def _configured(index: int, b: BoundContraction | BoundElementwise, program: Bou
         if problems:
             raise ScheduleError(f"attention_backward knobs {knobs} for {where}: " + "; ".join(problems))
         return attention_backward_kernel.build(backward, program, target, knobs)
-    # implicit_gemm on a contraction is decided in _gemm_decisions; here only what it cannot lower
-    raise ScheduleError(f"template 'implicit_gemm' does not apply to {where}: it needs a sum of products "
-                        f"onto a direct output whose last index only one operand reads")
+    raise _not_a_gemm(where)  # implicit_gemm on a contraction is decided in _gemm_decisions
+
+
+def _not_a_gemm(where: str) -> ScheduleError:
+    return ScheduleError(f"template 'implicit_gemm' does not apply to {where}: it needs a sum of products "
+                         f"onto a direct output whose last index only one operand reads")
 
 
 def _check_gemm_knobs(knobs: implicit_gemm.GemmKnobs, where: str, target: Target, dtype: str) -> None:
@@ -144,8 +147,7 @@ def _gemm_decisions(bp: BoundProgram, target: Target, overrides: TemplateSchedul
             where = f"statement {index} ('{b.stmt}')"
             plan = implicit_gemm.match(b)
             if plan is None:
-                raise ScheduleError(f"template 'implicit_gemm' does not apply to {where}: it needs a sum of "
-                                    f"products onto a direct output whose last index only one operand reads")
+                raise _not_a_gemm(where)
             knobs = config.knob_record()
             _check_gemm_knobs(knobs, where, target, b.dtype)
             if not knobs.pack_a and not direct_gemm.applicable(plan, bp):

@@ -46,6 +46,11 @@ class Copy:
     agg: str
     dtype: str
 
+    def value(self, at: Mapping[str, L.Expr]) -> L.Expr:
+        """The copy's value at the cell whose output variables are `at` (as its nest computes it)."""
+        load = L.cast(self.dtype, L.Load(self.source, tuple(at[v] for v in self.src_vars), self.dtype))
+        return combine(self.agg, identity(self.agg, self.dtype), load)
+
 
 def match_copy(b: BoundContraction, bp: BoundProgram) -> Copy | None:
     """`b` as a copy: one operand, `=` or `+`, no reduction, guard or default, each index a
@@ -104,10 +109,8 @@ def foldable(bp: BoundProgram, gemms: Mapping[int, tuple[GemmPlan, GemmKnobs, bo
         plan, knobs, padded = gemms[k]
         packed = _packed_tensors(plan, knobs, padded)
         for n in names:
-            roles = [a.tensor for a in (plan.a, plan.b)]
-            if n in roles and plan.a.tensor == plan.b.tensor == n and not (knobs.pack_a or padded):
-                copies.pop(n, None)
-            elif n not in packed:
+            # A and B the same copy, A read in place: the micro-kernel would still read the copy
+            if n not in packed or (plan.a.tensor == plan.b.tensor == n and not (knobs.pack_a or padded)):
                 copies.pop(n, None)
     return {n: c for n, c in copies.items() if c.source not in copies}  # a copy of a folded copy: keep both
 
@@ -120,9 +123,7 @@ def read_through(stmt: L.Stmt, copies: Mapping[str, Copy]) -> L.Stmt:
     def rewrite(e: L.Expr) -> L.Expr:
         if isinstance(e, L.Load) and e.buffer in copies:
             c = copies[e.buffer]
-            at = dict(zip(c.out_vars, e.indices))
-            value = L.cast(c.dtype, L.Load(c.source, tuple(at[v] for v in c.src_vars), c.dtype))
-            return combine(c.agg, identity(c.agg, c.dtype), value)
+            return c.value(dict(zip(c.out_vars, e.indices)))
         return e
 
     return map_stmt_exprs(stmt, rewrite)

@@ -29,7 +29,7 @@ import numpy as np
 from tilec.ir import loop as L
 from tilec.ir.affine import INF
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.lower import affine_expr, combine, identity, index_expr, zero_fill
+from tilec.ir.lower import affine_expr, index_expr, zero_fill
 from tilec.schedule.copy_fold import Copy
 from tilec.schedule.fusion import Epilogue, epilogue_value
 from tilec.schedule.implicit_gemm import (GemmKnobs, GemmPlan, _guarded_store, decompose, plan_threads,
@@ -104,18 +104,16 @@ def _padded_gather(name: str, copy: Copy, shape: tuple[int, ...], pads: tuple[tu
                        tuple((names[v], n) for v, n in zip(copy.out_vars, shape)))
 
     def body(where: dict[str, L.Expr]) -> L.Stmt:
-        load = L.cast(dtype, L.Load(copy.source, tuple(where[names[v]] for v in copy.src_vars), dtype))
-        value = combine(copy.agg, identity(copy.agg, dtype), load)  # the copy's own value
         cell = tuple(L.add(where[names[v]], L.const(lo)) for v, (lo, _) in zip(copy.out_vars, pads))
-        return L.Store(name, cell, value)
+        return L.Store(name, cell, copy.value({v: where[names[v]] for v in copy.out_vars}))
 
     interior = nest(plan, np.dtype(dtype).itemsize, body, cores, True)
     borders: list[L.Stmt] = []
+    loop_vars = [f"{name}.z{k}" for k in range(len(shape))]
     for d, (lo, _) in enumerate(pads):
         for begin, end in ((0, lo), (lo + shape[d], padded[d])):
             if begin == end:
                 continue
-            loop_vars = [f"{name}.z{k}" for k in range(len(shape))]
             zero: L.Stmt = L.Store(name, tuple(L.Var(v) for v in loop_vars), L.cast(dtype, L.const(0)))
             for k in reversed(range(len(shape))):
                 b, e = (begin, end) if k == d else (0, padded[k])
