@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from tilec.errors import TilecError
+from tilec.ir.loop import SHARED_LIMIT
 
 
 class CudaUnavailable(TilecError):
@@ -64,7 +65,7 @@ class Launcher(abc.ABC):
     def synchronize(self) -> None: ...
 
 
-_STATIC_SHARED_LIMIT = 48 * 1024  # beyond it a kernel must opt in to more dynamic shared memory
+_STATIC_SHARED_LIMIT = SHARED_LIMIT  # beyond it a kernel must opt in to more dynamic shared memory
 
 
 class CudaPythonLauncher(Launcher):

@@ -44,7 +44,7 @@ from tilec.schedule.implicit_gemm import GemmPlan, _guarded_store, decompose
 from tilec.schedule.rewrite import substitute_expr
 
 MAX_THREADS = 1024  # threads per block (CUDA)
-SHARED_LIMIT = 48 * 1024  # bytes of static shared memory every CUDA GPU gives a block
+SHARED_LIMIT = L.SHARED_LIMIT
 MAX_ACC_REGISTERS = 128  # accumulators + operand registers per thread, of the 255 a thread may use
 MAX_GRID_YZ = 65535  # blocks along gridDim.y and gridDim.z
 SMS = 132  # streaming multiprocessors of an H100: the heuristic wants a few blocks per SM

@@ -29,7 +29,7 @@ from tilec.schedule.loops import accesses, allocated_in, box_of, describe, find_
 from tilec.schedule.primitives import CacheRead
 from tilec.schedule.rewrite import const_value, floordiv, loops_in, mentions, walk
 
-SHARED_LIMIT = 48 * 1024  # bytes of static shared memory a block may use
+SHARED_LIMIT = L.SHARED_LIMIT  # bytes of static shared memory a block may use
 
 
 def cache_read_shared(p: CacheRead, nest: L.Stmt, func: L.PrimFunc) -> L.Stmt:
