@@ -23,7 +23,7 @@ from tilec.autotune.space import L1_BYTES, L2_BYTES, vector_registers
 from tilec.autotune.task import Task
 from tilec.ir import loop as L
 
-GEMM_NAMES = ("log_mr", "log_nr", "vectors", "log_kc", "log_mc", "pack_a", "threads", "reg_use", "log_block",
+GEMM_NAMES = ("log_mr", "log_nr", "vectors", "log_kc", "log_mc", "pack_a", "pack_b", "threads", "reg_use", "log_block",
               "intensity", "bytes_per_flop", "b_panel_l1", "a_block_l2", "b_all_l2", "m_waste", "n_waste",
               "mc_waste", "k_waste", "edge_tiles", "imbalance", "k_blocks", "row_blocks", "log_m", "log_n",
               "log_k", "a_reads_per_elem", "a_panel_l1", "kernel_l1", "a_block_l1", "log_mc_tiles", "acc_regs",
@@ -57,7 +57,8 @@ def gemm_features(task: Task, c: Mapping[str, Any]) -> list[float]:
     imbalance = per_thread * min(threads, row_units) / row_units
     tiles_m, tiles_n = -(-m // mr), -(-n // nr)
     edge = ((m % mr != 0) * tiles_n + (n % nr != 0) * tiles_m) / (tiles_m * tiles_n)
-    return [_log(mr), _log(nr), vectors, _log(kc), _log(mc if pack else mr), float(pack), threads, regs,
+    return [_log(mr), _log(nr), vectors, _log(kc), _log(mc if pack else mr), float(pack), float(c.get("pack_b", True)),
+            threads, regs,
             _log(mr * nr), mr * nr / (mr + nr), (mr + nr) * itemsize / (2 * mr * nr),
             kc * nr * itemsize / L1_BYTES, (mc if pack else mr) * kc * itemsize / L2_BYTES,
             kc * _up(n, nr) * itemsize / L2_BYTES, _up(m, mr) / m, _up(n, nr) / n,

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 from tilec.autotune.task import Config, Task
 from tilec.errors import TilecError
 from tilec.schedule import attention, direct_gemm
+from tilec.schedule.auto import inplace_columns
 
 MAX_RAW_POINTS = 200_000  # knob combinations enumerated before constraints
 L1_BYTES = 32 * 1024  # assumed data-cache sizes (the Target does not describe caches yet)
@@ -137,8 +138,11 @@ def gemm_space(task: Task, max_points: int = MAX_RAW_POINTS) -> Space:
     mcs = _with(tuple(sorted({mr * j for mr in mrs for j in (1, 2, 4, 8, 12, 16, 24, 32) if mr * j <= m_up})),
                 default["mc"])
     pack_as = (True, False) if direct_gemm.applicable(plan, task.bound) else (True,)
+    inplace_ns = inplace_columns(task.stmt, task.bound, target)
+    pack_bs = (True, False) if inplace_ns else (True,)
     knobs = (Knob("mr", mrs), Knob("nr", nrs), Knob("kc", kcs), Knob("mc", mcs),
-             Knob("threads", (default["threads"],)), Knob("pack_a", _with(pack_as, default["pack_a"])))
+             Knob("threads", (default["threads"],)), Knob("pack_a", _with(pack_as, default["pack_a"])),
+             Knob("pack_b", _with(pack_bs, default["pack_b"])))
 
     def registers(c: Config) -> str | None:
         used = c["mr"] * c["nr"] // lanes + c["nr"] // lanes + 1
@@ -165,6 +169,15 @@ def gemm_space(task: Task, max_points: int = MAX_RAW_POINTS) -> Space:
             return None
         return "pack_a=False ignores kc and mc: only kc=first choice, mc=mr are kept"
 
+    def inplace(c: Config) -> str | None:
+        if c["pack_b"]:
+            return None
+        if c["pack_a"]:
+            return "pack_b=False reads A in place too: it needs pack_a=False"
+        if any(w % c["nr"] == 0 for w in inplace_ns):
+            return None
+        return f"pack_b=False needs nr ({c['nr']}) to divide the columns ({', '.join(map(str, inplace_ns))})"
+
     def direct_legal(c: Config) -> str | None:
         if c["pack_a"] or False in pack_as:
             return None
@@ -172,7 +185,8 @@ def gemm_space(task: Task, max_points: int = MAX_RAW_POINTS) -> Space:
 
     constraints = (Constraint("registers", registers), Constraint("mc_multiple", mc_multiple),
                    Constraint("mc_rows", mc_rows), Constraint("b_panel", b_panel), Constraint("a_block", a_block),
-                   Constraint("direct_canonical", direct_canonical), Constraint("direct_legal", direct_legal))
+                   Constraint("direct_canonical", direct_canonical), Constraint("direct_legal", direct_legal),
+                   Constraint("inplace", inplace))
     return Space(knobs, constraints, default, max_points)
 
 

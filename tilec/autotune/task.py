@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
@@ -21,8 +21,8 @@ from tilec.frontend import parse
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram, bind
 from tilec.ir.tensor import Program
-from tilec.schedule import attention, attention_backward, direct_gemm, implicit_gemm
-from tilec.schedule.auto import DIRECT_MAX_PANELS
+from tilec.schedule import attention, attention_backward, implicit_gemm
+from tilec.schedule.auto import default_gemm
 from tilec.schedule.templates import TemplateConfig, TemplateSchedule
 from tilec.target import Target, host_target
 
@@ -98,10 +98,8 @@ class Task:
         """The heuristic's knobs (tilec.schedule.auto), as a config of this task's space."""
         if self.template == "attention":
             return dict(attention.AttentionKnobs().__dict__)
-        plan = self.plan
-        knobs = implicit_gemm.default_knobs(plan, self.dtype, self.target)
-        if -(-plan.n // knobs.nr) <= DIRECT_MAX_PANELS and direct_gemm.applicable(plan, self.bound):
-            knobs = replace(knobs, pack_a=False)
+        decision = default_gemm(self.stmt, self.bound, self.target)
+        knobs = decision.knobs if decision is not None else implicit_gemm.default_knobs(self.plan, self.dtype, self.target)
         return dict(knobs.__dict__)
 
     def schedule(self, config: Mapping[str, Any]) -> TemplateSchedule:

@@ -2,7 +2,9 @@
 
 Requires: a BoundProgram and a Target. Guarantees: a PrimFunc computing what the
 default lowering computes; sum-of-products contractions big enough to gain go
-through the implicit-GEMM template with knobs chosen from the shapes and target,
+through a GEMM template (packed: implicit_gemm; A in place: direct_gemm; both operands in place,
+stored through the layout copy that reads the product: inplace_gemm) with knobs chosen from the
+shapes and target,
 with the elementwise statements that follow them fused in as an epilogue; runs of elementwise
 statements and keep-dim row reductions over one iteration space become one nest over rows
 (tilec/schedule/elementwise_fusion.py); sums over leading axes (a bias's gradient) keep the
@@ -12,13 +14,13 @@ vector loop on the output's last axis (tilec/schedule/column_reduce.py).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.lower import LoweredGroup, lower, lower_statement
 from tilec.schedule import (attention, attention_backward, attention_backward_kernel, column_reduce, copy_fold,
-                            direct_gemm, elementwise_fusion, implicit_gemm, permute)
+                            direct_gemm, elementwise_fusion, implicit_gemm, inplace_gemm, permute)
 from tilec.schedule.fusion import find_epilogue, fused_group
 from tilec.schedule.legality import check_parallel
 from tilec.errors import ScheduleError
@@ -41,15 +43,17 @@ def auto_lower(bp: BoundProgram, target: Target, overrides: "TemplateSchedule | 
                                 f"{len(bp.statements)} statement(s)")
 
     gemms = _gemm_decisions(bp, target, overrides)
-    folded = copy_fold.foldable(bp, gemms)
+    stored = {d.out_copy.output for d in gemms.values() if d.out_copy is not None}  # written by their GEMM
+    folded = copy_fold.foldable(bp, {k: d.through() for k, d in gemms.items()}, frozenset(stored))
 
     def strategy(index: int, program: BoundProgram) -> LoweredGroup | None:
         b = program.statements[index]
         if b.output in folded:  # every reader packs it from the source: never materialised
             return LoweredGroup(L.seq(), elided=(b.output,))
+        if b.output in stored:  # its GEMM stored it already
+            return LoweredGroup(L.seq())
         if index in gemms:
-            gemm, knobs, _ = gemms[index]
-            return _gemm_group(index, b, program, target, gemm, knobs, folded)  # type: ignore[arg-type]
+            return _gemm_group(index, b, program, target, gemms[index], folded)  # type: ignore[arg-type]
         config = overrides.override(index)
         if config is not None:
             return _configured(index, b, program, target, config)
@@ -124,13 +128,31 @@ def _check_gemm_knobs(knobs: implicit_gemm.GemmKnobs, where: str, target: Target
                             + f" (vector lanes here: {lanes})")
 
 
-GemmDecision = tuple[implicit_gemm.GemmPlan, implicit_gemm.GemmKnobs, bool]  # plan, knobs, A zero-padded
+@dataclass(frozen=True)
+class GemmDecision:
+    """How a GEMM template lowers one statement."""
+
+    plan: implicit_gemm.GemmPlan
+    knobs: implicit_gemm.GemmKnobs
+    a_pads: direct_gemm.Pads | None = None  # A read in place (direct_gemm): its zero borders
+    inplace: inplace_gemm.InplacePlan | None = None  # both operands read in place: the plan
+    out_copy: copy_fold.Copy | None = None  # the layout copy the tiles are stored into directly
+
+    def through(self) -> frozenset[str]:
+        """The operands the template reads only where reading a layout copy's source instead is no
+        extra pass: while packing or zero-padding them, or (read in place) as broadcast scalars."""
+        padded = lambda pads: pads is not None and any(p != (0, 0) for p in pads)  # noqa: E731
+        if self.inplace is not None:  # B is always copied into column panels
+            roles = [(self.plan.a.tensor, True), (self.plan.b.tensor, True)]
+        else:
+            roles = [(self.plan.a.tensor, self.knobs.pack_a or padded(self.a_pads)), (self.plan.b.tensor, True)]
+        return frozenset(t for t, _ in roles if all(ok for u, ok in roles if u == t))
 
 
 def _gemm_decisions(bp: BoundProgram, target: Target, overrides: TemplateSchedule) -> dict[int, GemmDecision]:
-    """The statements the implicit-GEMM template lowers, decided before lowering starts (copies
-    they pack from are folded into them: tilec.schedule.copy_fold). Mirrors the strategy's order:
-    an override first, then attention's templates, then the GEMM heuristic."""
+    """The statements the GEMM templates lower, decided before lowering starts (copies they pack
+    from are folded into them: tilec.schedule.copy_fold). Mirrors the strategy's order: an
+    override first, then attention's templates, then the GEMM heuristic."""
     out: dict[int, GemmDecision] = {}
     covered = 0  # statements before this one belong to an attention template's group
     for index, b in enumerate(bp.statements):
@@ -141,10 +163,11 @@ def _gemm_decisions(bp: BoundProgram, target: Target, overrides: TemplateSchedul
         if group:
             covered = index + group
             continue
+        where = f"statement {index} ('{b.stmt}')"
+        out_copy = copy_fold.output_copy(index, bp)
         if config is not None:
             if config.template != "implicit_gemm":
                 continue
-            where = f"statement {index} ('{b.stmt}')"
             plan = implicit_gemm.match(b)
             if plan is None:
                 raise _not_a_gemm(where)
@@ -153,16 +176,81 @@ def _gemm_decisions(bp: BoundProgram, target: Target, overrides: TemplateSchedul
             if not knobs.pack_a and not direct_gemm.applicable(plan, bp):
                 raise ScheduleError(f"pack_a=False needs A's only guards to be its own bounds (padding); "
                                     f"{where} has others")
+            inplace = None
+            if not knobs.pack_b:
+                inplace = _inplace_plan(b, bp, target, plan, out_copy, knobs.nr)
+                if inplace is None:
+                    raise ScheduleError(f"pack_b=False does not apply to {where}: it needs an output index that is "
+                                        f"one operand's innermost index alone, a multiple of nr={knobs.nr} wide, "
+                                        f"and each operand's only guards its own bounds")
         else:
-            plan = implicit_gemm.match(b)
-            if plan is None or not implicit_gemm.worthwhile(plan, target):
-                continue
-            knobs = implicit_gemm.default_knobs(plan, b.dtype, target)
-            if -(-plan.n // knobs.nr) <= DIRECT_MAX_PANELS and direct_gemm.applicable(plan, bp):
-                knobs = replace(knobs, pack_a=False)  # each packed A element would serve too few panels
-        pads = None if knobs.pack_a else direct_gemm.padding(plan, bp)
-        out[index] = (plan, knobs, pads is not None and any(p != (0, 0) for p in pads))
+            decision = default_gemm(index, bp, target)
+            if decision is not None:
+                out[index] = decision
+            continue
+        out[index] = _decision(b, bp, plan, knobs, inplace, out_copy)
     return out
+
+
+def default_gemm(index: int, bp: BoundProgram, target: Target) -> GemmDecision | None:
+    """The heuristic's GEMM template and knobs for statement `index`, or None (not a GEMM, or too
+    small to gain). Both operands are read in place when the tiles then land at a smaller stride of
+    the layout copy that reads them (tilec.schedule.inplace_gemm); A is read in place when each
+    packed element would serve few column panels (tilec.schedule.direct_gemm)."""
+    b = bp.statements[index]
+    plan = implicit_gemm.match(b) if isinstance(b, BoundContraction) else None
+    if plan is None or not implicit_gemm.worthwhile(plan, target):
+        return None
+    out_copy = copy_fold.output_copy(index, bp)
+    inplace = _inplace_plan(b, bp, target, plan, out_copy) if out_copy is not None else None  # type: ignore[arg-type]
+    if inplace is not None:
+        knobs = inplace_gemm.default_knobs(inplace, b.dtype, target)
+    else:
+        knobs = implicit_gemm.default_knobs(plan, b.dtype, target)
+        if -(-plan.n // knobs.nr) <= DIRECT_MAX_PANELS and direct_gemm.applicable(plan, bp):
+            knobs = replace(knobs, pack_a=False)  # each packed A element would serve too few panels
+    return _decision(b, bp, plan, knobs, inplace, out_copy)  # type: ignore[arg-type]
+
+
+def _decision(b: BoundContraction, bp: BoundProgram, plan: implicit_gemm.GemmPlan, knobs: implicit_gemm.GemmKnobs,
+              inplace: inplace_gemm.InplacePlan | None, out_copy: copy_fold.Copy | None) -> GemmDecision:
+    if inplace is not None:
+        return GemmDecision(inplace.gemm, knobs, inplace=inplace, out_copy=out_copy)
+    return GemmDecision(plan, knobs, None if knobs.pack_a else direct_gemm.padding(plan, bp))
+
+
+def inplace_columns(index: int, bp: BoundProgram, target: Target) -> tuple[int, ...]:
+    """The column counts of the in-place template's plans for statement `index` (knob pack_b=False
+    needs an nr that divides one of them); empty when it does not apply."""
+    b = bp.statements[index]
+    if not isinstance(b, BoundContraction):
+        return ()
+    lanes = target.vector_bits // (32 if b.dtype == "float32" else 64)
+    return tuple(ip.gemm.n for ip in inplace_gemm.match(b, bp, lanes))
+
+
+def _inplace_plan(b: BoundContraction, bp: BoundProgram, target: Target, plan: implicit_gemm.GemmPlan,
+                  out_copy: copy_fold.Copy | None, nr: int | None = None) -> inplace_gemm.InplacePlan | None:
+    """The in-place template's plan for `b` whose column has the smallest stride where the tiles are
+    stored (the layout copy `out_copy` when given). Without `nr` (the heuristic) only when that is
+    smaller than the usual column's: then the packed templates' tiles would land scattered."""
+    lanes = target.vector_bits // (32 if b.dtype == "float32" else 64)
+    dest = out_copy.output if out_copy is not None else b.output
+    dest_vars = out_copy.out_vars if out_copy is not None else tuple(e.lone_var for e in b.out_indices)
+    shape = bp.shapes[dest]
+
+    def stride(var: str) -> int:
+        if out_copy is not None:  # the copy's variables name the source's dimensions
+            var = out_copy.src_vars[[e.lone_var for e in b.out_indices].index(var)]
+        return math.prod(shape[dest_vars.index(var) + 1:])
+
+    candidates = [ip for ip in inplace_gemm.match(b, bp, lanes) if nr is None or ip.gemm.n % nr == 0]
+    if not candidates:
+        return None
+    best = min(candidates, key=lambda ip: stride(ip.gemm.col[0]))
+    if nr is None and stride(best.gemm.col[0]) >= stride(plan.col[0]):
+        return None
+    return best
 
 
 def _attention_group(index: int, bp: BoundProgram, config: TemplateConfig | None) -> int:
@@ -180,11 +268,16 @@ def _attention_group(index: int, bp: BoundProgram, config: TemplateConfig | None
     return 0
 
 
-def _gemm_group(index: int, b: BoundContraction, program: BoundProgram, target: Target,
-                plan: implicit_gemm.GemmPlan, knobs: implicit_gemm.GemmKnobs,
+def _gemm_group(index: int, b: BoundContraction, program: BoundProgram, target: Target, decision: GemmDecision,
                 folded: dict[str, copy_fold.Copy]) -> LoweredGroup:
-    epilogue = None if plan.partial else find_epilogue(index, program)  # f(0) need not be 0
-    stmt, workspaces = implicit_gemm.build(b, program, plan, knobs, target, epilogue, folded)
+    if decision.inplace is not None:
+        epilogue = None if decision.out_copy is not None else find_epilogue(index, program)
+        stmt, workspaces = inplace_gemm.build(b, program, decision.inplace, decision.knobs, target, epilogue,
+                                              decision.out_copy, folded)
+        group = fused_group(copy_fold.read_through(stmt, folded), b, epilogue, tuple(workspaces))
+        return group if decision.out_copy is None else replace(group, elided=(b.output,))
+    epilogue = None if decision.plan.partial else find_epilogue(index, program)  # f(0) need not be 0
+    stmt, workspaces = implicit_gemm.build(b, program, decision.plan, decision.knobs, target, epilogue, folded)
     return fused_group(copy_fold.read_through(stmt, folded), b, epilogue, tuple(workspaces))
 
 

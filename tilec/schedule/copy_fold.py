@@ -1,18 +1,22 @@
-"""Layout copies read through by the GEMM template's packing instead of materialised.
+"""Layout copies folded into the GEMM templates instead of materialised, on either side.
 
 Programs convert layouts with copy statements (conv2d's ``I[n, h, w, c] = =(X[n, c, h, w])``,
 and the gradient's NCHW -> NHWC copy of the output gradient). When every reader of such a copy
 is a GEMM whose template only ever reads it while packing an operand (B always; A when A is
 packed, or copied into a zero-padded buffer by tilec.schedule.direct_gemm), the packing loop can
 read the source through the permutation instead: the pack is a copy either way, and the separate
-pass over memory (write the copy, read it back) disappears.
+pass over memory (write the copy, read it back) disappears. The in-place template
+(tilec.schedule.inplace_gemm) copies B into panels and broadcasts A's elements, so it reads both
+through. On the output side, a product that only a copy reads (the gradient's ``DF[co, c, i, j] =
++(DK[i, j, c, co])``) can store its tiles straight into the copy's output (`output_copy`).
 
-Requires: a BoundProgram, and for each statement the GEMM plan and knobs its template will use
-(None where no GEMM template lowers it). Guarantees: `foldable` names only temporaries written by
-a copy (one operand, `=` or `+`, no reduction, guards or default; output and source indices the
-same distinct lone variables over whole tensors of one dtype) that no statement reads except those
-GEMMs, in packed roles; `read_through` rewrites a template's nest so every load of such a copy
-loads the source at the permuted index, with the copy's own value expression.
+Requires: a BoundProgram, and for each statement a GEMM template lowers, the operands it reads only
+in those roles. Guarantees: `foldable` names only temporaries written by a copy (one operand, `=`
+or `+`, no reduction, guards or default; output and source indices the same distinct lone
+variables over whole tensors of one dtype) that no statement reads except those GEMMs, in those
+roles; `read_through` rewrites a template's nest so every load of such a copy loads the source at
+the permuted index (`Copy.factor`); `output_copy` names a copy that is the only reader of a
+temporary, and `Copy.dest_cell` / `Copy.apply` say where and what it stores.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from tilec.ir import loop as L
 from tilec.ir import tensor as T
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import combine, direct_output_vars, identity
-from tilec.schedule.implicit_gemm import GemmKnobs, GemmPlan
 from tilec.schedule.loops import map_stmt_exprs
 
 
@@ -48,8 +51,22 @@ class Copy:
 
     def value(self, at: Mapping[str, L.Expr]) -> L.Expr:
         """The copy's value at the cell whose output variables are `at` (as its nest computes it)."""
-        load = L.cast(self.dtype, L.Load(self.source, tuple(at[v] for v in self.src_vars), self.dtype))
-        return combine(self.agg, identity(self.agg, self.dtype), load)
+        return self.apply(self.factor(at))
+
+    def factor(self, at: Mapping[str, L.Expr]) -> L.Expr:
+        """The copy's value at `at` as a factor of a product summed onto +0, as every GEMM template
+        sums: `+`'s ``0 + x`` and ``x`` differ only in a zero's sign, which such a sum never shows
+        (the product is then a zero, and a running sum from +0 is never -0, so adding it is exact)."""
+        return L.cast(self.dtype, L.Load(self.source, tuple(at[v] for v in self.src_vars), self.dtype))
+
+    def apply(self, value: L.Expr) -> L.Expr:
+        """What the copy stores for a source element `value`."""
+        return combine(self.agg, identity(self.agg, self.dtype), value)
+
+    def dest_cell(self, source_cell: tuple[L.Expr, ...]) -> tuple[L.Expr, ...]:
+        """The output cell the copy writes the source's cell `source_cell` to."""
+        at = dict(zip(self.src_vars, source_cell))
+        return tuple(at[v] for v in self.out_vars)
 
 
 def match_copy(b: BoundContraction, bp: BoundProgram) -> Copy | None:
@@ -74,45 +91,42 @@ def match_copy(b: BoundContraction, bp: BoundProgram) -> Copy | None:
     return Copy(b.output, src.tensor, tuple(out_vars), tuple(src_vars), b.stmt.agg, b.dtype)  # type: ignore[arg-type]
 
 
-def _packed_tensors(plan: GemmPlan, knobs: GemmKnobs, a_padded: bool) -> set[str]:
-    packed = {plan.b.tensor}
-    if knobs.pack_a or a_padded:
-        packed.add(plan.a.tensor)
-    return packed
-
-
 def _reads(s: object) -> list[str]:
     if isinstance(s, BoundContraction):
         return [a.tensor for a in s.stmt.operands] + ([s.stmt.default] if s.stmt.default else [])
     return list(T.eexpr_tensors(s.stmt.expr))  # type: ignore[attr-defined]
 
 
-def foldable(bp: BoundProgram, gemms: Mapping[int, tuple[GemmPlan, GemmKnobs, bool]]) -> dict[str, Copy]:
-    """The copies to fold, by output name. `gemms`: statement index -> (plan, knobs, whether the
-    direct template pads A) for the statements a GEMM template lowers."""
+def foldable(bp: BoundProgram, through: Mapping[int, frozenset[str]], keep: frozenset[str] = frozenset()) -> dict[str, Copy]:
+    """The copies to fold, by output name. `through`: for each statement a GEMM template lowers,
+    the operands it may read through a copy (it only packs or pads them, or broadcasts them);
+    `keep`: copies that stay (a GEMM writes them directly: `output_copy`)."""
     copies: dict[str, Copy] = {}
     for s in bp.statements:
-        if isinstance(s, BoundContraction) and s.output not in bp.program.outputs:
+        if isinstance(s, BoundContraction) and s.output not in bp.program.outputs and s.output not in keep:
             c = match_copy(s, bp)
             if c is not None and math.prod(s.shape) <= MAX_FOLD_CELLS:
                 copies[c.output] = c
     if not copies:
         return {}
     for k, s in enumerate(bp.statements):
-        names = set(_reads(s)) & set(copies)
-        if not names:
-            continue
-        if k not in gemms:
-            for n in names:
-                copies.pop(n, None)
-            continue
-        plan, knobs, padded = gemms[k]
-        packed = _packed_tensors(plan, knobs, padded)
-        for n in names:
-            # A and B the same copy, A read in place: the micro-kernel would still read the copy
-            if n not in packed or (plan.a.tensor == plan.b.tensor == n and not (knobs.pack_a or padded)):
-                copies.pop(n, None)
+        for n in set(_reads(s)) & set(copies):
+            if n not in through.get(k, frozenset()):
+                copies.pop(n)
     return {n: c for n, c in copies.items() if c.source not in copies}  # a copy of a folded copy: keep both
+
+
+def output_copy(index: int, bp: BoundProgram) -> Copy | None:
+    """The layout copy that alone reads statement `index`'s output, a temporary: a template can
+    store its results straight into the copy's output (`Copy.dest_cell`, `Copy.apply`)."""
+    out = bp.statements[index].output
+    if out in bp.program.outputs:
+        return None
+    readers = [s for s in bp.statements if out in _reads(s)]
+    if len(readers) != 1 or not isinstance(readers[0], BoundContraction):
+        return None
+    c = match_copy(readers[0], bp)
+    return c if c is not None and c.source == out else None
 
 
 def read_through(stmt: L.Stmt, copies: Mapping[str, Copy]) -> L.Stmt:
@@ -123,10 +137,10 @@ def read_through(stmt: L.Stmt, copies: Mapping[str, Copy]) -> L.Stmt:
     def rewrite(e: L.Expr) -> L.Expr:
         if isinstance(e, L.Load) and e.buffer in copies:
             c = copies[e.buffer]
-            return c.value(dict(zip(c.out_vars, e.indices)))
+            return c.factor(dict(zip(c.out_vars, e.indices)))
         return e
 
     return map_stmt_exprs(stmt, rewrite)
 
 
-__all__ = ["Copy", "foldable", "match_copy", "read_through"]
+__all__ = ["Copy", "foldable", "match_copy", "output_copy", "read_through"]

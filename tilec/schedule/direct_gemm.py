@@ -28,7 +28,7 @@ import numpy as np
 
 from tilec.ir import loop as L
 from tilec.ir.affine import INF
-from tilec.ir.bounds import BoundContraction, BoundProgram
+from tilec.ir.bounds import BoundAccess, BoundContraction, BoundProgram, Condition
 from tilec.ir.lower import affine_expr, index_expr, zero_fill
 from tilec.schedule.copy_fold import Copy
 from tilec.schedule.fusion import Epilogue, epilogue_value
@@ -39,22 +39,41 @@ from tilec.schedule.rewrite import substitute_expr
 from tilec.target import Target
 
 
-def padding(plan: GemmPlan, bp: BoundProgram) -> tuple[tuple[int, int], ...] | None:
-    """Per dimension of A, the zero border (before, after) that makes every guard on A redundant;
-    None when A has a guard that is not one of its own bounds, or a fractional index."""
-    shape = bp.shapes[plan.a.tensor]
-    if any(e.divisor != 1 for e in plan.a.indices):
+Pads = tuple[tuple[int, int], ...]  # per dimension of a tensor, its zero border (before, after)
+
+
+def access_padding(access: BoundAccess, guards: tuple[Condition, ...], box: Mapping[str, tuple[int, int]],
+                   shape: tuple[int, ...]) -> Pads | None:
+    """Per dimension of `access`'s tensor, the zero border that makes every guard on it redundant
+    when its variables range over `box`; None when a guard is not one of the tensor's own bounds,
+    or an index is fractional."""
+    if any(e.divisor != 1 for e in access.indices):
         return None
-    for g in plan.a_guards:
+    for g in guards:
         if not any(g.expr == e and g.lo in (0, -INF) and g.hi in (n - 1, INF)
-                   for e, n in zip(plan.a.indices, shape)):
+                   for e, n in zip(access.indices, shape)):
             return None
-    box = {v: (lo, hi) for v, lo, hi in plan.outer + plan.rows + plan.red}
     pads = []
-    for e, n in zip(plan.a.indices, shape):
+    for e, n in zip(access.indices, shape):
         lo, hi = e.interval(box)
         pads.append((max(0, int(-lo)), max(0, int(hi) - (n - 1))))
     return tuple(pads)
+
+
+def padding(plan: GemmPlan, bp: BoundProgram) -> Pads | None:
+    """A's zero borders for reading it in place (see access_padding)."""
+    box = {v: (lo, hi) for v, lo, hi in plan.outer + plan.rows + plan.red}
+    return access_padding(plan.a, plan.a_guards, box, bp.shapes[plan.a.tensor])
+
+
+def padded_operand(name: str, tensor: str, bp: BoundProgram, pads: Pads, copies: "Mapping[str, Copy] | None",
+                   target: Target) -> tuple[L.Stmt, L.Buffer]:
+    """The nest filling buffer `name` with `tensor` and zero borders `pads`, and the buffer: gathered
+    straight from the source when `tensor` is a folded layout copy (tilec.schedule.copy_fold)."""
+    through = (copies or {}).get(tensor)
+    if through is not None:
+        return _padded_gather(name, through, bp.shapes[tensor], pads, target.cores)
+    return _padded_copy(name, tensor, bp.shapes[tensor], bp.dtypes[tensor], pads)
 
 
 def applicable(plan: GemmPlan, bp: BoundProgram) -> bool:
@@ -144,11 +163,7 @@ def build_direct(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: G
     a_tensor, a_dtype = plan.a.tensor, bp.dtypes[plan.a.tensor]
     a_offsets = [lo for lo, _ in pads]
     if any(p != (0, 0) for p in pads):
-        through = (copies or {}).get(a_tensor)
-        if through is not None:  # A is a folded layout copy: pad straight from its source
-            fill, apad = _padded_gather(f"{out}.Apad", through, bp.shapes[a_tensor], pads, target.cores)
-        else:
-            fill, apad = _padded_copy(f"{out}.Apad", a_tensor, bp.shapes[a_tensor], a_dtype, pads)
+        fill, apad = padded_operand(f"{out}.Apad", a_tensor, bp, pads, copies, target)
         stmts.append(fill)
         workspaces.append(apad)
         a_tensor = apad.name
@@ -224,4 +239,4 @@ def build_direct(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: G
     return L.seq(*stmts), workspaces
 
 
-__all__ = ["applicable", "build_direct", "padding"]
+__all__ = ["Pads", "access_padding", "applicable", "build_direct", "padded_operand", "padding"]

@@ -58,6 +58,7 @@ class GemmKnobs:
     mc: int = 144  # rows packed at once, a multiple of mr
     threads: int = 0  # 0: one per core
     pack_a: bool = True  # False: read A in place (tilec.schedule.direct_gemm), for few column panels
+    pack_b: bool = True  # False: read B in place too, its innermost index the column (tilec.schedule.inplace_gemm)
 
     def to_json(self) -> dict:
         return {"template": "implicit_gemm", **asdict(self)}
@@ -94,8 +95,10 @@ def _extent(r: Range) -> int:
     return r[2] - r[1] + 1
 
 
-def match(b: BoundContraction) -> GemmPlan | None:
-    """The GEMM roles of `b`, or None if it is not a plain sum of products onto a direct output."""
+def match(b: BoundContraction, col: str | None = None) -> GemmPlan | None:
+    """The GEMM roles of `b`, or None if it is not a plain sum of products onto a direct output.
+    The column is the output's innermost index, or the output index `col` when given (the
+    in-place template, tilec.schedule.inplace_gemm, puts it where B is contiguous)."""
     stmt = b.stmt
     if stmt.agg != "+" or stmt.combo != "mul" or stmt.default is not None or b.empty:
         return None
@@ -107,21 +110,25 @@ def match(b: BoundContraction) -> GemmPlan | None:
     ranges = {v: (v, lo, hi) for v, lo, hi in b.ranges}
     partial = any(ranges[v][1:] != (0, n - 1) for v, n in zip(out_vars, b.shape))
     reads = [{v for e in op.indices for v in e.vars} for op in b.operands]
-    # Trailing output dimensions of size 1 that no operand reads (a 1x1 kernel's position in a
-    # weight gradient) are outer loops of one iteration; the column is the last dimension before.
     unit: list[str] = []
-    while len(out_vars) > 1 and b.shape[len(out_vars) - 1] == 1 and not any(out_vars[-1] in vs for vs in reads):
-        unit.insert(0, out_vars.pop())
-    col = out_vars[-1]
+    if col is None:
+        # Trailing output dimensions of size 1 that no operand reads (a 1x1 kernel's position in a
+        # weight gradient) are outer loops of one iteration; the column is the last dimension before.
+        while len(out_vars) > 1 and b.shape[len(out_vars) - 1] == 1 and not any(out_vars[-1] in vs for vs in reads):
+            unit.insert(0, out_vars.pop())
+        col = out_vars[-1]
+    elif col not in out_vars:
+        return None
+    others = [v for v in out_vars if v != col]
     holders = [k for k, vs in enumerate(reads) if col in vs]
     if len(holders) != 1:
         return None
     bk = holders[0]
     a_op, b_op = b.operands[1 - bk], b.operands[bk]
     a_vars, b_vars = reads[1 - bk], reads[bk]
-    outer = tuple(ranges[v] for v in out_vars[:-1] if v in b_vars) + tuple(ranges[v] for v in unit)
-    rows = tuple(ranges[v] for v in out_vars[:-1] if v not in b_vars)
-    red = tuple(ranges[v] for v, _, _ in b.ranges if v not in out_vars)
+    outer = tuple(ranges[v] for v in others if v in b_vars) + tuple(ranges[v] for v in unit)
+    rows = tuple(ranges[v] for v in others if v not in b_vars)
+    red = tuple(ranges[v] for v, _, _ in b.ranges if v not in out_vars and v not in unit)
     if not rows or not red:
         return None
     outer_names = {r[0] for r in outer}

@@ -1,0 +1,140 @@
+"""The in-place GEMM template (tilec/schedule/inplace_gemm.py): both operands read in place, the
+column where one operand is contiguous, tiles stored through the layout copy that reads them."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import tilec
+from tilec.autotune.space import space_for
+from tilec.autotune.task import backward_tasks
+from tilec.bench.ops import conv2d_source
+from tilec.errors import ScheduleError
+from tilec.ir.bounds import bind
+from tilec.schedule import auto, copy_fold
+from tilec.schedule.templates import TemplateConfig, TemplateSchedule
+from tilec.target import host_target
+
+rng = np.random.default_rng(23)
+TARGET = host_target()
+
+
+def params(src: str, shapes: dict[str, tuple[int, ...]], schedule: TemplateSchedule | None = None) -> str:
+    """The loop IR's parameter line: which tensors and workspaces the kernel has."""
+    f = tilec.compile(src) if schedule is None else tilec.compile(src).with_schedule(schedule)
+    return f.explain(shapes, stage="loop").splitlines()[0]
+
+
+def override(stmt: int, **knobs: object) -> TemplateSchedule:
+    base = dict(mr=6, nr=16, kc=256, mc=6, threads=0, pack_a=False, pack_b=False)
+    base.update(knobs)
+    return TemplateSchedule((TemplateConfig(stmt, "implicit_gemm", tuple(sorted(base.items()))),))
+
+
+def torch_conv_grads(x, f, dy, stride, pad):
+    torch = pytest.importorskip("torch")
+    xt = torch.from_numpy(x.astype(np.float64)).requires_grad_()
+    ft = torch.from_numpy(f.astype(np.float64)).requires_grad_()
+    y = torch.nn.functional.conv2d(xt, ft, stride=stride, padding=pad)
+    dx, df = torch.autograd.grad(y, (xt, ft), torch.from_numpy(dy.astype(np.float64)))
+    return dx.numpy(), df.numpy()
+
+
+# Channels a multiple of the vector width (the in-place column); output channels ragged against
+# the 6-row register tile; strides, asymmetric kernels and padding.
+CASES = [dict(N=2, C=16, H=9, W=7, CO=20, KH=3, KW=3, stride=1, pad=1),
+         dict(N=1, C=32, H=10, W=10, CO=13, KH=3, KW=2, stride=2, pad=1),
+         dict(N=3, C=64, H=6, W=5, CO=70, KH=5, KW=3, stride=1, pad=2),
+         dict(N=2, C=48, H=7, W=8, CO=24, KH=2, KW=2, stride=1, pad=0)]
+
+
+@pytest.mark.parametrize("shape", CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_weight_gradient_is_stored_straight_into_the_weights_layout(shape):
+    n, c, h, w, co, kh, kw = (shape[k] for k in ("N", "C", "H", "W", "CO", "KH", "KW"))
+    s, p = shape["stride"], shape["pad"]
+    oh, ow = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
+    grad = tilec.grad(conv2d_source(shape), wrt=["X", "F"])
+    shapes = {"X": (n, c, h, w), "F": (co, c, kh, kw), "DO": (n, co, oh, ow)}
+    line = params(grad.source, shapes)
+    assert re.search(r" DK_\d+\.Bpan: ", line)  # the weight gradient's product reads the input in panels ...
+    assert not re.search(r" DK_\d+: ", line)  # ... and stores straight into DF: the product is never materialised
+    if s == 1:
+        assert not re.search(r" (I|DY_0): ", line)  # both operands' layout copies read through
+    x = rng.standard_normal(shapes["X"]).astype(np.float32)
+    f = rng.standard_normal(shapes["F"]).astype(np.float32)
+    dy = rng.standard_normal(shapes["DO"]).astype(np.float32)
+    dx_ref, df_ref = torch_conv_grads(x, f, dy, s, p)
+    dx, df = grad(x, f, dy)
+    np.testing.assert_allclose(dx, dx_ref, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(df, df_ref, rtol=1e-4, atol=1e-3)
+
+
+def test_heuristic_keeps_the_usual_column_when_it_is_as_contiguous():
+    """The forward conv's output copy reads the product's column (co) at the same stride either way:
+    the packed templates keep it (and the copy)."""
+    shape = CASES[0]
+    bp = bind(tilec.parse(conv2d_source(shape)), {"X": (2, 16, 9, 7), "F": (20, 16, 3, 3)},
+              {"X": "float32", "F": "float32"})
+    product = next(k for k, s in enumerate(bp.statements) if s.output == "Y")
+    assert copy_fold.output_copy(product, bp) is not None
+    decision = auto.default_gemm(product, bp, TARGET)
+    assert decision is not None and decision.inplace is None and decision.knobs.pack_b
+
+
+GEMM = "function (A[M, K], B[K, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }"
+
+
+@pytest.mark.parametrize("m,n,k,nr", [(50, 64, 40, 16), (7, 32, 300, 32), (13, 48, 5, 48)])
+def test_a_plain_matmul_in_place_when_asked(m, n, k, nr):
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    schedule = override(0, nr=nr)
+    assert "C.Bpan: " in params(GEMM, {"A": a.shape, "B": b.shape}, schedule)
+    got = tilec.compile(GEMM).with_schedule(schedule)(a, b)
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_in_place_needs_whole_vectors_of_columns():
+    a = rng.standard_normal((8, 8)).astype(np.float32)
+    b = rng.standard_normal((8, 40)).astype(np.float32)  # 40 columns: no nr of whole vectors divides it
+    with pytest.raises(ScheduleError, match="pack_b=False does not apply"):
+        tilec.compile(GEMM).with_schedule(override(0, nr=32))(a, b)
+
+
+def test_in_place_without_a_layout_copy_stores_at_the_outputs_stride():
+    """No copy to store through: the tiles go to the output itself, the column (c) 9 elements
+    apart; B (I) needs zero borders and is no copy, so its panels are filled from it directly."""
+    src = """function (DO[N, CO, H, W], I[N, H, W, C]) -> (DF) {
+        DF[co, c, i, j: CO, C, 3, 3] = +(DO[n, co, x, y] * I[n, x + i - 1, y + j - 1, c]);
+    }"""
+    do = rng.standard_normal((2, 10, 6, 5)).astype(np.float32)
+    i_ = rng.standard_normal((2, 6, 5, 32)).astype(np.float32)
+    schedule = override(0, nr=32)
+    assert "DF.Bpan: " in params(src, {"DO": do.shape, "I": i_.shape}, schedule)
+    got = tilec.compile(src).with_schedule(schedule)(do, i_)
+    padded = np.pad(i_.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    ref = np.stack([np.stack([np.einsum("noxy,nxyc->oc", do, padded[:, a:a + 6, b:b + 5, :]) for b in range(3)], -1)
+                    for a in range(3)], -2)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_tuner_space_offers_the_in_place_template_and_its_points_compute_right():
+    shape = CASES[0]
+    shapes = {"X": (2, 16, 9, 7), "F": (20, 16, 3, 3)}
+    tasks = backward_tasks(conv2d_source(shape), shapes, ["X", "F"], label="conv backward")
+    dw = next(t for t in tasks if t.default_config()["pack_b"] is False)
+    space = space_for(dw)
+    inplace = [c for c in (space.config(i) for i in range(len(space))) if c["pack_b"] is False]
+    assert inplace and all(c["pack_a"] is False for c in inplace)
+    grad = tilec.grad(conv2d_source(shape), wrt=["X", "F"])
+    x = rng.standard_normal(shapes["X"]).astype(np.float32)
+    f = rng.standard_normal(shapes["F"]).astype(np.float32)
+    dy = rng.standard_normal((2, 20, 9, 7)).astype(np.float32)
+    dx_ref, df_ref = torch_conv_grads(x, f, dy, 1, 1)
+    for config in [inplace[k] for k in rng.choice(len(inplace), size=min(4, len(inplace)), replace=False)]:
+        dx, df = grad.with_schedule(dw.schedule(config))(x, f, dy)
+        np.testing.assert_allclose(dx, dx_ref, rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(df, df_ref, rtol=1e-4, atol=1e-3)

@@ -1,0 +1,213 @@
+"""A GEMM with both operands read in place, nothing packed (a direct convolution).
+
+A weight gradient written onto the weights' own layout,
+
+    DF[co, c, i, j] = +(DO[n, co, x, y] * I[n, x + i - 1, y + j - 1, c])
+
+is a GEMM whose usual column (the output's innermost index, j) is three wide. Taking as the column
+instead the innermost index of one operand (c, contiguous in I), that operand (B) is read in place a
+vector at a time, the other (A) is broadcast from memory as in tilec.schedule.direct_gemm, and the
+register tile is stored at whatever stride the output's layout gives the column (9 elements here):
+
+    [Apad = A with zero borders]                     # only where A's accesses need padding
+    Bpan[jr, d0, ..., jj] = B[d0, ..., jr * NR + jj]   # B in column panels, zero borders on d0, ...
+    parallel over (outer, column panel, row tile), flattened and shared evenly by the threads:
+      acc[MR, NR] = 0
+      for red...:                                    # the original reduction loops
+        for ii unrolled MR: for jj vectorized NR:
+          acc[ii, jj] += A(row_ii, red) * Bpan[jr, (B's other indices), jj]
+      C tile = epilogue(acc)                         # rows past the end are not stored
+
+B is copied once, not once per use: the panel layout only moves each column panel's NR-wide rows
+next to each other, so the reduction walks a panel the way a packed one is walked (reading B with
+NR of its C columns from each row ran a quarter slower: 1 KiB strides defeat the prefetchers and
+the TLB). A program's layout copies feed it directly: A through the copy's source
+(tilec.schedule.copy_fold), B's panels gathered from the copy's source. Row indices of the last
+tile are clamped into range, as in direct_gemm; the column is whole panels (N a multiple of NR).
+
+Requires: a BoundContraction the GEMM template matches with the chosen column (see `match`).
+Guarantees: `build` computes the statement's sum of products in the reduction order of the
+original loops, per output cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilec.ir import loop as L
+from tilec.ir.bounds import BoundContraction, BoundProgram
+from tilec.ir.lower import affine_expr, index_expr, lone_output_vars
+from tilec.schedule import implicit_gemm
+from tilec.schedule.copy_fold import Copy
+from tilec.schedule.direct_gemm import Pads, access_padding, padded_operand
+from tilec.schedule.permute import PermutePlan, nest
+from tilec.schedule.fusion import Epilogue, epilogue_value
+from tilec.schedule.implicit_gemm import GemmKnobs, GemmPlan, decompose, thread_share, threads_loop
+from tilec.schedule.rewrite import substitute_expr
+from tilec.target import Target
+
+
+@dataclass(frozen=True)
+class InplacePlan:
+    gemm: GemmPlan  # its column is B's innermost index
+    a_pads: Pads  # zero borders each operand needs, per dimension (all (0, 0): read as it is)
+    b_pads: Pads
+
+
+def match(b: BoundContraction, bp: BoundProgram, lanes: int) -> list[InplacePlan]:
+    """Every way to read both operands of `b` in place: a column that is an output index, one
+    operand's innermost index alone (and nowhere else in it), a whole number of `lanes`-wide
+    vectors, with each operand's only guards its own bounds."""
+    out_vars = lone_output_vars(b)
+    if out_vars is None:
+        return []
+    plans = []
+    for op in b.operands:
+        col = op.indices[-1].lone_var if op.indices else None
+        if col is None or col not in out_vars or any(col in e.vars for e in op.indices[:-1]):
+            continue
+        plan = implicit_gemm.match(b, col)
+        if plan is None or plan.b is not op or plan.partial or plan.n % lanes:
+            continue
+        if plan.col[1:] != (0, bp.shapes[op.tensor][-1] - 1):
+            continue  # B's panels hold its whole innermost dimension
+        box = {v: (lo, hi) for v, lo, hi in plan.outer + plan.rows + plan.red + (plan.col,)}
+        a_pads = access_padding(plan.a, plan.a_guards, box, bp.shapes[plan.a.tensor])
+        b_pads = access_padding(plan.b, plan.b_guards, box, bp.shapes[plan.b.tensor])
+        if a_pads is not None and b_pads is not None and b_pads[-1] == (0, 0):
+            plans.append(InplacePlan(plan, a_pads, b_pads))
+    return plans
+
+
+def default_knobs(ip: InplacePlan, dtype: str, target: Target) -> GemmKnobs:
+    """The widest register block up to four vectors that divides the columns, about 24 accumulators."""
+    lanes = target.vector_bits // (32 if dtype == "float32" else 64)
+    vectors = next(k for k in (4, 2, 1) if ip.gemm.n % (k * lanes) == 0)
+    return GemmKnobs(mr=min(14, 24 // vectors), nr=vectors * lanes, threads=target.cores, pack_a=False,
+                     pack_b=False)
+
+
+def _panelled(name: str, tensor: str, bp: BoundProgram, pads: Pads, nr: int, copies: "Mapping[str, Copy] | None",
+              target: Target) -> tuple[L.Stmt, L.Buffer]:
+    """B in column panels: ``name[p, d0, ..., c] = B[d0 - pad0, ..., p * nr + c]`` (0 in the zero
+    borders of the other dimensions), so that a panel's rows follow each other in memory the way
+    the reduction walks them, as a packed panel's would; filled straight from the source when B is
+    a folded layout copy."""
+    shape, dtype = bp.shapes[tensor], bp.dtypes[tensor]
+    inner = shape[-1]
+    padded = tuple(n + lo + hi for n, (lo, hi) in zip(shape[:-1], pads[:-1]))
+    buf = L.Buffer(name, dtype, (inner // nr, *padded, nr))
+    through = (copies or {}).get(tensor)
+    logical = list(through.out_vars) if through is not None else [f"d{k}" for k in range(len(shape))]
+    names = {u: f"{name}.{u}" for u in logical}
+
+    def cell(where: Mapping[str, L.Expr]) -> tuple[L.Expr, ...]:
+        c = where[names[logical[-1]]]
+        rest = (L.add(where[names[u]], L.const(lo)) for u, (lo, _) in zip(logical[:-1], pads))
+        return (L.Bin("div", c, L.const(nr)), *rest, L.Bin("mod", c, L.const(nr)))
+
+    if through is not None:  # the interior in a permutation's cache-friendly order (tilec.schedule.permute)
+        plan = PermutePlan(tuple(names[u] for u in through.out_vars), tuple(names[u] for u in through.src_vars),
+                           tuple((names[u], n) for u, n in zip(through.out_vars, shape)))
+        interior = nest(plan, np.dtype(dtype).itemsize, lambda where: L.Store(name, cell(where), through.value(
+            {u: where[names[u]] for u in through.out_vars})), target.cores, True)
+    else:
+        idx = [L.Var(names[u]) for u in logical]
+        interior = L.Store(name, cell({names[u]: e for u, e in zip(logical, idx)}), L.Load(tensor, tuple(idx), dtype))
+        for k in reversed(range(len(shape))):
+            interior = L.For(names[logical[k]], L.const(0), L.const(shape[k]), interior,
+                             "vectorized" if k == len(shape) - 1 and 2 <= shape[k] <= 1024 else "serial")
+    borders: list[L.Stmt] = []
+    z = [f"{name}.z{k}" for k in range(len(buf.shape))]
+    for d, (lo, _) in enumerate(pads[:-1]):
+        for begin, end in ((0, lo), (lo + shape[d], padded[d])):
+            if begin == end:
+                continue
+            zero: L.Stmt = L.Store(name, tuple(L.Var(u) for u in z), L.cast(dtype, L.const(0)))
+            for k in reversed(range(len(buf.shape))):
+                b, e = (begin, end) if k == d + 1 else (0, buf.shape[k])
+                zero = L.For(z[k], L.const(b), L.const(e), zero, "vectorized" if k == len(buf.shape) - 1 else "serial")
+            borders.append(zero)
+    return L.seq(interior, *borders), buf
+
+
+def build(b: BoundContraction, bp: BoundProgram, ip: InplacePlan, knobs: GemmKnobs, target: Target,
+          epilogue: Epilogue | None = None, out_copy: Copy | None = None,
+          copies: "Mapping[str, Copy] | None" = None) -> tuple[L.Stmt, list[L.Buffer]]:
+    """The nest and its workspaces (B's panels, A's zero-padded copy if it needs one). With `out_copy`
+    (a permutation that is the only reader of `b`'s output) the tiles go straight to its output."""
+    plan = ip.gemm
+    dt = b.dtype
+    mr, nr = knobs.mr, knobs.nr
+    assert mr >= 1 and nr >= 1 and plan.n % nr == 0, "the caller checks the knobs (tilec.schedule.auto)"
+    m, n = plan.m, plan.n
+    panels, tiles = n // nr, -(-m // mr)
+    n_outer = 1
+    for _, lo, hi in plan.outer:
+        n_outer *= hi - lo + 1
+    units = n_outer * panels * tiles
+    threads = max(1, min(knobs.threads or target.cores, units))
+    out = b.output
+    v = L.Var
+    t, w, jj, ii = (f"{out}.{s}" for s in ("t", "w", "jj", "ii"))
+    stmts: list[L.Stmt] = []
+    workspaces: list[L.Buffer] = []
+
+    a_tensor, a_dtype, a_offsets = plan.a.tensor, bp.dtypes[plan.a.tensor], tuple(lo for lo, _ in ip.a_pads)
+    if any(p != (0, 0) for p in ip.a_pads):
+        fill, apad = padded_operand(f"{out}.Apad", a_tensor, bp, ip.a_pads, copies, target)
+        stmts.append(fill)
+        workspaces.append(apad)
+        a_tensor = apad.name
+    fill_b, b_panels = _panelled(f"{out}.Bpan", plan.b.tensor, bp, ip.b_pads, nr, copies, target)
+    stmts.append(fill_b)
+    workspaces.append(b_panels)
+    b_offsets = tuple(lo for lo, _ in ip.b_pads[:-1])
+
+    # the work unit w -> (outer, column panel, row tile); consecutive units share B's panel
+    o = L.Bin("div", v(w), L.const(panels * tiles))
+    jr = L.Bin("mod", L.Bin("div", v(w), L.const(tiles)), L.const(panels))
+    ir = L.Bin("mod", v(w), L.const(tiles))
+    outer_env = decompose(o, plan.outer) if plan.outer else {}
+    col_var, col_lo, _ = plan.col
+    col_index = L.add(L.mul(jr, L.const(nr)), v(jj))
+    col_env = {col_var: L.add(col_index, L.const(col_lo))}
+
+    row = L.Bin("min", L.add(L.mul(ir, L.const(mr)), v(ii)), L.const(m - 1))  # the last tile's extra rows re-read row m-1
+    a_env = {**outer_env, **decompose(row, plan.rows)}
+    a_value = L.cast(dt, L.Load(a_tensor, tuple(substitute_expr(L.add(affine_expr(e), L.const(off)), a_env)
+                                                for e, off in zip(plan.a.indices, a_offsets)), a_dtype))
+    b_env = {**outer_env, **col_env}
+    b_value = L.cast(dt, L.Load(b_panels.name, (jr, *(substitute_expr(L.add(affine_expr(e), L.const(off)), b_env)
+                                                    for e, off in zip(plan.b.indices[:-1], b_offsets)), v(jj)),
+                                b_panels.dtype))
+    acc = L.Buffer(f"{out}.acc", dt, (mr, nr), "local")
+    acc_now = L.Load(acc.name, (v(ii), v(jj)), dt)
+
+    def tile(body: L.Stmt) -> L.Stmt:
+        return L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), body, "vectorized"), "unrolled")
+
+    kernel = tile(L.Store(acc.name, (v(ii), v(jj)), L.Bin("add", acc_now, L.Bin("mul", a_value, b_value))))
+    for var, lo, hi in reversed(plan.red):
+        kernel = L.For(var, L.const(lo), L.const(hi + 1), kernel)
+
+    row_of_tile = L.add(L.mul(ir, L.const(mr)), v(ii))
+    cell_env = {**outer_env, **decompose(row_of_tile, plan.rows), **col_env}
+    cell = tuple(substitute_expr(index_expr(e), cell_env) for e in b.out_indices)
+    value: L.Expr = acc_now if epilogue is None else epilogue_value(epilogue, bp, out, acc_now, cell)
+    dest = epilogue.dest if epilogue is not None else out
+    if out_copy is not None:
+        dest, cell, value = out_copy.output, out_copy.dest_cell(cell), out_copy.apply(value)
+    store = L.Store(dest, cell, value)
+    zero = tile(L.Store(acc.name, (v(ii), v(jj)), L.cast(dt, L.const(0))))
+    whole = L.Cmp("le", L.mul(L.add(ir, L.const(1)), L.const(mr)), L.const(m))
+    stores = L.If(whole, tile(store), tile(L.If(L.Cmp("lt", row_of_tile, L.const(m)), store)))
+    micro = L.Allocate(acc, L.seq(zero, kernel, stores))
+    stmts.append(threads_loop(t, threads, thread_share(t, threads, w, units, micro)))
+    return L.seq(*stmts), workspaces
+
+
+__all__ = ["InplacePlan", "build", "default_knobs", "match"]
