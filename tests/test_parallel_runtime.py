@@ -5,8 +5,11 @@ Runs in a subprocess with a timeout, so a deadlock fails the test instead of han
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+
+import pytest
 
 STRESS = r"""
 import random, threading, time
@@ -41,10 +44,35 @@ print("errors", len(errors))
 """
 
 
-def test_parallel_kernels_from_two_threads_never_lose_a_chunk_or_hang():
-    result = subprocess.run([sys.executable, "-c", STRESS], capture_output=True, text=True, timeout=240)
+@pytest.mark.parametrize("pool", ["own", "torch's OpenMP"])
+def test_parallel_kernels_from_two_threads_never_lose_a_chunk_or_hang(pool):
+    if pool != "own":
+        pytest.importorskip("torch")
+    prefix = "" if pool == "own" else "import torch\n"
+    code = prefix + STRESS + ("\nfrom tilec.codegen import llvm_runtime\n"
+                              "print('openmp', any(llvm_runtime._ADOPTED))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().endswith("errors 0"), result.stdout + result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[-2] == "errors 0", result.stdout + result.stderr
+    assert lines[-1] == f"openmp {pool != 'own'}"  # with torch loaded, kernels run on its OpenMP team
+
+
+def test_torch_loaded_kernels_share_its_openmp_team_unless_told_not_to():
+    pytest.importorskip("torch")
+    code = r"""
+import numpy as np, torch, tilec
+from tilec.codegen import llvm_runtime
+gemm = tilec.compile("C[i, j: M, N] = +(A[i, k] * B[k, j])")
+a = np.random.default_rng(0).standard_normal((300, 200)).astype(np.float32)
+assert np.allclose(gemm(a, a.T), a @ a.T, rtol=1e-4, atol=1e-3)
+print(bool(llvm_runtime._ADOPTED))
+"""
+    for env, adopted in (({}, "True"), ({"TILEC_OWN_THREADS": "1"}, "False")):
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                                env={**os.environ, **env})
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == adopted, result.stdout
 
 
 def test_workers_restart_after_exiting_when_idle():

@@ -7,6 +7,8 @@
 - ``TILEC_RECORDS``: the tuning-record database (default ``<cache dir>/records.sqlite``);
   set it to an empty string, or set ``tilec.config.options.use_records = False``, to stop
   compiled programs from applying the best tuning record.
+- ``TILEC_OWN_THREADS=1``: run parallel loops on tilec's own worker pool even when torch is
+  loaded (by default they run on torch's OpenMP team then: tilec.codegen.llvm_runtime).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Options:
     debug: bool = field(default_factory=lambda: os.environ.get("TILEC_DEBUG", "") not in ("", "0"))
     records_path: Path | None = field(default_factory=_default_records_path)
     use_records: bool = field(default_factory=lambda: os.environ.get("TILEC_RECORDS") != "")
+    own_threads: bool = field(default_factory=lambda: os.environ.get("TILEC_OWN_THREADS", "") not in ("", "0"))
 
 
 options = Options()
