@@ -21,7 +21,6 @@ temporary, and `Copy.dest_cell` / `Copy.apply` say where and what it stores.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -30,12 +29,6 @@ from tilec.ir import tensor as T
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import combine, direct_output_vars, identity
 from tilec.schedule.loops import map_stmt_exprs
-
-
-# Larger copies stay materialised: folding the NCHW -> NHWC copy of a 3x3 64->64 conv's 56^2 input
-# (1.6M cells) into the padded-copy gather cost ~0.5-1 ms in its gradient (a gather across 12.5 kB
-# planes), while the 14^2 ones (0.4M cells) gain.
-MAX_FOLD_CELLS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -105,7 +98,7 @@ def foldable(bp: BoundProgram, through: Mapping[int, frozenset[str]], keep: froz
     for s in bp.statements:
         if isinstance(s, BoundContraction) and s.output not in bp.program.outputs and s.output not in keep:
             c = match_copy(s, bp)
-            if c is not None and math.prod(s.shape) <= MAX_FOLD_CELLS:
+            if c is not None:
                 copies[c.output] = c
     if not copies:
         return {}

@@ -22,6 +22,7 @@ any other guard on A (a constraint, a divisibility) makes this variant inapplica
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -34,12 +35,13 @@ from tilec.schedule.copy_fold import Copy
 from tilec.schedule.fusion import Epilogue, epilogue_value
 from tilec.schedule.implicit_gemm import (GemmKnobs, GemmPlan, _guarded_store, decompose, plan_threads,
                                          thread_share, threads_loop)
-from tilec.schedule.permute import PermutePlan, nest
+from tilec.schedule.permute import PermutePlan, nest, parallel_outermost
 from tilec.schedule.rewrite import substitute_expr
 from tilec.target import Target
 
 
 Pads = tuple[tuple[int, int], ...]  # per dimension of a tensor, its zero border (before, after)
+PARALLEL_MIN_CELLS = 1 << 15  # a zero-padded copy this big fills with the cores in parallel
 
 
 def access_padding(access: BoundAccess, guards: tuple[Condition, ...], box: Mapping[str, tuple[int, int]],
@@ -73,7 +75,7 @@ def padded_operand(name: str, tensor: str, bp: BoundProgram, pads: Pads, copies:
     through = (copies or {}).get(tensor)
     if through is not None:
         return _padded_gather(name, through, bp.shapes[tensor], pads, target.cores)
-    return _padded_copy(name, tensor, bp.shapes[tensor], bp.dtypes[tensor], pads)
+    return _padded_copy(name, tensor, bp.shapes[tensor], bp.dtypes[tensor], pads, target.cores)
 
 
 def applicable(plan: GemmPlan, bp: BoundProgram) -> bool:
@@ -81,8 +83,9 @@ def applicable(plan: GemmPlan, bp: BoundProgram) -> bool:
 
 
 def _padded_copy(name: str, source: str, shape: tuple[int, ...], dtype: str,
-                 pads: tuple[tuple[int, int], ...]) -> tuple[L.Stmt, L.Buffer]:
-    """dest = source with zero borders; the innermost loop is vectorized when that dim has none."""
+                 pads: tuple[tuple[int, int], ...], cores: int) -> tuple[L.Stmt, L.Buffer]:
+    """dest = source with zero borders; the innermost loop is vectorized when that dim has none,
+    the outermost with an iteration per core parallel."""
     padded = tuple(n + lo + hi for n, (lo, hi) in zip(shape, pads))
     buf = L.Buffer(name, dtype, padded)
     names = [f"{name}.p{d}" for d in range(len(shape))]
@@ -98,15 +101,17 @@ def _padded_copy(name: str, source: str, shape: tuple[int, ...], dtype: str,
         stmt = body
         for v, n in reversed(list(zip(names, padded))):
             stmt = L.For(v, L.const(0), L.const(n), stmt)
-        return stmt, buf
-    last = names[-1]
-    vec = "vectorized" if padded[-1] <= 1024 else "serial"
-    inner_copy = L.For(last, L.const(0), L.const(padded[-1]), copy, vec)
-    inner_zero = L.For(last, L.const(0), L.const(padded[-1]), zero, vec)
-    outer_inside = L.logical_and(list(inside[:-1]))
-    stmt = inner_copy if outer_inside is None else L.If(outer_inside, inner_copy, inner_zero)
-    for v, n in reversed(list(zip(names[:-1], padded[:-1]))):
-        stmt = L.For(v, L.const(0), L.const(n), stmt)
+    else:
+        last = names[-1]
+        vec = "vectorized" if padded[-1] <= 1024 else "serial"
+        inner_copy = L.For(last, L.const(0), L.const(padded[-1]), copy, vec)
+        inner_zero = L.For(last, L.const(0), L.const(padded[-1]), zero, vec)
+        outer_inside = L.logical_and(list(inside[:-1]))
+        stmt = inner_copy if outer_inside is None else L.If(outer_inside, inner_copy, inner_zero)
+        for v, n in reversed(list(zip(names[:-1], padded[:-1]))):
+            stmt = L.For(v, L.const(0), L.const(n), stmt)
+    if cores >= 2 and isinstance(stmt, L.For) and math.prod(padded) >= PARALLEL_MIN_CELLS:
+        stmt = parallel_outermost(stmt, cores)
     return stmt, buf
 
 

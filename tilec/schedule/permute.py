@@ -114,7 +114,7 @@ def nest(plan: PermutePlan, itemsize: int, body: Callable[[dict[str, L.Expr]], L
     for v, _ in reversed(loops):
         stmt = L.For(v, L.const(0), ends[v], stmt)
     assert isinstance(stmt, L.For)
-    return _parallel_outermost(stmt, cores) if parallel and cores >= 2 else stmt
+    return parallel_outermost(stmt, cores) if parallel and cores >= 2 else stmt
 
 
 def build(plan: PermutePlan, b: BoundContraction, bp: BoundProgram, target: Target,
@@ -133,7 +133,7 @@ def build(plan: PermutePlan, b: BoundContraction, bp: BoundProgram, target: Targ
 MAX_POOL_STARTS = 16  # a parallel loop inside serial ones starts the threads this often at most
 
 
-def _parallel_outermost(nest: L.For, cores: int, starts: int = 1) -> L.Stmt:
+def parallel_outermost(nest: L.For, cores: int, starts: int = 1) -> L.Stmt:
     """The outermost loop with an iteration per core made parallel (loops outside it stay serial)."""
     n = int(nest.end.value) if isinstance(nest.end, L.Const) else 0
     if n >= cores:
@@ -143,8 +143,8 @@ def _parallel_outermost(nest: L.For, cores: int, starts: int = 1) -> L.Stmt:
         except ScheduleError:
             return nest
     if isinstance(nest.body, L.For) and starts * max(1, n) <= MAX_POOL_STARTS:
-        return replace(nest, body=_parallel_outermost(nest.body, cores, starts * max(1, n)))
+        return replace(nest, body=parallel_outermost(nest.body, cores, starts * max(1, n)))
     return nest
 
 
-__all__ = ["PermutePlan", "match", "build", "loop_order", "nest"]
+__all__ = ["PermutePlan", "match", "build", "loop_order", "nest", "parallel_outermost"]
