@@ -150,3 +150,15 @@ function (X[N, C]) -> (O) {
     O = E / S;
 }
 """
+
+
+def torch_conv2d_grads(x, f, dy, stride, pad):
+    """(y, dX, dF) of torch's conv2d in float64: the reference for tilec's derived conv gradients."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    xt = torch.from_numpy(x.astype(np.float64)).requires_grad_()
+    ft = torch.from_numpy(f.astype(np.float64)).requires_grad_()
+    y = torch.nn.functional.conv2d(xt, ft, stride=stride, padding=pad)
+    dx, df = torch.autograd.grad(y, (xt, ft), torch.from_numpy(dy.astype(np.float64)))
+    return y.detach().numpy(), dx.numpy(), df.numpy()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tilec
+from reference import torch_conv2d_grads
 from tilec.autotune.space import space_for
 from tilec.autotune.task import backward_tasks
 from tilec.bench.ops import conv2d_source
@@ -34,15 +35,6 @@ def override(stmt: int, **knobs: object) -> TemplateSchedule:
     return TemplateSchedule((TemplateConfig(stmt, "implicit_gemm", tuple(sorted(base.items()))),))
 
 
-def torch_conv_grads(x, f, dy, stride, pad):
-    torch = pytest.importorskip("torch")
-    xt = torch.from_numpy(x.astype(np.float64)).requires_grad_()
-    ft = torch.from_numpy(f.astype(np.float64)).requires_grad_()
-    y = torch.nn.functional.conv2d(xt, ft, stride=stride, padding=pad)
-    dx, df = torch.autograd.grad(y, (xt, ft), torch.from_numpy(dy.astype(np.float64)))
-    return dx.numpy(), df.numpy()
-
-
 # Channels a multiple of the vector width (the in-place column); output channels ragged against
 # the 6-row register tile; strides, asymmetric kernels and padding.
 CASES = [dict(N=2, C=16, H=9, W=7, CO=20, KH=3, KW=3, stride=1, pad=1),
@@ -66,7 +58,7 @@ def test_weight_gradient_is_stored_straight_into_the_weights_layout(shape):
     x = rng.standard_normal(shapes["X"]).astype(np.float32)
     f = rng.standard_normal(shapes["F"]).astype(np.float32)
     dy = rng.standard_normal(shapes["DO"]).astype(np.float32)
-    dx_ref, df_ref = torch_conv_grads(x, f, dy, s, p)
+    _, dx_ref, df_ref = torch_conv2d_grads(x, f, dy, s, p)
     dx, df = grad(x, f, dy)
     np.testing.assert_allclose(dx, dx_ref, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(df, df_ref, rtol=1e-4, atol=1e-3)
@@ -133,7 +125,7 @@ def test_tuner_space_offers_the_in_place_template_and_its_points_compute_right()
     x = rng.standard_normal(shapes["X"]).astype(np.float32)
     f = rng.standard_normal(shapes["F"]).astype(np.float32)
     dy = rng.standard_normal((2, 20, 9, 7)).astype(np.float32)
-    dx_ref, df_ref = torch_conv_grads(x, f, dy, 1, 1)
+    _, dx_ref, df_ref = torch_conv2d_grads(x, f, dy, 1, 1)
     for config in [inplace[k] for k in rng.choice(len(inplace), size=min(4, len(inplace)), replace=False)]:
         dx, df = grad.with_schedule(dw.schedule(config))(x, f, dy)
         np.testing.assert_allclose(dx, dx_ref, rtol=1e-4, atol=1e-3)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tilec
+from reference import torch_conv2d_grads
 from tilec.bench.ops import conv2d_source
 from tilec.ir.bounds import bind
 from tilec.schedule import permute
@@ -62,15 +63,6 @@ def test_loop_order_reads_a_source_line_innermost():
     assert split is None and [v for v, _ in loops] == ["c", "co", "i", "j"]
 
 
-def _torch_conv_grads(x, f, dy, stride, pad):
-    torch = pytest.importorskip("torch")
-    xt = torch.from_numpy(x.astype(np.float64)).requires_grad_()
-    ft = torch.from_numpy(f.astype(np.float64)).requires_grad_()
-    y = torch.nn.functional.conv2d(xt, ft, stride=stride, padding=pad)
-    dx, df = torch.autograd.grad(y, (xt, ft), torch.from_numpy(dy.astype(np.float64)))
-    return y.detach().numpy(), dx.numpy(), df.numpy()
-
-
 CASES = [dict(N=1, C=20, H=9, W=11, CO=70, KH=3, KW=3, stride=1, pad=1),
          dict(N=3, C=13, H=10, W=7, CO=40, KH=3, KW=2, stride=2, pad=1),
          dict(N=2, C=33, H=8, W=8, CO=17, KH=3, KW=3, stride=1, pad=0),
@@ -85,7 +77,7 @@ def test_conv2d_forward_and_gradients_with_folded_copies_match_torch(shape):
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     f = rng.standard_normal((co, c, kh, kw)).astype(np.float32)
     dy = rng.standard_normal((n, co, oh, ow)).astype(np.float32)
-    y_ref, dx_ref, df_ref = _torch_conv_grads(x, f, dy, s, p)
+    y_ref, dx_ref, df_ref = torch_conv2d_grads(x, f, dy, s, p)
     src = conv2d_source(shape)
     np.testing.assert_allclose(tilec.compile(src)(x, f), y_ref, rtol=1e-4, atol=1e-3)
     grad = tilec.grad(src, wrt=["X", "F"])
@@ -138,5 +130,5 @@ def test_large_permutations_keep_the_default_nest_and_large_copies_still_fold():
     assert " I: " not in params and " K: " not in params  # both read through by the GEMM's packing
     x = rng.standard_normal(shapes["X"]).astype(np.float32)
     f = rng.standard_normal(shapes["F"]).astype(np.float32)
-    y_ref, _, _ = _torch_conv_grads(x, f, np.zeros((8, 16, 56, 56), np.float32), 1, 1)
+    y_ref, _, _ = torch_conv2d_grads(x, f, np.zeros((8, 16, 56, 56), np.float32), 1, 1)
     np.testing.assert_allclose(tilec.compile(src)(x, f), y_ref, rtol=1e-4, atol=1e-3)
