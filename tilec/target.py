@@ -14,6 +14,8 @@ import functools
 import os
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from tilec.errors import TilecError
 
 KNOWN_TARGETS = ("llvm", "cuda", "cuda-sim")
@@ -38,6 +40,10 @@ class Target:
     def is_gpu(self) -> bool:
         """Whether programs are lowered to GPU kernels (block and thread loops)."""
         return self.name in GPU_TARGETS
+
+    def lanes(self, dtype: str) -> int:
+        """Elements of `dtype` in the widest vector register."""
+        return self.vector_bits // (8 * np.dtype(dtype).itemsize)
 
 
 @functools.cache

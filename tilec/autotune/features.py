@@ -45,7 +45,7 @@ def _up(x: int, m: int) -> int:
 def gemm_features(task: Task, c: Mapping[str, Any]) -> list[float]:
     p, t = task.plan, task.target
     itemsize = 4 if task.dtype == "float32" else 8
-    lanes = t.vector_bits // (8 * itemsize)
+    lanes = t.lanes(task.dtype)
     m, n, k = p.m, p.n, p.k
     mr, nr, mc, pack = c["mr"], c["nr"], c["mc"], bool(c["pack_a"])
     kc = min(c["kc"], k) if pack else k

@@ -127,7 +127,7 @@ def gemm_space(task: Task, max_points: int = MAX_RAW_POINTS) -> Space:
     plan, target = task.plan, task.target
     default = task.default_config()
     itemsize = 4 if task.dtype == "float32" else 8
-    lanes = target.vector_bits // (8 * itemsize)
+    lanes = target.lanes(task.dtype)
     regs = vector_registers(target.vector_bits)
     m, n, k = plan.m, plan.n, plan.k
     mrs = _with((1, 2, 3, 4, 6, 8, 10, 12, 14), default["mr"])

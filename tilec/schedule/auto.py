@@ -115,7 +115,7 @@ def _not_a_gemm(where: str) -> ScheduleError:
 
 
 def _check_gemm_knobs(knobs: implicit_gemm.GemmKnobs, where: str, target: Target, dtype: str) -> None:
-    lanes = target.vector_bits // (32 if dtype == "float32" else 64)
+    lanes = target.lanes(dtype)
     problems = []
     if knobs.mr < 1 or knobs.nr < 1 or knobs.kc < 1 or knobs.mc < 1:
         problems.append("every block size must be positive")
@@ -225,7 +225,7 @@ def inplace_columns(index: int, bp: BoundProgram, target: Target) -> tuple[int, 
     b = bp.statements[index]
     if not isinstance(b, BoundContraction):
         return ()
-    lanes = target.vector_bits // (32 if b.dtype == "float32" else 64)
+    lanes = target.lanes(b.dtype)
     return tuple(ip.gemm.n for ip in inplace_gemm.match(b, bp, lanes))
 
 
@@ -234,7 +234,7 @@ def _inplace_plan(b: BoundContraction, bp: BoundProgram, target: Target, plan: i
     """The in-place template's plan for `b` whose column has the smallest stride where the tiles are
     stored (the layout copy `out_copy` when given). Without `nr` (the heuristic) only when that is
     smaller than the usual column's: then the packed templates' tiles would land scattered."""
-    lanes = target.vector_bits // (32 if b.dtype == "float32" else 64)
+    lanes = target.lanes(b.dtype)
     dest = out_copy.output if out_copy is not None else b.output
     dest_vars = out_copy.out_vars if out_copy is not None else tuple(e.lone_var for e in b.out_indices)
     shape = bp.shapes[dest]

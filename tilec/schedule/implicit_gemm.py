@@ -154,7 +154,7 @@ def default_knobs(plan: GemmPlan, dtype: str, target: Target) -> GemmKnobs:
     """Register block from the vector width; KC so the B micro-panel (KC x NR) stays in L1;
     MC so that the row blocks split evenly over the threads when they share the rows."""
     itemsize = 4 if dtype == "float32" else 8
-    lanes = target.vector_bits // (8 * itemsize)
+    lanes = target.lanes(dtype)
     vectors = 4 if plan.n > 2 * lanes else 2 if plan.n > lanes else 1
     nr = vectors * lanes
     mr = min(14, 24 // vectors)  # about 24 accumulator registers of the 32

@@ -84,7 +84,7 @@ def match(b: BoundContraction, bp: BoundProgram, lanes: int) -> list[InplacePlan
 
 def default_knobs(ip: InplacePlan, dtype: str, target: Target) -> GemmKnobs:
     """The widest register block up to four vectors that divides the columns, about 24 accumulators."""
-    lanes = target.vector_bits // (32 if dtype == "float32" else 64)
+    lanes = target.lanes(dtype)
     vectors = next(k for k in (4, 2, 1) if ip.gemm.n % (k * lanes) == 0)
     return GemmKnobs(mr=min(14, 24 // vectors), nr=vectors * lanes, threads=target.cores, pack_a=False,
                      pack_b=False)
