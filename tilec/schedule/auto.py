@@ -141,12 +141,12 @@ class GemmDecision:
     def through(self) -> frozenset[str]:
         """The operands the template reads only where reading a layout copy's source instead is no
         extra pass: while packing or zero-padding them, or (read in place) as broadcast scalars."""
-        padded = lambda pads: pads is not None and any(p != (0, 0) for p in pads)  # noqa: E731
-        if self.inplace is not None:  # B is always copied into column panels
-            roles = [(self.plan.a.tensor, True), (self.plan.b.tensor, True)]
-        else:
-            roles = [(self.plan.a.tensor, self.knobs.pack_a or padded(self.a_pads)), (self.plan.b.tensor, True)]
-        return frozenset(t for t, _ in roles if all(ok for u, ok in roles if u == t))
+        a, b = self.plan.a.tensor, self.plan.b.tensor
+        if self.inplace is not None:  # A broadcast, B copied into column panels
+            return frozenset({a, b})
+        if self.knobs.pack_a or (self.a_pads is not None and any(p != (0, 0) for p in self.a_pads)):
+            return frozenset({a, b})
+        return frozenset({b} - {a})  # A read in place: not through a copy, even where it is B too
 
 
 def _gemm_decisions(bp: BoundProgram, target: Target, overrides: TemplateSchedule) -> dict[int, GemmDecision]:
@@ -163,31 +163,30 @@ def _gemm_decisions(bp: BoundProgram, target: Target, overrides: TemplateSchedul
         if group:
             covered = index + group
             continue
-        where = f"statement {index} ('{b.stmt}')"
-        out_copy = copy_fold.output_copy(index, bp)
-        if config is not None:
-            if config.template != "implicit_gemm":
-                continue
-            plan = implicit_gemm.match(b)
-            if plan is None:
-                raise _not_a_gemm(where)
-            knobs = config.knob_record()
-            _check_gemm_knobs(knobs, where, target, b.dtype)
-            if not knobs.pack_a and not direct_gemm.applicable(plan, bp):
-                raise ScheduleError(f"pack_a=False needs A's only guards to be its own bounds (padding); "
-                                    f"{where} has others")
-            inplace = None
-            if not knobs.pack_b:
-                inplace = _inplace_plan(b, bp, target, plan, out_copy, knobs.nr)
-                if inplace is None:
-                    raise ScheduleError(f"pack_b=False does not apply to {where}: it needs an output index that is "
-                                        f"one operand's innermost index alone, a multiple of nr={knobs.nr} wide, "
-                                        f"and each operand's only guards its own bounds")
-        else:
+        if config is None:
             decision = default_gemm(index, bp, target)
             if decision is not None:
                 out[index] = decision
             continue
+        if config.template != "implicit_gemm":
+            continue
+        where = f"statement {index} ('{b.stmt}')"
+        plan = implicit_gemm.match(b)
+        if plan is None:
+            raise _not_a_gemm(where)
+        knobs = config.knob_record()
+        _check_gemm_knobs(knobs, where, target, b.dtype)
+        if not knobs.pack_a and not direct_gemm.applicable(plan, bp):
+            raise ScheduleError(f"pack_a=False needs A's only guards to be its own bounds (padding); "
+                                f"{where} has others")
+        inplace, out_copy = None, None
+        if not knobs.pack_b:
+            out_copy = copy_fold.output_copy(index, bp)
+            inplace = _inplace_plan(b, bp, target, plan, out_copy, knobs.nr)
+            if inplace is None:
+                raise ScheduleError(f"pack_b=False does not apply to {where}: it needs an output index that is "
+                                    f"one operand's innermost index alone, a multiple of nr={knobs.nr} wide, "
+                                    f"and each operand's only guards its own bounds")
         out[index] = _decision(b, bp, plan, knobs, inplace, out_copy)
     return out
 
@@ -234,17 +233,16 @@ def _inplace_plan(b: BoundContraction, bp: BoundProgram, target: Target, plan: i
     """The in-place template's plan for `b` whose column has the smallest stride where the tiles are
     stored (the layout copy `out_copy` when given). Without `nr` (the heuristic) only when that is
     smaller than the usual column's: then the packed templates' tiles would land scattered."""
-    lanes = target.lanes(b.dtype)
-    dest = out_copy.output if out_copy is not None else b.output
-    dest_vars = out_copy.out_vars if out_copy is not None else tuple(e.lone_var for e in b.out_indices)
+    order: tuple[L.Expr, ...] = tuple(L.Var(e.lone_var) for e in b.out_indices)  # type: ignore[arg-type]
+    dest = b.output
+    if out_copy is not None:  # b's output variables in the order of the copy's dimensions
+        dest, order = out_copy.output, out_copy.dest_cell(order)
     shape = bp.shapes[dest]
 
     def stride(var: str) -> int:
-        if out_copy is not None:  # the copy's variables name the source's dimensions
-            var = out_copy.src_vars[[e.lone_var for e in b.out_indices].index(var)]
-        return math.prod(shape[dest_vars.index(var) + 1:])
+        return math.prod(shape[order.index(L.Var(var)) + 1:])
 
-    candidates = [ip for ip in inplace_gemm.match(b, bp, lanes) if nr is None or ip.gemm.n % nr == 0]
+    candidates = [ip for ip in inplace_gemm.match(b, bp, target.lanes(b.dtype)) if nr is None or ip.gemm.n % nr == 0]
     if not candidates:
         return None
     best = min(candidates, key=lambda ip: stride(ip.gemm.col[0]))

@@ -23,12 +23,12 @@ any other guard on A (a constraint, a divisibility) makes this variant inapplica
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from tilec.ir import loop as L
-from tilec.ir.affine import INF
+from tilec.ir.affine import INF, IntAffine
 from tilec.ir.bounds import BoundAccess, BoundContraction, BoundProgram, Condition
 from tilec.ir.lower import affine_expr, index_expr, zero_fill
 from tilec.schedule.copy_fold import Copy
@@ -115,36 +115,56 @@ def _padded_copy(name: str, source: str, shape: tuple[int, ...], dtype: str,
     return stmt, buf
 
 
-def _padded_gather(name: str, copy: Copy, shape: tuple[int, ...], pads: tuple[tuple[int, int], ...],
-                   cores: int) -> tuple[L.Stmt, L.Buffer]:
-    """dest = copy (a permutation of its source, tilec.schedule.copy_fold) with zero borders, read
-    straight from the source: the interior in the cache-friendly order of a permutation (both
-    sides a line at a time), then the border slabs zeroed."""
-    dtype = copy.dtype
-    padded = tuple(n + lo + hi for n, (lo, hi) in zip(shape, pads))
-    buf = L.Buffer(name, dtype, padded)
+def padded_index(indices: "tuple[IntAffine, ...]", offsets: "tuple[int, ...] | list[int]",
+                 env: dict[str, L.Expr]) -> tuple[L.Expr, ...]:
+    """An access's indices into its zero-padded copy (each shifted by its border), the index
+    variables replaced by `env`."""
+    return tuple(substitute_expr(L.add(affine_expr(e), L.const(off)), env) for e, off in zip(indices, offsets))
+
+
+def gathered(name: str, copy: Copy, shape: tuple[int, ...], cores: int,
+             cell: Callable[[dict[str, L.Expr]], tuple[L.Expr, ...]]) -> L.Stmt:
+    """The nest storing every element of `copy` (a permutation of its source, of `shape`) into
+    buffer `name` at `cell(index of each of the copy's output variables)`, read straight from the
+    source in the permutation's cache-friendly order (both sides a line at a time)."""
     names = {v: f"{name}.{v}" for v in copy.out_vars}
     plan = PermutePlan(tuple(names[v] for v in copy.out_vars), tuple(names[v] for v in copy.src_vars),
                        tuple((names[v], n) for v, n in zip(copy.out_vars, shape)))
 
     def body(where: dict[str, L.Expr]) -> L.Stmt:
-        cell = tuple(L.add(where[names[v]], L.const(lo)) for v, (lo, _) in zip(copy.out_vars, pads))
-        return L.Store(name, cell, copy.value({v: where[names[v]] for v in copy.out_vars}))
+        at = {v: where[names[v]] for v in copy.out_vars}
+        return L.Store(name, cell(at), copy.value(at))
 
-    interior = nest(plan, np.dtype(dtype).itemsize, body, cores, True)
-    borders: list[L.Stmt] = []
+    return nest(plan, np.dtype(copy.dtype).itemsize, body, cores, True)
+
+
+def zero_slabs(name: str, dtype: str, shape: tuple[int, ...], slabs: list[tuple[int, int, int]]) -> list[L.Stmt]:
+    """``name[...] = 0`` over each slab (dimension, begin, end) of a buffer of `shape`, its other
+    dimensions whole; the innermost loop vectorized when it is whole and 2 to 1024 long."""
     loop_vars = [f"{name}.z{k}" for k in range(len(shape))]
-    for d, (lo, _) in enumerate(pads):
-        for begin, end in ((0, lo), (lo + shape[d], padded[d])):
-            if begin == end:
-                continue
-            zero: L.Stmt = L.Store(name, tuple(L.Var(v) for v in loop_vars), L.cast(dtype, L.const(0)))
-            for k in reversed(range(len(shape))):
-                b, e = (begin, end) if k == d else (0, padded[k])
-                vec = k == len(shape) - 1 and k != d and 2 <= e - b <= 1024
-                zero = L.For(loop_vars[k], L.const(b), L.const(e), zero, "vectorized" if vec else "serial")
-            borders.append(zero)
-    return L.seq(interior, *borders), buf
+    nests: list[L.Stmt] = []
+    for d, begin, end in slabs:
+        if begin == end:
+            continue
+        zero: L.Stmt = L.Store(name, tuple(L.Var(v) for v in loop_vars), L.cast(dtype, L.const(0)))
+        for k in reversed(range(len(shape))):
+            b, e = (begin, end) if k == d else (0, shape[k])
+            vec = k == len(shape) - 1 and k != d and 2 <= e - b <= 1024
+            zero = L.For(loop_vars[k], L.const(b), L.const(e), zero, "vectorized" if vec else "serial")
+        nests.append(zero)
+    return nests
+
+
+def _padded_gather(name: str, copy: Copy, shape: tuple[int, ...], pads: tuple[tuple[int, int], ...],
+                   cores: int) -> tuple[L.Stmt, L.Buffer]:
+    """dest = copy (a permutation of its source, tilec.schedule.copy_fold) with zero borders, read
+    straight from the source: the interior gathered, then the border slabs zeroed."""
+    padded = tuple(n + lo + hi for n, (lo, hi) in zip(shape, pads))
+    buf = L.Buffer(name, copy.dtype, padded)
+    interior = gathered(name, copy, shape, cores,
+                        lambda at: tuple(L.add(at[v], L.const(lo)) for v, (lo, _) in zip(copy.out_vars, pads)))
+    slabs = [(d, b, e) for d, (lo, _) in enumerate(pads) for b, e in ((0, lo), (lo + shape[d], padded[d]))]
+    return L.seq(interior, *zero_slabs(name, copy.dtype, padded, slabs)), buf
 
 
 def build_direct(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnobs, target: Target,
@@ -202,8 +222,7 @@ def build_direct(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: G
     # -- micro-kernel: rows clamped into range, A read in place (from the padded copy)
     row = L.Bin("min", L.add(L.mul(v(ir), L.const(mr)), v(ii)), L.const(m - 1))
     env_a = {**outer_env, **decompose(row, plan.rows)}
-    a_index = tuple(substitute_expr(L.add(affine_expr(e), L.const(off)), env_a)
-                    for e, off in zip(plan.a.indices, a_offsets))
+    a_index = padded_index(plan.a.indices, a_offsets, env_a)
     a_value = L.cast(dt, L.Load(a_tensor, a_index, a_dtype))
     acc = L.Buffer(f"{out}.acc", dt, (mr, nr), "local")
     acc_now = L.Load(acc.name, (v(ii), v(jj)), dt)
@@ -244,4 +263,5 @@ def build_direct(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: G
     return L.seq(*stmts), workspaces
 
 
-__all__ = ["Pads", "access_padding", "applicable", "build_direct", "padded_operand", "padding"]
+__all__ = ["Pads", "access_padding", "applicable", "build_direct", "gathered", "padded_index", "padded_operand",
+           "padding", "zero_slabs"]

@@ -32,18 +32,16 @@ original loops, per output cell.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
-
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.lower import affine_expr, index_expr, lone_output_vars
+from tilec.ir.lower import index_expr, lone_output_vars
 from tilec.schedule import implicit_gemm
 from tilec.schedule.copy_fold import Copy
-from tilec.schedule.direct_gemm import Pads, access_padding, padded_operand
-from tilec.schedule.permute import PermutePlan, nest
+from tilec.schedule.direct_gemm import Pads, access_padding, gathered, padded_index, padded_operand, zero_slabs
 from tilec.schedule.fusion import Epilogue, epilogue_value
 from tilec.schedule.implicit_gemm import GemmKnobs, GemmPlan, decompose, thread_share, threads_loop
 from tilec.schedule.rewrite import substitute_expr
@@ -97,41 +95,24 @@ def _panelled(name: str, tensor: str, bp: BoundProgram, pads: Pads, nr: int, cop
     the reduction walks them, as a packed panel's would; filled straight from the source when B is
     a folded layout copy."""
     shape, dtype = bp.shapes[tensor], bp.dtypes[tensor]
-    inner = shape[-1]
     padded = tuple(n + lo + hi for n, (lo, hi) in zip(shape[:-1], pads[:-1]))
-    buf = L.Buffer(name, dtype, (inner // nr, *padded, nr))
+    buf = L.Buffer(name, dtype, (shape[-1] // nr, *padded, nr))
+
+    def cell(index: list[L.Expr]) -> tuple[L.Expr, ...]:  # B's index -> the panel buffer's
+        rest = (L.add(i, L.const(lo)) for i, (lo, _) in zip(index[:-1], pads))
+        return (L.Bin("div", index[-1], L.const(nr)), *rest, L.Bin("mod", index[-1], L.const(nr)))
+
     through = (copies or {}).get(tensor)
-    logical = list(through.out_vars) if through is not None else [f"d{k}" for k in range(len(shape))]
-    names = {u: f"{name}.{u}" for u in logical}
-
-    def cell(where: Mapping[str, L.Expr]) -> tuple[L.Expr, ...]:
-        c = where[names[logical[-1]]]
-        rest = (L.add(where[names[u]], L.const(lo)) for u, (lo, _) in zip(logical[:-1], pads))
-        return (L.Bin("div", c, L.const(nr)), *rest, L.Bin("mod", c, L.const(nr)))
-
-    if through is not None:  # the interior in a permutation's cache-friendly order (tilec.schedule.permute)
-        plan = PermutePlan(tuple(names[u] for u in through.out_vars), tuple(names[u] for u in through.src_vars),
-                           tuple((names[u], n) for u, n in zip(through.out_vars, shape)))
-        interior = nest(plan, np.dtype(dtype).itemsize, lambda where: L.Store(name, cell(where), through.value(
-            {u: where[names[u]] for u in through.out_vars})), target.cores, True)
+    if through is not None:
+        interior = gathered(name, through, shape, target.cores, lambda at: cell([at[u] for u in through.out_vars]))
     else:
-        idx = [L.Var(names[u]) for u in logical]
-        interior = L.Store(name, cell({names[u]: e for u, e in zip(logical, idx)}), L.Load(tensor, tuple(idx), dtype))
+        idx: list[L.Expr] = [L.Var(f"{name}.d{k}") for k in range(len(shape))]
+        interior = L.Store(name, cell(idx), L.Load(tensor, tuple(idx), dtype))
         for k in reversed(range(len(shape))):
-            interior = L.For(names[logical[k]], L.const(0), L.const(shape[k]), interior,
+            interior = L.For(f"{name}.d{k}", L.const(0), L.const(shape[k]), interior,
                              "vectorized" if k == len(shape) - 1 and 2 <= shape[k] <= 1024 else "serial")
-    borders: list[L.Stmt] = []
-    z = [f"{name}.z{k}" for k in range(len(buf.shape))]
-    for d, (lo, _) in enumerate(pads[:-1]):
-        for begin, end in ((0, lo), (lo + shape[d], padded[d])):
-            if begin == end:
-                continue
-            zero: L.Stmt = L.Store(name, tuple(L.Var(u) for u in z), L.cast(dtype, L.const(0)))
-            for k in reversed(range(len(buf.shape))):
-                b, e = (begin, end) if k == d + 1 else (0, buf.shape[k])
-                zero = L.For(z[k], L.const(b), L.const(e), zero, "vectorized" if k == len(buf.shape) - 1 else "serial")
-            borders.append(zero)
-    return L.seq(interior, *borders), buf
+    slabs = [(d + 1, b, e) for d, (lo, _) in enumerate(pads[:-1]) for b, e in ((0, lo), (lo + shape[d], padded[d]))]
+    return L.seq(interior, *zero_slabs(name, dtype, buf.shape, slabs)), buf
 
 
 def build(b: BoundContraction, bp: BoundProgram, ip: InplacePlan, knobs: GemmKnobs, target: Target,
@@ -145,9 +126,7 @@ def build(b: BoundContraction, bp: BoundProgram, ip: InplacePlan, knobs: GemmKno
     assert mr >= 1 and nr >= 1 and plan.n % nr == 0, "the caller checks the knobs (tilec.schedule.auto)"
     m, n = plan.m, plan.n
     panels, tiles = n // nr, -(-m // mr)
-    n_outer = 1
-    for _, lo, hi in plan.outer:
-        n_outer *= hi - lo + 1
+    n_outer = math.prod(hi - lo + 1 for _, lo, hi in plan.outer)
     units = n_outer * panels * tiles
     threads = max(1, min(knobs.threads or target.cores, units))
     out = b.output
@@ -178,12 +157,10 @@ def build(b: BoundContraction, bp: BoundProgram, ip: InplacePlan, knobs: GemmKno
 
     row = L.Bin("min", L.add(L.mul(ir, L.const(mr)), v(ii)), L.const(m - 1))  # the last tile's extra rows re-read row m-1
     a_env = {**outer_env, **decompose(row, plan.rows)}
-    a_value = L.cast(dt, L.Load(a_tensor, tuple(substitute_expr(L.add(affine_expr(e), L.const(off)), a_env)
-                                                for e, off in zip(plan.a.indices, a_offsets)), a_dtype))
+    a_value = L.cast(dt, L.Load(a_tensor, padded_index(plan.a.indices, a_offsets, a_env), a_dtype))
     b_env = {**outer_env, **col_env}
-    b_value = L.cast(dt, L.Load(b_panels.name, (jr, *(substitute_expr(L.add(affine_expr(e), L.const(off)), b_env)
-                                                    for e, off in zip(plan.b.indices[:-1], b_offsets)), v(jj)),
-                                b_panels.dtype))
+    b_index = padded_index(plan.b.indices[:-1], b_offsets, b_env)
+    b_value = L.cast(dt, L.Load(b_panels.name, (jr, *b_index, v(jj)), b_panels.dtype))
     acc = L.Buffer(f"{out}.acc", dt, (mr, nr), "local")
     acc_now = L.Load(acc.name, (v(ii), v(jj)), dt)
 
