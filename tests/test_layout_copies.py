@@ -132,3 +132,17 @@ def test_large_permutations_keep_the_default_nest_and_large_copies_still_fold():
     f = rng.standard_normal(shapes["F"]).astype(np.float32)
     y_ref, _, _ = torch_conv2d_grads(x, f, np.zeros((8, 16, 56, 56), np.float32), 1, 1)
     np.testing.assert_allclose(tilec.compile(src)(x, f), y_ref, rtol=1e-4, atol=1e-3)
+
+
+def test_a_large_zero_padded_operand_is_filled_in_parallel():
+    """A's zero-padded copy (direct_gemm, A an input read in place) fills with the cores when big."""
+    src = """function (I[N, H, W, C], K[KH, KW, C, CO]) -> (O) {
+        O[n, x, y, co: N, H, W, CO] = +(I[n, x + i - 1, y + j - 1, c] * K[i, j, c, co]);
+    }"""
+    i_ = rng.standard_normal((4, 20, 20, 32)).astype(np.float32)  # 4 x 22 x 22 x 32 padded: 62k cells
+    k = rng.standard_normal((3, 3, 32, 64)).astype(np.float32)
+    loops = tilec.explain(src, {"I": i_.shape, "K": k.shape}, stage="loop")
+    assert "for parallel O.Apad.p0 in [0, 4)" in loops
+    padded = np.pad(i_.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    ref = sum(np.einsum("nxyc,cd->nxyd", padded[:, a:a + 20, b:b + 20, :], k[a, b]) for a in range(3) for b in range(3))
+    np.testing.assert_allclose(tilec.compile(src)(i_, k), ref, rtol=1e-4, atol=1e-3)
