@@ -19,7 +19,7 @@ from typing import Any
 import llvmlite.ir as ir
 
 from tilec.codegen.llvm_runtime import ENTRY as PARALLEL_FOR
-from tilec.codegen.llvm_vector import VectorLoop, vectorizable
+from tilec.codegen.llvm_vector import VectorLoop, power_of_two_pieces, vectorizable
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
 from tilec.ir.dtypes import is_float
@@ -207,7 +207,8 @@ class _BodyEmitter:
         elif s.kind == "parallel" and self.cores > 1:
             self._parallel_loop(s)
         elif s.kind == "vectorized" and vectorizable(s, self.buffers):
-            VectorLoop(self, s).emit()
+            for piece in power_of_two_pieces(s):
+                VectorLoop(self, piece).emit()
         else:
             loop_hints: dict[str, list[tuple[str, Any]]] = {
                 "vectorized": [("llvm.loop.vectorize.enable", True)], "unrolled": [("llvm.loop.unroll.full", None)]}
