@@ -27,7 +27,8 @@ def kernel_params(src: str, shapes: dict[str, tuple[int, ...]]) -> str:
 
 @pytest.mark.parametrize("shape,perm", [((3, 40, 5), (2, 0, 1)), ((2, 3, 17, 33), (0, 3, 1, 2)),
                                         ((33, 7, 3, 3), (2, 3, 1, 0)), ((5, 16, 9, 2), (1, 3, 0, 2)),
-                                        ((300, 130), (1, 0))])
+                                        ((300, 130), (1, 0)), ((2, 24, 3, 40), (0, 2, 3, 1)),
+                                        ((2, 40, 3, 24), (0, 3, 1, 2))])
 @pytest.mark.parametrize("agg,dtype", [("=", "float32"), ("+", "float64"), ("=", "int32")])
 def test_permutations_match_numpy(shape, perm, agg, dtype):
     names = "abcd"[:len(shape)]
@@ -40,7 +41,8 @@ def test_permutations_match_numpy(shape, perm, agg, dtype):
     line = 64 // np.dtype(dtype).itemsize
     _, split = permute.loop_order(plan, line)
     ragged = split is not None and dict(zip(names, shape))[split] % line != 0
-    assert (permute.match(bp.statements[0], bp) is None) == ragged  # ragged blocks keep the default nest
+    # transposed in registers at any size; else ragged line blocks keep the default nest
+    assert (permute.match(bp.statements[0], bp) is None) == (ragged and not permute.transposing(plan, line))
     x = (rng.standard_normal(shape) * 100).astype(dtype)
     np.testing.assert_array_equal(tilec.compile(src)(x), x.transpose(perm))
 
@@ -114,8 +116,9 @@ def test_a_copy_read_outside_a_gemm_is_materialised():
     np.testing.assert_array_equal(s, i_ * 2)
 
 
-def test_large_permutations_keep_the_default_nest_and_large_copies_still_fold():
-    """Above 2^20 cells the permutation nest does not apply (measured slower on the 56^2 conv
+def test_large_permutations_transpose_in_tiles_and_large_copies_still_fold():
+    """Permutations whose two innermost dimensions are long run as transposing tiles at any size;
+    above 2^20 cells the line-order nest does not apply (measured slower on the 56^2 conv
     gradient's NHWC -> NCHW of dX); folding a copy into the packing applies at any size."""
     shape = dict(N=8, C=64, H=56, W=56, CO=16, KH=3, KW=3, stride=1, pad=1)  # X: 1.6M cells
     shapes = {"X": (8, 64, 56, 56), "F": (16, 64, 3, 3)}
@@ -123,9 +126,13 @@ def test_large_permutations_keep_the_default_nest_and_large_copies_still_fold():
     bp = bind(tilec.parse(src), shapes, {"X": "float32", "F": "float32"})
     assert math.prod(bp.shapes["X"]) > permute.MAX_CELLS
     even = "function (X[N, C, H, W]) -> (Y) { Y[n, h, w, c: N, H, W, C] = =(X[n, c, h, w]); }"
-    for dims, applies in (((2, 64, 64, 64), True), ((8, 64, 64, 64), False)):  # 0.5M and 2.1M cells
-        big = bind(tilec.parse(even), {"X": dims}, {"X": "float32"})
-        assert (permute.match(big.statements[0], big) is not None) == applies
+    short = "function (X[N, C, H, W]) -> (Y) { Y[n, w, h, c: N, W, H, C] = =(X[n, c, h, w]); }"
+    for text, dims, applies in ((even, (2, 64, 64, 64), True), (even, (8, 64, 64, 64), True),  # 0.5M, 2.1M cells
+                                (short, (2, 64, 1024, 4), True), (short, (8, 64, 1024, 4), False)):
+        big = bind(tilec.parse(text), {"X": dims}, {"X": "float32"})
+        assert (permute.match(big.statements[0], big) is not None) == applies, (text, dims)
+        x = rng.standard_normal(dims).astype(np.float32)
+        np.testing.assert_array_equal(tilec.compile(text)(x), x.transpose((0, 2, 3, 1) if text == even else (0, 3, 2, 1)))
     params = kernel_params(src, shapes)
     assert " I: " not in params and " K: " not in params  # both read through by the GEMM's packing
     x = rng.standard_normal(shapes["X"]).astype(np.float32)

@@ -56,3 +56,30 @@ def test_vectorized_loops_of_any_extent_match_numpy(rows: int, extent: int, seed
     want = a.T @ b
     np.testing.assert_allclose(out[:, :-1], want[:, :-1], rtol=1e-5, atol=1e-5)
     assert np.all(out[:, -1] == 7.0)  # the masked-off lane kept its value
+
+
+def _transpose_tile(m: int, n: int, dtype: str) -> L.PrimFunc:
+    """O[b, a + 1] = 2 * S[a, b] over an m x n tile: O unit-stride along a (unrolled), S along b
+    (vectorized), so the tile is transposed in registers (tilec.codegen.llvm_transpose)."""
+    a, b = L.Var("a"), L.Var("b")
+    value = L.Bin("mul", L.Load("S", (a, b), dtype), L.Const(2, dtype))
+    store = L.Store("O", (b, L.add(a, L.const(1))), value)
+    body = L.For("a", L.const(0), L.const(m), L.For("b", L.const(0), L.const(n), store, "vectorized"), "unrolled")
+    return L.PrimFunc(KERNEL_NAME, (L.Buffer("S", dtype, (m, n)), L.Buffer("O", dtype, (n, m + 2))), body)
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(2, 40), n=st.integers(2, 40), dtype=st.sampled_from(["float32", "float64", "int32"]),
+       seed=st.integers(0, 2**16))
+def test_transposing_tiles_store_each_cell_once_with_its_value(m: int, n: int, dtype: str, seed: int) -> None:
+    from tilec.codegen.llvm_transpose import transposable
+
+    func = _transpose_tile(m, n, dtype)
+    buffers = {p.name: p for p in func.params}
+    assert transposable(func.body, buffers)  # type: ignore[arg-type]
+    src = (np.random.default_rng(seed).standard_normal((m, n)) * 100).astype(dtype)
+    out = np.full((n, m + 2), 7, dtype)
+    text = _run(func, [src, out])
+    assert "shufflevector" in text
+    np.testing.assert_array_equal(out[:, 1:m + 1], 2 * src.T)
+    assert np.all(out[:, 0] == 7) and np.all(out[:, m + 1] == 7)  # nothing stored outside the tile

@@ -19,6 +19,7 @@ from typing import Any
 import llvmlite.ir as ir
 
 from tilec.codegen.llvm_runtime import ENTRY as PARALLEL_FOR
+from tilec.codegen.llvm_transpose import emit_transposed, transposable
 from tilec.codegen.llvm_vector import VectorLoop, power_of_two_pieces, vectorizable
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
@@ -202,7 +203,9 @@ class _BodyEmitter:
         self.b.store(v, self.address(buf, s.indices))
 
     def _stmt_For(self, s: L.For) -> None:
-        if s.kind == "unrolled" and isinstance(s.begin, L.Const) and isinstance(s.end, L.Const):
+        if s.kind == "unrolled" and transposable(s, self.buffers):
+            emit_transposed(self, s)
+        elif s.kind == "unrolled" and isinstance(s.begin, L.Const) and isinstance(s.end, L.Const):
             self._unrolled_loop(s)
         elif s.kind == "parallel" and self.cores > 1:
             self._parallel_loop(s)

@@ -123,16 +123,19 @@ def padded_index(indices: "tuple[IntAffine, ...]", offsets: "tuple[int, ...] | l
 
 
 def gathered(name: str, copy: Copy, shape: tuple[int, ...], cores: int,
-             cell: Callable[[dict[str, L.Expr]], tuple[L.Expr, ...]]) -> L.Stmt:
-    """The nest storing every element of `copy` (a permutation of its source, of `shape`) into
-    buffer `name` at `cell(index of each of the copy's output variables)`, read straight from the
-    source in the permutation's cache-friendly order (both sides a line at a time)."""
+             cell: Callable[[dict[str, L.Expr]], tuple[L.Expr, ...]], origin: Mapping[str, int] | None = None) -> L.Stmt:
+    """The nest storing every element of `copy` (a permutation of its source) in the box of `shape`
+    starting at `origin` (per output variable, 0 where not given) into buffer `name` at
+    `cell(index of each of the copy's output variables)`, read straight from the source in the
+    permutation's cache-friendly order (tilec.schedule.permute.nest)."""
     names = {v: f"{name}.{v}" for v in copy.out_vars}
     plan = PermutePlan(tuple(names[v] for v in copy.out_vars), tuple(names[v] for v in copy.src_vars),
                        tuple((names[v], n) for v, n in zip(copy.out_vars, shape)))
+    origin = origin or {}
 
     def body(where: dict[str, L.Expr]) -> L.Stmt:
-        at = {v: where[names[v]] for v in copy.out_vars}
+        at = {v: L.add(where[names[v]], L.const(origin[v])) if origin.get(v) else where[names[v]]
+              for v in copy.out_vars}
         return L.Store(name, cell(at), copy.value(at))
 
     return nest(plan, np.dtype(copy.dtype).itemsize, body, cores, True)

@@ -33,7 +33,7 @@ original loops, per output cell.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tilec.ir import loop as L
@@ -98,16 +98,22 @@ def _panelled(name: str, tensor: str, bp: BoundProgram, pads: Pads, nr: int, cop
     padded = tuple(n + lo + hi for n, (lo, hi) in zip(shape[:-1], pads[:-1]))
     buf = L.Buffer(name, dtype, (shape[-1] // nr, *padded, nr))
 
-    def cell(index: list[L.Expr]) -> tuple[L.Expr, ...]:  # B's index -> the panel buffer's
-        rest = (L.add(i, L.const(lo)) for i, (lo, _) in zip(index[:-1], pads))
-        return (L.Bin("div", index[-1], L.const(nr)), *rest, L.Bin("mod", index[-1], L.const(nr)))
+    def cell(index: list[L.Expr], panel: L.Expr, lane: L.Expr) -> tuple[L.Expr, ...]:  # B's index -> the panel buffer's
+        return (panel, *(L.add(i, L.const(lo)) for i, (lo, _) in zip(index[:-1], pads)), lane)
 
     through = (copies or {}).get(tensor)
-    if through is not None:
-        interior = gathered(name, through, shape, target.cores, lambda at: cell([at[u] for u in through.out_vars]))
+    if through is not None:  # a panel at a time, so that each column's lane is affine (transposing tiles)
+        col = through.out_vars[-1]
+
+        def panel_cell(p: int) -> Callable[[dict[str, L.Expr]], tuple[L.Expr, ...]]:
+            return lambda at: cell([at[u] for u in through.out_vars], L.const(p), L.sub(at[col], L.const(p * nr)))
+
+        interior = L.seq(*(gathered(name, through, (*shape[:-1], nr), target.cores, panel_cell(p), {col: p * nr})
+                           for p in range(shape[-1] // nr)))
     else:
         idx: list[L.Expr] = [L.Var(f"{name}.d{k}") for k in range(len(shape))]
-        interior = L.Store(name, cell(idx), L.Load(tensor, tuple(idx), dtype))
+        interior = L.Store(name, cell(idx, L.Bin("div", idx[-1], L.const(nr)), L.Bin("mod", idx[-1], L.const(nr))),
+                           L.Load(tensor, tuple(idx), dtype))
         for k in reversed(range(len(shape))):
             interior = L.For(f"{name}.d{k}", L.const(0), L.const(shape[k]), interior,
                              "vectorized" if k == len(shape) - 1 and 2 <= shape[k] <= 1024 else "serial")

@@ -55,15 +55,17 @@ def match(b: BoundContraction, bp: BoundProgram) -> PermutePlan | None:
     copy = match_copy(b, bp)
     if copy is None or len(b.shape) < 2 or copy.out_vars[-1] == copy.src_vars[-1]:
         return None
-    if math.prod(b.shape) > MAX_CELLS:
-        # measured: in the 3x3 64->64 56^2 conv gradient the NHWC -> NCHW permutation of dX (1.6M
-        # cells) cost 1.2-1.8 ms more this way than the default nest, though alone it was as fast;
-        # the 14^2 gradient's permutations (0.4-0.6M cells) gain ~0.4 ms. Not understood yet.
-        return None
     out_vars, src_vars, src = copy.out_vars, copy.src_vars, b.operands[0]
     extent = dict(zip(out_vars, b.shape))
     plan = PermutePlan(tuple(out_vars), tuple(src_vars), tuple(extent.items()))  # type: ignore[arg-type]
     line = max(1, LINE_BYTES // np.dtype(bp.dtypes[src.tensor]).itemsize)
+    if transposing(plan, line):
+        return plan
+    if math.prod(b.shape) > MAX_CELLS:
+        # measured: in the 3x3 64->64 56^2 conv gradient the NHWC -> NCHW permutation of dX (1.6M
+        # cells) cost 1.2-1.8 ms more in line order than the default nest, though alone it was as
+        # fast; the 14^2 gradient's permutations (0.4-0.6M cells) gained ~0.4 ms.
+        return None
     _, split = loop_order(plan, line)
     if split is not None and extent[split] % line:
         return None  # ragged blocks (NCHW -> NHWC of 56 x 56 planes: 1.6x slower than the default nest)
@@ -97,9 +99,72 @@ def loop_order(plan: PermutePlan, line: int) -> tuple[list[tuple[str, int]], str
 
 def nest(plan: PermutePlan, itemsize: int, body: Callable[[dict[str, L.Expr]], L.Stmt], cores: int,
          parallel: bool) -> L.Stmt:
-    """The loops of `loop_order` around `body(index of each variable)`, the outermost loop with an
+    """The loops around `body(index of each variable)`: transposing tiles when both innermost
+    dimensions are long enough, else the loops of `loop_order`; the outermost loop with an
     iteration per core parallel if `parallel`."""
     line = max(1, LINE_BYTES // itemsize)
+    if transposing(plan, line):
+        stmt = _tiles(plan, line, body)
+    else:
+        stmt = _line_nest(plan, line, body)
+    return parallel_outermost(stmt, cores) if parallel and cores >= 2 and isinstance(stmt, L.For) else stmt
+
+
+MIN_TILE_SIDE = 8  # a transposing tile needs both innermost dimensions this long at least
+
+
+def transposing(plan: PermutePlan, line: int) -> bool:
+    """Whether the permutation runs as tiles transposed in registers: the output's and the source's
+    innermost dimensions differ and each spans `MIN_TILE_SIDE` elements at least."""
+    extent = dict(plan.extents)
+    t, s = plan.out_vars[-1], plan.src_vars[-1]
+    return t != s and min(extent[t], extent[s], line) >= MIN_TILE_SIDE
+
+
+def _tiles(plan: PermutePlan, line: int, body: Callable[[dict[str, L.Expr]], L.Stmt]) -> L.Stmt:
+    """The other variables in the output's order, then blocks of `line` of the source's innermost
+    variable s, then blocks of the output's innermost t, each block a tile
+
+        for t.i unrolled: for s.i vectorized: body      # tilec.codegen.llvm_transpose
+
+    with the short last blocks of s and t as tiles of their own (constant extents, so that the
+    code generator can transpose them too)."""
+    extent = dict(plan.extents)
+    t, s = plan.out_vars[-1], plan.src_vars[-1]
+    v = L.Var
+
+    def blocks(var: str) -> list[tuple[str | None, int, int]]:
+        """(block loop variable or None, first element, elements): the whole blocks, then the rest."""
+        whole, rest = divmod(extent[var], line)
+        out: list[tuple[str | None, int, int]] = [(f"{var}.o", 0, line)] if whole else []
+        return out + ([(None, whole * line, rest)] if rest else [])
+
+    def index(var: str, block: str | None) -> L.Expr:
+        inner = v(f"{var}.i")
+        return L.add(L.mul(v(block), L.const(line)), inner) if block else inner
+
+    def block_loop(var: str, block: str | None, stmt: L.Stmt) -> L.Stmt:
+        return L.For(block, L.const(0), L.const(extent[var] // line), stmt) if block else stmt
+
+    where: dict[str, L.Expr] = {u: v(u) for u in plan.out_vars}
+    s_parts = []
+    for s_block, s_first, s_count in blocks(s):
+        t_parts = []
+        for t_block, t_first, t_count in blocks(t):
+            at = {**where, s: index(s, s_block), t: index(t, t_block)}
+            tile = L.For(f"{t}.i", L.const(t_first if t_block is None else 0), L.const(t_first + t_count), L.For(
+                f"{s}.i", L.const(s_first if s_block is None else 0), L.const(s_first + s_count), body(at),
+                "vectorized"), "unrolled")
+            t_parts.append(block_loop(t, t_block, tile))
+        s_parts.append(block_loop(s, s_block, L.seq(*t_parts)))
+    stmt = L.seq(*s_parts)
+    for u in reversed([u for u in plan.out_vars if u not in (s, t)]):
+        stmt = L.For(u, L.const(0), L.const(extent[u]), stmt)
+    return stmt
+
+
+def _line_nest(plan: PermutePlan, line: int, body: Callable[[dict[str, L.Expr]], L.Stmt]) -> L.Stmt:
+    """The loops of `loop_order` around `body`."""
     loops, split = loop_order(plan, line)
     extent = dict(plan.extents)
     where: dict[str, L.Expr] = {v: L.Var(v) for v in plan.out_vars}
@@ -113,8 +178,7 @@ def nest(plan: PermutePlan, itemsize: int, body: Callable[[dict[str, L.Expr]], L
     stmt = body(where)
     for v, _ in reversed(loops):
         stmt = L.For(v, L.const(0), ends[v], stmt)
-    assert isinstance(stmt, L.For)
-    return parallel_outermost(stmt, cores) if parallel and cores >= 2 else stmt
+    return stmt
 
 
 def build(plan: PermutePlan, b: BoundContraction, bp: BoundProgram, target: Target,
