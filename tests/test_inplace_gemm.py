@@ -130,3 +130,51 @@ def test_tuner_space_offers_the_in_place_template_and_its_points_compute_right()
         dx, df = grad.with_schedule(dw.schedule(config))(x, f, dy)
         np.testing.assert_allclose(dx, dx_ref, rtol=1e-4, atol=1e-3)
         np.testing.assert_allclose(df, df_ref, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("share", [1.2, 4, 30])  # L2 budget = panel bytes / share: every level of the reduction split
+@pytest.mark.parametrize("shape", CASES[:3], ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_reduction_blocks_give_the_same_weight_gradient(shape, share, monkeypatch):
+    """With a small L2 budget the weight gradient's reduction runs in blocks (split at each level
+    of the reduction loops, ragged last chunks), its partial sums saved between them."""
+    from tilec.config import options
+    from tilec.schedule import inplace_gemm
+
+    n, c, h, w, co, kh, kw = (shape[k] for k in ("N", "C", "H", "W", "CO", "KH", "KW"))
+    s, p = shape["stride"], shape["pad"]
+    oh, ow = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
+    grad = tilec.grad(conv2d_source(shape), wrt=["X", "F"])
+    shapes = {"X": (n, c, h, w), "F": (co, c, kh, kw), "DO": (n, co, oh, ow)}
+    panels = re.search(r" DK_\d+\.Bpan: float32\[([\d, ]+)\]", params(grad.source, shapes))
+    assert panels
+    panel_bytes = 4 * int(np.prod([int(d) for d in panels.group(1).split(",")][1:]))
+    monkeypatch.setattr(inplace_gemm, "L2_BUDGET", int(panel_bytes / share))
+    monkeypatch.setattr(options, "disk_cache", False)
+    grad = tilec.grad(conv2d_source(shape), wrt=["X", "F"])  # a fresh function: no kernel cached in memory
+    assert re.search(r" DK_\d+\.partial: ", params(grad.source, shapes))
+    x = rng.standard_normal(shapes["X"]).astype(np.float32)
+    f = rng.standard_normal(shapes["F"]).astype(np.float32)
+    dy = rng.standard_normal(shapes["DO"]).astype(np.float32)
+    _, dx_ref, df_ref = torch_conv2d_grads(x, f, dy, s, p)
+    dx, df = grad(x, f, dy)
+    np.testing.assert_allclose(dx, dx_ref, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(df, df_ref, rtol=1e-4, atol=1e-3)
+
+
+def test_reduction_blocks_split_the_loop_whose_inner_loops_fit():
+    from tilec.ir import loop as L
+    from tilec.schedule import inplace_gemm
+
+    shape = dict(N=8, C=64, H=56, W=56, CO=64, KH=3, KW=3, stride=1, pad=1)
+    bp = bind(tilec.parse(tilec.grad(conv2d_source(shape), wrt=["F"]).source),
+              {"X": (8, 64, 56, 56), "F": (64, 64, 3, 3), "DO": (8, 64, 56, 56)},
+              {"X": "float32", "F": "float32", "DO": "float32"})
+    index = next(k for k, b in enumerate(bp.statements) if b.output.startswith("DK"))
+    decision = auto.default_gemm(index, bp, TARGET)
+    assert decision is not None and decision.inplace is not None
+    plan = decision.inplace.gemm
+    panels = L.Buffer("P", "float32", (1, 8, 58, 58, 64))  # a 6.9 MB column panel: overflows L2
+    level, chunk = inplace_gemm.reduction_blocks(plan, panels, "float32", 2)
+    assert [v for v, _, _ in plan.red][level] == "x" and chunk == 14  # (n, 14 rows of x): a quarter MiB of panel
+    small = L.Buffer("P", "float32", (1, 8, 8, 8, 64))
+    assert inplace_gemm.reduction_blocks(plan, small, "float32", 2) == (0, 8)  # fits: one block

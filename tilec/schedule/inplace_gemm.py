@@ -36,6 +36,8 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import index_expr, lone_output_vars
@@ -174,8 +176,15 @@ def build(b: BoundContraction, bp: BoundProgram, ip: InplacePlan, knobs: GemmKno
         return L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), body, "vectorized"), "unrolled")
 
     kernel = tile(L.Store(acc.name, (v(ii), v(jj)), L.Bin("add", acc_now, L.Bin("mul", a_value, b_value))))
-    for var, lo, hi in reversed(plan.red):
-        kernel = L.For(var, L.const(lo), L.const(hi + 1), kernel)
+    level, chunk = reduction_blocks(plan, b_panels, bp.dtypes[plan.b.tensor], threads)
+    kb = f"{out}.kb"
+    for d in reversed(range(level, len(plan.red))):
+        var, lo, hi = plan.red[d]
+        if d == level and chunk <= hi - lo:  # this block's chunk of the split loop
+            first = L.add(L.const(lo), L.mul(v(kb), L.const(chunk)))
+            kernel = L.For(var, first, L.Bin("min", L.const(hi + 1), L.add(first, L.const(chunk))), kernel)
+        else:
+            kernel = L.For(var, L.const(lo), L.const(hi + 1), kernel)
 
     row_of_tile = L.add(L.mul(ir, L.const(mr)), v(ii))
     cell_env = {**outer_env, **decompose(row_of_tile, plan.rows), **col_env}
@@ -188,9 +197,62 @@ def build(b: BoundContraction, bp: BoundProgram, ip: InplacePlan, knobs: GemmKno
     zero = tile(L.Store(acc.name, (v(ii), v(jj)), L.cast(dt, L.const(0))))
     whole = L.Cmp("le", L.mul(L.add(ir, L.const(1)), L.const(mr)), L.const(m))
     stores = L.If(whole, tile(store), tile(L.If(L.Cmp("lt", row_of_tile, L.const(m)), store)))
-    micro = L.Allocate(acc, L.seq(zero, kernel, stores))
-    stmts.append(threads_loop(t, threads, thread_share(t, threads, w, units, micro)))
+    if level == 0 and chunk > plan.red[0][2] - plan.red[0][1]:  # one block: the whole reduction in registers
+        micro = L.Allocate(acc, L.seq(zero, kernel, stores))
+        stmts.append(threads_loop(t, threads, thread_share(t, threads, w, units, micro)))
+        return L.seq(*stmts), workspaces
+    # blocks of the reduction outside the units: each unit's partial sums wait in `partial` between them
+    partial = L.Buffer(f"{out}.partial", dt, (units, mr, nr))
+    workspaces.append(partial)
+    saved = L.Load(partial.name, (v(w), v(ii), v(jj)), dt)
+    _, lo, hi = plan.red[level]
+    blocks = -(-(hi - lo + 1) // chunk)
+    outside = plan.red[:level]
+
+    def block_is(k: int, ends: list[int]) -> L.Expr:  # the block with kb = k and the outside loops at `ends`
+        cond: L.Expr = L.Cmp("eq", v(kb), L.const(k))
+        for (u, _, _), e in zip(outside, ends):
+            cond = L.Bin("and", cond, L.Cmp("eq", v(u), L.const(e)))
+        return cond
+
+    first, last = block_is(0, [a for _, a, _ in outside]), block_is(blocks - 1, [z for _, _, z in outside])
+    micro = L.Allocate(acc, L.seq(
+        L.If(first, zero, tile(L.Store(acc.name, (v(ii), v(jj)), saved))), kernel,
+        L.If(last, stores, tile(L.Store(partial.name, (v(w), v(ii), v(jj)), acc_now)))))
+    nest: L.Stmt = L.For(kb, L.const(0), L.const(blocks), thread_share(t, threads, w, units, micro))
+    for u, a, z in reversed(outside):
+        nest = L.For(u, L.const(a), L.const(z + 1), nest)
+    stmts.append(threads_loop(t, threads, nest))
     return L.seq(*stmts), workspaces
 
 
-__all__ = ["InplacePlan", "build", "default_knobs", "match"]
+L2_BUDGET = 512 * 1024  # bytes: a column panel larger than this is walked in blocks of the reduction
+SUMS_BUDGET = 512 * 1024  # bytes of partial sums per thread that blocks may save and reload
+
+
+def reduction_blocks(plan: GemmPlan, panels: L.Buffer, dtype: str, threads: int) -> tuple[int, int]:
+    """(level, chunk): the reduction runs in blocks, each one value of the loops outside `level`,
+    `chunk` values of loop `level` and all of the loops inside it, so that the part of B's column
+    panel a block reads (about L2_BUDGET / 2) stays in L2 while every unit of a thread uses it.
+    Only when a panel overflows L2_BUDGET and the partial sums of all units, saved and reloaded
+    between blocks, fit SUMS_BUDGET per thread; otherwise one block, (0, extent of loop 0).
+    Measured on the 3x3 64->64 56^2 convolution's weight gradient: a 6.9 MB panel re-read from L3
+    by every row tile ran at 325 GFLOP/s on two cores, vs 412 for a packed GEMM of its size."""
+    itemsize = np.dtype(dtype).itemsize
+    extents = [hi - lo + 1 for _, lo, hi in plan.red]
+    panel_bytes = math.prod(panels.shape[1:]) * itemsize
+    sums_bytes = plan.m * plan.n * itemsize
+    if panel_bytes <= L2_BUDGET or sums_bytes > SUMS_BUDGET * threads:
+        return 0, extents[0]
+    per_element = panel_bytes / plan.k  # bytes of panel per element of the reduction
+    want = max(1, int(L2_BUDGET / 2 / per_element))  # reduction elements per block
+    level = 0
+    while level < len(extents) - 1 and math.prod(extents[level + 1:]) > want:
+        level += 1
+    inside = math.prod(extents[level + 1:])
+    chunk = max(1, min(extents[level], want // inside))
+    blocks = -(-extents[level] // chunk)
+    return level, -(-extents[level] // blocks)  # even blocks
+
+
+__all__ = ["InplacePlan", "build", "default_knobs", "match", "reduction_blocks"]
