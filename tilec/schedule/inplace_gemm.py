@@ -25,9 +25,13 @@ the TLB). A program's layout copies feed it directly: A through the copy's sourc
 (tilec.schedule.copy_fold), B's panels gathered from the copy's source. Row indices of the last
 tile are clamped into range, as in direct_gemm; the column is whole panels (N a multiple of NR).
 
+A panel larger than L2 (the 56^2 convolution's is 6.9 MB) would be re-read from L3 by every row
+tile; then the reduction runs in blocks outside the units (`reduction_blocks`), each unit's sums
+saved in a workspace between blocks, so that a block's part of the panel stays in L2.
+
 Requires: a BoundContraction the GEMM template matches with the chosen column (see `match`).
 Guarantees: `build` computes the statement's sum of products in the reduction order of the
-original loops, per output cell.
+original loops, per output cell (blocks keep that order: each continues the previous one's sums).
 """
 
 from __future__ import annotations
