@@ -270,6 +270,12 @@ def test_polyphase_form_rewrites() -> None:
     assert split("O[2*x + i - 4: H] = +(G[x] * K[i])") == (  # m = 2: no tuple has u < 2
         "P[z0, u0: 2, (H - 1) / 2 + 1] = +(G[u0 - t0 + 2] * K[2 * t0 + z0])",
         "O[2 * u0 + z0: H] = +(P[z0, u0])")
+    assert split("O[n, 2*x: N, H] = +(G[n, x] * K[n])") == (  # no tap: one phase, x kept as u0
+        "P[n, u0: N, (H - 1) / 2 + 1] = +(G[n, u0] * K[n])",
+        "O[n, 2 * u0: N, H] = +(P[n, u0])")
+    assert split("O[3*x - 2: H] = +(G[x] * K[x])") == (  # m = 1: x = 0 lands before the start
+        "P[u0: (H - 2) / 3 + 1] = +(G[u0 + 1] * K[u0 + 1])",
+        "O[3 * u0 + 1: H] = +(P[u0])")
     assert split("O[x + i: H] = +(G[x] * K[i])") is None  # stride 1: gather_form's business
     assert split("O[S*x + i: H] = +(G[x] * K[i])") is None  # a symbolic stride
     assert split("O[2*x + 2*i: H] = +(G[x] * K[i])") is None  # a strided tap
@@ -288,7 +294,8 @@ def test_strided_conv_input_gradient_is_polyphase() -> None:
 
 
 @pytest.mark.parametrize("stride, pad, k, hw", [(2, 1, 3, (9, 10)), (2, 0, 2, (8, 8)), (3, 1, 3, (13, 11)),
-                                                (2, 2, 5, (11, 12)), (3, 0, 4, (14, 9)), (2, 3, 3, (7, 7))])
+                                                (2, 2, 5, (11, 12)), (3, 0, 4, (14, 9)), (2, 3, 3, (7, 7)),
+                                                (2, 0, 1, (9, 8)), (3, 1, 1, (10, 11))])  # 1x1: no tap
 def test_polyphase_conv_gradients_match_torch(stride: int, pad: int, k: int, hw: tuple[int, int]) -> None:
     torch = pytest.importorskip("torch")
     from ops import sources

@@ -492,7 +492,8 @@ def gather_form(st: Contraction, grad: str | None = None, fractional: bool = Fal
     Only unit coefficients are rewritten unless `fractional`: with ``c = 2`` (a stride-2 conv's
     input gradient) the gather has the fractional index ``(x - i + 1) / 2``, which is exact and
     matches the GEMM template, but the template then multiplies every tuple and discards 3 of 4
-    (measured 28 ms against the scatter's 7 ms for 8x64x56x56, 3x3, so the scatter stays). The result is the "transposed conv" the GEMM
+    (measured 28 ms against the scatter's 7 ms for 8x64x56x56, 3x3; a 1x1 stride-2 conv's 28 ms against
+    polyphase_form's 14 ms), so such indices are left to polyphase_form. The result is the "transposed conv" the GEMM
     templates handle, instead of a scatter into the output.
     """
     maybe = [_linear(e) for e in st.indices]
@@ -522,8 +523,8 @@ def gather_form(st: Contraction, grad: str | None = None, fractional: bool = Fal
                 continue
             if grad is not None and v not in grad_vars and len(form) > 1:
                 continue  # e.g. a kernel offset: its gather would loop over every output position
-            if abs(c) != 1 and not fractional and any(key[0] and key[0] != v for key in form):
-                continue  # a fractional gather only where no other variable shares the index
+            if abs(c) != 1 and not fractional:
+                continue  # a fractional gather wastes c - 1 of every c tuples: polyphase_form instead
             rank = 0 if abs(c) == 1 else 1
             if best is None or rank < best[0]:
                 best = (rank, v, c)
@@ -589,6 +590,18 @@ def polyphase_form(st: Contraction, grad: str, phases: str) -> tuple[Contraction
             continue
         terms = {v: c for (v, sz), c in f.items() if v and not sz}
         const = f.get(("", ()), Fraction(0))
+        if len(terms) == 1 and len(f) == 1 + (("", ()) in f) and const.denominator == 1:  # c*x + k, no tap
+            (x, c_x), = terms.items()
+            if c_x.denominator != 1 or c_x < 2 or x not in grad_vars or counts[x] != 1:
+                return None
+            c, k, u = int(c_x), int(const), fresh("u")
+            m = -(k // c)  # the least x whose index c*x + k is >= 0
+            subst[x] = {(u, ()): Fraction(1), ("", ()): Fraction(m)} if m else {(u, ()): Fraction(1)}
+            shift = k + c * m
+            dims.append(IVar(u))
+            sizes.append(_strided_extent(size, shift, c))
+            lhs.append(_iexpr({(u, ()): Fraction(c), **({("", ()): Fraction(shift)} if shift else {})}))
+            continue
         if len(terms) != 2 or len(f) != 2 + (("", ()) in f) or const.denominator != 1:
             return None
         strided = [v for v, c in terms.items() if c.denominator == 1 and c >= 2 and v in grad_vars]
@@ -605,11 +618,9 @@ def polyphase_form(st: Contraction, grad: str, phases: str) -> tuple[Contraction
         phase_vars.append(z)
         phase_sizes.append(IConst(c))
         dims.append(IVar(u))
-        top = IBin("-", size, IConst(1 + shift)) if 1 + shift > 0 else \
-            IBin("+", size, IConst(-(1 + shift))) if 1 + shift < 0 else size
-        sizes.append(IBin("+", IBin("/", top, IConst(c)), _ONE))  # (size - 1 - shift) / c + 1
+        sizes.append(_strided_extent(size, shift, c))
         lhs.append(_iexpr({(u, ()): Fraction(c), (z, ()): Fraction(1), **({("", ()): Fraction(shift)} if shift else {})}))
-    if not phase_vars:
+    if not subst:
         return None
     operands = tuple(Access(a.tensor, tuple(_substitute(e, subst) for e in a.indices)) for a in st.operands)
     constraints = tuple(Constraint(_substitute(c.poly, subst), c.bound) for c in st.constraints)
@@ -619,6 +630,13 @@ def polyphase_form(st: Contraction, grad: str, phases: str) -> tuple[Contraction
     scatter = Contraction(st.output, tuple(lhs), st.sizes, "+", "single", (Access(phases, phase_indices),), (),
                           None, st.no_defract)
     return gather, scatter
+
+
+def _strided_extent(size: IExpr, shift: int, c: int) -> IExpr:
+    """How many u >= 0 have c*u + shift < size: (size - 1 - shift) / c + 1."""
+    top = IBin("-", size, IConst(1 + shift)) if 1 + shift > 0 else \
+        IBin("+", size, IConst(-(1 + shift))) if 1 + shift < 0 else size
+    return IBin("+", IBin("/", top, IConst(c)), _ONE)
 
 
 def _call_adjoints(e: ECall, g: EExpr) -> list[EExpr | None]:
