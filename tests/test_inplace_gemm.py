@@ -35,6 +35,21 @@ def override(stmt: int, **knobs: object) -> TemplateSchedule:
     return TemplateSchedule((TemplateConfig(stmt, "implicit_gemm", tuple(sorted(base.items()))),))
 
 
+def gradient_shapes(shape: dict[str, int]) -> dict[str, tuple[int, ...]]:
+    """The conv gradient's input shapes: X, F and the output gradient DO."""
+    n, c, h, w, co, kh, kw = (shape[k] for k in ("N", "C", "H", "W", "CO", "KH", "KW"))
+    s, p = shape["stride"], shape["pad"]
+    return {"X": (n, c, h, w), "F": (co, c, kh, kw), "DO": (n, co, (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1)}
+
+
+def assert_gradients_match_torch(grad: tilec.Function, shapes: dict[str, tuple[int, ...]], shape: dict[str, int]) -> None:
+    x, f, dy = (rng.standard_normal(shapes[k]).astype(np.float32) for k in ("X", "F", "DO"))
+    _, dx_ref, df_ref = torch_conv2d_grads(x, f, dy, shape["stride"], shape["pad"])
+    dx, df = grad(x, f, dy)
+    np.testing.assert_allclose(dx, dx_ref, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(df, df_ref, rtol=1e-4, atol=1e-3)
+
+
 # Channels a multiple of the vector width (the in-place column); output channels ragged against
 # the 6-row register tile; strides, asymmetric kernels and padding.
 CASES = [dict(N=2, C=16, H=9, W=7, CO=20, KH=3, KW=3, stride=1, pad=1),
@@ -45,23 +60,14 @@ CASES = [dict(N=2, C=16, H=9, W=7, CO=20, KH=3, KW=3, stride=1, pad=1),
 
 @pytest.mark.parametrize("shape", CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
 def test_weight_gradient_is_stored_straight_into_the_weights_layout(shape):
-    n, c, h, w, co, kh, kw = (shape[k] for k in ("N", "C", "H", "W", "CO", "KH", "KW"))
-    s, p = shape["stride"], shape["pad"]
-    oh, ow = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
     grad = tilec.grad(conv2d_source(shape), wrt=["X", "F"])
-    shapes = {"X": (n, c, h, w), "F": (co, c, kh, kw), "DO": (n, co, oh, ow)}
+    shapes = gradient_shapes(shape)
     line = params(grad.source, shapes)
     assert re.search(r" DK_\d+\.Bpan: ", line)  # the weight gradient's product reads the input in panels ...
     assert not re.search(r" DK_\d+: ", line)  # ... and stores straight into DF: the product is never materialised
-    if s == 1:
+    if shape["stride"] == 1:
         assert not re.search(r" (I|DY_0): ", line)  # both operands' layout copies read through
-    x = rng.standard_normal(shapes["X"]).astype(np.float32)
-    f = rng.standard_normal(shapes["F"]).astype(np.float32)
-    dy = rng.standard_normal(shapes["DO"]).astype(np.float32)
-    _, dx_ref, df_ref = torch_conv2d_grads(x, f, dy, s, p)
-    dx, df = grad(x, f, dy)
-    np.testing.assert_allclose(dx, dx_ref, rtol=1e-4, atol=1e-3)
-    np.testing.assert_allclose(df, df_ref, rtol=1e-4, atol=1e-3)
+    assert_gradients_match_torch(grad, shapes, shape)
 
 
 def test_heuristic_keeps_the_usual_column_when_it_is_as_contiguous():
@@ -140,11 +146,8 @@ def test_reduction_blocks_give_the_same_weight_gradient(shape, share, monkeypatc
     from tilec.config import options
     from tilec.schedule import inplace_gemm
 
-    n, c, h, w, co, kh, kw = (shape[k] for k in ("N", "C", "H", "W", "CO", "KH", "KW"))
-    s, p = shape["stride"], shape["pad"]
-    oh, ow = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
     grad = tilec.grad(conv2d_source(shape), wrt=["X", "F"])
-    shapes = {"X": (n, c, h, w), "F": (co, c, kh, kw), "DO": (n, co, oh, ow)}
+    shapes = gradient_shapes(shape)
     panels = re.search(r" DK_\d+\.Bpan: float32\[([\d, ]+)\]", params(grad.source, shapes))
     assert panels
     panel_bytes = 4 * int(np.prod([int(d) for d in panels.group(1).split(",")][1:]))
@@ -152,13 +155,7 @@ def test_reduction_blocks_give_the_same_weight_gradient(shape, share, monkeypatc
     monkeypatch.setattr(options, "disk_cache", False)
     grad = tilec.grad(conv2d_source(shape), wrt=["X", "F"])  # a fresh function: no kernel cached in memory
     assert re.search(r" DK_\d+\.partial: ", params(grad.source, shapes))
-    x = rng.standard_normal(shapes["X"]).astype(np.float32)
-    f = rng.standard_normal(shapes["F"]).astype(np.float32)
-    dy = rng.standard_normal(shapes["DO"]).astype(np.float32)
-    _, dx_ref, df_ref = torch_conv2d_grads(x, f, dy, s, p)
-    dx, df = grad(x, f, dy)
-    np.testing.assert_allclose(dx, dx_ref, rtol=1e-4, atol=1e-3)
-    np.testing.assert_allclose(df, df_ref, rtol=1e-4, atol=1e-3)
+    assert_gradients_match_torch(grad, shapes, shape)
 
 
 def test_reduction_blocks_split_the_loop_whose_inner_loops_fit():
