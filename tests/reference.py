@@ -152,6 +152,14 @@ function (X[N, C]) -> (O) {
 """
 
 
+def conv2d_grad_shapes(shape: dict[str, int]) -> dict[str, tuple[int, ...]]:
+    """A conv2d gradient's input shapes (X, F and the output gradient DO) for the bench's shape keys
+    (N, C, H, W, CO, KH, KW, stride, pad)."""
+    n, c, h, w, co, kh, kw = (shape[k] for k in ("N", "C", "H", "W", "CO", "KH", "KW"))
+    s, p = shape["stride"], shape["pad"]
+    return {"X": (n, c, h, w), "F": (co, c, kh, kw), "DO": (n, co, (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1)}
+
+
 def torch_conv2d_grads(x, f, dy, stride, pad):
     """(y, dX, dF) of torch's conv2d in float64: the reference for tilec's derived conv gradients."""
     import pytest

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tilec
-from reference import torch_conv2d_grads
+from reference import conv2d_grad_shapes, torch_conv2d_grads
 from tilec.autotune.space import space_for
 from tilec.autotune.task import backward_tasks
 from tilec.bench.ops import conv2d_source
@@ -35,13 +35,6 @@ def override(stmt: int, **knobs: object) -> TemplateSchedule:
     return TemplateSchedule((TemplateConfig(stmt, "implicit_gemm", tuple(sorted(base.items()))),))
 
 
-def gradient_shapes(shape: dict[str, int]) -> dict[str, tuple[int, ...]]:
-    """The conv gradient's input shapes: X, F and the output gradient DO."""
-    n, c, h, w, co, kh, kw = (shape[k] for k in ("N", "C", "H", "W", "CO", "KH", "KW"))
-    s, p = shape["stride"], shape["pad"]
-    return {"X": (n, c, h, w), "F": (co, c, kh, kw), "DO": (n, co, (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1)}
-
-
 def assert_gradients_match_torch(grad: tilec.Function, shapes: dict[str, tuple[int, ...]], shape: dict[str, int]) -> None:
     x, f, dy = (rng.standard_normal(shapes[k]).astype(np.float32) for k in ("X", "F", "DO"))
     _, dx_ref, df_ref = torch_conv2d_grads(x, f, dy, shape["stride"], shape["pad"])
@@ -61,7 +54,7 @@ CASES = [dict(N=2, C=16, H=9, W=7, CO=20, KH=3, KW=3, stride=1, pad=1),
 @pytest.mark.parametrize("shape", CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
 def test_weight_gradient_is_stored_straight_into_the_weights_layout(shape):
     grad = tilec.grad(conv2d_source(shape), wrt=["X", "F"])
-    shapes = gradient_shapes(shape)
+    shapes = conv2d_grad_shapes(shape)
     line = params(grad.source, shapes)
     assert re.search(r" DK_\d+\.Bpan: ", line)  # the weight gradient's product reads the input in panels ...
     assert not re.search(r" DK_\d+: ", line)  # ... and stores straight into DF: the product is never materialised
@@ -147,7 +140,7 @@ def test_reduction_blocks_give_the_same_weight_gradient(shape, share, monkeypatc
     from tilec.schedule import inplace_gemm
 
     grad = tilec.grad(conv2d_source(shape), wrt=["X", "F"])
-    shapes = gradient_shapes(shape)
+    shapes = conv2d_grad_shapes(shape)
     panels = re.search(r" DK_\d+\.Bpan: float32\[([\d, ]+)\]", params(grad.source, shapes))
     assert panels
     panel_bytes = 4 * int(np.prod([int(d) for d in panels.group(1).split(",")][1:]))
@@ -171,7 +164,9 @@ def test_reduction_blocks_split_the_loop_whose_inner_loops_fit():
     assert decision is not None and decision.inplace is not None
     plan = decision.inplace.gemm
     panels = L.Buffer("P", "float32", (1, 8, 58, 58, 64))  # a 6.9 MB column panel: overflows L2
-    level, chunk = inplace_gemm.reduction_blocks(plan, panels, "float32", 2)
+    blocking = inplace_gemm.reduction_blocks(plan, panels, "float32", 2)
+    assert blocking is not None
+    level, chunk = blocking
     assert [v for v, _, _ in plan.red][level] == "x" and chunk == 14  # (n, 14 rows of x): a quarter MiB of panel
     small = L.Buffer("P", "float32", (1, 8, 8, 8, 64))
-    assert inplace_gemm.reduction_blocks(plan, small, "float32", 2) == (0, 8)  # fits: one block
+    assert inplace_gemm.reduction_blocks(plan, small, "float32", 2) is None  # fits: one block

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tilec
-from reference import torch_conv2d_grads
+from reference import conv2d_grad_shapes, torch_conv2d_grads
 from tilec.bench.ops import conv2d_source
 from tilec.ir.bounds import bind
 from tilec.schedule import permute
@@ -73,13 +73,8 @@ CASES = [dict(N=1, C=20, H=9, W=11, CO=70, KH=3, KW=3, stride=1, pad=1),
 
 @pytest.mark.parametrize("shape", CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
 def test_conv2d_forward_and_gradients_with_folded_copies_match_torch(shape):
-    n, c, h, w, co, kh, kw = (shape[k] for k in ("N", "C", "H", "W", "CO", "KH", "KW"))
-    s, p = shape["stride"], shape["pad"]
-    oh, ow = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
-    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
-    f = rng.standard_normal((co, c, kh, kw)).astype(np.float32)
-    dy = rng.standard_normal((n, co, oh, ow)).astype(np.float32)
-    y_ref, dx_ref, df_ref = torch_conv2d_grads(x, f, dy, s, p)
+    x, f, dy = (rng.standard_normal(dims).astype(np.float32) for dims in conv2d_grad_shapes(shape).values())
+    y_ref, dx_ref, df_ref = torch_conv2d_grads(x, f, dy, shape["stride"], shape["pad"])
     src = conv2d_source(shape)
     np.testing.assert_allclose(tilec.compile(src)(x, f), y_ref, rtol=1e-4, atol=1e-3)
     grad = tilec.grad(src, wrt=["X", "F"])

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import llvmlite.ir as ir
 
-from tilec.codegen.llvm_vector import (I64, VectorLoop, _align, _single_store, _stride, _varies, power_of_two_pieces,
-                                       vectorizable)
+from tilec.codegen.llvm_vector import (I64, VectorLoop, _align, _children, _single_store, _stride, _varies,
+                                       power_of_two_pieces, vectorizable)
 from tilec.ir import loop as L
 
 if TYPE_CHECKING:
@@ -34,18 +34,8 @@ _DTYPES = {"float32", "float64", "int32", "int64"}
 
 
 def _loads(e: L.Expr) -> list[L.Load]:
-    found: list[L.Load] = []
-
-    def walk(x: object) -> None:
-        if isinstance(x, L.Load):
-            found.append(x)
-        for value in getattr(x, "__dict__", {}).values():
-            for item in value if isinstance(value, tuple) else (value,):
-                if hasattr(item, "__dataclass_fields__") and not isinstance(item, L.Buffer):
-                    walk(item)
-
-    walk(e)
-    return found
+    """Every load in `e`, those inside an index included."""
+    return ([e] if isinstance(e, L.Load) else []) + [x for c in _children(e) for x in _loads(c)]
 
 
 def _extent(loop: L.For) -> int | None:
@@ -104,10 +94,7 @@ def emit_transposed(em: "_BodyEmitter", loop: L.For) -> None:
                 pointer = em.b.bitcast(em.address(buf, store.indices), ir.PointerType(column.type))
                 em.b.store(column, pointer, align=_align(buf.dtype))
     for v, value in saved.items():
-        if value is None:
-            em.vars.pop(v, None)
-        else:
-            em.vars[v] = value
+        em._restore_var(v, value)
 
 
 def transpose(b: ir.IRBuilder, rows: list[ir.Value], n: int) -> list[ir.Value]:

@@ -185,10 +185,7 @@ class VectorLoop:
         saved = self.em.vars.get(self.var)
         self.em.vars[self.var] = ir.Constant(I64, self.begin)  # addresses are taken at lane 0
         self.stmt(self.loop.body)
-        if saved is None:
-            self.em.vars.pop(self.var, None)
-        else:
-            self.em.vars[self.var] = saved
+        self.em._restore_var(self.var, saved)
 
     # ------------------------------------------------------------ statements
 

@@ -180,11 +180,12 @@ def build(b: BoundContraction, bp: BoundProgram, ip: InplacePlan, knobs: GemmKno
         return L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), body, "vectorized"), "unrolled")
 
     kernel = tile(L.Store(acc.name, (v(ii), v(jj)), L.Bin("add", acc_now, L.Bin("mul", a_value, b_value))))
-    level, chunk = reduction_blocks(plan, b_panels, bp.dtypes[plan.b.tensor], threads)
+    blocking = reduction_blocks(plan, b_panels, bp.dtypes[plan.b.tensor], threads)
+    level, chunk = blocking or (0, 0)
     kb = f"{out}.kb"
     for d in reversed(range(level, len(plan.red))):
         var, lo, hi = plan.red[d]
-        if d == level and chunk <= hi - lo:  # this block's chunk of the split loop
+        if blocking and d == level:  # this block's chunk of the split loop
             first = L.add(L.const(lo), L.mul(v(kb), L.const(chunk)))
             kernel = L.For(var, first, L.Bin("min", L.const(hi + 1), L.add(first, L.const(chunk))), kernel)
         else:
@@ -201,7 +202,7 @@ def build(b: BoundContraction, bp: BoundProgram, ip: InplacePlan, knobs: GemmKno
     zero = tile(L.Store(acc.name, (v(ii), v(jj)), L.cast(dt, L.const(0))))
     whole = L.Cmp("le", L.mul(L.add(ir, L.const(1)), L.const(mr)), L.const(m))
     stores = L.If(whole, tile(store), tile(L.If(L.Cmp("lt", row_of_tile, L.const(m)), store)))
-    if level == 0 and chunk > plan.red[0][2] - plan.red[0][1]:  # one block: the whole reduction in registers
+    if blocking is None:  # one block: the whole reduction in registers
         micro = L.Allocate(acc, L.seq(zero, kernel, stores))
         stmts.append(threads_loop(t, threads, thread_share(t, threads, w, units, micro)))
         return L.seq(*stmts), workspaces
@@ -234,12 +235,12 @@ L2_BUDGET = 512 * 1024  # bytes: a column panel larger than this is walked in bl
 SUMS_BUDGET = 512 * 1024  # bytes of partial sums per thread that blocks may save and reload
 
 
-def reduction_blocks(plan: GemmPlan, panels: L.Buffer, dtype: str, threads: int) -> tuple[int, int]:
+def reduction_blocks(plan: GemmPlan, panels: L.Buffer, dtype: str, threads: int) -> tuple[int, int] | None:
     """(level, chunk): the reduction runs in blocks, each one value of the loops outside `level`,
     `chunk` values of loop `level` and all of the loops inside it, so that the part of B's column
     panel a block reads (about L2_BUDGET / 2) stays in L2 while every unit of a thread uses it.
     Only when a panel overflows L2_BUDGET and the partial sums of all units, saved and reloaded
-    between blocks, fit SUMS_BUDGET per thread; otherwise one block, (0, extent of loop 0).
+    between blocks, fit SUMS_BUDGET per thread, and there are several blocks; otherwise None.
     Measured on the 3x3 64->64 56^2 convolution's weight gradient: a 6.9 MB panel re-read from L3
     by every row tile ran at 325 GFLOP/s on two cores, vs 412 for a packed GEMM of its size."""
     itemsize = np.dtype(dtype).itemsize
@@ -247,7 +248,7 @@ def reduction_blocks(plan: GemmPlan, panels: L.Buffer, dtype: str, threads: int)
     panel_bytes = math.prod(panels.shape[1:]) * itemsize
     sums_bytes = plan.m * plan.n * itemsize
     if panel_bytes <= L2_BUDGET or sums_bytes > SUMS_BUDGET * threads:
-        return 0, extents[0]
+        return None
     per_element = panel_bytes / plan.k  # bytes of panel per element of the reduction
     want = max(1, int(L2_BUDGET / 2 / per_element))  # reduction elements per block
     level = 0
@@ -256,7 +257,7 @@ def reduction_blocks(plan: GemmPlan, panels: L.Buffer, dtype: str, threads: int)
     inside = math.prod(extents[level + 1:])
     chunk = max(1, min(extents[level], want // inside))
     blocks = -(-extents[level] // chunk)
-    return level, -(-extents[level] // blocks)  # even blocks
+    return (level, -(-extents[level] // blocks)) if blocks > 1 else None  # even blocks
 
 
 __all__ = ["InplacePlan", "build", "default_knobs", "match", "reduction_blocks"]

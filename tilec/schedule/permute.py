@@ -146,7 +146,8 @@ def _tiles(plan: PermutePlan, line: int, body: Callable[[dict[str, L.Expr]], L.S
     v = L.Var
 
     def blocks(var: str) -> list[tuple[str | None, int, int]]:
-        """(block loop variable or None, first element, elements): the whole blocks, then the rest."""
+        """(block loop variable or None, first element of the inner loop, elements): the whole blocks
+        (their inner loop from 0, offset by the block loop), then the rest."""
         whole, rest = divmod(extent[var], line)
         out: list[tuple[str | None, int, int]] = [(f"{var}.o", 0, line)] if whole else []
         return out + ([(None, whole * line, rest)] if rest else [])
@@ -164,9 +165,8 @@ def _tiles(plan: PermutePlan, line: int, body: Callable[[dict[str, L.Expr]], L.S
         t_parts = []
         for t_block, t_first, t_count in blocks(t):
             at = {**where, s: index(s, s_block), t: index(t, t_block)}
-            tile = L.For(f"{t}.i", L.const(t_first if t_block is None else 0), L.const(t_first + t_count), L.For(
-                f"{s}.i", L.const(s_first if s_block is None else 0), L.const(s_first + s_count), body(at),
-                "vectorized"), "unrolled")
+            tile = L.For(f"{t}.i", L.const(t_first), L.const(t_first + t_count), L.For(
+                f"{s}.i", L.const(s_first), L.const(s_first + s_count), body(at), "vectorized"), "unrolled")
             t_parts.append(block_loop(t, t_block, tile))
         s_parts.append(block_loop(s, s_block, L.seq(*t_parts)))
     stmt = L.seq(*s_parts)
