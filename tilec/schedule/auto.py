@@ -20,7 +20,7 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.lower import LoweredGroup, lower, lower_statement
 from tilec.schedule import (attention, attention_backward, attention_backward_kernel, column_reduce, copy_fold,
-                            direct_gemm, elementwise_fusion, implicit_gemm, inplace_gemm, permute)
+                            direct_gemm, elementwise_fusion, implicit_gemm, inplace_gemm, permute, winograd)
 from tilec.schedule.fusion import find_epilogue, fused_group
 from tilec.schedule.legality import check_parallel
 from tilec.errors import ScheduleError
@@ -137,12 +137,13 @@ class GemmDecision:
     a_pads: direct_gemm.Pads | None = None  # A read in place (direct_gemm): its zero borders
     inplace: inplace_gemm.InplacePlan | None = None  # both operands read in place: the plan
     out_copy: copy_fold.Copy | None = None  # the layout copy the tiles are stored into directly
+    winograd: winograd.WinogradPlan | None = None  # a 3x3 convolution as 16 GEMMs (`knobs` are theirs)
 
     def through(self) -> frozenset[str]:
         """The operands the template reads only where reading a layout copy's source instead is no
         extra pass: while packing or zero-padding them, or (read in place) as broadcast scalars."""
         a, b = self.plan.a.tensor, self.plan.b.tensor
-        if self.inplace is not None:  # A broadcast, B copied into column panels
+        if self.inplace is not None or self.winograd is not None:  # A broadcast or padded, B copied
             return frozenset({a, b})
         if self.knobs.pack_a or (self.a_pads is not None and any(p != (0, 0) for p in self.a_pads)):
             return frozenset({a, b})
@@ -200,15 +201,23 @@ def default_gemm(index: int, bp: BoundProgram, target: Target) -> GemmDecision |
     plan = implicit_gemm.match(b) if isinstance(b, BoundContraction) else None
     if plan is None or not implicit_gemm.worthwhile(plan, target):
         return None
+    wino = winograd.match(b, plan, bp)  # type: ignore[arg-type]
+    if wino is not None:
+        return GemmDecision(plan, _packed_or_direct(wino.gemm, bp, target, b.dtype), winograd=wino)
     out_copy = copy_fold.output_copy(index, bp)
     inplace = _inplace_plan(b, bp, target, plan, out_copy) if out_copy is not None else None  # type: ignore[arg-type]
     if inplace is not None:
         knobs = inplace_gemm.default_knobs(inplace, b.dtype, target)
     else:
-        knobs = implicit_gemm.default_knobs(plan, b.dtype, target)
-        if -(-plan.n // knobs.nr) <= DIRECT_MAX_PANELS and direct_gemm.applicable(plan, bp):
-            knobs = replace(knobs, pack_a=False)  # each packed A element would serve too few panels
+        knobs = _packed_or_direct(plan, bp, target, b.dtype)
     return _decision(b, bp, plan, knobs, inplace, out_copy)  # type: ignore[arg-type]
+
+
+def _packed_or_direct(plan: implicit_gemm.GemmPlan, bp: BoundProgram, target: Target, dtype: str) -> implicit_gemm.GemmKnobs:
+    knobs = implicit_gemm.default_knobs(plan, dtype, target)
+    if -(-plan.n // knobs.nr) <= DIRECT_MAX_PANELS and (plan.a.tensor not in bp.shapes or direct_gemm.applicable(plan, bp)):
+        knobs = replace(knobs, pack_a=False)  # each packed A element would serve too few panels
+    return knobs
 
 
 def _decision(b: BoundContraction, bp: BoundProgram, plan: implicit_gemm.GemmPlan, knobs: implicit_gemm.GemmKnobs,
@@ -268,6 +277,10 @@ def _attention_group(index: int, bp: BoundProgram, config: TemplateConfig | None
 
 def _gemm_group(index: int, b: BoundContraction, program: BoundProgram, target: Target, decision: GemmDecision,
                 folded: dict[str, copy_fold.Copy]) -> LoweredGroup:
+    if decision.winograd is not None:
+        epilogue = find_epilogue(index, program)
+        stmt, workspaces = winograd.build(b, program, decision.winograd, decision.knobs, target, epilogue, folded)
+        return fused_group(copy_fold.read_through(stmt, folded), b, epilogue, tuple(workspaces))
     if decision.inplace is not None:
         epilogue = None if decision.out_copy is not None else find_epilogue(index, program)
         stmt, workspaces = inplace_gemm.build(b, program, decision.inplace, decision.knobs, target, epilogue,
