@@ -3,8 +3,9 @@
 Requires: a BoundProgram and a Target. Guarantees: a PrimFunc computing what the
 default lowering computes; sum-of-products contractions big enough to gain go
 through a GEMM template (packed: implicit_gemm; A in place: direct_gemm; both operands in place,
-stored through the layout copy that reads the product: inplace_gemm) with knobs chosen from the
-shapes and target,
+stored through the layout copy that reads the product: inplace_gemm; a wide 3x3 stride-1
+convolution or filter gradient: 16 GEMMs between Winograd transforms, winograd) with knobs chosen
+from the shapes and target,
 with the elementwise statements that follow them fused in as an epilogue; runs of elementwise
 statements and keep-dim row reductions over one iteration space become one nest over rows
 (tilec/schedule/elementwise_fusion.py); sums over leading axes (a bias's gradient) keep the
