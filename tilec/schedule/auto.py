@@ -144,7 +144,7 @@ class GemmDecision:
         """The operands the template reads only where reading a layout copy's source instead is no
         extra pass: while packing or zero-padding them, or (read in place) as broadcast scalars."""
         a, b = self.plan.a.tensor, self.plan.b.tensor
-        if self.inplace is not None or self.winograd is not None:  # A broadcast or padded, B copied
+        if self.inplace is not None or self.winograd is not None:  # A broadcast or padded; B copied or transformed
             return frozenset({a, b})
         if self.knobs.pack_a or (self.a_pads is not None and any(p != (0, 0) for p in self.a_pads)):
             return frozenset({a, b})
@@ -204,19 +204,23 @@ def default_gemm(index: int, bp: BoundProgram, target: Target) -> GemmDecision |
         return None
     wino = winograd.match(b, plan, bp)  # type: ignore[arg-type]
     if wino is not None:
-        return GemmDecision(plan, _packed_or_direct(wino.gemm, bp, target, b.dtype), winograd=wino)
+        # the GEMMs' A is the input transform, a workspace without guards: readable in place
+        return GemmDecision(plan, _packed_or_direct(wino.gemm, target, b.dtype, True), winograd=wino)
     out_copy = copy_fold.output_copy(index, bp)
     inplace = _inplace_plan(b, bp, target, plan, out_copy) if out_copy is not None else None  # type: ignore[arg-type]
     if inplace is not None:
         knobs = inplace_gemm.default_knobs(inplace, b.dtype, target)
     else:
-        knobs = _packed_or_direct(plan, bp, target, b.dtype)
+        knobs = _packed_or_direct(plan, target, b.dtype, direct_gemm.applicable(plan, bp))
     return _decision(b, bp, plan, knobs, inplace, out_copy)  # type: ignore[arg-type]
 
 
-def _packed_or_direct(plan: implicit_gemm.GemmPlan, bp: BoundProgram, target: Target, dtype: str) -> implicit_gemm.GemmKnobs:
+def _packed_or_direct(plan: implicit_gemm.GemmPlan, target: Target, dtype: str,
+                      a_in_place: bool) -> implicit_gemm.GemmKnobs:
+    """The packed template's default knobs, A read in place (direct_gemm) where it can be
+    (`a_in_place`) and the columns are few."""
     knobs = implicit_gemm.default_knobs(plan, dtype, target)
-    if -(-plan.n // knobs.nr) <= DIRECT_MAX_PANELS and (plan.a.tensor not in bp.shapes or direct_gemm.applicable(plan, bp)):
+    if -(-plan.n // knobs.nr) <= DIRECT_MAX_PANELS and a_in_place:
         knobs = replace(knobs, pack_a=False)  # each packed A element would serve too few panels
     return knobs
 

@@ -13,17 +13,28 @@ tiles x channels x columns, 16 multiplications per tile where the direct form ne
     M[ab, p, col] = +(V[ab, p, c] * U[ab, c, col])                           # 16 GEMMs
     O[tile p's 2x2 cells, col] = (Aᵀ M[:, p, col] A)                         # output transform
 
+A filter gradient ``O[i, j, c, col] = +(B[batch, x, y, col] * A[.., x + i + d, .., y + j + e, .., c])``
+is the same algorithm with the roles exchanged (B's 2x2 tiles the "filter", the taps the output):
+``O[.., c, col] = Gᵀ [sum over tiles (A z Aᵀ) ⊙ (Bᵀ d B)] G``, z a tile of B::
+
+    U[ab, p, col] = (A z Aᵀ)[a, b]            for every tile p and column    # gradient transform
+    V[ab, p, c]   = (Bᵀ d B)[a, b]            as above
+    M[ab, c, col] = +(V[ab, p, c] * U[ab, p, col])                           # 16 GEMMs over tiles
+    O[taps, c, col] = (Gᵀ M[:, c, col] G)                                     # filter output
+
 The GEMMs go through the implicit-GEMM templates (tilec.schedule.implicit_gemm, direct_gemm)
 with the knobs of the decision; the transforms run over tiles (or channels) split across the
 threads, vectorized along the channel or column, which must be the innermost index of the
 tensors they read.
 
-Requires: a BoundContraction whose GEMM roles (implicit_gemm.match) have no outer loop, a
-3-long reduction over channels plus two 3-long taps at 0..2, each tap beside one output row
-variable with coefficient 1 in one index of A, A's other indices lone row or channel
-variables with the channel innermost, B's indices the taps, channel and column alone, and only
-bound guards on A. Guarantees: the contraction's result (with float rounding of the
-transforms: F(2x2, 3x3) loses about one decimal digit against the direct sum).
+Requires: a BoundContraction whose GEMM roles (implicit_gemm.match) have no outer loop, and in
+one index of A each of two taps ranging over 0..2 beside one position variable with coefficient
+1 (positions are output rows and taps reduction variables in a convolution, the other way round
+in a filter gradient); A's other indices lone batch or channel variables, the channel innermost;
+B's indices lone variables (the taps, channel and column; or the batch, positions and column,
+the column innermost); only bound guards on A and none on B. Guarantees: the contraction's
+result (with float rounding of the transforms: F(2x2, 3x3) loses about one decimal digit
+against the direct sum).
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from tilec.ir.lower import index_expr
 from tilec.schedule.direct_gemm import Pads, access_padding, padded_index, padded_operand
 from tilec.schedule.fusion import Epilogue, epilogue_value
 from tilec.schedule.implicit_gemm import GemmKnobs, GemmPlan, Range, decompose, thread_share, threads_loop
+from tilec.schedule.implicit_gemm import build as build_gemm
 from tilec.schedule.rewrite import substitute_expr
 from tilec.target import Target
 
@@ -196,7 +208,8 @@ def _match_form(b: BoundContraction, plan: GemmPlan, bp: BoundProgram, weight: b
     return WinogradPlan(plan, image, weight, b_pads, _gemm_plan(b.output, image.tiles, channel_count, cols, weight))
 
 
-def _gemm_plan(out: str, tiles: int, channels: int, cols: int, weight: bool, column_inner: bool = True) -> GemmPlan:
+def _gemm_plan(out: str, tiles: int, channels: int, cols: int, weight: bool) -> GemmPlan:
+    """The 16 GEMMs; the forward form's U laid out [point, channel, column] (build swaps it when `filter_column_inner` is False)."""
     u, v, _, _, _ = workspace_names(out)
     ab, p, c, j = (f"{out}.w{s}" for s in ("ab", "p", "c", "j"))
     outer = ((ab, 0, POINTS - 1),)
@@ -204,8 +217,7 @@ def _gemm_plan(out: str, tiles: int, channels: int, cols: int, weight: bool, col
     if weight:
         return GemmPlan(a=a, b=BoundAccess(u, (_lone(ab), _lone(p), _lone(j))), outer=outer, rows=((c, 0, channels - 1),),
                         col=(j, 0, cols - 1), red=((p, 0, tiles - 1),), a_guards=(), b_guards=())
-    u_cell = (_lone(c), _lone(j)) if column_inner else (_lone(j), _lone(c))
-    return GemmPlan(a=a, b=BoundAccess(u, (_lone(ab), *u_cell)), outer=outer, rows=((p, 0, tiles - 1),),
+    return GemmPlan(a=a, b=BoundAccess(u, (_lone(ab), _lone(c), _lone(j))), outer=outer, rows=((p, 0, tiles - 1),),
                     col=(j, 0, cols - 1), red=((c, 0, channels - 1),), a_guards=(), b_guards=())
 
 
@@ -431,15 +443,15 @@ def _operand(name: str, tensor: str, pads: Pads, bp: BoundProgram, copies: "Mapp
 def build(b: BoundContraction, bp: BoundProgram, wp: WinogradPlan, knobs: GemmKnobs, target: Target,
           epilogue: Epilogue | None = None, copies: "Mapping[str, Copy] | None" = None) -> tuple[L.Stmt, list[L.Buffer]]:
     """The phases and their workspaces; `knobs` are the 16 GEMMs' (of wp.gemm)."""
-    from tilec.schedule.implicit_gemm import build as build_gemm
-
     copies = copies or {}
     dt, plan, image = b.dtype, wp.conv, wp.image
     u, v, m, apad, bpad = workspace_names(b.output)
-    tiles, channels, cols = image.tiles, image.channel[2] - image.channel[1] + 1, plan.n
     column_inner = wp.weight or filter_column_inner(bp, wp, copies)
-    g = _gemm_plan(b.output, tiles, channels, cols, wp.weight, column_inner)
-    shapes = {u: _extents(g.b, g), v: (POINTS, tiles, channels), m: (POINTS, g.m, cols)}
+    g = wp.gemm
+    if not column_inner:  # U laid out [point, column, channel], as the filter transform stores it
+        point, channel, col = g.b.indices
+        g = replace(g, b=replace(g.b, indices=(point, col, channel)))
+    shapes = {u: _extents(g.b, g), v: _extents(g.a, g), m: (POINTS, g.m, g.n)}
     workspaces = [L.Buffer(name, dt, shape) for name, shape in shapes.items()]
     stmts: list[L.Stmt] = []
     a_source = _operand(apad, plan.a.tensor, image.pads, bp, copies, target, stmts, workspaces)
