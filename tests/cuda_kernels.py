@@ -14,7 +14,7 @@ import numpy as np
 
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
-from tilec.schedule.gpu_tensorcore import WmmaGemmConfig
+from tilec.schedule.gpu.tensorcore_knobs import WmmaGemmConfig
 
 V = L.Var
 F16, F32 = "float16", "float32"
@@ -238,7 +238,7 @@ def wmma_gemm(m: int, n: int, k: int, config: WmmaGemmConfig | None = None, name
     warps, each owning a sub-tile of 16x16 accumulator fragments; every block_k step stages A and B in
     shared memory with cooperative loads (a Barrier before the fragments read them and another before
     they are overwritten). M, N, K must be multiples of the block tile (a ScheduleError says which).
-    (The template tilec compiles fp16 products with is tilec.schedule.gpu_gemm_tc.)"""
+    (The template tilec compiles fp16 products with is tilec.schedule.gpu.tensorcore.)"""
     cfg = config or WmmaGemmConfig()
     cfg.check()
     for dim, size, tile in (("M", m, cfg.block_m), ("N", n, cfg.block_n), ("K", k, cfg.block_k)):

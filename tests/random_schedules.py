@@ -15,8 +15,8 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import BoundProgram, bind
 from tilec.ir.lower import lower
 from tilec.ir.verify import verify
-from tilec.schedule.apply import apply_primitive
-from tilec.schedule.primitives import Schedule
+from tilec.schedule.primitives.apply import apply_primitive
+from tilec.schedule.primitives.records import Schedule
 
 
 def bound_f32(src: str, shapes: dict) -> BoundProgram:

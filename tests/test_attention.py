@@ -9,12 +9,12 @@ import pytest
 
 import tilec
 from tilec.bench.ops import attention_source
-from tilec.codegen.llvm_ir import emit_module
-from tilec.codegen.llvm_jit import emit_object, load_object, optimise
+from tilec.codegen.llvm.module import emit_module
+from tilec.codegen.llvm.jit import emit_object, load_object, optimise
 from tilec.ir import loop as L
 from tilec.ir.bounds import bind
 from tilec.ir.lower import KERNEL_NAME
-from tilec.schedule import attention
+from tilec.schedule.cpu import attention
 from tilec.target import host_target
 
 
@@ -91,7 +91,7 @@ def test_attention_knobs(bq, bk):
     plan = attention.match(0, bp)
     assert plan is not None
     group = attention.build(plan, bp, host_target(), attention.AttentionKnobs(bq=bq, bk=bk))
-    from tilec import driver
+    from tilec.pipeline import driver
     from tilec.ir.lower import lower
     from tilec.runtime.function import _run
     func = lower(bp, strategy=lambda index, prog: group if index == 0 else None)

@@ -10,14 +10,14 @@ import pytest
 import torch
 
 import tilec
-from ops import torch_ops
-from ops.sources import attention_source
+from tilec.ops import torch_ops
+from tilec.ops.sources import attention_source
 from tilec.autodiff import derive
 from tilec.errors import ScheduleError
 from tilec.frontend import parse
 from tilec.ir.bounds import bind
-from tilec.schedule import attention_backward
-from tilec.schedule.templates import TemplateConfig, TemplateSchedule
+from tilec.schedule.patterns import attention_backward
+from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
 from tilec.target import host_target
 
 SMALL = TemplateSchedule((TemplateConfig(0, "attention_backward", (("bk", 16), ("bq", 8), ("mr", 4))),))

@@ -298,7 +298,7 @@ def test_strided_conv_input_gradient_is_polyphase() -> None:
                                                 (2, 0, 1, (9, 8)), (3, 1, 1, (10, 11))])  # 1x1: no tap
 def test_polyphase_conv_gradients_match_torch(stride: int, pad: int, k: int, hw: tuple[int, int]) -> None:
     torch = pytest.importorskip("torch")
-    from ops import sources
+    from tilec.ops import sources
 
     src = sources.conv2d_source((stride, stride), (pad, pad), (1, 1), True)
     x = RNG.standard_normal((2, 3) + hw).astype(np.float32)

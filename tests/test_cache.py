@@ -10,13 +10,13 @@ import sys
 import numpy as np
 
 import tilec
-from tilec import driver
+from tilec.pipeline import driver
 
 GEMM = "C[i, j: M, N] = +(A[i, k] * B[k, j])"
 
 _CHILD = """
 import json, numpy as np, tilec
-from tilec import driver
+from tilec.pipeline import driver
 a = np.arange(12, dtype=np.float32).reshape(3, 4)
 out = tilec.compile({src!r})(a, a.T.copy())
 print(json.dumps({{"compiled": driver.stats.compiled, "disk_hits": driver.stats.disk_hits,
@@ -89,8 +89,8 @@ def test_freeing_a_kernel_leaves_the_compiler_usable():
     """Regression: MCJIT owned the cached target machine, so the next compile crashed."""
     code = """
 import gc, numpy as np
-from tilec.codegen.llvm_ir import emit_module
-from tilec.codegen.llvm_jit import emit_object, load_object, optimise
+from tilec.codegen.llvm.module import emit_module
+from tilec.codegen.llvm.jit import emit_object, load_object, optimise
 from tilec.ir.bounds import bind
 from tilec.ir.lower import lower
 from tilec.target import host_target

@@ -193,8 +193,8 @@ def test_tune_backward_tunes_the_gradient_kernels_the_torch_op_uses(capsys, tmp_
     import torch
     import torch.nn.functional as F
 
-    from ops import sources
-    from ops import torch_ops  # noqa: F401 - registers torch.ops.tilec
+    from tilec.ops import sources
+    from tilec.ops import torch_ops  # noqa: F401 - registers torch.ops.tilec
     from tilec.config import options
 
     records = tmp_path / "records.sqlite"
@@ -209,7 +209,7 @@ def test_tune_backward_tunes_the_gradient_kernels_the_torch_op_uses(capsys, tmp_
     monkeypatch.setattr(options, "use_records", True)
     source = sources.conv2d_source((1, 1), (1, 1), (1, 1), False)
     grad = tilec.grad(source, ["X", "F"])
-    sig = tilec.driver.Signature((("X", (2, 8, 7, 9)), ("F", (16, 8, 3, 3)), ("DO", (2, 16, 7, 9))),
+    sig = tilec.pipeline.driver.Signature((("X", (2, 8, 7, 9)), ("F", (16, 8, 3, 3)), ("DO", (2, 16, 7, 9))),
                                  (("X", "float32"), ("F", "float32"), ("DO", "float32")), ())
     recorded = grad._recorded_schedule(sig)
     assert recorded is not None and len(recorded.configs) == 2

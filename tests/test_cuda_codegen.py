@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from tests.cuda_kernels import V, all_cases, tensorcore_cases, axpy4, block_sum, c, elementwise, half_ops, int_semantics, ld
-from tilec.codegen.cuda_c import render_cuda, translation_unit
-from tilec.codegen.nvcc import CudaCompileError, check_arch, compile_cubin
+from tilec.codegen.cuda.source import render_cuda, translation_unit
+from tilec.codegen.cuda.nvcc import CudaCompileError, check_arch, compile_cubin
 from tilec.errors import CodegenError, TilecError
 from tilec.ir import loop as L
 
@@ -174,7 +174,7 @@ def test_compile_errors_show_the_nvcc_message() -> None:
 
 
 def test_compiled_cubins_are_cached_on_disk(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from tilec.codegen import nvcc
+    from tilec.codegen.cuda import nvcc
     from tilec.config import options
 
     monkeypatch.setattr(options, "cache_dir", tmp_path)

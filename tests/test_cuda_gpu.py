@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.cuda_kernels import Case, all_cases, tensorcore_cases
-from tilec.codegen.cuda_c import render_cuda
+from tilec.codegen.cuda.source import render_cuda
 from tilec.errors import BindError
 
 pytestmark = pytest.mark.gpu

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from tests.cuda_kernels import single_warp_mma, tensorcore_gemm, wmma_gemm
-from tilec.codegen.cuda_c import render_cuda
-from tilec.codegen.llvm_ir import emit_module
-from tilec.codegen.llvm_jit import emit_object, load_object, optimise
-from tilec.codegen.wmma import lower_wmma
+from tilec.codegen.cuda.source import render_cuda
+from tilec.codegen.llvm.module import emit_module
+from tilec.codegen.llvm.jit import emit_object, load_object, optimise
+from tilec.passes.lower_wmma import lower_wmma
 from tilec.errors import CodegenError, ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.verify import verify
-from tilec.schedule.gpu_tensorcore import WmmaGemmConfig
+from tilec.schedule.gpu.tensorcore_knobs import WmmaGemmConfig
 from tilec.target import host_target
 
 
@@ -52,7 +52,7 @@ def test_lower_wmma_gives_the_cpu_meaning() -> None:
 
 
 def _walk(node):  # type: ignore[no-untyped-def]
-    from tilec.codegen.cuda_analysis import walk
+    from tilec.codegen.cuda.analysis import walk
 
     return walk(node)
 

@@ -1,4 +1,4 @@
-"""Row-wise elementwise fusion (tilec/schedule/elementwise_fusion.py): values against numpy and torch,
+"""Row-wise elementwise fusion (tilec/schedule/cpu/rowwise.py): values against numpy and torch,
 and that the fused nest is the one chosen."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tilec
-from ops import sources
+from tilec.ops import sources
 from tilec.frontend import parse
 from tilec.ir import loop as L
 from tilec.ir.bounds import bind
-from tilec.schedule import elementwise_fusion
-from tilec.schedule.auto import auto_lower
+from tilec.schedule.cpu import rowwise as elementwise_fusion
+from tilec.schedule.cpu.heuristic import auto_lower
 from tilec.target import host_target
 
 RNG = np.random.default_rng(0)
@@ -217,7 +217,7 @@ def _walk(s: L.Stmt):
 
 
 def test_vector_erf_float32_within_3_ulp() -> None:
-    """The fused nest's vectorized loop computes erf without libm (tilec/codegen/llvm_vector.py)."""
+    """The fused nest's vectorized loop computes erf without libm (tilec/codegen/llvm/vector.py)."""
     import math
 
     src = "function (X[N, K]) -> (O) { T = X * 1.0; O = erf(T); }"
@@ -240,7 +240,7 @@ def test_vector_erf_float32_within_3_ulp() -> None:
 @given(st.integers(1, 40), st.integers(2, 50), st.integers(1, 3), st.sampled_from(["+", ">", "<"]),
        st.sampled_from(["float32", "float64"]), st.integers(0, 2**31 - 1))
 def test_column_reductions_match_numpy(rows: int, k: int, outer: int, agg: str, dtype: str, seed: int) -> None:
-    from tilec.schedule import column_reduce
+    from tilec.schedule.cpu import column_reduce
 
     src = f"function (A[R, P, K]) -> (O) {{ O[p, x: P, K] = {agg}(A[r, p, x]); }}"
     a = np.random.default_rng(seed).standard_normal((rows, outer, k)).astype(dtype)
@@ -251,7 +251,7 @@ def test_column_reductions_match_numpy(rows: int, k: int, outer: int, agg: str, 
 
 
 def test_bias_gradient_is_a_column_sweep() -> None:
-    from tilec.schedule import column_reduce
+    from tilec.schedule.cpu import column_reduce
 
     src = "function (G[M, N]) -> (DB) { DB[x: N] = +(G[m, x]); }"
     bp, func = _lowered(src, {"G": (300, 40)})

@@ -1,4 +1,4 @@
-"""The GPU emulator (tilec.codegen.gpu_emulator) on hand-written GPU kernels, run natively via LLVM."""
+"""The GPU emulator (tilec.passes.emulate_gpu) on hand-written GPU kernels, run natively via LLVM."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import hashlib
 import numpy as np
 import pytest
 
-from tilec.codegen.gpu_emulator import emulate
-from tilec.driver import CudaSimBackend
+from tilec.passes.emulate_gpu import emulate
+from tilec.pipeline.driver import CudaSimBackend
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
 from tilec.ir.verify import verify
-from tilec.schedule.rewrite import walk
+from tilec.ir.rewrite import walk
 from tilec.target import resolve_target
 
 from reference import rng

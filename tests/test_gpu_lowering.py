@@ -1,4 +1,4 @@
-"""GPU lowering (tilec.schedule.gpu_auto), `bind`, shared `cache_read`, and the cuda/cuda-sim targets."""
+"""GPU lowering (tilec.schedule.gpu.launch), `bind`, shared `cache_read`, and the cuda/cuda-sim targets."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilec
-from tilec.driver import Signature, lower_program
+from tilec.pipeline.driver import Signature, lower_program
 from tilec.errors import ScheduleError, TilecError
 from tilec.ir import loop as L
-from tilec.schedule.primitives import Bind, CacheRead, Schedule, Split
-from tilec.schedule.rewrite import walk
+from tilec.schedule.primitives.records import Bind, CacheRead, Schedule, Split
+from tilec.ir.rewrite import walk
 from tilec.target import resolve_target
 
 from reference import MATMUL, assert_matches, randn, rng
@@ -161,7 +161,7 @@ def test_explain_gpu_stage_and_cuda_without_its_backend() -> None:
     assert ";; ---- gpu ----" in whole and ";; ---- llvm ----" in whole
     with pytest.raises(TilecError, match="needs a GPU target"):
         tilec.explain(MATMUL, {"A": (8, 4), "B": (4, 8)}, stage="gpu")
-    if importlib.util.find_spec("tilec.codegen.cuda_c") is None:
+    if importlib.util.find_spec("tilec.codegen.cuda.source") is None:
         with pytest.raises(TilecError, match="cuda-sim"):
             tilec.explain(MATMUL, {"A": (8, 4), "B": (4, 8)}, target="cuda", stage="cuda")
         with pytest.raises(TilecError, match="cuda-sim"):

@@ -1,4 +1,4 @@
-"""The GPU templates (tilec.schedule.gpu_gemm, gpu_gemm_tc, gpu_attention) on the emulator
+"""The GPU templates (tilec.schedule.gpu.gemm, gpu_gemm_tc, gpu_attention) on the emulator
 (target cuda-sim) against numpy, their knob records, and nvcc builds of every template's CUDA C.
 
 Tests marked `gpu` run the same programs on a real GPU and skip cleanly without one.
@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 import tilec
 from tilec.bench.ops import attention_source
-from tilec.driver import Signature, lower_program
+from tilec.pipeline.driver import Signature, lower_program
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
-from tilec.schedule.gpu_gemm import GpuGemmKnobs
-from tilec.schedule.rewrite import walk
-from tilec.schedule.templates import TemplateConfig, TemplateSchedule
+from tilec.schedule.gpu.gemm import GpuGemmKnobs
+from tilec.ir.rewrite import walk
+from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
 
 from test_attention import reference as attention_reference
 from reference import CONV_NHWC_SAME, MATMUL, assert_matches, conv2d_nhwc, randn, rng
@@ -204,8 +204,8 @@ def test_fused_attention_matches_numpy_on_the_emulator(case: Case) -> None:
 
 def test_fp16_attention_keeps_float32_statistics_and_the_cpu_keeps_float32_only() -> None:
     from tilec.ir.bounds import bind
-    from tilec.schedule import attention as cpu_attention
-    from tilec.schedule import gpu_attention
+    from tilec.schedule.cpu import attention as cpu_attention
+    from tilec.schedule.gpu import attention as gpu_attention
 
     case = next(c for c in ATTENTION_CASES if c.name == "att_fp16_default")
     func = case.gpu_func()
@@ -328,15 +328,15 @@ def all_cases() -> list[Case]:
 
 @functools.cache
 def _sources() -> list:
-    from tilec.codegen.cuda_c import render_cuda
+    from tilec.codegen.cuda.source import render_cuda
 
     return [render_cuda(case.gpu_func("cuda")) for case in all_cases()]
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_every_template_kernel_compiles_with_nvcc(arch: str) -> None:
-    from tilec.codegen.cuda_c import translation_unit
-    from tilec.codegen.nvcc import compile_cubin
+    from tilec.codegen.cuda.source import translation_unit
+    from tilec.codegen.cuda.nvcc import compile_cubin
 
     sources = _sources()
     assert any("float4" in s.text for s in sources), "no 128-bit loads in the aligned GEMM cases"

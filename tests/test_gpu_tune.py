@@ -16,8 +16,8 @@ from tilec.autotune.records import RecordDB
 from tilec.autotune.space import space_for
 from tilec.autotune.tuner import tune
 from tilec.bench.ops import attention_source
-from tilec.schedule import gpu_attention
-from tilec.schedule.gpu_gemm import GpuGemmKnobs
+from tilec.schedule.gpu import attention as gpu_attention
+from tilec.schedule.gpu.gemm import GpuGemmKnobs
 from tilec.target import resolve_target
 
 from reference import MATMUL

@@ -1,4 +1,4 @@
-"""The in-place GEMM template (tilec/schedule/inplace_gemm.py): both operands read in place, the
+"""The in-place GEMM template (tilec/schedule/cpu/gemm/inplace.py): both operands read in place, the
 column where one operand is contiguous, tiles stored through the layout copy that reads them."""
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from tilec.autotune.task import backward_tasks
 from tilec.bench.ops import conv2d_source
 from tilec.errors import ScheduleError
 from tilec.ir.bounds import bind
-from tilec.schedule import auto, copy_fold
-from tilec.schedule.templates import TemplateConfig, TemplateSchedule
+from tilec.schedule.cpu import heuristic as auto
+from tilec.schedule.cpu import copy_fold
+from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
 from tilec.target import host_target
 
 rng = np.random.default_rng(23)
@@ -137,7 +138,7 @@ def test_reduction_blocks_give_the_same_weight_gradient(shape, share, monkeypatc
     """With a small L2 budget the weight gradient's reduction runs in blocks (split at each level
     of the reduction loops, ragged last chunks), its partial sums saved between them."""
     from tilec.config import options
-    from tilec.schedule import inplace_gemm
+    from tilec.schedule.cpu.gemm import inplace as inplace_gemm
 
     grad = tilec.grad(conv2d_source(shape), wrt=["X", "F"])
     shapes = conv2d_grad_shapes(shape)
@@ -153,7 +154,7 @@ def test_reduction_blocks_give_the_same_weight_gradient(shape, share, monkeypatc
 
 def test_reduction_blocks_split_the_loop_whose_inner_loops_fit():
     from tilec.ir import loop as L
-    from tilec.schedule import inplace_gemm
+    from tilec.schedule.cpu.gemm import inplace as inplace_gemm
 
     shape = dict(N=8, C=64, H=56, W=56, CO=64, KH=3, KW=3, stride=1, pad=1)
     bp = bind(tilec.parse(tilec.grad(conv2d_source(shape), wrt=["F"]).source),

@@ -1,5 +1,5 @@
-"""Layout copies: the permutation nest (tilec/schedule/permute.py) and copies folded into the GEMM
-template's packing (tilec/schedule/copy_fold.py), against numpy and torch."""
+"""Layout copies: the permutation nest (tilec/schedule/cpu/permute.py) and copies folded into the GEMM
+template's packing (tilec/schedule/cpu/copy_fold.py), against numpy and torch."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import tilec
 from reference import conv2d_grad_shapes, torch_conv2d_grads
 from tilec.bench.ops import conv2d_source
 from tilec.ir.bounds import bind
-from tilec.schedule import permute
+from tilec.schedule.cpu import permute
 from tilec.target import host_target
 
 rng = np.random.default_rng(11)

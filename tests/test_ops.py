@@ -1,4 +1,4 @@
-"""The PyTorch ops (ops/torch_ops.py) and modules (tilec/nn.py) against torch's own."""
+"""The PyTorch ops (tilec/ops/torch_ops.py) and modules (tilec/nn.py) against torch's own."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import tilec
 import tilec.nn as tnn
-from ops import torch_ops as T
+from tilec.ops import torch_ops as T
 
 
 def rand(*shape: int, grad: bool = True) -> torch.Tensor:
@@ -329,7 +329,7 @@ def test_wrappers_take_the_eager_path() -> None:
 def test_eliminate_copies_keeps_values_and_drops_renamings() -> None:
     import numpy as np
 
-    from ops import sources
+    from tilec.ops import sources
     from tilec.autodiff import derive
     from tilec.frontend import parse
     from tilec.ir.copies import eliminate_copies

@@ -62,7 +62,7 @@ def test_torch_loaded_kernels_share_its_openmp_team_unless_told_not_to():
     pytest.importorskip("torch")
     code = r"""
 import numpy as np, torch, tilec
-from tilec.codegen import llvm_runtime
+from tilec.codegen.llvm import runtime as llvm_runtime
 gemm = tilec.compile("C[i, j: M, N] = +(A[i, k] * B[k, j])")
 a = np.random.default_rng(0).standard_normal((300, 200)).astype(np.float32)
 assert np.allclose(gemm(a, a.T), a @ a.T, rtol=1e-4, atol=1e-3)
@@ -78,7 +78,7 @@ print(bool(llvm_runtime._ADOPTED))
 def test_workers_restart_after_exiting_when_idle():
     code = r"""
 import time, numpy as np, tilec
-from tilec.codegen import llvm_runtime
+from tilec.codegen.llvm import runtime as llvm_runtime
 gemm = tilec.compile("C[i, j: M, N] = +(A[i, k] * B[k, j])")
 a = np.ones((128, 128), np.float32)
 assert np.allclose(gemm(a, a), 128)

@@ -20,7 +20,7 @@ import tilec.cli
 from tilec.autotune import records as R
 from tilec.autotune.records import Record, RecordDB, task_key
 from tilec.config import options
-from tilec.driver import compiler_fingerprint
+from tilec.pipeline.driver import compiler_fingerprint
 from tilec.target import host_target
 
 GEMM = "C[i, j: M, N] = +(A[i, k] * B[k, j])"

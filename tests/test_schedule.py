@@ -16,10 +16,10 @@ from reference import CONV_NHWC_SAME, MATMUL, SOFTMAX, assert_matches, conv2d_nh
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.verify import verify
-from tilec.schedule.apply import apply_primitive, apply_schedule
-from tilec.schedule.primitives import (Fuse, Parallel, Reorder, Schedule, Split, Unroll, Vectorize,
+from tilec.schedule.primitives.apply import apply_primitive, apply_schedule
+from tilec.schedule.primitives.records import (Fuse, Parallel, Reorder, Schedule, Split, Unroll, Vectorize,
                                        primitive_from_json)
-from tilec.schedule.rewrite import loops_in
+from tilec.ir.rewrite import loops_in
 
 CONV = CONV_NHWC_SAME
 

@@ -14,18 +14,18 @@ from hypothesis import strategies as st
 import tilec
 from random_schedules import assert_legal_moves_compute_the_default, bound_f32, lowered_f32
 from reference import CONV_NHWC_SAME, MATMUL, SOFTMAX, assert_matches, conv2d_nhwc, randn, rng, softmax_rows
-from tilec import driver
-from tilec.codegen.llvm_ir import emit_module
-from tilec.codegen.llvm_jit import emit_object, load_object, optimise
+from tilec.pipeline import driver
+from tilec.codegen.llvm.module import emit_module
+from tilec.codegen.llvm.jit import emit_object, load_object, optimise
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.lower import KERNEL_NAME, lower
 from tilec.ir.verify import verify
 from tilec.runtime.function import _run
-from tilec.schedule.apply import apply_primitive, apply_schedule
-from tilec.schedule.primitives import (CacheRead, CacheWrite, ComputeInline, Fuse, Parallel, Partition, Reorder,
+from tilec.schedule.primitives.apply import apply_primitive, apply_schedule
+from tilec.schedule.primitives.records import (CacheRead, CacheWrite, ComputeInline, Fuse, Parallel, Partition, Reorder,
                                        Schedule, Split, Tensorize, Unroll, Vectorize, primitive_from_json)
-from tilec.schedule.rewrite import loops_in
+from tilec.ir.rewrite import loops_in
 from tilec.target import host_target
 
 # One row more than the product fills: the default lowering scatters, so the update nest (1)
@@ -267,7 +267,7 @@ def test_partition_structure():
 
     before = L.PrimFunc("k", (o,), nest("x", "i", lo, hi, 0, 6))
     sub = {"x": L.Var("x.pro")}
-    from tilec.schedule.rewrite import substitute_expr
+    from tilec.ir.rewrite import substitute_expr
     expected = L.PrimFunc("k", (o,), L.seq(
         nest("x.pro", "i.x.pro", substitute_expr(lo, sub), substitute_expr(hi, sub), 0, 1),
         nest("x", "i", L.const(0), L.const(3), 1, 5),

@@ -13,16 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tilec
-from tilec import driver
-from tilec.codegen.llvm_ir import emit_module
-from tilec.codegen.llvm_jit import emit_object, load_object, optimise
+from tilec.pipeline import driver
+from tilec.codegen.llvm.module import emit_module
+from tilec.codegen.llvm.jit import emit_object, load_object, optimise
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, bind
 from tilec.ir.lower import KERNEL_NAME, LoweredGroup, lower
 from tilec.ir.verify import verify
 from tilec.runtime.function import _run
-from tilec.schedule import implicit_gemm
-from tilec.schedule.fusion import find_epilogue
+from tilec.schedule.cpu.gemm import packed as implicit_gemm
+from tilec.schedule.patterns.epilogue import find_epilogue
 from tilec.target import host_target
 
 TARGET = host_target()

@@ -118,7 +118,7 @@ def test_fp16_attention_on_torch_cuda_tensors_matches_sdpa() -> None:
 @pytest.mark.gpu
 def test_torch_ops_on_cuda_tensors_forward_and_backward() -> None:
     _need_gpu()
-    import ops.torch_ops as T
+    import tilec.ops.torch_ops as T
 
     x = torch.randn(2, 3, 9, 9, device="cuda", dtype=torch.float64, requires_grad=True)
     w = torch.randn(4, 3, 3, 3, device="cuda", dtype=torch.float64, requires_grad=True)
@@ -137,7 +137,7 @@ def test_torch_ops_on_cuda_tensors_forward_and_backward() -> None:
 
 def test_pointer_runner_refuses_device_kernels() -> None:
     """Host addresses never reach a kernel of target cuda (it takes device pointers)."""
-    from tilec.driver import Kernel
+    from tilec.pipeline.driver import Kernel
     from tilec.errors import TilecError
     from tilec.runtime.function import pointer_runner
 

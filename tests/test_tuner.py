@@ -266,7 +266,7 @@ def test_parallel_builds_catch_builder_faults_and_feed_the_measurer() -> None:
     t = faulty_task(BUILDER_FAULTS)
     good = t.default_config()
     configs = [dict(good, mr=mr, nr=16, mc=mr * 2, pack_a=True) for mr in (8, 10, 12, 2, 4)] + [good]
-    from tilec import driver
+    from tilec.pipeline import driver
     from tilec.config import options
 
     with LocalMeasurer(MeasureOptions(timeout_s=4.0, repeats=2, min_repeat_s=0.001, build_workers=2)) as m:
@@ -311,7 +311,7 @@ def test_tune_cuda_without_gpu_is_a_clear_error(capsys: pytest.CaptureFixture[st
 
 
 def test_experiment_caches_measurements_and_counts_trials_to_target():
-    from tilec.autotune.experiment import CachedMeasurer, trials_to_reach
+    from tilec.bench.tuner_experiment import CachedMeasurer, trials_to_reach
 
     (task,) = tasks_for(gemm_source({}), {"A": (64, 64), "B": (64, 64)}, {"A": "float32", "B": "float32"})
     inner = FakeMeasurer()
@@ -334,11 +334,11 @@ def test_experiment_caches_measurements_and_counts_trials_to_target():
 
 
 def test_table_measures_a_space_once_and_replays_it(tmp_path: Path) -> None:
-    """tilec.autotune.table fills a table (here with a fake measurer, partially), re-measures its
+    """tilec.bench.tuner_table fills a table (here with a fake measurer, partially), re-measures its
     top points keeping the minimum; the experiment replays it over exactly the table's points,
     random search running until it has seen them all."""
-    from tilec.autotune.experiment import TableMeasurer, bar_holds, mean_trials, run, table_space
-    from tilec.autotune.table import config_key, load_table, measure_table
+    from tilec.bench.tuner_experiment import TableMeasurer, bar_holds, mean_trials, run, table_space
+    from tilec.bench.tuner_table import config_key, load_table, measure_table
     from tilec.errors import TilecError
 
     (task,) = tasks_for(gemm_source({}), {"A": (64, 64), "B": (64, 64)}, {"A": "float32", "B": "float32"})
@@ -416,7 +416,7 @@ def test_backward_tasks_are_the_kernels_tilec_grad_compiles(tmp_path: Path, monk
     import tilec
     from tilec.autotune.task import backward_tasks
     from tilec.config import options
-    from tilec.schedule.templates import TemplateSchedule
+    from tilec.schedule.templates.config import TemplateSchedule
 
     source, shapes = gemm_source({}), {"A": (48, 32), "B": (32, 40)}
     tasks = backward_tasks(source, shapes, ["A", "B"], label="gemm backward")
@@ -451,7 +451,7 @@ def test_backward_tasks_reject_unknown_inputs() -> None:
 
 def test_the_fused_attention_gradient_is_not_split_into_gemm_tasks() -> None:
     """A record for one product of the attention gradient would replace its fused kernel."""
-    from ops.sources import attention_source
+    from tilec.ops.sources import attention_source
     from tilec.autotune.task import backward_tasks
 
     shapes = {"Q": (1, 2, 40, 16), "K": (1, 2, 40, 16), "V": (1, 2, 40, 16)}

@@ -10,8 +10,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilec.codegen.llvm_ir import emit_module
-from tilec.codegen.llvm_jit import emit_object, load_object, optimise
+from tilec.codegen.llvm.module import emit_module
+from tilec.codegen.llvm.jit import emit_object, load_object, optimise
 from tilec.ir import loop as L
 from tilec.ir.lower import KERNEL_NAME
 from tilec.target import host_target
@@ -60,7 +60,7 @@ def test_vectorized_loops_of_any_extent_match_numpy(rows: int, extent: int, seed
 
 def _transpose_tile(m: int, n: int, dtype: str) -> L.PrimFunc:
     """O[b, a + 1] = 2 * S[a, b] over an m x n tile: O unit-stride along a (unrolled), S along b
-    (vectorized), so the tile is transposed in registers (tilec.codegen.llvm_transpose)."""
+    (vectorized), so the tile is transposed in registers (tilec.codegen.llvm.transpose)."""
     a, b = L.Var("a"), L.Var("b")
     value = L.Bin("mul", L.Load("S", (a, b), dtype), L.Const(2, dtype))
     store = L.Store("O", (b, L.add(a, L.const(1))), value)
@@ -72,7 +72,7 @@ def _transpose_tile(m: int, n: int, dtype: str) -> L.PrimFunc:
 @given(m=st.integers(2, 40), n=st.integers(2, 40), dtype=st.sampled_from(["float32", "float64", "int32"]),
        seed=st.integers(0, 2**16))
 def test_transposing_tiles_store_each_cell_once_with_its_value(m: int, n: int, dtype: str, seed: int) -> None:
-    from tilec.codegen.llvm_transpose import transposable
+    from tilec.codegen.llvm.transpose import transposable
 
     func = _transpose_tile(m, n, dtype)
     buffers = {p.name: p for p in func.params}

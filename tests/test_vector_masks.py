@@ -6,13 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tilec.codegen.llvm_vector import vectorizable
+from tilec.codegen.llvm.vector import vectorizable
 from tilec.ir import loop as L
 
 CHILD = r"""
 import ctypes, mmap, numpy as np
-from tilec.codegen.llvm_ir import emit_module
-from tilec.codegen.llvm_jit import emit_object, load_object, optimise
+from tilec.codegen.llvm.module import emit_module
+from tilec.codegen.llvm.jit import emit_object, load_object, optimise
 from tilec.ir import loop as L
 from tilec.ir.lower import KERNEL_NAME
 from tilec.target import host_target

@@ -1,4 +1,4 @@
-"""Winograd F(2x2, 3x3) (tilec.schedule.winograd): 3x3 stride-1 convolutions, their input gradients
+"""Winograd F(2x2, 3x3) (tilec.schedule.cpu.winograd): 3x3 stride-1 convolutions, their input gradients
 (taps running backwards) and their filter gradients as 16 GEMMs, checked against torch in float64.
 
 Most cases lower the threshold on channels so that small, fast shapes take the Winograd path; a
@@ -16,7 +16,8 @@ import tilec
 from tilec.config import options
 from reference import conv2d_grad_shapes, torch_conv2d_grads
 from tilec.bench.ops import conv2d_source
-from tilec.schedule import implicit_gemm, winograd
+from tilec.schedule.cpu.gemm import packed as implicit_gemm
+from tilec.schedule.cpu import winograd
 
 # F(2x2, 3x3) adds and subtracts up to 16 transformed terms per product: about one decimal digit
 # below the direct sum, still far inside these bounds for sums of a few thousand O(1) terms.

@@ -12,8 +12,8 @@ from typing import Any
 from tilec.errors import BindError, CodegenError, ScheduleError, SemanticError, TilecError, TilecWarning, TileSyntaxError
 from tilec.frontend import parse
 from tilec.runtime.function import Function
-from tilec.schedule.primitives import Schedule
-from tilec.schedule.templates import TemplateConfig, TemplateSchedule
+from tilec.schedule.primitives.records import Schedule
+from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
 from tilec.target import Target
 from tilec.version import __version__
 from tilec.autodiff import grad

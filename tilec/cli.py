@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from tilec.driver import STAGES
+from tilec.pipeline.driver import STAGES
 from tilec.errors import TilecError
 
 if TYPE_CHECKING:
@@ -223,7 +223,7 @@ def cmd_records(args: argparse.Namespace) -> int:
 def _show_task(db: "RecordDB", key: str, target_name: str) -> None:
     import json
 
-    from tilec.driver import compiler_fingerprint
+    from tilec.pipeline.driver import compiler_fingerprint
     from tilec.target import resolve_target
 
     tasks = sorted({r.task for r in db.records() if r.task.startswith(key)})

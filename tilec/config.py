@@ -8,7 +8,7 @@
   set it to an empty string, or set ``tilec.config.options.use_records = False``, to stop
   compiled programs from applying the best tuning record.
 - ``TILEC_OWN_THREADS=1``: run parallel loops on tilec's own worker pool even when torch is
-  loaded (by default they run on torch's OpenMP team then: tilec.codegen.llvm_runtime).
+  loaded (by default they run on torch's OpenMP team then: tilec.codegen.llvm.runtime).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""torch.nn modules whose forward runs tilec kernels (the ops of ops/torch_ops.py).
+"""torch.nn modules whose forward runs tilec kernels (the ops of tilec/ops/torch_ops.py).
 
 Each module subclasses its torch.nn counterpart, so it takes the same constructor arguments, is
 initialised the same way and holds its parameters under the same names: `load_state_dict` moves
@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from ops import torch_ops
-from ops.torch_ops import OpError
+from tilec.ops import torch_ops
+from tilec.ops.torch_ops import OpError
 
 __all__ = ["Conv2d", "Linear", "LayerNorm", "ReLU", "GELU", "Softmax", "MultiheadAttention"]
 

@@ -5,7 +5,7 @@
   needs no GPU (explain and source rendering work anywhere): the arch is the device's when
   :func:`tilec.runtime.cuda_runtime.device_arch` answers, else :data:`DEFAULT_CUDA_ARCH`.
 * ``cuda-sim``: GPU lowering run on the host CPU by the GPU emulator
-  (:mod:`tilec.codegen.gpu_emulator`) and LLVM; `cpu`/`features` are the host's.
+  (:mod:`tilec.passes.emulate_gpu`) and LLVM; `cpu`/`features` are the host's.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Target:
 
 @functools.cache
 def host_target() -> Target:
-    from tilec.codegen.llvm_jit import initialise_llvm
+    from tilec.codegen.llvm.jit import initialise_llvm
 
     llvm = initialise_llvm()
     features = llvm.get_host_cpu_features()

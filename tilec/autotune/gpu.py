@@ -29,11 +29,13 @@ from tilec.autotune.task import Config, Task
 from tilec.errors import TilecError
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, bind
-from tilec.schedule import gpu_attention, gpu_gemm, gpu_gemm_tc
-from tilec.schedule.gpu_gemm import GpuGemmKnobs
-from tilec.schedule.gpu_templates import gemm_plan
-from tilec.schedule.gpu_tensorcore import WmmaGemmConfig
-from tilec.schedule.rewrite import walk
+from tilec.schedule.gpu import attention as gpu_attention
+from tilec.schedule.gpu import gemm as gpu_gemm
+from tilec.schedule.gpu import tensorcore as gpu_gemm_tc
+from tilec.schedule.gpu.gemm import GpuGemmKnobs
+from tilec.schedule.gpu.heuristic import gemm_plan
+from tilec.schedule.gpu.tensorcore_knobs import WmmaGemmConfig
+from tilec.ir.rewrite import walk
 from tilec.target import Target
 
 GPU_TUNABLE = ("gpu_gemm", "gpu_tensorcore", "gpu_attention")
@@ -64,7 +66,7 @@ class GpuTask(Task):
         return plan
 
     def default_config(self) -> Config:
-        """The GPU heuristic's knobs (tilec.schedule.gpu_templates), as a config of this task's space."""
+        """The GPU heuristic's knobs (tilec.schedule.gpu.heuristic), as a config of this task's space."""
         if self.template == "gpu_attention":
             return asdict(gpu_attention.GpuAttentionKnobs())
         if self.template == "gpu_tensorcore":

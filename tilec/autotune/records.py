@@ -27,10 +27,10 @@ import numpy as np
 
 from tilec.config import options
 from tilec.errors import TilecError, TilecWarning
-from tilec.schedule.templates import TemplateConfig, TemplateSchedule
+from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
 
 if TYPE_CHECKING:
-    from tilec.driver import Signature
+    from tilec.pipeline.driver import Signature
     from tilec.ir.tensor import Program
     from tilec.target import Target
 
@@ -375,7 +375,7 @@ def recorded_schedule(program: "Program", sig: "Signature", target: "Target") ->
     One query per statement. A best record whose config does not lower is skipped with a
     TilecWarning; a database that cannot be read warns once and yields None (the default).
     """
-    from tilec.driver import compiler_fingerprint
+    from tilec.pipeline.driver import compiler_fingerprint
 
     if not options.use_records:
         return None
@@ -404,7 +404,7 @@ def recorded_schedule(program: "Program", sig: "Signature", target: "Target") ->
 
 def _usable_config(record: Record, stmt: int, program: "Program", sig: "Signature",
                    target: "Target") -> TemplateConfig | None:
-    from tilec.driver import lower_program
+    from tilec.pipeline.driver import lower_program
 
     try:
         config = TemplateSchedule.from_json(record.schedule).override(stmt)

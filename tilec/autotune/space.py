@@ -17,8 +17,9 @@ from typing import Any, Callable, Mapping
 
 from tilec.autotune.task import Config, Task
 from tilec.errors import TilecError
-from tilec.schedule import attention, direct_gemm
-from tilec.schedule.auto import inplace_columns
+from tilec.schedule.cpu import attention
+from tilec.schedule.cpu.gemm import direct as direct_gemm
+from tilec.schedule.cpu.heuristic import inplace_columns
 
 MAX_RAW_POINTS = 200_000  # knob combinations enumerated before constraints
 L1_BYTES = 32 * 1024  # assumed data-cache sizes (the Target does not describe caches yet)

@@ -15,15 +15,17 @@ from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
 
-from tilec import driver
+from tilec.pipeline import driver
 from tilec.errors import TilecError
 from tilec.frontend import parse
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram, bind
 from tilec.ir.tensor import Program
-from tilec.schedule import attention, attention_backward, implicit_gemm
-from tilec.schedule.auto import default_gemm
-from tilec.schedule.templates import TemplateConfig, TemplateSchedule
+from tilec.schedule.cpu import attention
+from tilec.schedule.patterns import attention_backward
+from tilec.schedule.cpu.gemm import packed as implicit_gemm
+from tilec.schedule.cpu.heuristic import default_gemm
+from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
 from tilec.target import Target, host_target
 
 Config = dict[str, Any]  # knob name -> value, one point of a Space
@@ -95,7 +97,7 @@ class Task:
 
     # ------------------------------------------------------------ knobs -> schedules
     def default_config(self) -> Config:
-        """The heuristic's knobs (tilec.schedule.auto), as a config of this task's space."""
+        """The heuristic's knobs (tilec.schedule.cpu.heuristic), as a config of this task's space."""
         if self.template == "attention":
             return dict(attention.AttentionKnobs().__dict__)
         decision = default_gemm(self.stmt, self.bound, self.target)
@@ -119,9 +121,9 @@ class Task:
         """Lower the candidate and compile it to object code in the disk cache (unless it is there
         already), under the key `build` will look up; returns the key. Requires the disk cache
         to be enabled (the builder processes point it at the measurer's directory)."""
-        from tilec.codegen.llvm_ir import emit_module
-        from tilec.codegen.llvm_jit import emit_object, optimise
-        from tilec.runtime import disk_cache
+        from tilec.codegen.llvm.module import emit_module
+        from tilec.codegen.llvm.jit import emit_object, optimise
+        from tilec import disk_cache
 
         schedule = self.schedule(config)
         key = driver.cache_key(self.program, self.signature, self.target, schedule)

@@ -20,7 +20,7 @@ from tilec.autotune.records import Record, RecordDB
 from tilec.autotune.search import ModelSearch, RandomSearch
 from tilec.autotune.space import Space, space_for
 from tilec.autotune.task import Config, Task
-from tilec.schedule.templates import TemplateSchedule
+from tilec.schedule.templates.config import TemplateSchedule
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ def _records_of(task: Task, db: RecordDB, compiler: str) -> list[Record]:
 
 def measured_configs(task: Task, db: RecordDB) -> list[tuple[Config, float | None]]:
     """The task's recorded (config, seconds or None) for this target and compiler, oldest first."""
-    from tilec.driver import compiler_fingerprint
+    from tilec.pipeline.driver import compiler_fingerprint
 
     out = []
     for r in _records_of(task, db, compiler_fingerprint()):
@@ -58,7 +58,7 @@ def tune(task: Task, trials: int, measurer: Measurer, db: RecordDB, seed: int = 
          transfer: Sequence[Task] = (), op: str = "", shape: str = "") -> Record | None:
     """Measure up to `trials` candidates (resumed records included); the best record, or None if
     every candidate failed. strategy: "model" (XGBoost-guided annealing) or "random"."""
-    from tilec.driver import compiler_fingerprint
+    from tilec.pipeline.driver import compiler_fingerprint
 
     compiler = compiler_fingerprint()
     space = space or space_for(task)
@@ -120,7 +120,7 @@ def best_so_far(records: Sequence[Record]) -> list[float]:
 
 def plot(curves: Mapping[str, Sequence[float]], out: str, title: str = "") -> None:
     """A PNG of best-so-far time (ms) versus trials, one step line per named curve (many-seed
-    experiments have their own summary plot: tilec.autotune.experiment.plot_seeds)."""
+    experiments have their own summary plot: tilec.bench.tuner_experiment.plot_seeds)."""
     import matplotlib
 
     matplotlib.use("Agg")

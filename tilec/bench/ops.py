@@ -63,9 +63,9 @@ def conv2d_source(shape: Shape) -> str:
 
 
 def attention_source(shape: Shape, causal: bool = False) -> str:
-    """softmax(Q K^T / sqrt(D)) V as the op library writes it (ops/sources.py), unfused in Tile;
+    """softmax(Q K^T / sqrt(D)) V as the op library writes it (tilec/ops/sources.py), unfused in Tile;
     the templates turn it into one fused kernel."""
-    from ops.sources import attention_source as library_source
+    from tilec.ops.sources import attention_source as library_source
 
     return library_source(causal, 1.0 / math.sqrt(shape["D"]))
 

@@ -276,7 +276,7 @@ def logical_and(conds: list[Expr]) -> Expr | None:
 #   origin[-1] + j]`` for i, j in [0, 16). Its first element must be 32-byte aligned and the
 #   buffer's last dimension a multiple of 16 bytes (CUDA's load/store_matrix_sync rules).
 # * Memory written by WmmaStore is visible to other threads after a Barrier, as for Store.
-# Their CPU meaning (for the GPU emulator) is tilec.codegen.wmma.lower_wmma.
+# Their CPU meaning (for the GPU emulator) is tilec.passes.lower_wmma.lower_wmma.
 WMMA_SHAPE = (16, 16, 16)
 FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from tilec.codegen.cuda_c import CudaSource
-from tilec.codegen.nvcc import check_arch, compile_cubin
+from tilec.codegen.cuda.source import CudaSource
+from tilec.codegen.cuda.nvcc import check_arch, compile_cubin
 from tilec.errors import BindError
 from tilec.runtime.cuda_launchers import BINDINGS, CudaUnavailable, Launcher
 

@@ -1,7 +1,7 @@
 """`tilec.compile` returns a Function: parse once, compile per argument signature.
 
 Kernels are cached in memory per (program, shapes, dtypes, sizes, target, schedule)
-for the whole process, and their object code on disk (see tilec.driver).
+for the whole process, and their object code on disk (see tilec.pipeline.driver).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tilec import driver
+from tilec.pipeline import driver
 from tilec.runtime import memory, torch_cuda
 from tilec.errors import BindError, TilecError, TilecWarning
 from tilec.frontend import parse
@@ -23,8 +23,8 @@ from tilec.ir.dtypes import check_supported
 from tilec.target import Target, resolve_target
 
 if TYPE_CHECKING:
-    from tilec.schedule.templates import TemplateSchedule
-    from tilec.schedule.primitives import Schedule
+    from tilec.schedule.templates.config import TemplateSchedule
+    from tilec.schedule.primitives.records import Schedule
 
 _KERNELS: dict[str, driver.Kernel] = {}
 _KERNELS_LOCK = threading.Lock()
@@ -54,8 +54,8 @@ class Function:
         do not affect the returned Function. Illegal primitives raise ScheduleError at the
         first call (or `explain`), when the loop nest they apply to is known.
         """
-        from tilec.schedule.primitives import Schedule
-        from tilec.schedule.templates import TemplateSchedule
+        from tilec.schedule.primitives.records import Schedule
+        from tilec.schedule.templates.config import TemplateSchedule
 
         if isinstance(schedule, TemplateSchedule):
             copied: Any = schedule  # frozen: nothing to copy

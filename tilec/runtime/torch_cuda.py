@@ -20,7 +20,7 @@ from tilec.errors import BindError
 from tilec.ir.dtypes import SUPPORTED
 
 if TYPE_CHECKING:
-    from tilec import driver
+    from tilec.pipeline import driver
 
 __all__ = ["is_torch_cuda", "any_torch_cuda", "check_devices", "run"]
 

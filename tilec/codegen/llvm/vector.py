@@ -1,0 +1,398 @@
+"""Explicit vector code for `vectorized` loops (the loop's extent is the vector length).
+
+A value that does not depend on the loop variable stays scalar (and is splatted where
+it meets a vector); a load or store whose address moves by one element per lane is a
+vector load or store, one that does not move is a scalar access, any other is done
+lane by lane. ``acc = acc + x * y`` becomes ``llvm.fmuladd`` (one FMA per lane).
+`vectorizable` says whether a loop body is within what this emitter handles; the
+backend falls back to a scalar loop (with LLVM's vectoriser hint) otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import llvmlite.ir as ir
+
+from tilec.ir import loop as L
+from tilec.ir.dtypes import is_float
+
+if TYPE_CHECKING:
+    from tilec.codegen.llvm.module import _BodyEmitter
+
+
+def declare_intrinsic(module: ir.Module, name: str, t: ir.Type, nargs: int) -> ir.Function:
+    from tilec.codegen.llvm.module import declare_intrinsic as declare
+
+    return declare(module, name, t, nargs)
+
+I64 = ir.IntType(64)
+# erf(x) / x as a polynomial in x^2 on [0, 1], and erfc(a) e^(a^2) / t as one in t = 1 / (1 + a/2) on [1, 4]
+_ERF_SMALL = (1.1283791659888347, -0.3761262771950353, 0.1128360747074919, -0.026854774262668385,
+              0.005190202704224378, -0.0008027023985713588, 7.91047898367897e-05)
+_ERF_TAIL = (0.28262213428321226, 0.2741356192705947, 0.29763179332491946, -2.325149435374041e-05,
+             0.4360836851755207, -0.3852051177469496, 0.09464298712239096)
+_SAFE_CALLS = {"exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "tanh", "pow", "max", "min"}
+_SAFE_BIN = {"add", "sub", "mul", "div", "min", "max", "and", "or"}
+
+
+def _varies(e: Any, var: str) -> bool:
+    if isinstance(e, L.Var):
+        return e.name == var
+    if isinstance(e, (L.Const, L.Buffer)):
+        return False
+    return any(_varies(c, var) for c in _children(e))
+
+
+def _children(e: Any) -> list[Any]:
+    out: list[Any] = []
+    for value in e.__dict__.values():
+        for item in value if isinstance(value, tuple) else (value,):
+            if hasattr(item, "__dataclass_fields__") and not isinstance(item, L.Buffer):
+                out.append(item)
+    return out
+
+
+def _coefficient(e: L.Expr, var: str) -> int | None:
+    """d e / d var for an affine index expression; None where it is not affine in var."""
+    if not _varies(e, var):
+        return 0
+    if isinstance(e, L.Var):
+        return 1
+    if isinstance(e, L.Bin) and e.op in ("add", "sub"):
+        a, b = _coefficient(e.a, var), _coefficient(e.b, var)
+        if a is None or b is None:
+            return None
+        return a + b if e.op == "add" else a - b
+    if isinstance(e, L.Bin) and e.op == "mul":
+        if isinstance(e.a, L.Const) and isinstance(e.a.value, int):
+            c = _coefficient(e.b, var)
+            return None if c is None else e.a.value * c
+        if isinstance(e.b, L.Const) and isinstance(e.b.value, int):
+            c = _coefficient(e.a, var)
+            return None if c is None else e.b.value * c
+    return None
+
+
+def _stride(buf: L.Buffer, indices: tuple[L.Expr, ...], var: str) -> int | None:
+    total, step = 0, 1
+    for idx, n in zip(reversed(indices), reversed(buf.shape)):
+        c = _coefficient(idx, var)
+        if c is None:
+            return None
+        total += c * step
+        step *= n
+    return total
+
+
+def _single_store(s: L.Stmt | None) -> L.Store | None:
+    if isinstance(s, L.Seq) and len(s.stmts) == 1:
+        s = s.stmts[0]
+    return s if isinstance(s, L.Store) else None
+
+
+def vectorizable(loop: L.For, buffers: dict[str, L.Buffer]) -> bool:
+    """Whether `loop` (kind vectorized, constant bounds) is within what VectorLoop emits.
+
+    An `if` whose condition varies across lanes is allowed around one unit-stride store (a
+    masked store), or as an if/else storing to one place in both arms (a select); every load
+    under such a condition must be unit-stride (a masked load) or from a local buffer, so no
+    lane reads memory its scalar iteration would not have read."""
+    if not (isinstance(loop.begin, L.Const) and isinstance(loop.end, L.Const)) or loop.end.value - loop.begin.value < 2:
+        return False
+    var = loop.var
+
+    def expr_ok(e: L.Expr, masked: bool) -> bool:
+        if isinstance(e, L.Load) and masked:
+            buf = buffers.get(e.buffer)
+            if buf is None:
+                return False
+            if buf.scope != "local" and _stride(buf, e.indices, var) != 1:
+                return False  # a uniform or gathered load would run for masked-off lanes too
+        if not _varies(e, var):
+            return True
+        if isinstance(e, L.Bin) and (e.op not in _SAFE_BIN or (e.op == "div" and not is_float(e.dtype))):
+            return False
+        if isinstance(e, L.Call) and ((e.func not in _SAFE_CALLS and (e.func, e.dtype) != ("erf", "float32"))
+                                      or not is_float(e.dtype) or e.dtype == "float16"):
+            return False
+        if isinstance(e, L.Load) and buffers.get(e.buffer) is None:
+            return False
+        if isinstance(e, L.Cast) and (e.dtype == "bool" or e.a.dtype == "bool"):
+            return False  # conversions to and from bool use scalar constants
+        return all(expr_ok(c, masked) for c in _children(e))
+
+    def store_ok(s: L.Store, masked: bool) -> bool:
+        buf = buffers.get(s.buffer)
+        if buf is None or buf.dtype == "bool" or not expr_ok(s.value, masked):
+            return False
+        stride = _stride(buf, s.indices, var)
+        if masked:
+            return stride == 1 and all(not _varies(i, var) or _coefficient(i, var) is not None for i in s.indices)
+        return stride != 0 or not _varies(s.value, var)  # all lanes into one cell: a reduction
+
+    def stmt_ok(s: L.Stmt) -> bool:
+        if isinstance(s, L.Seq):
+            return all(stmt_ok(x) for x in s.stmts)
+        if isinstance(s, L.If):
+            if not _varies(s.cond, var):
+                return stmt_ok(s.then) and (s.orelse is None or stmt_ok(s.orelse))
+            then, orelse = _single_store(s.then), _single_store(s.orelse)
+            if not expr_ok(s.cond, False) or then is None:
+                return False
+            if s.orelse is None:
+                return store_ok(then, True)
+            return (orelse is not None and (orelse.buffer, orelse.indices) == (then.buffer, then.indices)
+                    and store_ok(then, True) and store_ok(orelse, True))
+        if isinstance(s, L.Store):
+            return store_ok(s, False)
+        return isinstance(s, L.Barrier)
+
+    return stmt_ok(loop.body)
+
+
+def power_of_two_pieces(loop: L.For) -> list[L.For]:
+    """`loop` (constant bounds) as consecutive loops whose extents are powers of two, largest first.
+    LLVM legalises a vector of, say, 48 floats through shuffles (about 30x slower on AVX-512), a 32
+    and a 16 into plain registers. The pieces run one after another, which is the loop's meaning
+    when its iterations are independent, as a vectorized loop's are."""
+    begin, extent = int(loop.begin.value), int(loop.end.value) - int(loop.begin.value)  # type: ignore[union-attr]
+    pieces = []
+    for bit in reversed(range(extent.bit_length())):
+        size = 1 << bit
+        if extent & size:
+            pieces.append(L.For(loop.var, L.const(begin), L.const(begin + size), loop.body, loop.kind))
+            begin += size
+    return pieces
+
+
+class VectorLoop:
+    """Emits one vectorized loop through the scalar emitter `em` (sharing its builder and state)."""
+
+    def __init__(self, em: "_BodyEmitter", loop: L.For) -> None:
+        self.em = em
+        self.loop = loop
+        self.var = loop.var
+        self.begin = int(loop.begin.value)  # type: ignore[union-attr]
+        self.mask: ir.Value | None = None  # inside a lane-varying `if`: the lanes that run
+        self.lanes = int(loop.end.value) - self.begin  # type: ignore[union-attr]
+
+    @property
+    def b(self) -> ir.IRBuilder:
+        return self.em.b
+
+    def emit(self) -> None:
+        saved = self.em.vars.get(self.var)
+        self.em.vars[self.var] = ir.Constant(I64, self.begin)  # addresses are taken at lane 0
+        self.stmt(self.loop.body)
+        self.em._restore_var(self.var, saved)
+
+    # ------------------------------------------------------------ statements
+
+    def stmt(self, s: L.Stmt) -> None:
+        if isinstance(s, L.Seq):
+            for x in s.stmts:
+                self.stmt(x)
+        elif isinstance(s, L.If) and not _varies(s.cond, self.var):
+            self.em.emit_if(s, self.stmt)
+        elif isinstance(s, L.If):  # a lane mask: vectorizable() allowed only these two shapes
+            self.masked_if(s)
+        elif isinstance(s, L.Store):
+            self.store(s)
+
+    def masked_if(self, s: L.If) -> None:
+        mask = self.vector(s.cond)
+        then, orelse = _single_store(s.then), _single_store(s.orelse)
+        assert then is not None
+        buf = self.em.buffers[then.buffer]
+        saved = self.mask
+        self.mask = mask
+        value = self.vector(then.value)
+        if orelse is None:
+            ptr = self.vector_pointer(buf, then.indices, value.type)
+            store = declare_masked(self.em.module, "store", value.type)
+            self.b.call(store, [value, ptr, ir.Constant(ir.IntType(32), _align(buf.dtype)), mask])
+        else:
+            self.mask = self.b.not_(mask)
+            other = self.vector(orelse.value)
+            self.b.store(self.b.select(mask, value, other), self.vector_pointer(buf, then.indices, value.type),
+                         align=_align(buf.dtype))
+        self.mask = saved
+
+    def store(self, s: L.Store) -> None:
+        buf = self.em.buffers[s.buffer]
+        value = self.fused_update(s) or self.vector(s.value)
+        stride = _stride(buf, s.indices, self.var)
+        if stride == 0:  # the value is uniform (vectorizable() checked it): one scalar store
+            self.b.store(self.em.expr(s.value), self.em.address(buf, s.indices))
+        elif stride == 1:
+            self.b.store(value, self.vector_pointer(buf, s.indices, value.type), align=_align(buf.dtype))
+        else:
+            for lane in range(self.lanes):
+                self.em.vars[self.var] = ir.Constant(I64, self.begin + lane)
+                self.b.store(self.b.extract_element(value, ir.Constant(ir.IntType(32), lane)),
+                             self.em.address(buf, s.indices))
+            self.em.vars[self.var] = ir.Constant(I64, self.begin)
+
+    def fused_update(self, s: L.Store) -> ir.Value | None:
+        """``buf[i] = buf[i] + x * y`` on floats as one fmuladd per lane."""
+        v = s.value
+        if not (isinstance(v, L.Bin) and v.op == "add" and is_float(v.dtype) and isinstance(v.a, L.Load)
+                and v.a.buffer == s.buffer and v.a.indices == s.indices and isinstance(v.b, L.Bin)
+                and v.b.op == "mul"):
+            return None
+        acc, x, y = self.vector(v.a), self.vector(v.b.a), self.vector(v.b.b)
+        fn = declare_intrinsic(self.em.module, "llvm.fmuladd", acc.type, 3)
+        return self.b.call(fn, [x, y, acc])
+
+    # ------------------------------------------------------------ expressions
+
+    def vector(self, e: L.Expr) -> ir.Value:
+        """`e` as a vector of `lanes` values (uniform values splatted)."""
+        if not _varies(e, self.var):
+            return self.splat(self.em.expr(e))
+        if isinstance(e, L.Var):
+            return ir.Constant(ir.VectorType(I64, self.lanes), [self.begin + k for k in range(self.lanes)])
+        if isinstance(e, L.Load):
+            return self.load(e)
+        if isinstance(e, L.Bin):
+            a, b = self.vector(e.a), self.vector(e.b)
+            if e.op == "and":
+                return self.b.and_(a, b)
+            if e.op == "or":
+                return self.b.or_(a, b)
+            if is_float(e.dtype):
+                return self.em._float_bin(e.op, a, b, ())
+            return self.em._int_bin(e.op, a, b)
+        if isinstance(e, L.Cmp):
+            return self.em.compare(e.op, e.a.dtype, self.vector(e.a), self.vector(e.b))
+        if isinstance(e, L.Not):
+            return self.b.not_(self.vector(e.a))
+        if isinstance(e, L.Select):
+            return self.b.select(self.vector(e.cond), self.vector(e.a), self.vector(e.b))
+        if isinstance(e, L.Cast):
+            return self.em.convert(self.vector(e.a), e.a.dtype, e.dtype)
+        if isinstance(e, L.Call):
+            args = [self.vector(a) for a in e.args]
+            if e.func in ("max", "min"):
+                return self.em._float_bin(e.func, args[0], args[1], ())
+            if e.func == "exp" and e.dtype == "float32":
+                return self.exp_f32(args[0])
+            if e.func == "erf" and e.dtype == "float32":
+                return self.erf_f32(args[0])
+            return self.em._float_call(e.func, args, args[0].type)
+        raise AssertionError(f"vectorizable() let {type(e).__name__} through")
+
+    def exp_f32(self, x: ir.Value) -> ir.Value:
+        """e^x on a float32 vector without libm (LLVM would call expf once per lane): the
+        Cephes recipe, x = n ln2 + r with |r| <= ln2 / 2, a degree-6 polynomial for e^r, and
+        2^n built in the exponent bits. About 1 ulp; inputs below -87.3 give 0, above 88.7 inf."""
+        b, lanes = self.b, self.lanes
+        vt = x.type
+
+        def c(value: float) -> ir.Constant:
+            return ir.Constant(vt, [value] * lanes)
+
+        nan = b.fcmp_unordered("uno", x, x)
+        over = b.fcmp_ordered(">", x, c(88.72283935546875))
+        under = b.fcmp_ordered("<", x, c(-87.33654022216797))
+        clamped = b.select(over, c(88.0), b.select(under, c(-87.0), x))
+        rint = declare_intrinsic(self.em.module, "llvm.rint", vt, 1)
+        n = b.call(rint, [b.fmul(clamped, c(1.4426950408889634))])
+        r = b.fsub(b.fsub(clamped, b.fmul(n, c(0.693359375))), b.fmul(n, c(-2.12194440e-4)))
+        p = c(1.9875691500e-4)
+        for coeff in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+            p = b.fadd(b.fmul(p, r), c(coeff))
+        y = b.fadd(b.fadd(b.fmul(b.fmul(p, r), r), r), c(1.0))
+        i32v = ir.VectorType(ir.IntType(32), lanes)
+
+        def power_of_two(k: ir.Value) -> ir.Value:  # 2^k for -126 <= k <= 127, in the exponent bits
+            biased = b.add(k, ir.Constant(i32v, [127] * lanes))
+            return b.bitcast(b.shl(biased, ir.Constant(i32v, [23] * lanes)), vt)
+
+        k = b.fptosi(n, i32v)  # in [-126, 128]: 2^k as two factors keeps both representable
+        half = b.ashr(k, ir.Constant(i32v, [1] * lanes))
+        result = b.fmul(b.fmul(y, power_of_two(half)), power_of_two(b.sub(k, half)))
+        result = b.select(over, c(float("inf")), b.select(under, c(0.0), result))
+        return b.select(nan, x, result)
+
+    def erf_f32(self, x: ir.Value) -> ir.Value:
+        """erf on a float32 vector without libm (erff is a call per lane, and GELU's forward and
+        gradient are mostly erf): below |x| = 1 an odd polynomial x P(x^2), above it
+        sign(x) (1 - e^(-x^2) t Q(t)) with t = 1 / (1 + |x| / 2); both least-squares fits to
+        math.erf in float64 (relative error 2e-9 and absolute 2e-9 before float32 rounding), so
+        about 1 ulp below 1 and 2 ulp above (e^(-x^2) inherits x^2's rounding)."""
+        b, lanes = self.b, self.lanes
+        vt = x.type
+
+        def c(value: float) -> ir.Constant:
+            return ir.Constant(vt, [value] * lanes)
+
+        def horner(coeffs: tuple[float, ...], v: ir.Value) -> ir.Value:
+            acc = c(coeffs[-1])
+            for coeff in reversed(coeffs[:-1]):
+                acc = b.fadd(b.fmul(acc, v), c(coeff))
+            return acc
+
+        x2 = b.fmul(x, x)
+        small = b.fmul(x, horner(_ERF_SMALL, x2))
+        magnitude = b.call(declare_intrinsic(self.em.module, "llvm.fabs", vt, 1), [x])
+        t = b.fdiv(c(1.0), b.fadd(c(1.0), b.fmul(magnitude, c(0.5))))
+        tail = b.fmul(b.fmul(horner(_ERF_TAIL, t), t), self.exp_f32(b.fneg(x2)))
+        large = b.call(declare_intrinsic(self.em.module, "llvm.copysign", vt, 2), [b.fsub(c(1.0), tail), x])
+        return b.select(b.fcmp_ordered("<", magnitude, c(1.0)), small, large)
+
+    def load(self, e: L.Load) -> ir.Value:
+        buf = self.em.buffers[e.buffer]
+        stride = _stride(buf, e.indices, self.var)
+        elem = self.em.memory_type(buf.dtype)
+        if stride == 0:
+            return self.splat(self.em.expr(e))
+        if stride == 1:
+            vt = ir.VectorType(elem, self.lanes)
+            if self.mask is not None and buf.scope != "local":  # lanes outside the mask may be out of bounds
+                load = declare_masked(self.em.module, "load", vt)
+                raw = self.b.call(load, [self.vector_pointer(buf, e.indices, vt),
+                                         ir.Constant(ir.IntType(32), _align(buf.dtype)), self.mask,
+                                         ir.Constant(vt, None)])
+            else:
+                raw = self.b.load(self.vector_pointer(buf, e.indices, vt), typ=vt, align=_align(buf.dtype))
+            if buf.dtype == "bool":
+                return self.b.icmp_unsigned("!=", raw, ir.Constant(raw.type, [0] * self.lanes))
+            return raw
+        out = ir.Constant(ir.VectorType(self.em.value_type(buf.dtype), self.lanes), None)
+        for lane in range(self.lanes):
+            self.em.vars[self.var] = ir.Constant(I64, self.begin + lane)
+            out = self.b.insert_element(out, self.em.expr(e), ir.Constant(ir.IntType(32), lane))
+        self.em.vars[self.var] = ir.Constant(I64, self.begin)
+        return out
+
+    def vector_pointer(self, buf: L.Buffer, indices: tuple[L.Expr, ...], vt: ir.Type) -> ir.Value:
+        """The address of lane 0, typed for a whole vector (a no-op cast under opaque pointers)."""
+        return self.b.bitcast(self.em.address(buf, indices), ir.PointerType(vt))
+
+    def splat(self, x: ir.Value) -> ir.Value:
+        vt = ir.VectorType(x.type, self.lanes)
+        one = self.b.insert_element(ir.Constant(vt, None), x, ir.Constant(ir.IntType(32), 0))
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), self.lanes), [0] * self.lanes)
+        return self.b.shuffle_vector(one, ir.Constant(vt, None), mask)
+
+
+def declare_masked(module: ir.Module, kind: str, vt: ir.VectorType) -> ir.Function:
+    """llvm.masked.load / llvm.masked.store for vectors of type `vt`."""
+    from tilec.codegen.llvm.module import _type_suffix
+
+    name = f"llvm.masked.{kind}.{_type_suffix(vt)}.p0"
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    mask_t = ir.VectorType(ir.IntType(1), vt.count)
+    if kind == "load":
+        fnty = ir.FunctionType(vt, [ir.PointerType(vt), ir.IntType(32), mask_t, vt])
+    else:
+        fnty = ir.FunctionType(ir.VoidType(), [vt, ir.PointerType(vt), ir.IntType(32), mask_t])
+    return ir.Function(module, fnty, name)
+
+
+def _align(dtype: str) -> int:
+    return {"float16": 2, "float32": 4, "float64": 8, "int8": 1, "int16": 2, "int32": 4, "int64": 8}.get(dtype, 1)

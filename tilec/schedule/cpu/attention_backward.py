@@ -1,0 +1,430 @@
+"""The fused attention-backward kernel for a plan of tilec/schedule/patterns/attention_backward.py.
+
+One kernel, one work item per batch-and-head on the cores, that never forms an S x T matrix.
+Score tiles are held transposed (bk keys by bq queries), so per-query quantities are vectors
+across a tile and no step reduces across vector lanes. Q and dO are transposed once per work
+item into per-thread workspaces (the score micro-GEMMs read them as vectors); queries past S
+and keys past T are computed from clamped rows and get probability 0 (never stored).
+
+- panel (the default knob; needs as many heads as cores and 2 T bq elements per thread within
+  PANEL_MAX_BYTES): per query block, S^T and dP^T for all its keys into two panels; the exact
+  max, sum and Delta = rowsum(P dP) from them; then per key block P^T, dS^T = c P^T (dP^T - Delta),
+  dV += P^T dO and dK += dS^T Q (straight into the outputs) and dQ += dS K. Five micro-GEMMs per
+  tile, one exp per score.
+- two passes otherwise: per query block an online softmax over the key blocks (S^T and dP^T
+  micro-GEMMs, running max and sums rescaled as in the forward template) stores log-sum-exp and
+  Delta per query; then per key block (dK, dV in local memory), per query block from the
+  diagonal on (causal) or from 0, S^T and dP^T again, P^T, dS^T, dV, dK, dQ. Seven micro-GEMMs.
+  With fewer heads than cores the passes are separate parallel loops, pass 2 split over key
+  blocks, each part summing its dQ apart; the parts are added at the end.
+
+Requires: a plan from `attention_backward.match`. Guarantees: the gradients that the derived
+program computes (up to rounding), every output cell written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tilec.ir import loop as L
+from tilec.ir.bounds import BoundProgram
+from tilec.ir.lower import LoweredGroup
+from tilec.schedule.cpu.attention import LANES
+from tilec.schedule.patterns.attention_backward import AttentionBackwardKnobs, BackwardPlan, default_knobs, knob_problems
+from tilec.schedule.cpu.gemm.packed import decompose, thread_share, threads_loop
+from tilec.target import Target
+
+Fn2 = Callable[[L.Expr, L.Expr], L.Expr]
+
+PANEL_MAX_BYTES = 4 << 20  # per thread, both panels: beyond it, two passes that keep no panel
+COLUMNS = {"float32": 64, "float64": 32}  # columns of a register block: 4 vectors of 512 bits
+
+
+class _Builder:
+    """Loop-IR pieces of the kernel; every loop variable gets a fresh name."""
+
+    def __init__(self, knobs: AttentionBackwardKnobs, prefix: str, dtype: str) -> None:
+        self.knobs, self.prefix, self.dtype = knobs, prefix, dtype
+        self.count = 0
+
+    def var(self, what: str) -> str:
+        self.count += 1
+        return f"{self.prefix}.{what}{self.count}"
+
+    def gemm(self, rows: int, cols: int, depth: int, a: Fn2, b: Fn2, out: Out, zero: bool) -> L.Stmt:
+        """out[m, n] (+)= sum_k a(m, k) b(k, n) for m < rows, n < cols, in register blocks of mr rows
+        (rows is a multiple of mr) by up to COLUMNS columns: a is broadcast, b read as vectors."""
+        mr = self.knobs.mr
+        parts = []
+        for n0 in range(0, cols, COLUMNS[self.dtype]):
+            width = min(COLUMNS[self.dtype], cols - n0)
+            mc, r, n, k = (self.var(x) for x in ("mc", "r", "n", "k"))
+            regs = L.Buffer(self.var("regs"), self.dtype, (mr, width), "local")
+            m = L.add(L.mul(L.Var(mc), L.const(mr)), L.Var(r))
+            col = L.add(L.Var(n), L.const(n0))
+            cell = (L.Var(r), L.Var(n))
+            reg = L.Load(regs.name, cell, self.dtype)
+            zero_reg = L.Store(regs.name, cell, L.Const(0.0, self.dtype))
+            init = zero_reg if zero else out.guarded(m, L.Store(regs.name, cell, out.load(m, col)), zero_reg)
+            update = L.For(k, L.const(0), L.const(depth), _unrolled(r, mr, _lanes(n, width, L.Store(
+                regs.name, cell, L.Bin("add", reg, L.Bin("mul", a(m, L.Var(k)), b(L.Var(k), col)))))))
+            store = out.guarded(m, out.store(m, col, reg))
+            parts.append(L.For(mc, L.const(0), L.const(rows // mr), L.Allocate(regs, L.seq(
+                _unrolled(r, mr, _lanes(n, width, init)), update, _unrolled(r, mr, _lanes(n, width, store))))))
+        return L.seq(*parts)
+
+
+@dataclass(frozen=True)
+class Out:
+    """Where a micro-GEMM's results go: buffer[prefix.., offset + row, column], rows from `limit` on
+    skipped (never read or written)."""
+
+    buffer: str
+    dtype: str
+    prefix: tuple[L.Expr, ...] = ()
+    offset: L.Expr | None = None
+    limit: int | None = None
+
+    def _at(self, m: L.Expr, n: L.Expr) -> tuple[L.Expr, ...]:
+        return self.prefix + ((m if self.offset is None else L.add(self.offset, m)), n)
+
+    def load(self, m: L.Expr, n: L.Expr) -> L.Expr:
+        return L.Load(self.buffer, self._at(m, n), self.dtype)
+
+    def store(self, m: L.Expr, n: L.Expr, value: L.Expr) -> L.Stmt:
+        return L.Store(self.buffer, self._at(m, n), value)
+
+    def guarded(self, m: L.Expr, then: L.Stmt, orelse: L.Stmt | None = None) -> L.Stmt:
+        if self.limit is None:
+            return then
+        row = m if self.offset is None else L.add(self.offset, m)
+        return L.If(L.Cmp("lt", row, L.const(self.limit)), then, orelse)
+
+
+def _unrolled(var: str, n: int, body: L.Stmt) -> L.Stmt:
+    return L.For(var, L.const(0), L.const(n), body, "unrolled")
+
+
+def _lanes(var: str, n: int, body: L.Stmt) -> L.Stmt:
+    return L.For(var, L.const(0), L.const(n), body, "vectorized")
+
+
+def _ld(buf: L.Buffer, *idx: L.Expr) -> L.Expr:
+    return L.Load(buf.name, tuple(idx), buf.dtype)
+
+
+def _st(buf: L.Buffer, idx: tuple[L.Expr, ...], value: L.Expr) -> L.Stmt:
+    return L.Store(buf.name, idx, value)
+
+
+class _Kernel:
+    """The kernel's pieces for one batch-and-head `bh` (its index tuple `bidx`) whose workspaces
+    are at index `slot` (a thread in the per-head layout, the head itself in the split one)."""
+
+    def __init__(self, plan: BackwardPlan, knobs: AttentionBackwardKnobs, slots: int) -> None:
+        self.plan, self.knobs = plan, knobs
+        self.need_dp = plan.dq is not None or plan.dk is not None
+        self.prefix = str(plan.dq or plan.dk or plan.dv)
+        self.dtype = plan.dtype
+        self.g = _Builder(knobs, self.prefix, plan.dtype)
+        bq, bk = knobs.bq, knobs.bk
+        self.sp = -(-plan.s // bq) * bq
+        self.q_blocks, self.k_blocks = self.sp // bq, -(-plan.t // bk)
+        # Q^T and dO^T, zero past S; rows one cache line longer than needed, so that a column's
+        # elements do not all fall into the same few cache sets
+        self.padded = -(-self.sp // LANES) * LANES
+        f32, p = plan.dtype, self.prefix
+        self.qt = L.Buffer(f"{p}.Qt", f32, (slots, plan.d, self.padded + LANES))
+        self.dot = L.Buffer(f"{p}.dOt", f32, (slots, plan.e, self.padded + LANES))
+        self.lse = L.Buffer(f"{p}.lse", f32, (slots, self.sp))  # log-sum-exp of the scaled scores
+        self.delta = L.Buffer(f"{p}.delta", f32, (slots, self.sp))  # rowsum(P dP), per query
+        self.workspaces = [self.qt, self.lse] + ([self.dot, self.delta] if self.need_dp else [])
+
+    # -- helpers
+    def tensor(self, bidx: tuple[L.Expr, ...], name: str, row: L.Expr, col: L.Expr) -> L.Expr:
+        return L.Load(name, bidx + (row, col), self.dtype)
+
+    def query(self, r: L.Expr) -> L.Expr:  # queries past S read row S - 1 (their results are dropped)
+        return L.Bin("min", r, L.const(self.plan.s - 1))
+
+    def key(self, r: L.Expr) -> L.Expr:  # keys past T read row T - 1 (their probabilities are 0)
+        return L.Bin("min", r, L.const(self.plan.t - 1))
+
+    def valid(self, q: L.Expr, k: L.Expr, rows_too: bool) -> L.Expr:
+        cond: L.Expr = L.Cmp("lt", k, L.const(self.plan.t))
+        if rows_too:
+            cond = L.Bin("and", cond, L.Cmp("lt", q, L.const(self.plan.s)))
+        if self.plan.causal:
+            cond = L.Bin("and", cond, L.Cmp("le", k, q))
+        return cond
+
+    def transposes(self, slot: L.Expr, bidx: tuple[L.Expr, ...]) -> L.Stmt:
+        """Qt[slot, d, s] = Q[s, d] (and dO), zero for s past S, in blocks of LANES queries: each
+        block's source rows stay in cache while the destination is written a line at a time."""
+        parts = []
+        for src, dst, width in ((self.plan.q, self.qt, self.plan.d), (self.plan.do, self.dot, self.plan.e)):
+            if dst is self.dot and not self.need_dp:
+                continue
+            sb, dd, ss = self.g.var("sb"), self.g.var("d"), self.g.var("s")
+            s_ = L.add(L.mul(L.Var(sb), L.const(LANES)), L.Var(ss))
+            value = self.tensor(bidx, src, self.query(s_), L.Var(dd))
+            if self.padded > self.plan.s:
+                value = L.Select(L.Cmp("lt", s_, L.const(self.plan.s)), value, L.Const(0.0, self.dtype))
+            parts.append(L.For(sb, L.const(0), L.const(self.padded // LANES), L.For(
+                dd, L.const(0), L.const(width), _lanes(ss, LANES, _st(dst, (slot, L.Var(dd), s_), value)))))
+        return L.seq(*parts)
+
+    def tiles(self, slot: L.Expr, bidx: tuple[L.Expr, ...], q0: L.Expr, k0: L.Expr, st: Out, dpt: Out) -> L.Stmt:
+        """S^T[j, i] = K[k0 + j] . Q[q0 + i] into st and dP^T[j, i] = V[k0 + j] . dO[q0 + i] into dpt."""
+        plan, g, bk, bq, f = self.plan, self.g, self.knobs.bk, self.knobs.bq, self.dtype
+        s_gemm = g.gemm(bk, bq, plan.d, lambda m, k: self.tensor(bidx, plan.k, self.key(L.add(k0, m)), k),
+                        lambda k, n: L.Load(self.qt.name, (slot, k, L.add(q0, n)), f), st, zero=True)
+        if not self.need_dp:
+            return s_gemm
+        assert plan.v is not None
+        v_name = plan.v
+        dp_gemm = g.gemm(bk, bq, plan.e, lambda m, k: self.tensor(bidx, v_name, self.key(L.add(k0, m)), k),
+                         lambda k, n: L.Load(self.dot.name, (slot, k, L.add(q0, n)), f), dpt, zero=True)
+        return L.seq(s_gemm, dp_gemm)
+
+    def tile_buffers(self) -> tuple[L.Buffer, L.Buffer]:
+        bk, bq = self.knobs.bk, self.knobs.bq
+        # S^T then P^T; dP^T then dS^T (scaled)
+        return (L.Buffer(self.g.var("s"), self.dtype, (bk, bq), "local"),
+                L.Buffer(self.g.var("dp"), self.dtype, (bk, bq), "local"))
+
+    # -- pass 1
+    def pass1(self, slot: L.Expr, bidx: tuple[L.Expr, ...], qb_begin: L.Expr, qb_end: L.Expr) -> L.Stmt:
+        """Per query block: online softmax statistics, log-sum-exp and Delta = rowsum(P dP)."""
+        plan, g, bq, bk, f32 = self.plan, self.g, self.knobs.bq, self.knobs.bk, self.dtype
+        v, c, zero, scale = L.Var, L.const, L.Const(0.0, f32), L.Const(plan.scale, f32)
+        st, dpt = self.tile_buffers()
+        qb, kb, i, j = g.var("qb"), g.var("kb"), g.var("i"), g.var("j")
+        q0, k0 = L.mul(v(qb), c(bq)), L.mul(v(kb), c(bk))
+        m_run, l_run, d_run, m_new = (L.Buffer(g.var(n), f32, (bq,), "local") for n in ("m", "l", "dl", "mnew"))
+        s_ji, dp_ji, vi = _ld(st, v(j), v(i)), _ld(dpt, v(j), v(i)), (v(i),)
+
+        def over_tile(body: L.Stmt) -> L.Stmt:
+            return L.For(j, c(0), c(bk), _lanes(i, bq, body))
+
+        init = _lanes(i, bq, L.seq(_st(m_run, vi, L.Const(-math.inf, f32)), _st(l_run, vi, zero),
+                                   _st(d_run, vi, zero)))
+        valid = self.valid(L.add(q0, v(i)), L.add(k0, v(j)), False)
+        maxima = L.seq(_lanes(i, bq, _st(m_new, vi, _ld(m_run, v(i)))), over_tile(_st(m_new, vi, L.Bin(
+            "max", _ld(m_new, v(i)), L.Select(valid, L.Bin("mul", s_ji, scale), L.Const(-math.inf, f32))))))
+        alpha = L.Call("exp", (L.Bin("sub", _ld(m_run, v(i)), _ld(m_new, v(i))),), f32)
+        rescale = _lanes(i, bq, L.seq(
+            _st(l_run, vi, L.Bin("mul", _ld(l_run, v(i)), alpha)),
+            _st(d_run, vi, L.Bin("mul", _ld(d_run, v(i)), alpha)) if self.need_dp else None,
+            _st(m_run, vi, _ld(m_new, v(i)))))
+        p = L.Select(valid, L.Call("exp", (L.Bin("sub", L.Bin("mul", s_ji, scale), _ld(m_new, v(i))),), f32), zero)
+        sums = over_tile(L.seq(
+            _st(st, (v(j), v(i)), p),
+            _st(l_run, vi, L.Bin("add", _ld(l_run, v(i)), s_ji)),
+            _st(d_run, vi, L.Bin("add", _ld(d_run, v(i)), L.Bin("mul", s_ji, dp_ji))) if self.need_dp else None))
+        k_end: L.Expr = c(self.k_blocks)
+        if plan.causal:  # key blocks right of the diagonal are all masked
+            last = L.Bin("min", L.add(q0, c(bq - 1)), c(plan.s - 1))
+            k_end = L.Bin("min", k_end, L.add(L.Bin("div", last, c(bk)), c(1)))
+        stream = L.For(kb, c(0), k_end, L.seq(self.tiles(slot, bidx, q0, k0, Out(st.name, f32), Out(dpt.name, f32)), maxima, rescale, sums))
+        at = (slot, L.add(q0, v(i)))
+        stats = _lanes(i, bq, L.seq(
+            _st(self.lse, at, L.Bin("add", _ld(m_run, v(i)), L.Call("log", (_ld(l_run, v(i)),), f32))),
+            _st(self.delta, at, L.Bin("div", _ld(d_run, v(i)), _ld(l_run, v(i)))) if self.need_dp else None))
+        body: L.Stmt = L.For(qb, qb_begin, qb_end, L.seq(init, stream, stats))
+        for buf in (st, dpt, m_run, l_run, d_run, m_new):
+            body = L.Allocate(buf, body)
+        return body
+
+    # -- pass 2
+    def pass2(self, slot: L.Expr, bidx: tuple[L.Expr, ...], key_blocks: tuple[L.Expr, L.Expr, int],
+              dq: Out | None) -> L.Stmt:
+        """For key blocks begin, begin + step, .. < end: dK and dV in local memory; per query block,
+        P, dV, dS, dK and dQ (into `dq`)."""
+        plan, g, bq, bk, f32 = self.plan, self.g, self.knobs.bq, self.knobs.bk, self.dtype
+        v, c, zero, scale = L.Var, L.const, L.Const(0.0, f32), L.Const(plan.scale, f32)
+        st, dpt = self.tile_buffers()
+        qb, kc, i, j, a, b = g.var("qb"), g.var("kc"), g.var("i"), g.var("j"), g.var("a"), g.var("b")
+        begin, end, step = key_blocks
+        n_blocks = L.Bin("div", L.add(L.sub(end, begin), c(step - 1)), c(step))
+        q0, k0 = L.mul(v(qb), c(bq)), L.mul(L.add(begin, L.mul(v(kc), c(step))), c(bk))
+        s_ji, dp_ji = _ld(st, v(j), v(i)), _ld(dpt, v(j), v(i))
+        dk_acc = L.Buffer(g.var("dk"), f32, (bk, plan.d), "local")
+        dv_acc = L.Buffer(g.var("dv"), f32, (bk, plan.e), "local")
+        accs = [(buf, out) for buf, out in ((dk_acc, plan.dk), (dv_acc, plan.dv)) if out is not None]
+        clear = L.seq(*(L.For(a, c(0), c(bk), _lanes(b, buf.shape[1], _st(buf, (v(a), v(b)), zero)))
+                        for buf, _ in accs))
+        at = (slot, L.add(q0, v(i)))
+        p = L.Select(self.valid(L.add(q0, v(i)), L.add(k0, v(j)), True), L.Call("exp", (L.Bin(
+            "sub", L.Bin("mul", s_ji, scale), L.Load(self.lse.name, at, f32)),), f32), zero)
+        ds = L.Bin("mul", L.Bin("mul", s_ji, L.Bin("sub", dp_ji, L.Load(self.delta.name, at, f32))), scale)
+        probs = L.For(j, c(0), c(bk), _lanes(i, bq, L.seq(
+            _st(st, (v(j), v(i)), p), _st(dpt, (v(j), v(i)), ds) if self.need_dp else None)))
+        steps: list[L.Stmt | None] = [self.tiles(slot, bidx, q0, k0, Out(st.name, f32), Out(dpt.name, f32)), probs]
+        if plan.dv:  # dV[k0 + j] += sum_i P^T[j, i] dO[q0 + i]
+            steps.append(g.gemm(bk, plan.e, bq, lambda m, k: _ld(st, m, k),
+                                lambda k, n: self.tensor(bidx, plan.do, self.query(L.add(q0, k)), n),
+                                Out(dv_acc.name, f32), zero=False))
+        if plan.dk:  # dK[k0 + j] += sum_i dS^T[j, i] Q[q0 + i]
+            steps.append(g.gemm(bk, plan.d, bq, lambda m, k: _ld(dpt, m, k),
+                                lambda k, n: self.tensor(bidx, plan.q, self.query(L.add(q0, k)), n),
+                                Out(dk_acc.name, f32), zero=False))
+        if dq is not None:  # dQ[q0 + i] += sum_j dS^T[j, i] K[k0 + j]
+            steps.append(g.gemm(bq, plan.d, bk, lambda m, k: _ld(dpt, k, m),
+                                lambda k, n: self.tensor(bidx, plan.k, self.key(L.add(k0, k)), n),
+                                Out(dq.buffer, f32, dq.prefix, q0, dq.limit), zero=False))
+        q_begin: L.Expr = L.Bin("div", k0, c(bq)) if plan.causal else c(0)
+        inner = L.For(qb, q_begin, c(self.q_blocks), L.seq(*steps))
+        key_row = L.add(k0, v(a))
+        store = L.seq(*(L.For(a, c(0), c(bk), L.If(L.Cmp("lt", key_row, c(plan.t)), _lanes(b, buf.shape[1], L.Store(
+            out, bidx + (key_row, v(b)), _ld(buf, v(a), v(b)))))) for buf, out in accs))
+        body: L.Stmt = L.For(kc, c(0), n_blocks, L.seq(clear, inner, store))
+        for buf in [st, dpt] + [buf for buf, _ in accs]:
+            body = L.Allocate(buf, body)
+        return body
+
+    # -- the panel variant: one pass
+    def panel(self, slot: L.Expr, bidx: tuple[L.Expr, ...], ps: L.Buffer, pd: L.Buffer) -> L.Stmt:
+        """Per query block: S^T and dP^T for every key block into the panels ps and pd (keys by
+        queries), the exact softmax statistics from them, then per key block P^T, dS^T and dV, dK
+        (straight into the outputs, zeroed first) and dQ. Five micro-GEMMs per tile, one exp."""
+        plan, g, bq, bk, f = self.plan, self.g, self.knobs.bq, self.knobs.bk, self.dtype
+        v, c, zero, scale = L.Var, L.const, L.Const(0.0, f), L.Const(plan.scale, f)
+        qb, kb, kb2, j, i = g.var("qb"), g.var("kb"), g.var("kb"), g.var("j"), g.var("i")
+        q0 = L.mul(v(qb), c(bq))
+        m, l_sum, d_sum = (L.Buffer(g.var(n), f, (bq,), "local") for n in ("m", "l", "dl"))
+        vi, cell = (v(i),), (slot, v(j), v(i))
+        s_ji, dp_ji = L.Load(ps.name, cell, f), L.Load(pd.name, cell, f)
+        k_end: L.Expr = c(self.k_blocks)
+        if plan.causal:  # key blocks right of the diagonal are all masked
+            last = L.Bin("min", L.add(q0, c(bq - 1)), c(plan.s - 1))
+            k_end = L.Bin("min", k_end, L.add(L.Bin("div", last, c(bk)), c(1)))
+        k0 = L.mul(v(kb), c(bk))
+        fill = L.For(kb, c(0), k_end, self.tiles(slot, bidx, q0, k0, Out(ps.name, f, (slot,), k0),
+                                                 Out(pd.name, f, (slot,), k0)))
+        valid = self.valid(L.add(q0, v(i)), v(j), True)  # padded queries too: they must add nothing to dK, dV
+        keys = L.mul(k_end, c(bk))
+        maxima = L.seq(_lanes(i, bq, _st(m, vi, L.Const(-math.inf, f))), L.For(j, c(0), keys, _lanes(i, bq, _st(
+            m, vi, L.Bin("max", _ld(m, v(i)), L.Select(valid, L.Bin("mul", s_ji, scale), L.Const(-math.inf, f)))))))
+        p = L.Select(valid, L.Call("exp", (L.Bin("sub", L.Bin("mul", s_ji, scale), _ld(m, v(i))),), f), zero)
+        sums = L.seq(_lanes(i, bq, L.seq(_st(l_sum, vi, zero), _st(d_sum, vi, zero))), L.For(j, c(0), keys, _lanes(
+            i, bq, L.seq(L.Store(ps.name, cell, p), _st(l_sum, vi, L.Bin("add", _ld(l_sum, v(i)), s_ji)),
+                         _st(d_sum, vi, L.Bin("add", _ld(d_sum, v(i)), L.Bin("mul", s_ji, dp_ji)))
+                         if self.need_dp else None))))
+        # 1/l (0 for a query with no valid key: a padded one) and Delta = rowsum(P dP)
+        inv = _lanes(i, bq, L.seq(
+            _st(l_sum, vi, L.Select(L.Cmp("gt", _ld(l_sum, v(i)), zero), L.Bin("div", L.Const(1.0, f),
+                                                                              _ld(l_sum, v(i))), zero)),
+            _st(d_sum, vi, L.Bin("mul", _ld(d_sum, v(i)), _ld(l_sum, v(i)))) if self.need_dp else None))
+        k0 = L.mul(v(kb2), c(bk))
+        at: tuple[L.Expr, ...] = (slot, L.add(k0, v(j)), v(i))
+        prob = L.Bin("mul", L.Load(ps.name, at, f), _ld(l_sum, v(i)))
+        ds = L.Bin("mul", L.Bin("mul", L.Load(ps.name, at, f), L.Bin("sub", L.Load(pd.name, at, f),
+                                                                       _ld(d_sum, v(i)))), scale)
+        steps: list[L.Stmt | None] = [L.For(j, c(0), c(bk), _lanes(i, bq, L.seq(
+            L.Store(ps.name, at, prob), L.Store(pd.name, at, ds) if self.need_dp else None)))]
+        if plan.dv:  # dV[k0 + j] += sum_i P^T[j, i] dO[q0 + i]
+            steps.append(g.gemm(bk, plan.e, bq, lambda mm, k: L.Load(ps.name, (slot, L.add(k0, mm), k), f),
+                                lambda k, n: self.tensor(bidx, plan.do, self.query(L.add(q0, k)), n),
+                                Out(plan.dv, f, bidx, k0, plan.t), zero=False))
+        if plan.dk:  # dK[k0 + j] += sum_i dS^T[j, i] Q[q0 + i]
+            steps.append(g.gemm(bk, plan.d, bq, lambda mm, k: L.Load(pd.name, (slot, L.add(k0, mm), k), f),
+                                lambda k, n: self.tensor(bidx, plan.q, self.query(L.add(q0, k)), n),
+                                Out(plan.dk, f, bidx, k0, plan.t), zero=False))
+        if plan.dq:  # dQ[q0 + i] += sum_j dS^T[j, i] K[k0 + j]
+            steps.append(g.gemm(bq, plan.d, bk, lambda mm, k: L.Load(pd.name, (slot, L.add(k0, k), mm), f),
+                                lambda k, n: self.tensor(bidx, plan.k, self.key(L.add(k0, k)), n),
+                                Out(plan.dq, f, bidx, q0, plan.s), zero=False))
+        body: L.Stmt = L.For(qb, c(0), c(self.q_blocks), L.seq(
+            fill, maxima, sums, inv, L.For(kb2, c(0), k_end, L.seq(*steps))))
+        for buf in (m, l_sum, d_sum):
+            body = L.Allocate(buf, body)
+        outputs = [(plan.dq, plan.s, plan.d), (plan.dk, plan.t, plan.d), (plan.dv, plan.t, plan.e)]
+        return L.seq(self.transposes(slot, bidx), *(self.zero_rows(name, bidx, rows, cols)
+                                                     for name, rows, cols in outputs if name), body)
+
+    def zero_rows(self, buffer: str, prefix: tuple[L.Expr, ...], rows: int = 0, cols: int = 0) -> L.Stmt:
+        """buffer[prefix.., r, c] = 0 for r < rows, c < cols (by default S and D: dQ)."""
+        a, b = self.g.var("a"), self.g.var("b")
+        return L.For(a, L.const(0), L.const(rows or self.plan.s), _lanes(b, cols or self.plan.d, L.Store(
+            buffer, prefix + (L.Var(a), L.Var(b)), L.Const(0.0, self.dtype))))
+
+
+def build(plan: BackwardPlan, bp: BoundProgram, target: Target,
+          knobs: AttentionBackwardKnobs | None = None) -> LoweredGroup:
+    """The kernel (see the module docstring for the two variants).
+
+    With at least as many batch-and-heads as cores, one work item is one head, start to end
+    (workspaces per thread): the panel variant where the knobs ask for it and the panels fit,
+    else the two passes. With fewer heads, the two passes as four parallel loops: the transposes
+    per head; pass 1 per (head, query block); pass 2 per (head, every parts-th key block), each
+    part adding its dQ into its own partial sum; the partial sums added into dQ per (head, row)."""
+    knobs = knobs or default_knobs(plan.s, plan.t)
+    assert not knob_problems(knobs), knob_problems(knobs)
+    bh_n = math.prod(hi - lo + 1 for _, lo, hi in plan.batch)
+    v, c = L.Var, L.const
+    if bh_n >= target.cores or target.cores == 1:
+        threads = max(1, min(target.cores, bh_n))
+        kernel = _Kernel(plan, knobs, threads)
+        g = kernel.g
+        x, w = g.var("x"), g.var("w")
+        env = decompose(v(w), plan.batch)
+        bidx = tuple(env[var] for var, _, _ in plan.batch)
+        tp = kernel.k_blocks * knobs.bk
+        if knobs.panel and 2 * tp * knobs.bq * (4 if plan.dtype == "float32" else 8) <= PANEL_MAX_BYTES:
+            ps = L.Buffer(f"{kernel.prefix}.panel_s", plan.dtype, (threads, tp, knobs.bq))
+            pd = L.Buffer(f"{kernel.prefix}.panel_dp", plan.dtype, (threads, tp, knobs.bq))
+            body = kernel.panel(v(x), bidx, ps, pd)
+            main = threads_loop(x, threads, thread_share(x, threads, w, bh_n, body))
+            workspaces = [kernel.qt, ps] + ([kernel.dot, pd] if kernel.need_dp else [])
+            return LoweredGroup(main, tuple(workspaces), plan.consumed, plan.elided)
+        dq = Out(plan.dq, plan.dtype, bidx, None, plan.s) if plan.dq else None
+        body = L.seq(kernel.transposes(v(x), bidx), kernel.zero_rows(plan.dq, bidx) if plan.dq else None,
+                     kernel.pass1(v(x), bidx, c(0), c(kernel.q_blocks)),
+                     kernel.pass2(v(x), bidx, (c(0), c(kernel.k_blocks), 1), dq))
+        main = threads_loop(x, threads, thread_share(x, threads, w, bh_n, body))
+        return LoweredGroup(main, tuple(kernel.workspaces), plan.consumed, plan.elided)
+    kernel = _Kernel(plan, knobs, bh_n)
+    g = kernel.g
+    parts = min(-(-target.cores // bh_n), kernel.k_blocks)
+
+    def parallel(items: int, body: "Callable[[L.Expr], L.Stmt]") -> L.Stmt:
+        x, w = g.var("x"), g.var("w")
+        threads = max(1, min(target.cores, items))
+        return threads_loop(x, threads, thread_share(x, threads, w, items, body(v(w))))
+
+    def head(bh: L.Expr) -> tuple[L.Expr, ...]:
+        env = decompose(bh, plan.batch)
+        return tuple(env[var] for var, _, _ in plan.batch)
+
+    qn = kernel.q_blocks
+    loops = [
+        parallel(bh_n, lambda w: kernel.transposes(w, head(w))),
+        parallel(bh_n * qn, lambda w: kernel.pass1(L.Bin("div", w, c(qn)), head(L.Bin("div", w, c(qn))),
+                                                   L.Bin("mod", w, c(qn)), L.add(L.Bin("mod", w, c(qn)), c(1)))),
+    ]
+    partial = L.Buffer(f"{kernel.prefix}.dqpart", plan.dtype, (bh_n * parts, plan.s, plan.d))
+    workspaces = kernel.workspaces + ([partial] if plan.dq else [])
+
+    def key_part(w: L.Expr) -> L.Stmt:
+        bh = L.Bin("div", w, c(parts))
+        dq = Out(partial.name, plan.dtype, (w,), None, plan.s) if plan.dq else None
+        return L.seq(kernel.zero_rows(partial.name, (w,)) if plan.dq else None,
+                     kernel.pass2(bh, head(bh), (L.Bin("mod", w, c(parts)), c(kernel.k_blocks), parts), dq))
+
+    loops.append(parallel(bh_n * parts, key_part))
+    if plan.dq:
+        dq_name = plan.dq
+
+        def add_parts(w: L.Expr) -> L.Stmt:
+            bh, row, e = L.Bin("div", w, c(plan.s)), L.Bin("mod", w, c(plan.s)), g.var("e")
+            total: L.Expr = L.Load(partial.name, (L.mul(bh, c(parts)), row, v(e)), plan.dtype)
+            for k in range(1, parts):
+                total = L.Bin("add", total, L.Load(partial.name, (L.add(L.mul(bh, c(parts)), c(k)), row, v(e)),
+                                                   plan.dtype))
+            return _lanes(e, plan.d, L.Store(dq_name, head(bh) + (row, v(e)), total))
+
+        loops.append(parallel(bh_n * plan.s, add_parts))
+    return LoweredGroup(L.seq(*loops), tuple(workspaces), plan.consumed, plan.elided)
