@@ -240,7 +240,9 @@ def wmma_gemm(m: int, n: int, k: int, config: WmmaGemmConfig | None = None, name
     they are overwritten). M, N, K must be multiples of the block tile (a ScheduleError says which).
     (The template tilec compiles fp16 products with is tilec.schedule.gpu.tensorcore.)"""
     cfg = config or WmmaGemmConfig()
-    cfg.check()
+    problems = cfg.problems(1024)
+    if problems:
+        raise ScheduleError("; ".join(problems))
     for dim, size, tile in (("M", m, cfg.block_m), ("N", n, cfg.block_n), ("K", k, cfg.block_k)):
         if size % tile:
             raise ScheduleError(f"{dim} = {size} is not a multiple of the block tile {tile}; pad it or pick "

@@ -8,14 +8,12 @@ import numpy as np
 import pytest
 
 import tilec
+from compiled import load_func
 from tilec.bench.ops import attention_source
-from tilec.codegen.llvm.module import emit_module
-from tilec.codegen.llvm.jit import emit_object, load_object, optimise
 from tilec.ir import loop as L
 from tilec.ir.bounds import bind
-from tilec.ir.lower import KERNEL_NAME
 from tilec.schedule.cpu import attention
-from tilec.target import host_target
+from tilec.schedule.patterns import attention as attention_pattern
 
 
 def reference(q, k, v, causal, scale):
@@ -60,17 +58,16 @@ def test_causal_attention_visits_only_blocks_up_to_the_diagonal():
 def test_programs_that_only_look_like_attention_are_not_fused(edit):
     src = edit(attention_source({"D": 8}, False))
     bp = bind(tilec.parse(src), shapes(1, 1, 8, 8, 8), {n: "float32" for n in "QKV"})
-    assert attention.match(0, bp) is None
+    assert attention_pattern.match(0, bp, attention.DTYPES) is None
 
 
 def test_vector_exp_is_accurate_and_handles_special_values():
-    target = host_target()
     n = 64
     body = L.Store("O", (L.Var("r"), L.Var("i")),
                    L.Call("exp", (L.Load("A", (L.Var("r"), L.Var("i")), "float32"),), "float32"))
     func = L.PrimFunc("tilec_kernel", (L.Buffer("A", "float32", (200, n)), L.Buffer("O", "float32", (200, n))),
                       L.For("r", L.const(0), L.const(200), L.For("i", L.const(0), L.const(n), body, "vectorized")))
-    kernel = load_object(emit_object(optimise(emit_module(func, target), target), target), KERNEL_NAME, target)
+    kernel = load_func(func)
     values = np.concatenate([np.linspace(-90, 90, 12790), [np.inf, -np.inf, np.nan, 0.0, 88.7, 88.72, -87.3, 1e-30]])
     a = np.resize(values, (200, n)).astype(np.float32)
     out = np.empty_like(a)
@@ -88,15 +85,9 @@ def test_attention_knobs(bq, bk):
     src = attention_source({"D": 24}, True)
     q, k, v = (rng.standard_normal(x).astype(np.float32) for x in shapes(1, 2, 37, 37, 24).values())
     bp = bind(tilec.parse(src), {n: a.shape for n, a in zip("QKV", (q, k, v))}, {n: "float32" for n in "QKV"})
-    plan = attention.match(0, bp)
-    assert plan is not None
-    group = attention.build(plan, bp, host_target(), attention.AttentionKnobs(bq=bq, bk=bk))
-    from tilec.pipeline import driver
-    from tilec.ir.lower import lower
-    from tilec.runtime.function import _run
-    func = lower(bp, strategy=lambda index, prog: group if index == 0 else None)
-    target = host_target()
-    kernel = driver.Kernel(bp, func.params, load_object(emit_object(optimise(emit_module(func, target), target), target),
-                                                        KERNEL_NAME, target), "test")
-    out = _run(kernel, [q, k, v], 1)
+    assert attention_pattern.match(0, bp, attention.DTYPES) is not None
+    schedule = tilec.TemplateSchedule((tilec.TemplateConfig(0, "attention", (("bk", bk), ("bq", bq))),))
+    fn = tilec.compile(src).with_schedule(schedule)
+    assert ".Kt" in fn.explain({n: a.shape for n, a in zip("QKV", (q, k, v))}, stage="loop")  # the fused kernel
+    out = fn(q, k, v)
     np.testing.assert_allclose(out, reference(q, k, v, True, 1 / np.sqrt(24)), rtol=1e-4, atol=1e-5)

@@ -3,7 +3,6 @@ autograd (float32), finite differences (float64 reference), and the unfused deri
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,7 +15,8 @@ from tilec.autodiff import derive
 from tilec.errors import ScheduleError
 from tilec.frontend import parse
 from tilec.ir.bounds import bind
-from tilec.schedule.patterns import attention_backward
+from tilec.schedule.cpu import attention_backward
+from tilec.schedule.patterns import attention_backward as backward_pattern
 from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
 from tilec.target import host_target
 
@@ -163,7 +163,7 @@ def test_two_passes_without_a_panel(causal, wrt):
 def test_fewer_heads_than_cores_split_the_keys(b, h, s, t, causal):
     """Fewer batch-and-heads than cores: pass 2 split over key blocks, dQ summed from parts."""
     arrays = inputs(b, h, s, t, 12, 10, seed=s + t)
-    target = replace(host_target(), cores=4)
+    target = host_target().with_cores(4)
     fn = tilec.grad(attention_source(causal, 0.3), wrt=list(NAMES), target=target).with_schedule(SMALL)
     shapes = dict(zip(fn.inputs, (a.shape for a in arrays)))
     assert ".dqpart" in fn.explain(shapes, stage="loop")
@@ -186,7 +186,7 @@ def bound(source: str, wrt: list[str], dtype: str = "float32"):
 @pytest.mark.parametrize("wrt", [["Q", "K", "V"], ["Q"], ["K"], ["V"], ["K", "V"], ["V", "Q"]])
 def test_matcher_recognises_every_derived_gradient(causal, wrt):
     bp = bound(attention_source(causal, 0.5), wrt)
-    plan = attention_backward.match(0, bp)
+    plan = backward_pattern.match(0, bp, attention_backward.DTYPES)
     assert plan is not None and plan.consumed == len(bp.statements)
     written = {"Q": plan.dq, "K": plan.dk, "V": plan.dv}
     assert {n for n, out in written.items() if out is not None} == set(wrt)
@@ -235,7 +235,7 @@ def test_programs_that_only_look_like_attention_are_not_fused(old, new, wrt):
     assert old in source
     edited = source.replace(old, new).replace("-> (O)", "-> (O, O2)" if "O2" in new else "-> (O)")
     bp = bound(edited, wrt)
-    assert attention_backward.match(0, bp) is None
+    assert backward_pattern.match(0, bp, attention_backward.DTYPES) is None
 
 
 # ------------------------------------------------------------------ knobs

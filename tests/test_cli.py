@@ -209,7 +209,7 @@ def test_tune_backward_tunes_the_gradient_kernels_the_torch_op_uses(capsys, tmp_
     monkeypatch.setattr(options, "use_records", True)
     source = sources.conv2d_source((1, 1), (1, 1), (1, 1), False)
     grad = tilec.grad(source, ["X", "F"])
-    sig = tilec.pipeline.driver.Signature((("X", (2, 8, 7, 9)), ("F", (16, 8, 3, 3)), ("DO", (2, 16, 7, 9))),
+    sig = tilec.pipeline.Signature((("X", (2, 8, 7, 9)), ("F", (16, 8, 3, 3)), ("DO", (2, 16, 7, 9))),
                                  (("X", "float32"), ("F", "float32"), ("DO", "float32")), ())
     recorded = grad._recorded_schedule(sig)
     assert recorded is not None and len(recorded.configs) == 2

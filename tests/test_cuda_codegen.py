@@ -188,7 +188,7 @@ def test_compiled_cubins_are_cached_on_disk(tmp_path, monkeypatch) -> None:  # t
 
 def test_modules_import_without_cuda_bindings(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Without cuda-python and pycuda: imports work; device_arch and load_cuda raise a TilecError."""
-    from tilec.runtime import cuda_runtime
+    from tilec.codegen.cuda import loader as cuda_runtime
 
     for name in ("cuda", "cuda.bindings", "cuda.bindings.driver", "pycuda", "pycuda.driver"):
         monkeypatch.setitem(sys.modules, name, None)

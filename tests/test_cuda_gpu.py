@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def arch() -> str:
-    from tilec.runtime.cuda_runtime import CudaUnavailable, device_arch
+    from tilec.codegen.cuda.loader import CudaUnavailable, device_arch
 
     try:
         return device_arch()
@@ -36,7 +36,7 @@ def _check(case: Case, got: dict[str, np.ndarray], inputs: dict[str, np.ndarray]
 
 @pytest.mark.parametrize("case", all_cases() + tensorcore_cases(), ids=lambda case: case.func.name)
 def test_kernel_on_numpy_arrays_matches_numpy(case: Case, arch: str) -> None:
-    from tilec.runtime.cuda_runtime import load_cuda
+    from tilec.codegen.cuda.loader import load_cuda
 
     inputs = case.make_inputs(np.random.default_rng(0))
     arrays = {k: v.copy() for k, v in inputs.items()}
@@ -49,7 +49,7 @@ def test_kernel_on_torch_tensors_matches_numpy(case: Case, arch: str) -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA device")
-    from tilec.runtime.cuda_runtime import load_cuda
+    from tilec.codegen.cuda.loader import load_cuda
 
     inputs = case.make_inputs(np.random.default_rng(1))
     tensors = {k: torch.from_numpy(v.copy()).cuda() for k, v in inputs.items()}
@@ -59,7 +59,7 @@ def test_kernel_on_torch_tensors_matches_numpy(case: Case, arch: str) -> None:
 
 
 def test_bad_arguments_are_bind_errors(arch: str) -> None:
-    from tilec.runtime.cuda_runtime import load_cuda
+    from tilec.codegen.cuda.loader import load_cuda
 
     case = all_cases()[0]
     module = load_cuda(render_cuda(case.func), arch)

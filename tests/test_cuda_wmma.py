@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from compiled import load_func
+
 import ctypes
 
 import numpy as np
@@ -9,14 +11,11 @@ import pytest
 
 from tests.cuda_kernels import single_warp_mma, tensorcore_gemm, wmma_gemm
 from tilec.codegen.cuda.source import render_cuda
-from tilec.codegen.llvm.module import emit_module
-from tilec.codegen.llvm.jit import emit_object, load_object, optimise
 from tilec.passes.lower_wmma import lower_wmma
 from tilec.errors import CodegenError, ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.verify import verify
 from tilec.schedule.gpu.tensorcore_knobs import WmmaGemmConfig
-from tilec.target import host_target
 
 
 def test_wmma_statements_render_as_nvcuda_wmma_calls() -> None:
@@ -35,8 +34,7 @@ def test_wmma_statements_render_as_nvcuda_wmma_calls() -> None:
 
 def _run_on_cpu(func: L.PrimFunc, arrays: dict[str, np.ndarray]) -> None:
     """Run a PrimFunc whose thread loops need no barrier semantics on the LLVM CPU backend."""
-    target = host_target()
-    kernel = load_object(emit_object(optimise(emit_module(func, target), target), target), func.name, target)
+    kernel = load_func(func, func.name)
     ptrs = [arrays[p.name].ctypes.data for p in func.params]
     kernel.function((ctypes.c_void_p * len(ptrs))(*ptrs))
 

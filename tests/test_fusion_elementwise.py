@@ -14,7 +14,7 @@ from tilec.frontend import parse
 from tilec.ir import loop as L
 from tilec.ir.bounds import bind
 from tilec.schedule.cpu import rowwise as elementwise_fusion
-from tilec.schedule.cpu.heuristic import auto_lower
+from tilec.schedule.lowering import lower_bound
 from tilec.target import host_target
 
 RNG = np.random.default_rng(0)
@@ -22,7 +22,7 @@ RNG = np.random.default_rng(0)
 
 def _lowered(source: str, shapes: dict[str, tuple[int, ...]]) -> tuple[object, L.PrimFunc]:
     bp = bind(parse(source), shapes, {n: "float32" for n in shapes})
-    return bp, auto_lower(bp, host_target())
+    return bp, lower_bound(bp, host_target())
 
 
 def _top_nests(func: L.PrimFunc) -> tuple[L.Stmt, ...]:

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import ctypes
-import hashlib
 
 import numpy as np
 import pytest
 
 from tilec.passes.emulate_gpu import emulate
-from tilec.pipeline.driver import CudaSimBackend
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
 from tilec.ir.verify import verify
 from tilec.ir.rewrite import walk
-from tilec.target import resolve_target
+from tilec.pipeline import load_from, resolve_target
 
 from reference import rng
 
@@ -23,9 +21,7 @@ F32 = "float32"
 
 def run(func: L.PrimFunc, *arrays: np.ndarray) -> None:
     """Compile `func` (a GPU PrimFunc) for cuda-sim and run it on `arrays`, one per param."""
-    target = resolve_target("cuda-sim")
-    key = "test-gpu-emulator-" + hashlib.sha256(str(func).encode()).hexdigest()
-    loaded, _ = CudaSimBackend().build(func, target, key)
+    loaded, _ = load_from("gpu", func, resolve_target("cuda-sim"))
     loaded.function((ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays]))
 
 

@@ -10,12 +10,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilec
-from tilec.pipeline.driver import Signature, lower_program
+from tilec.pipeline import Signature, lower_program
 from tilec.errors import ScheduleError, TilecError
 from tilec.ir import loop as L
 from tilec.schedule.primitives.records import Bind, CacheRead, Schedule, Split
 from tilec.ir.rewrite import walk
-from tilec.target import resolve_target
+from tilec.pipeline import resolve_target
 
 from reference import MATMUL, assert_matches, randn, rng
 
@@ -147,7 +147,7 @@ def test_gpu_primitives_round_trip_through_json() -> None:
 
 def test_targets_build_without_a_gpu() -> None:
     cuda = resolve_target("cuda")
-    assert cuda.name == "cuda" and cuda.cpu.startswith("sm_") and cuda.is_gpu
+    assert cuda.name == "cuda" and cuda.gpu is not None and cuda.gpu.arch.startswith("sm_") and cuda.is_gpu
     sim = resolve_target("cuda-sim")
     assert sim.is_gpu and sim.key != resolve_target("llvm").key
     with pytest.raises(TilecError, match="known targets"):

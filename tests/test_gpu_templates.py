@@ -17,15 +17,18 @@ from hypothesis import strategies as st
 
 import tilec
 from tilec.bench.ops import attention_source
-from tilec.pipeline.driver import Signature, lower_program
+from tilec.pipeline import Signature, lower_program
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
+from tilec.pipeline import resolve_target
 from tilec.schedule.gpu.gemm import GpuGemmKnobs
 from tilec.ir.rewrite import walk
 from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
 
 from test_attention import reference as attention_reference
 from reference import CONV_NHWC_SAME, MATMUL, assert_matches, conv2d_nhwc, randn, rng
+
+SIM_GPU = resolve_target("cuda-sim").gpu
 
 BATCHED = "C[b, i, j: B, M, N] = +(A[b, i, k] * W[b, k, j])"
 TRANSPOSED = "C[i, j: M, N] = +(A[k, i] * B[j, k])"  # A^T B^T: neither operand contiguous in k for B
@@ -204,8 +207,11 @@ def test_fused_attention_matches_numpy_on_the_emulator(case: Case) -> None:
 
 def test_fp16_attention_keeps_float32_statistics_and_the_cpu_keeps_float32_only() -> None:
     from tilec.ir.bounds import bind
-    from tilec.schedule.cpu import attention as cpu_attention
-    from tilec.schedule.gpu import attention as gpu_attention
+    from tilec.pipeline import resolve_target
+    from tilec.schedule.cpu.attention import ATTENTION
+    from tilec.schedule.gpu.attention import GPU_ATTENTION
+    from tilec.schedule.params import LoweringParams
+    from tilec.schedule.templates.base import Context
 
     case = next(c for c in ATTENTION_CASES if c.name == "att_fp16_default")
     func = case.gpu_func()
@@ -215,8 +221,9 @@ def test_fp16_attention_keeps_float32_statistics_and_the_cpu_keeps_float32_only(
     assert stores and all(isinstance(n.value, L.Cast) and n.value.dtype == "float16" for n in stores)
     fn = case.compile()
     bp = bind(fn.program, dict(zip(fn.inputs, case.shapes)), {n: "float16" for n in fn.inputs}, {})
-    assert gpu_attention.match(0, bp) is not None
-    assert cpu_attention.match(0, bp) is None  # the CPU template stays float32: fp16 keeps the default lowering
+    assert GPU_ATTENTION.match(0, Context(bp, resolve_target("cuda-sim"), LoweringParams())) is not None
+    # the CPU template stays float32: fp16 keeps the default lowering
+    assert ATTENTION.match(0, Context(bp, resolve_target("llvm"), LoweringParams())) is None
     out = tilec.compile(case.source)(*[randn(rng(1), *s, dtype="float16") for s in case.shapes])
     assert out.dtype == np.float16
 
@@ -231,10 +238,10 @@ def test_attention_knob_errors_say_why() -> None:
     case = ATTENTION_CASES[0]
     arrays = [randn(rng(0), *s) for s in case.shapes]
     for knob, message in ((att(2048, 16), "threads per block"), (att(8, 256), "registers per thread"),
-                          (att(0, 16), "positive")):
-        fn = tilec.compile(case.source, target="cuda-sim").with_schedule(
-            TemplateSchedule((TemplateConfig(0, "gpu_attention", knob),)))
-        with pytest.raises(ScheduleError, match=message):
+                          (att(0, 16), "out of range: it must be 1 to")):
+        with pytest.raises(ScheduleError, match=message):  # out of the record's bounds: when the config is made
+            fn = tilec.compile(case.source, target="cuda-sim").with_schedule(
+                TemplateSchedule((TemplateConfig(0, "gpu_attention", knob),)))
             fn(*arrays)
 
 
@@ -272,13 +279,13 @@ def test_small_products_and_non_gemms_keep_the_default_binding() -> None:
     (GpuGemmKnobs(128, 128, 16, 2, 2), "threads per block"),
     (GpuGemmKnobs(128, 128, 8, 16, 16), "registers per thread"),
     (GpuGemmKnobs(256, 256, 32, 16, 8), "shared memory"),
-    (GpuGemmKnobs(0, 64, 16, 4, 4), "positive"),
+    (GpuGemmKnobs(0, 64, 16, 4, 4), "out of range: it must be 1 to"),
 ])
 def test_illegal_knobs_are_schedule_errors_with_the_reason(bad: GpuGemmKnobs, message: str) -> None:
-    schedule = TemplateSchedule((TemplateConfig(0, "gpu_gemm", tuple(dataclasses.asdict(bad).items())),))
-    fn = tilec.compile(MATMUL, target="cuda-sim").with_schedule(schedule)
     a = randn(rng(0), 64, 64)
-    with pytest.raises(ScheduleError, match=message):
+    with pytest.raises(ScheduleError, match=message):  # the record's bounds are checked when the config is made
+        schedule = TemplateSchedule((TemplateConfig(0, "gpu_gemm", tuple(dataclasses.asdict(bad).items())),))
+        fn = tilec.compile(MATMUL, target="cuda-sim").with_schedule(schedule)
         fn(a, a)
 
 
@@ -298,7 +305,7 @@ def test_template_misuse_is_a_clear_schedule_error() -> None:
 def _legal_knobs() -> st.SearchStrategy[GpuGemmKnobs]:
     sizes = st.sampled_from([4, 8, 16, 32, 64])
     return st.builds(GpuGemmKnobs, sizes, sizes, st.sampled_from([1, 2, 3, 4, 8, 16]), st.sampled_from([1, 2, 4]),
-                     st.sampled_from([1, 2, 4]), st.booleans()).filter(lambda k: not k.problems())
+                     st.sampled_from([1, 2, 4]), st.booleans()).filter(lambda k: not k.problems(SIM_GPU))
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -346,7 +353,7 @@ def test_every_template_kernel_compiles_with_nvcc(arch: str) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", all_cases(), ids=lambda c: c.name)
 def test_templates_on_a_real_gpu_match_numpy(case: Case) -> None:
-    from tilec.runtime.cuda_runtime import CudaUnavailable, device_arch
+    from tilec.codegen.cuda.loader import CudaUnavailable, device_arch
 
     try:
         device_arch()

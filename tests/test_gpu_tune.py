@@ -10,23 +10,23 @@ import numpy as np
 import pytest
 
 from tilec.autotune.features import Featurizer
-from tilec.autotune.gpu import GpuTask, gpu_space, gpu_tasks_for
 from tilec.autotune.measure import FakeMeasurer
-from tilec.autotune.records import RecordDB
+from tilec.records import RecordDB
 from tilec.autotune.space import space_for
+from tilec.autotune.task import Task, tasks_for
 from tilec.autotune.tuner import tune
 from tilec.bench.ops import attention_source
 from tilec.schedule.gpu import attention as gpu_attention
 from tilec.schedule.gpu.gemm import GpuGemmKnobs
-from tilec.target import resolve_target
+from tilec.pipeline import resolve_target
 
 from reference import MATMUL
 
 SIM = resolve_target("cuda-sim")
 
 
-def task(source: str, shapes: dict[str, tuple[int, ...]], dtype: str = "float32") -> GpuTask:
-    (t, *_) = gpu_tasks_for(source, shapes, {n: dtype for n in shapes}, SIM, "test")
+def task(source: str, shapes: dict[str, tuple[int, ...]], dtype: str = "float32") -> Task:
+    (t, *_) = tasks_for(source, shapes, {n: dtype for n in shapes}, SIM, label="test")
     return t
 
 
@@ -41,7 +41,7 @@ def test_templates_of_the_gpu_tasks() -> None:
 
 
 @pytest.mark.parametrize("t", [GEMM, TC, ATT], ids=lambda t: t.template)
-def test_gpu_spaces_hold_the_default_and_only_buildable_points(t: GpuTask) -> None:
+def test_gpu_spaces_hold_the_default_and_only_buildable_points(t: Task) -> None:
     space = space_for(t)
     assert space.index(t.default_config()) is not None
     assert len(space) > 4 and space.rejections, "the constraints should reject something, with reasons"
@@ -51,13 +51,14 @@ def test_gpu_spaces_hold_the_default_and_only_buildable_points(t: GpuTask) -> No
 
 
 def test_constraint_reasons_name_the_limit() -> None:
-    space = gpu_space(GEMM)
+    space = space_for(GEMM)
     reason = space.reason({"bm": 128, "bn": 128, "bk": 32, "tm": 1, "tn": 1, "double_buffer": True})
     assert reason is not None and "threads per block" in reason and "shared memory" in reason
-    att = gpu_space(ATT)
+    att = space_for(ATT)
     assert "registers per thread" in str(att.reason({"bq": 64, "bk": 128}))
-    assert GpuGemmKnobs(**GEMM.default_config()).problems() == []
-    assert gpu_attention.GpuAttentionKnobs(**ATT.default_config()).problems(64, 64) == []
+    assert SIM.gpu is not None
+    assert GpuGemmKnobs(**GEMM.default_config()).problems(SIM.gpu) == []
+    assert gpu_attention.GpuAttentionKnobs(**ATT.default_config()).problems(64, 64, SIM.gpu) == []
 
 
 def test_features_come_from_the_gpu_loop_ir() -> None:

@@ -4,6 +4,7 @@ column where one operand is contiguous, tiles stored through the layout copy tha
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,18 +16,26 @@ from tilec.autotune.task import backward_tasks
 from tilec.bench.ops import conv2d_source
 from tilec.errors import ScheduleError
 from tilec.ir.bounds import bind
-from tilec.schedule.cpu import heuristic as auto
 from tilec.schedule.cpu import copy_fold
+from tilec.schedule.cpu.gemm import IMPLICIT_GEMM
+from tilec.schedule.params import LoweringParams
+from tilec.schedule.templates.base import Choice, Context
 from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
-from tilec.target import host_target
+from tilec.target import Target, host_target
 
 rng = np.random.default_rng(23)
 TARGET = host_target()
 
 
-def params(src: str, shapes: dict[str, tuple[int, ...]], schedule: TemplateSchedule | None = None) -> str:
+def gemm_choice(bp, index: int) -> Choice | None:
+    """The heuristic's implicit-GEMM choice for a statement (its variant plan and knobs)."""
+    return IMPLICIT_GEMM.heuristic(index, Context(bp, TARGET, LoweringParams()))
+
+
+def params(src: str, shapes: dict[str, tuple[int, ...]], schedule: TemplateSchedule | None = None,
+           target: Target = TARGET) -> str:
     """The loop IR's parameter line: which tensors and workspaces the kernel has."""
-    f = tilec.compile(src) if schedule is None else tilec.compile(src).with_schedule(schedule)
+    f = tilec.compile(src, target) if schedule is None else tilec.compile(src, target).with_schedule(schedule)
     return f.explain(shapes, stage="loop").splitlines()[0]
 
 
@@ -72,8 +81,8 @@ def test_heuristic_keeps_the_usual_column_when_it_is_as_contiguous():
               {"X": "float32", "F": "float32"})
     product = next(k for k, s in enumerate(bp.statements) if s.output == "Y")
     assert copy_fold.output_copy(product, bp) is not None
-    decision = auto.default_gemm(product, bp, TARGET)
-    assert decision is not None and decision.inplace is None and decision.knobs.pack_b
+    choice = gemm_choice(bp, product)
+    assert choice is not None and choice.plan.variant != "inplace" and choice.knobs.pack_b
 
 
 GEMM = "function (A[M, K], B[K, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }"
@@ -137,18 +146,14 @@ def test_tuner_space_offers_the_in_place_template_and_its_points_compute_right()
 def test_reduction_blocks_give_the_same_weight_gradient(shape, share, monkeypatch):
     """With a small L2 budget the weight gradient's reduction runs in blocks (split at each level
     of the reduction loops, ragged last chunks), its partial sums saved between them."""
-    from tilec.config import options
-    from tilec.schedule.cpu.gemm import inplace as inplace_gemm
-
     grad = tilec.grad(conv2d_source(shape), wrt=["X", "F"])
     shapes = conv2d_grad_shapes(shape)
     panels = re.search(r" DK_\d+\.Bpan: float32\[([\d, ]+)\]", params(grad.source, shapes))
     assert panels
     panel_bytes = 4 * int(np.prod([int(d) for d in panels.group(1).split(",")][1:]))
-    monkeypatch.setattr(inplace_gemm, "L2_BUDGET", int(panel_bytes / share))
-    monkeypatch.setattr(options, "disk_cache", False)
-    grad = tilec.grad(conv2d_source(shape), wrt=["X", "F"])  # a fresh function: no kernel cached in memory
-    assert re.search(r" DK_\d+\.partial: ", params(grad.source, shapes))
+    small_l2 = replace(TARGET, host=replace(TARGET.host, l2_bytes=2 * int(panel_bytes / share)))  # budget: half of L2
+    grad = tilec.grad(conv2d_source(shape), wrt=["X", "F"], target=small_l2)
+    assert re.search(r" DK_\d+\.partial: ", params(grad.source, shapes, target=small_l2))
     assert_gradients_match_torch(grad, shapes, shape)
 
 
@@ -161,13 +166,14 @@ def test_reduction_blocks_split_the_loop_whose_inner_loops_fit():
               {"X": (8, 64, 56, 56), "F": (64, 64, 3, 3), "DO": (8, 64, 56, 56)},
               {"X": "float32", "F": "float32", "DO": "float32"})
     index = next(k for k, b in enumerate(bp.statements) if b.output.startswith("DK"))
-    decision = auto.default_gemm(index, bp, TARGET)
-    assert decision is not None and decision.inplace is not None
-    plan = decision.inplace.gemm
+    choice = gemm_choice(bp, index)
+    assert choice is not None and choice.plan.variant == "inplace"
+    plan = choice.plan.gemm
     panels = L.Buffer("P", "float32", (1, 8, 58, 58, 64))  # a 6.9 MB column panel: overflows L2
-    blocking = inplace_gemm.reduction_blocks(plan, panels, "float32", 2)
+    budget, sums = 512 * 1024, LoweringParams().inplace_sums_bytes  # half of a 1 MiB L2
+    blocking = inplace_gemm.reduction_blocks(plan, panels, "float32", 2, budget, sums)
     assert blocking is not None
     level, chunk = blocking
     assert [v for v, _, _ in plan.red][level] == "x" and chunk == 14  # (n, 14 rows of x): a quarter MiB of panel
     small = L.Buffer("P", "float32", (1, 8, 8, 8, 64))
-    assert inplace_gemm.reduction_blocks(plan, small, "float32", 2) is None  # fits: one block
+    assert inplace_gemm.reduction_blocks(plan, small, "float32", 2, budget, sums) is None  # fits: one block

@@ -14,7 +14,10 @@ from reference import conv2d_grad_shapes, torch_conv2d_grads
 from tilec.bench.ops import conv2d_source
 from tilec.ir.bounds import bind
 from tilec.schedule.cpu import permute
+from tilec.schedule.params import LoweringParams
 from tilec.target import host_target
+
+MAX_CELLS = LoweringParams().permute_max_cells
 
 rng = np.random.default_rng(11)
 TARGET = host_target()
@@ -42,7 +45,7 @@ def test_permutations_match_numpy(shape, perm, agg, dtype):
     _, split = permute.loop_order(plan, line)
     ragged = split is not None and dict(zip(names, shape))[split] % line != 0
     # transposed in registers at any size; else ragged line blocks keep the default nest
-    assert (permute.match(bp.statements[0], bp) is None) == (ragged and not permute.transposing(plan, line))
+    assert (permute.match(bp.statements[0], bp, MAX_CELLS) is None) == (ragged and not permute.transposing(plan, line))
     x = (rng.standard_normal(shape) * 100).astype(dtype)
     np.testing.assert_array_equal(tilec.compile(src)(x), x.transpose(perm))
 
@@ -50,7 +53,7 @@ def test_permutations_match_numpy(shape, perm, agg, dtype):
 def test_a_copy_that_keeps_the_innermost_axis_is_left_to_the_default_nest():
     src = "function (X[A, B, C]) -> (Y) { Y[b, a, c: B, A, C] = =(X[a, b, c]); }"
     bp = bind(tilec.parse(src), {"X": (3, 4, 5)}, {"X": "float32"})
-    assert permute.match(bp.statements[0], bp) is None
+    assert permute.match(bp.statements[0], bp, MAX_CELLS) is None
 
 
 def test_loop_order_reads_a_source_line_innermost():
@@ -119,13 +122,13 @@ def test_large_permutations_transpose_in_tiles_and_large_copies_still_fold():
     shapes = {"X": (8, 64, 56, 56), "F": (16, 64, 3, 3)}
     src = conv2d_source(shape)
     bp = bind(tilec.parse(src), shapes, {"X": "float32", "F": "float32"})
-    assert math.prod(bp.shapes["X"]) > permute.MAX_CELLS
+    assert math.prod(bp.shapes["X"]) > MAX_CELLS
     even = "function (X[N, C, H, W]) -> (Y) { Y[n, h, w, c: N, H, W, C] = =(X[n, c, h, w]); }"
     short = "function (X[N, C, H, W]) -> (Y) { Y[n, w, h, c: N, W, H, C] = =(X[n, c, h, w]); }"
     for text, dims, applies in ((even, (2, 64, 64, 64), True), (even, (8, 64, 64, 64), True),  # 0.5M, 2.1M cells
                                 (short, (2, 64, 1024, 4), True), (short, (8, 64, 1024, 4), False)):
         big = bind(tilec.parse(text), {"X": dims}, {"X": "float32"})
-        assert (permute.match(big.statements[0], big) is not None) == applies, (text, dims)
+        assert (permute.match(big.statements[0], big, MAX_CELLS) is not None) == applies, (text, dims)
         x = rng.standard_normal(dims).astype(np.float32)
         np.testing.assert_array_equal(tilec.compile(text)(x), x.transpose((0, 2, 3, 1) if text == even else (0, 3, 2, 1)))
     params = kernel_params(src, shapes)

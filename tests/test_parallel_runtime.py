@@ -49,7 +49,7 @@ def test_parallel_kernels_from_two_threads_never_lose_a_chunk_or_hang(pool):
     if pool != "own":
         pytest.importorskip("torch")
     prefix = "" if pool == "own" else "import torch\n"
-    code = prefix + STRESS + ("\nfrom tilec.codegen import llvm_runtime\n"
+    code = prefix + STRESS + ("\nfrom tilec.codegen.llvm import runtime as llvm_runtime\n"
                               "print('openmp', any(llvm_runtime._ADOPTED))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr

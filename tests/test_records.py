@@ -17,10 +17,11 @@ import pytest
 
 import tilec
 import tilec.cli
-from tilec.autotune import records as R
-from tilec.autotune.records import Record, RecordDB, task_key
+from tilec import records as R
+from tilec.records import lookup
+from tilec.records import Record, RecordDB, task_key
 from tilec.config import options
-from tilec.pipeline.driver import compiler_fingerprint
+from tilec.pipeline import compiler_fingerprint
 from tilec.target import host_target
 
 GEMM = "C[i, j: M, N] = +(A[i, k] * B[k, j])"
@@ -45,7 +46,7 @@ def rec(time_s: float | None = 1e-3, error: str = "ok", task: str = TASK, target
 def db_path(tmp_path, monkeypatch):
     path = tmp_path / "records.sqlite"
     monkeypatch.setattr(options, "records_path", path)
-    monkeypatch.setattr(R, "_warned", set())
+    monkeypatch.setattr(lookup, "_warned", set())
     return path
 
 
@@ -144,7 +145,7 @@ def test_a_newer_schema_or_a_foreign_file_is_refused(db_path, tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys
-    from tilec.autotune.records import Record, RecordDB
+    from tilec.records import Record, RecordDB
     path, name, start, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     with RecordDB(path) as db:
         if start < 0:  # resume: continue after the last recorded trial

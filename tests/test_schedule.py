@@ -123,7 +123,8 @@ def test_json_round_trip():
     assert Schedule.from_json(json.dumps(data)).key() == s.key()
     for p in s:
         assert primitive_from_json(p.to_json()) == p
-    assert Schedule().key() == "default" and s.key() != Schedule(s.primitives[:-1]).key()
+    # an empty Schedule keeps the plain default nest: not the default, which picks templates
+    assert Schedule().key() != "default" and s.key() != Schedule(s.primitives[:-1]).key()
 
 
 def test_bad_json_is_a_schedule_error():

@@ -12,21 +12,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilec
+from compiled import load_func
 from random_schedules import assert_legal_moves_compute_the_default, bound_f32, lowered_f32
 from reference import CONV_NHWC_SAME, MATMUL, SOFTMAX, assert_matches, conv2d_nhwc, randn, rng, softmax_rows
-from tilec.pipeline import driver
-from tilec.codegen.llvm.module import emit_module
-from tilec.codegen.llvm.jit import emit_object, load_object, optimise
+from tilec import pipeline
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
-from tilec.ir.lower import KERNEL_NAME, lower
+from tilec.ir.lower import lower
 from tilec.ir.verify import verify
 from tilec.runtime.function import _run
 from tilec.schedule.primitives.apply import apply_primitive, apply_schedule
 from tilec.schedule.primitives.records import (CacheRead, CacheWrite, ComputeInline, Fuse, Parallel, Partition, Reorder,
                                        Schedule, Split, Tensorize, Unroll, Vectorize, primitive_from_json)
 from tilec.ir.rewrite import loops_in
-from tilec.target import host_target
 
 # One row more than the product fills: the default lowering scatters, so the update nest (1)
 # is the perfect nest i, j, k a register-blocked GEMM starts from.
@@ -39,9 +37,8 @@ def _run_scheduled(src: str, schedule: Schedule, *inputs: np.ndarray):
     """Compile with the outputs known to apply_schedule (what ComputeInline needs) and run."""
     bound = bound_f32(src, {n: a.shape for n, a in zip(tilec.compile(src).inputs, inputs)})
     func = verify(apply_schedule(lower(bound), schedule, outputs=bound.program.outputs))
-    target = host_target()
-    loaded = load_object(emit_object(optimise(emit_module(func, target), target), target), KERNEL_NAME, target)
-    kernel = driver.Kernel(bound, func.params, loaded, "test")
+    loaded = load_func(func)
+    kernel = pipeline.Kernel(bound, func.params, loaded, "test")
     return _run(kernel, list(inputs), len(bound.program.outputs))
 
 

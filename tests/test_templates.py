@@ -7,22 +7,23 @@ parallel modes.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tilec
-from tilec.pipeline import driver
-from tilec.codegen.llvm.module import emit_module
-from tilec.codegen.llvm.jit import emit_object, load_object, optimise
+from tilec import pipeline
+from compiled import load_func
 from tilec.ir import loop as L
-from tilec.ir.bounds import BoundContraction, bind
-from tilec.ir.lower import KERNEL_NAME, LoweredGroup, lower
+from tilec.ir.bounds import bind
 from tilec.ir.verify import verify
-from tilec.runtime.function import _run
-from tilec.schedule.cpu.gemm import packed as implicit_gemm
-from tilec.schedule.patterns.epilogue import find_epilogue
+from tilec.schedule import params
+from tilec.schedule.cpu.gemm import IMPLICIT_GEMM, GemmKnobs
+from tilec.schedule.templates.base import Context
+from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
 from tilec.target import host_target
 
 TARGET = host_target()
@@ -34,36 +35,29 @@ def rand(*shape: int) -> np.ndarray:
     return rng.standard_normal(shape).astype(np.float32)
 
 
-def run_template(src: str, arrays: dict[str, np.ndarray], knobs: implicit_gemm.GemmKnobs, fuse: bool = True):
+def gemm_plan(bp, index: int = 0):
+    """The implicit-GEMM template's plan of a statement (None where it does not apply)."""
+    return IMPLICIT_GEMM.match(index, Context(bp, TARGET, params.current()))
+
+
+def run_template(src: str, arrays: dict[str, np.ndarray], knobs: GemmKnobs):
     """Compile `src` with every matching contraction forced through the template with `knobs`."""
     program = tilec.parse(src)
-    bp = bind(program, {k: a.shape for k, a in arrays.items()}, {k: a.dtype.name for k, a in arrays.items()})
-    used = []
-
-    def strategy(index, prog):
-        b = prog.statements[index]
-        if not isinstance(b, BoundContraction):
-            return None
-        plan = implicit_gemm.match(b)
-        if plan is None:
-            return None
-        epilogue = find_epilogue(index, prog) if fuse else None
-        stmt, ws = implicit_gemm.build(b, prog, plan, knobs, TARGET, epilogue)
-        used.append(b.output)
-        if epilogue is None:
-            return LoweredGroup(stmt, tuple(ws))
-        return LoweredGroup(stmt, tuple(ws), 1 + len(epilogue.links),
-                            (b.output,) + tuple(x.output for x in epilogue.links[:-1]))
-
-    func = verify(lower(bp, strategy=strategy))
-    assert used, "the template did not apply"
-    obj = emit_object(optimise(emit_module(func, TARGET), TARGET), TARGET)
-    kernel = driver.Kernel(bp, func.params, load_object(obj, KERNEL_NAME, TARGET), "test")
-    return _run(kernel, [arrays[n] for n in program.input_names], len(program.outputs)), func
+    shapes, dtypes = {k: a.shape for k, a in arrays.items()}, {k: a.dtype.name for k, a in arrays.items()}
+    bp = bind(program, shapes, dtypes)
+    configs = tuple(TemplateConfig(i, "implicit_gemm", tuple(sorted(asdict(knobs).items())))
+                    for i in range(len(bp.statements)) if gemm_plan(bp, i) is not None)
+    assert configs, "the template did not apply"
+    schedule = TemplateSchedule(configs)
+    sig = pipeline.Signature(tuple((n, shapes[n]) for n in program.input_names),
+                             tuple((n, dtypes[n]) for n in program.input_names), ())
+    func = verify(pipeline.lower_program(program, sig, schedule, TARGET)[1])
+    out = tilec.compile(src).with_schedule(schedule)(*[arrays[n] for n in program.input_names])
+    return out, func
 
 
-SMALL = implicit_gemm.GemmKnobs(mr=3, nr=16, kc=5, mc=6, threads=2)
-SMALL_DIRECT = implicit_gemm.GemmKnobs(mr=3, nr=16, threads=2, pack_a=False)
+SMALL = GemmKnobs(mr=3, nr=16, kc=5, mc=6, threads=2)
+SMALL_DIRECT = GemmKnobs(mr=3, nr=16, threads=2, pack_a=False)
 BOTH = pytest.mark.parametrize("knobs", [SMALL, SMALL_DIRECT], ids=["packed", "direct"])
 
 
@@ -150,7 +144,7 @@ def test_contractions_that_are_not_gemms_do_not_match():
                         ("O[i: N] = >(A[i, j] * B[i, j])", {"A": (4, 5), "B": (4, 5)}),  # not a sum
                         ("O[i, j: N, M] = +(A[i, j] * B[i, j])", {"A": (4, 5), "B": (4, 5)})]:  # col in both
         bp = bind(tilec.parse(src, {"N": 4, "M": 5}), shapes, {n: "float32" for n in shapes}, {"N": 4, "M": 5})
-        assert implicit_gemm.match(bp.statements[0]) is None
+        assert gemm_plan(bp) is None
 
 
 def test_default_heuristic_packs_a_for_wide_gemms_and_reads_it_in_place_for_narrow_ones():
@@ -176,7 +170,7 @@ def test_random_gemms_with_random_knobs(m, n, k, transpose_a, transpose_b, pack_
     b_idx, b_shape = ("j, k", (n, k)) if transpose_b else ("k, j", (k, n))
     src = f"C[i, j: M, N] = +(A[{a_idx}] * B[{b_idx}])"
     a, b = rand(*a_shape), rand(*b_shape)
-    knobs = implicit_gemm.GemmKnobs(mr=mr, nr=16 * nr_vectors, kc=kc, mc=mr * mc_blocks, threads=threads,
+    knobs = GemmKnobs(mr=mr, nr=16 * nr_vectors, kc=kc, mc=mr * mc_blocks, threads=threads,
                                     pack_a=pack_a)
     out, _ = run_template(src, {"A": a, "B": b}, knobs)
     ref = (a.T if transpose_a else a) @ (b.T if transpose_b else b)
@@ -188,8 +182,7 @@ def test_vector_codegen_gathers_strided_loads():
     func = L.PrimFunc("tilec_kernel", (L.Buffer("A", "float32", (16, 3)), L.Buffer("O", "float32", (16,))),
                       L.For("i", L.const(0), L.const(16),
                             L.Store("O", (L.Var("i"),), L.Load("A", (L.Var("i"), L.const(1)), "float32")), "vectorized"))
-    obj = emit_object(optimise(emit_module(func, TARGET), TARGET), TARGET)
-    loaded = load_object(obj, KERNEL_NAME, TARGET)
+    loaded = load_func(func)
     a = rand(16, 3)
     out = np.empty(16, np.float32)
     import ctypes

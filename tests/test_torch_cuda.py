@@ -77,7 +77,7 @@ def test_outputs_and_temporaries_are_allocated_by_torch_on_the_device() -> None:
 
 
 def _need_gpu() -> None:
-    from tilec.runtime.cuda_runtime import CudaUnavailable, device_arch
+    from tilec.codegen.cuda.loader import CudaUnavailable, device_arch
 
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU visible to torch")
@@ -137,7 +137,7 @@ def test_torch_ops_on_cuda_tensors_forward_and_backward() -> None:
 
 def test_pointer_runner_refuses_device_kernels() -> None:
     """Host addresses never reach a kernel of target cuda (it takes device pointers)."""
-    from tilec.pipeline.driver import Kernel
+    from tilec.pipeline import Kernel
     from tilec.errors import TilecError
     from tilec.runtime.function import pointer_runner
 

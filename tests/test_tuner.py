@@ -15,7 +15,7 @@ import pytest
 
 from tilec.autotune.features import Featurizer
 from tilec.autotune.measure import FakeMeasurer, LocalMeasurer, MeasureOptions, synthetic_cost
-from tilec.autotune.records import RecordDB
+from tilec.records import RecordDB
 from tilec.autotune.search import ModelSearch, RandomSearch
 from tilec.autotune.space import Constraint, Knob, Space, SpaceTooLarge, space_for
 from tilec.autotune.task import Task, tasks_for
@@ -266,20 +266,20 @@ def test_parallel_builds_catch_builder_faults_and_feed_the_measurer() -> None:
     t = faulty_task(BUILDER_FAULTS)
     good = t.default_config()
     configs = [dict(good, mr=mr, nr=16, mc=mr * 2, pack_a=True) for mr in (8, 10, 12, 2, 4)] + [good]
-    from tilec.pipeline import driver
+    from tilec import pipeline
     from tilec.config import options
 
     with LocalMeasurer(MeasureOptions(timeout_s=4.0, repeats=2, min_repeat_s=0.001, build_workers=2)) as m:
         results = m.measure(t, configs)
         again = m.measure(t, configs[3:])  # the pool replaced its dead and killed workers
         # the pool's object code is where the measurer looks: building here is a disk-cache hit
-        before, old = driver.stats.disk_hits, (options.cache_dir, options.disk_cache)
+        before, old = pipeline.stats.disk_hits, (options.cache_dir, options.disk_cache)
         options.cache_dir, options.disk_cache = m.cache_dir, True
         try:
             t.build(configs[3])
         finally:
             options.cache_dir, options.disk_cache = old
-        assert driver.stats.disk_hits == before + 1
+        assert pipeline.stats.disk_hits == before + 1
     assert [r.error for r in results] == ["build_error", "timeout", "build_error", "ok", "ok", "ok"]
     assert "builder process died (signal" in results[0].message and "killed after" in results[1].message
     assert "injected compile failure" in results[2].message

@@ -3,6 +3,8 @@ of two (LLVM lowers a 48-lane vector through shuffles that made an 8x48 GEMM til
 
 from __future__ import annotations
 
+from compiled import llvm_text, load_func
+
 import ctypes
 import re
 
@@ -10,11 +12,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilec.codegen.llvm.module import emit_module
-from tilec.codegen.llvm.jit import emit_object, load_object, optimise
 from tilec.ir import loop as L
 from tilec.ir.lower import KERNEL_NAME
-from tilec.target import host_target
 
 
 def _fma_rows(rows: int, extent: int) -> L.PrimFunc:
@@ -36,9 +35,8 @@ def _fma_rows(rows: int, extent: int) -> L.PrimFunc:
 
 
 def _run(func: L.PrimFunc, arrays: list[np.ndarray]) -> str:
-    target = host_target()
-    text = emit_module(func, target)
-    kernel = load_object(emit_object(optimise(text, target), target), KERNEL_NAME, target)
+    text = llvm_text(func)
+    kernel = load_func(func)
     kernel.function((ctypes.c_void_p * len(arrays))(*(a.ctypes.data for a in arrays)))
     return text
 

@@ -3,6 +3,7 @@ memory their scalar iterations would not: checked against a guard page, in a sub
 
 from __future__ import annotations
 
+
 import subprocess
 import sys
 
@@ -11,11 +12,11 @@ from tilec.ir import loop as L
 
 CHILD = r"""
 import ctypes, mmap, numpy as np
-from tilec.codegen.llvm.module import emit_module
-from tilec.codegen.llvm.jit import emit_object, load_object, optimise
 from tilec.ir import loop as L
+from tilec.codegen.llvm.jit import emit_object, load_object, optimise
+from tilec.codegen.llvm.module import emit_module
 from tilec.ir.lower import KERNEL_NAME
-from tilec.target import host_target
+from tilec.target import host_cpu
 
 libc = ctypes.CDLL(None)
 page = mmap.PAGESIZE
@@ -39,10 +40,10 @@ body = L.seq(
 func = L.PrimFunc("tilec_kernel", (L.Buffer("S", "float32", (n,)), L.Buffer("D", "float32", (n,)),
                                    L.Buffer("E", "float32", (16,))),
                   L.For("i", L.const(0), L.const(16), body, "vectorized"))
-target = host_target()
-ir_text = emit_module(func, target)
+cpu = host_cpu()
+ir_text = emit_module(func, cpu)
 assert "llvm.masked.load" in ir_text and "llvm.masked.store" in ir_text, ir_text
-kernel = load_object(emit_object(optimise(ir_text, target), target), KERNEL_NAME, target)
+kernel = load_object(emit_object(optimise(ir_text, cpu), cpu), KERNEL_NAME, cpu)
 e = np.full(16, 7, np.float32)
 kernel.function((ctypes.c_void_p * 3)(src.ctypes.data, dst.ctypes.data, e.ctypes.data))
 assert np.array_equal(dst, 2 * np.arange(1, n + 1)), dst

@@ -7,36 +7,33 @@ test at the default threshold shows which real layers take it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tilec
-from tilec.config import options
 from reference import conv2d_grad_shapes, torch_conv2d_grads
 from tilec.bench.ops import conv2d_source
-from tilec.schedule.cpu.gemm import packed as implicit_gemm
-from tilec.schedule.cpu import winograd
+from tilec.schedule import params
 
 # F(2x2, 3x3) adds and subtracts up to 16 transformed terms per product: about one decimal digit
 # below the direct sum, still far inside these bounds for sums of a few thousand O(1) terms.
 RTOL, ATOL = 2e-4, 2e-3
 
 
-def allow_small(mp: pytest.MonkeyPatch) -> None:
-    """Any size takes the GEMM templates, and any GEMM-able 3x3 convolution the Winograd form. The
-    disk cache is off: its keys do not know these thresholds, so it would hand out kernels lowered
-    under others."""
-    mp.setattr(options, "disk_cache", False)
-    mp.setattr(winograd, "MIN_CHANNELS", 1)
-    mp.setattr(winograd, "MIN_TILES", 1)
-    mp.setattr(implicit_gemm, "worthwhile", lambda plan, target: True)
+def allow_small() -> Any:
+    """Any size takes the GEMM templates, and any GEMM-able 3x3 convolution the Winograd form (the
+    caches know the lowering parameters: kernels lowered under others are never handed out)."""
+    return params.overridden(gemm_min_work=1, gemm_min_columns=1, winograd_min_channels=1, winograd_min_tiles=1)
 
 
 @pytest.fixture
-def small_channels(monkeypatch):
-    allow_small(monkeypatch)
+def small_channels():
+    with allow_small():
+        yield
 
 
 def winograd_statements(src: str, shapes: dict[str, tuple[int, ...]], dtype: str = "float32") -> set[str]:
@@ -64,8 +61,7 @@ def check_conv_and_gradients(shape: dict[str, int], dtype=np.float32, seed: int 
 def test_conv_and_both_gradients_match_torch(n, c, co, h, w, pad):
     if h + 2 * pad < 3 or w + 2 * pad < 3:
         return  # no output: the bench rejects the shape
-    with pytest.MonkeyPatch.context() as mp:
-        allow_small(mp)
+    with allow_small():
         shape = dict(N=n, C=c, H=h, W=w, CO=co, KH=3, KW=3, stride=1, pad=pad)
         check_conv_and_gradients(shape, seed=n * 1000 + c * 31 + co)
         if min(h, w) < 3:

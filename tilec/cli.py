@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from tilec.pipeline.driver import STAGES
+from tilec.pipeline import STAGES
 from tilec.errors import TilecError
 
 if TYPE_CHECKING:
     from tilec.autotune.task import Task
-    from tilec.autotune.records import Record, RecordDB
+    from tilec.records import Record, RecordDB
 
 
 def _parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -90,7 +90,7 @@ def _reexec_with_quiet_baselines(argv: Sequence[str]) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from tilec.bench import harness, ops
     from tilec.config import options
-    from tilec.target import resolve_target
+    from tilec.pipeline import resolve_target
 
     if args.records is not None:  # compile with the best schedules these records hold
         if not Path(args.records).is_file():
@@ -195,7 +195,7 @@ def _add_bench_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_records(args: argparse.Namespace) -> int:
-    from tilec.autotune.records import RecordDB, default_path
+    from tilec.records import RecordDB, default_path
 
     path = Path(args.records) if args.records else default_path()
     if args.action == "import":
@@ -223,8 +223,7 @@ def cmd_records(args: argparse.Namespace) -> int:
 def _show_task(db: "RecordDB", key: str, target_name: str) -> None:
     import json
 
-    from tilec.pipeline.driver import compiler_fingerprint
-    from tilec.target import resolve_target
+    from tilec.pipeline import compiler_fingerprint, resolve_target
 
     tasks = sorted({r.task for r in db.records() if r.task.startswith(key)})
     if len(tasks) != 1:
@@ -322,14 +321,13 @@ def _tune_tasks(args: argparse.Namespace, quiet: bool = False) -> "tuple[list[Ta
     label = f"{op_name} {shape_text}"
     tasks: list[Task]
     if args.target in ("cuda", "cuda-sim"):
-        from tilec.autotune.gpu import gpu_tasks_for
-        from tilec.target import resolve_target
+        from tilec.pipeline import resolve_target
 
         if args.backward:
             raise TilecError("--backward tunes CPU kernels only (--target llvm); the gradient programs have no "
                              "GPU tuning tasks yet")
         dtypes = {n: args.dtype for n in shapes}
-        tasks = list(gpu_tasks_for(source, shapes, dtypes, resolve_target(args.target), label))
+        tasks = tasks_for(source, shapes, dtypes, resolve_target(args.target), label=label)
     else:
         tasks = tasks_for(source, shapes, target=host_target(), sizes=sizes, label=label)
     if not tasks:
@@ -384,7 +382,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     import time
 
     from tilec.autotune.measure import LocalMeasurer, MeasureOptions
-    from tilec.autotune.records import RecordDB
+    from tilec.records import RecordDB
     from tilec.autotune.tuner import Progress, default_time, describe, tune
 
     if args.target == "cuda":
@@ -424,7 +422,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from tilec.autotune.records import RecordDB
+    from tilec.records import RecordDB
     from tilec.autotune.tuner import best_so_far, plot
 
     if not Path(args.records).exists():

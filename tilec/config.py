@@ -9,6 +9,8 @@
   compiled programs from applying the best tuning record.
 - ``TILEC_OWN_THREADS=1``: run parallel loops on tilec's own worker pool even when torch is
   loaded (by default they run on torch's OpenMP team then: tilec.codegen.llvm.runtime).
+- ``TILEC_KERNEL_CACHE``: how many loaded kernels the process-wide memory cache keeps for
+  Functions to come (default 64; tilec.runtime.kernels).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tilec.errors import TilecError
 
 
 def _default_cache_dir() -> Path | None:
@@ -31,6 +35,14 @@ def _default_records_path() -> Path | None:
     return Path(env) if env else None  # None: <cache_dir>/records.sqlite
 
 
+def _env_int(name: str, default: int) -> int:
+    text = os.environ.get(name, "")
+    try:
+        return int(text) if text else default
+    except ValueError:
+        raise TilecError(f"environment variable {name}={text!r}: expected a whole number") from None
+
+
 @dataclass
 class Options:
     cache_dir: Path | None = field(default_factory=_default_cache_dir)
@@ -39,6 +51,7 @@ class Options:
     records_path: Path | None = field(default_factory=_default_records_path)
     use_records: bool = field(default_factory=lambda: os.environ.get("TILEC_RECORDS") != "")
     own_threads: bool = field(default_factory=lambda: os.environ.get("TILEC_OWN_THREADS", "") not in ("", "0"))
+    kernel_cache_size: int = field(default_factory=lambda: _env_int("TILEC_KERNEL_CACHE", 64))
 
 
 options = Options()

@@ -18,7 +18,7 @@ import numpy as np
 
 import tilec
 from tilec.bench.overhead import measure, report
-from tilec.target import host_target
+from tilec.target import host_cpu
 
 CHECKS: dict[str, tuple[str, list[tuple[int, ...]], Callable[..., np.ndarray]]] = {
     "gemm 256^3": ("C[i, j: M, N] = +(A[i, k] * B[k, j])", [(256, 256), (256, 256)], lambda a, b: a @ b),
@@ -39,8 +39,9 @@ BENCH_CASES = [
 
 
 def main() -> None:
-    target = host_target()
-    print(f"tilec {tilec.__version__} on {target.cpu}, {target.cores} cores, {target.vector_bits}-bit vectors\n")
+    cpu = host_cpu()
+    print(f"tilec {tilec.__version__} on {cpu.name}, {cpu.cores} cores, {cpu.vector_bits}-bit vectors, "
+          f"L1d {cpu.l1d_bytes // 1024} KiB, L2 {cpu.l2_bytes // 1024} KiB\n")
     rng = np.random.default_rng(0)
     for name, (src, shapes, reference) in CHECKS.items():
         args = [rng.standard_normal(s).astype(np.float32) for s in shapes]

@@ -1,15 +1,17 @@
 """Features of a candidate: a fixed-length float vector for the cost model.
 
-Two parts: (1) analytic features of the template's loop nest, derived from the knobs and the
-plan's extents (register-block size and pressure, bytes each buffer touches per innermost
-iteration, packed-buffer sizes against L1/L2, padding waste at the edges, load balance of the
-parallel loop); (2) optionally, totals read off the lowered loop IR (loops of each kind,
-nesting depth, vector width, parallel extent, workspace and register-buffer bytes).
+Two parts: (1) the template's own analytic features (its `features`, derived from the knobs and
+the plan's extents: register-block size and pressure, bytes per innermost iteration, buffers
+against the target's caches, padding waste, load balance; tilec.schedule.cpu.gemm.features, the
+attention template's), or for templates without them, the knobs plus counts read off the lowered
+GPU kernel (`kernel_features`: launch shape, shared and local buffers, barriers, loops);
+(2) optionally, totals read off the lowered loop IR (loops of each kind, nesting depth, vector
+width, parallel extent, workspace and register-buffer bytes).
 
-Part (1) costs microseconds per candidate and is all the search needs; part (2) lowers the
-candidate (about a millisecond), so the Featurizer leaves it off unless asked. Features are
-ratios and logarithms rather than raw sizes where possible, so that a model trained on one
-shape of a template transfers to other shapes of it.
+Analytic features cost microseconds per candidate and are all the search needs; the IR totals
+lower the candidate (about a millisecond), so the Featurizer leaves them off unless asked.
+Features are ratios and logarithms rather than raw sizes where possible, so that a model trained
+on one shape of a template transfers to other shapes of it.
 """
 
 from __future__ import annotations
@@ -19,73 +21,17 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tilec.autotune.space import L1_BYTES, L2_BYTES, vector_registers
 from tilec.autotune.task import Task
+from tilec.errors import TilecError
 from tilec.ir import loop as L
+from tilec.ir.rewrite import walk
 
-GEMM_NAMES = ("log_mr", "log_nr", "vectors", "log_kc", "log_mc", "pack_a", "pack_b", "threads", "reg_use", "log_block",
-              "intensity", "bytes_per_flop", "b_panel_l1", "a_block_l2", "b_all_l2", "m_waste", "n_waste",
-              "mc_waste", "k_waste", "edge_tiles", "imbalance", "k_blocks", "row_blocks", "log_m", "log_n",
-              "log_k", "a_reads_per_elem", "a_panel_l1", "kernel_l1", "a_block_l1", "log_mc_tiles", "acc_regs",
-              "b_all_l1", "n_tiles", "k_tail", "m_tail")
-ATTENTION_NAMES = ("log_bq", "log_bk", "reg_use", "log_block", "intensity", "q_waste", "t_waste", "imbalance",
-                   "log_s", "log_t", "log_d", "causal", "kt_tile_l1")
 IR_NAMES = ("loops", "serial", "parallel", "vectorized", "unrolled", "depth", "vector_width", "parallel_extent",
             "log_workspace_bytes", "local_bytes")
 
 
 def _log(x: float) -> float:
     return math.log2(max(x, 1e-9))
-
-
-def _up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
-def gemm_features(task: Task, c: Mapping[str, Any]) -> list[float]:
-    p, t = task.plan, task.target
-    itemsize = 4 if task.dtype == "float32" else 8
-    lanes = t.lanes(task.dtype)
-    m, n, k = p.m, p.n, p.k
-    mr, nr, mc, pack = c["mr"], c["nr"], c["mc"], bool(c["pack_a"])
-    kc = min(c["kc"], k) if pack else k
-    threads = max(1, c["threads"] or t.cores)
-    vectors = -(-nr // lanes)
-    regs = (mr * vectors + vectors + 1) / vector_registers(t.vector_bits)
-    row_units = -(-m // mc) if pack else -(-m // mr)
-    per_thread = -(-row_units // threads)
-    imbalance = per_thread * min(threads, row_units) / row_units
-    tiles_m, tiles_n = -(-m // mr), -(-n // nr)
-    edge = ((m % mr != 0) * tiles_n + (n % nr != 0) * tiles_m) / (tiles_m * tiles_n)
-    return [_log(mr), _log(nr), vectors, _log(kc), _log(mc if pack else mr), float(pack), float(c.get("pack_b", True)),
-            threads, regs,
-            _log(mr * nr), mr * nr / (mr + nr), (mr + nr) * itemsize / (2 * mr * nr),
-            kc * nr * itemsize / L1_BYTES, (mc if pack else mr) * kc * itemsize / L2_BYTES,
-            kc * _up(n, nr) * itemsize / L2_BYTES, _up(m, mr) / m, _up(n, nr) / n,
-            _up(m, mc) / m if pack else 1.0, _up(k, kc) / k, edge, imbalance, _log(-(-k // kc)), _log(row_units),
-            _log(m), _log(n), _log(k), tiles_n if not pack else 1.0,
-            # the micro-kernel's working set against L1: the A micro-panel (mr x kc), with the B
-            # micro-panel (kc x nr), the packed A block (mc x kc) that every column panel re-reads
-            mr * kc * itemsize / L1_BYTES, (mr + nr) * kc * itemsize / L1_BYTES,
-            (mc if pack else mr) * kc * itemsize / L1_BYTES,
-            _log((mc if pack else mr) / mr),  # micro-tiles per packed A block (B micro-panel reuse)
-            mr * vectors,  # accumulator registers
-            kc * _up(n, nr) * itemsize / L1_BYTES, _log(tiles_n),
-            (k % kc) / kc, (m % (mc if pack else mr)) / (mc if pack else mr)]  # partial last blocks
-
-
-def attention_features(task: Task, c: Mapping[str, Any]) -> list[float]:
-    p, t = task.plan, task.target
-    lanes = t.vector_bits // 32
-    bq, bk = c["bq"], c["bk"]
-    vectors = -(-bk // lanes)
-    regs = (bq * vectors + vectors + 1) / vector_registers(t.vector_bits)
-    batch = math.prod(hi - lo + 1 for _, lo, hi in p.batch)
-    units = batch * -(-p.s // bq)
-    per = -(-units // t.cores)
-    return [_log(bq), _log(bk), regs, _log(bq * bk), bq * bk / (bq + bk), _up(p.s, bq) / p.s, _up(p.t, bk) / p.t,
-            per * min(t.cores, units) / units, _log(p.s), _log(p.t), _log(p.d), float(p.causal),
-            p.d * bk * 4 / L1_BYTES]
 
 
 def loop_totals(func: L.PrimFunc) -> list[float]:
@@ -126,29 +72,64 @@ def loop_totals(func: L.PrimFunc) -> list[float]:
             depth, width, par, _log(workspace + 1), local / 1024]
 
 
+KERNEL_NAMES = ("log_blocks", "threads", "shared_kib", "local_elems", "barriers", "loops")
+
+
+def kernel_counts(func: L.PrimFunc) -> list[float]:
+    """Counts of a lowered GPU kernel: grid and block sizes, shared/local buffers, barriers, loops."""
+    blocks, threads, shared, local, barriers, loops = 1, 1, 0, 0, 0, 0
+    for node in walk(func.body):
+        if isinstance(node, L.For):
+            loops += 1
+            if node.kind in L.GPU_BLOCK_AXES and isinstance(node.end, L.Const):
+                blocks *= int(node.end.value)
+            elif node.kind in L.GPU_THREAD_AXES and isinstance(node.end, L.Const):
+                threads *= int(node.end.value)
+        elif isinstance(node, L.Allocate):
+            if node.buffer.scope == "shared":
+                shared += node.buffer.size * np.dtype(node.buffer.dtype).itemsize
+            elif node.buffer.scope != "global":
+                local += node.buffer.size
+        elif isinstance(node, L.Barrier):
+            barriers += 1
+    return [math.log2(blocks), float(threads), shared / 1024, float(local), float(barriers), float(loops)]
+
+
+def kernel_features(task: Task, config: Mapping[str, Any]) -> list[float]:
+    """The knobs (by name, booleans as 0/1), the lowered kernel's counts, log2 flops per thread."""
+    knobs = [float(v) for _, v in sorted(config.items())]
+    try:
+        counts = kernel_counts(task.lower(config))
+    except TilecError:  # an illegal candidate: the measurement will say why
+        return knobs + [0.0] * (len(KERNEL_NAMES) + 1)
+    return knobs + counts + [math.log2(max(task.flops, 1.0) / (2 ** counts[0] * max(counts[1], 1.0)))]
+
+
 class Featurizer:
     """Feature vectors of a task's candidates, memoised per config."""
 
     def __init__(self, task: Task, with_ir: bool = False) -> None:
         self.task = task
+        own = task.impl.feature_names
+        if not own:  # the knobs and the lowered kernel's counts (which hold its IR already)
+            with_ir = False
+            own = tuple(sorted(task.default_config())) + KERNEL_NAMES + ("log_flops_per_thread",)
         self.with_ir = with_ir
-        self._analytic = attention_features if task.template == "attention" else gemm_features
-        base: tuple[str, ...] = ATTENTION_NAMES if task.template == "attention" else GEMM_NAMES
-        from tilec.autotune import gpu
-
-        if task.template in gpu.GPU_TUNABLE:  # knobs and GPU loop-IR counts (tilec.autotune.gpu)
-            self._analytic = gpu.gpu_features  # type: ignore[assignment]
-            base = tuple(sorted(task.default_config())) + gpu.GPU_IR_NAMES + ("log_flops_per_thread",)
-            with_ir = self.with_ir = False  # the GPU features already hold the kernel's IR counts
-        self.names: tuple[str, ...] = base + (IR_NAMES if with_ir else ())
+        self.names: tuple[str, ...] = own + (IR_NAMES if with_ir else ())
         self._memo: dict[tuple, np.ndarray] = {}
+
+    def _analytic(self, config: Mapping[str, Any]) -> list[float]:
+        task = self.task
+        if task.impl.feature_names:
+            return task.impl.features(task.stmt, task.plan, task.context, config)
+        return kernel_features(task, config)
 
     def __call__(self, config: Mapping[str, Any]) -> np.ndarray:
         key = tuple(sorted(config.items()))
         hit = self._memo.get(key)
         if hit is not None:
             return hit
-        values = self._analytic(self.task, config)
+        values = self._analytic(config)
         if self.with_ir:
             try:
                 values += loop_totals(self.task.lower(config))
@@ -162,3 +143,6 @@ class Featurizer:
         if not configs:
             return np.zeros((0, len(self.names)), np.float32)
         return np.stack([self(c) for c in configs])
+
+
+__all__ = ["Featurizer", "IR_NAMES", "KERNEL_NAMES", "kernel_counts", "kernel_features", "loop_totals"]

@@ -33,7 +33,9 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import numpy as np
 
 from tilec.autotune.build import BuildPool, BuildResult, default_workers
-from tilec.autotune.task import Config, Task
+from tilec.autotune.gpu import time_gpu
+from tilec.autotune.task import Task
+from tilec.schedule.templates.space import Config
 from tilec.errors import TilecError
 
 ERRORS = ("ok", "build_error", "timeout", "runtime_error", "wrong_answer")
@@ -98,11 +100,10 @@ def _mismatch(got: list[np.ndarray], expected: list[np.ndarray], rtol: float) ->
 
 def _time_candidate(task: Task, fn: Callable[[list[np.ndarray]], Any], inputs: list[np.ndarray],
                     opts: MeasureOptions) -> float:
-    """GPU tasks time themselves (CUDA events on the device call, tilec.autotune.gpu); CPU ones by wall clock."""
-    time_call = getattr(task, "time_call", None)
-    if time_call is not None:
+    """GPU tasks by CUDA events on the device call (tilec.autotune.gpu); CPU ones by wall clock."""
+    if task.target.is_gpu:
         device_call = getattr(fn, "device_call", fn)
-        return float(time_call(lambda: device_call(inputs), opts.repeats, opts.min_repeat_s))
+        return float(time_gpu(task.target, lambda: device_call(inputs), opts.repeats, opts.min_repeat_s))
     return _time(lambda: fn(inputs), opts)
 
 

@@ -1,35 +1,38 @@
 """A tuning task: one statement of one program, for fixed input shapes, dtypes and target,
 lowered by one template whose knobs the tuner searches.
 
-`tasks_for(source, shapes, dtypes)` finds the statements a template applies to (the fused
-attention chain, else implicit GEMM); `task.schedule(config)` turns a knob assignment into the
-TemplateSchedule that `tilec.compile(...).with_schedule` and the records replay.
+`tasks_for(source, shapes, dtypes)` finds the statements a tunable template applies to (the
+target kind's heuristic order: tilec.schedule.cpu.heuristic.TUNED, tilec.schedule.gpu.heuristic.ORDER);
+`task.schedule(config)` turns a knob assignment into the TemplateSchedule that
+`tilec.compile(...).with_schedule` and the records replay. The template (from the registry)
+supplies the plan, the default knobs, the space, the features and the work a candidate does.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from tilec.pipeline import driver
+from tilec import disk_cache, pipeline
+from tilec.autotune.gpu import on_device
 from tilec.errors import TilecError
 from tilec.frontend import parse
 from tilec.ir import loop as L
-from tilec.ir.bounds import BoundContraction, BoundProgram, bind
+from tilec.ir.bounds import BoundProgram, bind
 from tilec.ir.tensor import Program
-from tilec.schedule.cpu import attention
-from tilec.schedule.patterns import attention_backward
-from tilec.schedule.cpu.gemm import packed as implicit_gemm
-from tilec.schedule.cpu.heuristic import default_gemm
+from tilec.records import task_key
+from tilec.runtime.function import Function
+from tilec.schedule import params as lowering_params
+from tilec.schedule.cpu import heuristic as cpu_heuristic
+from tilec.schedule.gpu import heuristic as gpu_heuristic
+from tilec.schedule.templates import registry
+from tilec.schedule.templates.base import Context, Template, config_of
 from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
+from tilec.schedule.templates.space import Config
 from tilec.target import Target, host_target
-
-Config = dict[str, Any]  # knob name -> value, one point of a Space
-TEMPLATES = ("implicit_gemm", "attention")
 
 
 @dataclass(frozen=True)
@@ -44,13 +47,24 @@ class Task:
     template: str
     sizes: tuple[tuple[str, int], ...] = ()
     label: str = ""
-    # Whether builder processes can compile candidates to object code in the disk cache
-    # (compile_object); GPU tasks (tilec.autotune.gpu) are built in the measurement process.
-    pool_builds: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        if self.template not in TEMPLATES:
-            raise TilecError(f"cannot tune template '{self.template}'; tunable templates: {', '.join(TEMPLATES)}")
+        kind = self.target.kind
+        tunable = [t.name for t in registry.tunable(kind)]
+        if self.template not in registry.names(kind) or not self.impl.tunable:
+            raise TilecError(f"cannot tune template '{self.template}' on target {self.target.name}; tunable templates: "
+                             f"{', '.join(tunable)}")
+
+    @property
+    def pool_builds(self) -> bool:
+        """Whether builder processes compile candidates to object code in the disk cache
+        (compile_object); GPU tasks are built in the measurement process."""
+        return not self.target.is_gpu
+
+    @property
+    def impl(self) -> Template:
+        """The template itself (tilec.schedule.templates.registry)."""
+        return registry.get(self.template)
 
     # ------------------------------------------------------------ the program, bound
     @functools.cached_property
@@ -58,22 +72,21 @@ class Task:
         return parse(self.source, dict(self.sizes))
 
     @property
-    def signature(self) -> driver.Signature:
-        return driver.Signature(self.shapes, self.dtypes, self.sizes)
+    def signature(self) -> pipeline.Signature:
+        return pipeline.Signature(self.shapes, self.dtypes, self.sizes)
 
     @functools.cached_property
     def bound(self) -> BoundProgram:
         return bind(self.program, dict(self.shapes), dict(self.dtypes), dict(self.sizes))
 
     @functools.cached_property
+    def context(self) -> Context:
+        return Context(self.bound, self.target, lowering_params.current())
+
+    @functools.cached_property
     def plan(self) -> Any:
-        """The template's plan of the statement (GemmPlan or AttentionPlan)."""
-        plan: Any
-        if self.template == "attention":
-            plan = attention.match(self.stmt, self.bound)
-        else:
-            b = self.bound.statements[self.stmt]
-            plan = implicit_gemm.match(b) if isinstance(b, BoundContraction) else None
+        """The template's plan of the statement (a GemmPlan, an AttentionPlan, ...)."""
+        plan = self.impl.match(self.stmt, self.context)
         if plan is None:
             raise TilecError(f"template '{self.template}' does not apply to statement {self.stmt} of the program")
         return plan
@@ -84,25 +97,16 @@ class Task:
 
     @property
     def key(self) -> str:
-        from tilec.autotune.records import task_key
-
         return task_key(str(self.program), dict(self.shapes), dict(self.dtypes), self.stmt, dict(self.sizes))
 
     @property
     def flops(self) -> float:
-        p = self.plan
-        if isinstance(p, attention.AttentionPlan):  # CPU and GPU attention templates alike
-            return 2.0 * math.prod(hi - lo + 1 for _, lo, hi in p.batch) * p.s * p.t * (p.d + p.e)
-        return 2.0 * p.m * p.n * p.k * math.prod(hi - lo + 1 for _, lo, hi in p.outer)
+        return self.impl.flops(self.plan)
 
     # ------------------------------------------------------------ knobs -> schedules
     def default_config(self) -> Config:
-        """The heuristic's knobs (tilec.schedule.cpu.heuristic), as a config of this task's space."""
-        if self.template == "attention":
-            return dict(attention.AttentionKnobs().__dict__)
-        decision = default_gemm(self.stmt, self.bound, self.target)
-        knobs = decision.knobs if decision is not None else implicit_gemm.default_knobs(self.plan, self.dtype, self.target)
-        return dict(knobs.__dict__)
+        """The heuristic's knobs, as a config of this task's space."""
+        return config_of(self.impl.default_knobs(self.stmt, self.plan, self.context))
 
     def schedule(self, config: Mapping[str, Any]) -> TemplateSchedule:
         return TemplateSchedule((TemplateConfig(self.stmt, self.template, tuple(sorted(config.items()))),))
@@ -110,26 +114,24 @@ class Task:
     def config_of(self, schedule: TemplateSchedule) -> Config | None:
         """The config a (recorded) schedule sets for this task's statement, or None."""
         c = schedule.override(self.stmt)
-        return dict(c.knobs) if c is not None and c.template == self.template else None
+        return dict(c.knobs) if c is not None and registry.get(c.template) is self.impl else None
 
     def lower(self, config: Mapping[str, Any]) -> L.PrimFunc:
         """The loop IR of a candidate (raises ScheduleError for illegal knobs)."""
-        return driver.lower_program(self.program, self.signature, self.schedule(config), self.target)[1]
+        return pipeline.lower_program(self.program, self.signature, self.schedule(config), self.target)[1]
 
     # ------------------------------------------------------------ building (in a builder process)
     def compile_object(self, config: Mapping[str, Any]) -> str:
         """Lower the candidate and compile it to object code in the disk cache (unless it is there
         already), under the key `build` will look up; returns the key. Requires the disk cache
         to be enabled (the builder processes point it at the measurer's directory)."""
-        from tilec.codegen.llvm.module import emit_module
-        from tilec.codegen.llvm.jit import emit_object, optimise
-        from tilec import disk_cache
-
         schedule = self.schedule(config)
-        key = driver.cache_key(self.program, self.signature, self.target, schedule)
+        backend = pipeline.backend_for(self.target)
+        assert backend.cached is not None, f"target {self.target.name} builds in the measurement process"
+        c = pipeline.compilation(self.program, self.signature, self.target, schedule)
+        key = pipeline.cache_key(self.program, self.signature, self.target, schedule, c.params, backend)
         if disk_cache.load(key) is None:
-            _, func = driver.lower_program(self.program, self.signature, schedule, self.target)
-            disk_cache.store(key, emit_object(optimise(emit_module(func, self.target), self.target), self.target))
+            disk_cache.store(key, pipeline.run_stages(c, backend, backend.cached))
         return key
 
     # ------------------------------------------------------------ running (in a measurement process)
@@ -140,21 +142,21 @@ class Task:
 
     def build(self, config: Mapping[str, Any] | None) -> Callable[[list[np.ndarray]], Any]:
         """Compile the candidate (None: the default schedule) and return a call on input arrays.
-        Compilation happens here, so a build error is raised here, not at the first call."""
-        import tilec
-
+        Compilation happens here, so a build error is raised here, not at the first call. On a
+        GPU (target cuda) the call runs on device copies of the inputs (tilec.autotune.gpu)."""
         # The default is compiled with its knobs spelled out: a bare compile would apply tuning records.
-        fn = tilec.compile(self.source, self.target, **dict(self.sizes))
+        fn = Function(self.source, self.target, **dict(self.sizes))
         fn = fn.with_schedule(self.schedule(self.default_config() if config is None else config))
         fn.kernel(self.signature)
-        return lambda arrays: fn(*arrays)
+        call: Callable[[list[np.ndarray]], Any] = lambda arrays: fn(*arrays)  # noqa: E731
+        return on_device(call) if self.target.host is None else call
 
 
 def tasks_for(source: str, shapes: Mapping[str, tuple[int, ...]], dtypes: Mapping[str, str] | None = None,
               target: Target | None = None, sizes: Mapping[str, int] | None = None, label: str = "") -> list[Task]:
-    """The tunable statements of a program: each attention chain, and each other contraction
-    the implicit-GEMM template matches (statements inside an attention chain, or inside the
-    gradient of one, which lowers as one fused kernel, are skipped)."""
+    """The tunable statements of a program: at each statement, the first template of the target
+    kind's tuning order that applies gets a task if it is tunable (statements it lowers together
+    with it are skipped; the fused attention gradient, which has no search space yet, has no task)."""
     target = target or host_target()
     dtypes = dict(dtypes or {})
     program = parse(source, dict(sizes or {}))
@@ -166,24 +168,20 @@ def tasks_for(source: str, shapes: Mapping[str, tuple[int, ...]], dtypes: Mappin
     dtype_items = tuple((n, dtypes.get(n, "float32")) for n in names)
     size_items = tuple(sorted((sizes or {}).items()))
     bp = bind(program, dict(shape_items), dict(dtype_items), dict(size_items))
+    ctx = Context(bp, target, lowering_params.current())
+    order = gpu_heuristic.ORDER if target.is_gpu else cpu_heuristic.TUNED
     tasks, skip_until = [], 0
-    for index, b in enumerate(bp.statements):
-        if index < skip_until or not isinstance(b, BoundContraction):
+    for index in range(len(bp.statements)):
+        if index < skip_until:
             continue
-        plan = attention.match(index, bp)
-        backward = attention_backward.match(index, bp) if plan is None else None
-        if backward is not None:
-            # the fused attention gradient: its statements are not tuned one by one (a record for one
-            # of its products would replace the fused kernel); its block knobs have no search space yet
-            skip_until = index + backward.consumed
-            continue
-        if plan is not None:
-            template, skip_until = "attention", index + plan.consumed
-        elif implicit_gemm.match(b) is not None:
-            template = "implicit_gemm"
-        else:
-            continue
-        tasks.append(Task(source, shape_items, dtype_items, target, index, template, size_items, label))
+        for template in order:
+            plan = template.match(index, ctx)
+            if plan is None:
+                continue
+            skip_until = index + template.consumed(plan)
+            if template.tunable:
+                tasks.append(Task(source, shape_items, dtype_items, target, index, template.name, size_items, label))
+            break
     return tasks
 
 

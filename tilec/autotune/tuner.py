@@ -16,7 +16,8 @@ from typing import Any, Callable, Mapping, Sequence
 from tilec.autotune.features import Featurizer
 from tilec.autotune.measure import MeasureResult, Measurer
 from tilec.autotune.model import CostModel
-from tilec.autotune.records import Record, RecordDB
+from tilec.pipeline import compiler_fingerprint
+from tilec.records import Record, RecordDB
 from tilec.autotune.search import ModelSearch, RandomSearch
 from tilec.autotune.space import Space, space_for
 from tilec.autotune.task import Config, Task
@@ -39,8 +40,6 @@ def _records_of(task: Task, db: RecordDB, compiler: str) -> list[Record]:
 
 def measured_configs(task: Task, db: RecordDB) -> list[tuple[Config, float | None]]:
     """The task's recorded (config, seconds or None) for this target and compiler, oldest first."""
-    from tilec.pipeline.driver import compiler_fingerprint
-
     out = []
     for r in _records_of(task, db, compiler_fingerprint()):
         try:
@@ -58,8 +57,6 @@ def tune(task: Task, trials: int, measurer: Measurer, db: RecordDB, seed: int = 
          transfer: Sequence[Task] = (), op: str = "", shape: str = "") -> Record | None:
     """Measure up to `trials` candidates (resumed records included); the best record, or None if
     every candidate failed. strategy: "model" (XGBoost-guided annealing) or "random"."""
-    from tilec.pipeline.driver import compiler_fingerprint
-
     compiler = compiler_fingerprint()
     space = space or space_for(task)
     default = space.index(task.default_config())

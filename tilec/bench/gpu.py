@@ -87,7 +87,7 @@ def require_gpu() -> Any:
     if not torch.cuda.is_available():
         raise NoGpu("no CUDA GPU is visible (torch.cuda.is_available() is False); `tilec bench --target cuda` "
                     "needs one. Use --target cuda-sim for a correctness smoke test of the GPU kernels on the CPU")
-    from tilec.runtime.cuda_runtime import device_arch
+    from tilec.codegen.cuda.loader import device_arch
 
     try:
         device_arch()

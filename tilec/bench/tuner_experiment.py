@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tilec.autotune.measure import LocalMeasurer, Measurer, MeasureResult
-from tilec.autotune.records import RecordDB
+from tilec.records import RecordDB
 from tilec.autotune.space import Constraint, Space, space_for
 from tilec.autotune.task import Config, Task, tasks_for
 from tilec.autotune.tuner import best_so_far, tune

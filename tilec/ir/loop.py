@@ -27,7 +27,6 @@ INDEX = "int64"
 GPU_BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 GPU_THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 GPU_AXES = GPU_BLOCK_AXES + GPU_THREAD_AXES
-SHARED_LIMIT = 48 * 1024  # bytes of static shared memory every CUDA GPU gives a block (more needs an opt-in)
 
 
 @dataclass(frozen=True)

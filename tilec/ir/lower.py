@@ -14,11 +14,14 @@ Guarantees: a PrimFunc whose params are inputs, outputs, temporaries and workspa
 * A guard on the innermost variable it mentions becomes that loop's bounds
   (``max``/``min`` of affine expressions), so padding and triangular domains cost
   no branch in the inner loop; divisibility guards stay as ``if``.
+
+`lower(bp, groups)` also assembles the groups that templates built for some statements
+(tilec.schedule.lowering chooses and builds them first): lowering never calls the scheduler.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -35,7 +38,7 @@ KERNEL_NAME = "tilec_kernel"
 
 @dataclass(frozen=True)
 class LoweredGroup:
-    """What a strategy (a schedule template) made of statements[start : start + consumed]."""
+    """What a template made of statements[start : start + consumed]."""
 
     stmt: L.Stmt
     workspaces: tuple[L.Buffer, ...] = ()
@@ -43,26 +46,23 @@ class LoweredGroup:
     elided: tuple[str, ...] = ()  # temporaries the group never materialises
 
 
-# A strategy may lower a statement (and statements fused into it) its own way, given the
-# statement's index; None leaves it to the default lowering.
-Strategy = Callable[[int, BoundProgram], "LoweredGroup | None"]
-
-
-def lower(bp: BoundProgram, name: str = KERNEL_NAME, strategy: Strategy | None = None) -> L.PrimFunc:
+def lower(bp: BoundProgram, groups: Mapping[int, LoweredGroup] | None = None, name: str = KERNEL_NAME) -> L.PrimFunc:
+    """The kernel of `bp`: at each statement index in `groups` the group a template built (covering
+    `consumed` statements), the default nest of every other statement."""
+    groups = groups or {}
     workspaces: list[L.Buffer] = []
     stmts: list[L.Stmt] = []
     elided: set[str] = set()
     k = 0
     while k < len(bp.statements):
-        s = bp.statements[k]
-        group = strategy(k, bp) if strategy is not None else None
+        group = groups.get(k)
         if group is not None:
             stmts.append(group.stmt)
             workspaces += group.workspaces
             elided.update(group.elided)
             k += group.consumed
             continue
-        stmts.append(lower_statement(s, bp, workspaces))
+        stmts.append(lower_statement(bp.statements[k], bp, workspaces))
         k += 1
     body = L.seq(*stmts)
     temporaries = [t for t in bp.temporaries if t not in elided]
@@ -332,4 +332,4 @@ def _lower_elementwise(b: BoundElementwise, bp: BoundProgram) -> L.Stmt:
     return loop_nest(cells, L.Store(b.output, tuple(cell), value), [])
 
 
-__all__ = ["lower", "KERNEL_NAME"]
+__all__ = ["KERNEL_NAME", "LoweredGroup", "lower", "lower_statement"]

@@ -1,34 +1,34 @@
 """`tilec.compile` returns a Function: parse once, compile per argument signature.
 
-Kernels are cached in memory per (program, shapes, dtypes, sizes, target, schedule)
-for the whole process, and their object code on disk (see tilec.pipeline.driver).
+Each Function keeps the kernels of the signatures it was called with; kernels are also cached for
+the whole process (tilec.runtime.kernels, bounded) and their object code on disk, under the
+pipeline's cache key (tilec.pipeline.cache_key).
 """
 
 from __future__ import annotations
 
 import copy
 import ctypes
-import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tilec.pipeline import driver
+from tilec import pipeline
+from tilec.pipeline import Kernel, Signature, resolve_target
 from tilec.runtime import memory, torch_cuda
 from tilec.errors import BindError, TilecError, TilecWarning
 from tilec.frontend import parse
 from tilec.ir.dtypes import check_supported
-from tilec.target import Target, resolve_target
+from tilec.records import recorded_schedule
+from tilec.runtime.kernels import kernels
+from tilec.schedule import params as lowering_params
+from tilec.target import Target
 
 if TYPE_CHECKING:
     from tilec.schedule.templates.config import TemplateSchedule
     from tilec.schedule.primitives.records import Schedule
-
-_KERNELS: dict[str, driver.Kernel] = {}
-_KERNELS_LOCK = threading.Lock()
-
 
 class Function:
     """A compiled Tile program. Call it with numpy arrays (positionally or by name)."""
@@ -44,8 +44,8 @@ class Function:
         self.inputs: tuple[str, ...] = self.program.input_names
         self.outputs: tuple[str, ...] = self.program.outputs
         self.schedule: "Schedule | str" = "default"
-        self._by_signature: dict[tuple, driver.Kernel] = {}
-        self._recorded: dict[driver.Signature, "TemplateSchedule | None"] = {}
+        self._by_signature: dict[tuple, Kernel] = {}
+        self._recorded: dict[Signature, "TemplateSchedule | None"] = {}
 
     def with_schedule(self, schedule: "Schedule | TemplateSchedule") -> "Function":
         """A Function computing the same program with `schedule` applied to its loop IR.
@@ -78,14 +78,15 @@ class Function:
         if torch_cuda.any_torch_cuda(args) or torch_cuda.any_torch_cuda(kwargs.values()):
             return self._call_on_device(args, kwargs)
         arrays = self._arguments(args, kwargs)
-        sig_key = tuple((a.shape, a.dtype.char) for a in arrays)
+        # the lowering parameters in force are part of what a kernel is (tilec.schedule.params)
+        sig_key = (lowering_params.current(), tuple((a.shape, a.dtype.char) for a in arrays))
         kernel = self._by_signature.get(sig_key)
         if kernel is None:
             kernel = self.kernel(self._signature(arrays))
             self._by_signature[sig_key] = kernel
         return _run(kernel, arrays, len(self.outputs))
 
-    def kernel_for(self, shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...]) -> driver.Kernel:
+    def kernel_for(self, shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...]) -> Kernel:
         """The kernel for inputs of these shapes and dtypes (numpy names), in input order.
 
         For callers that hold buffers other than numpy arrays (torch tensors): they pass the
@@ -95,11 +96,12 @@ class Function:
             raise BindError(f"kernel_for needs one shape and one dtype per input ({', '.join(self.inputs)}); "
                             f"got {len(shapes)} shapes and {len(dtypes)} dtypes")
         np_dtypes = [np.dtype(d) for d in dtypes]
-        sig_key = tuple((tuple(int(d) for d in shape), dt.char) for shape, dt in zip(shapes, np_dtypes))
+        arguments = tuple((tuple(int(d) for d in shape), dt.char) for shape, dt in zip(shapes, np_dtypes))
+        sig_key = (lowering_params.current(), arguments)
         kernel = self._by_signature.get(sig_key)
         if kernel is None:
-            sig = driver.Signature(
-                shapes=tuple((n, shape) for n, (shape, _) in zip(self.inputs, sig_key)),
+            sig = Signature(
+                shapes=tuple((n, shape) for n, (shape, _) in zip(self.inputs, arguments)),
                 dtypes=tuple((n, check_supported(n, dt)) for n, dt in zip(self.inputs, np_dtypes)),
                 sizes=tuple(sorted(self.sizes.items())),
             )
@@ -137,18 +139,18 @@ class Function:
             raise BindError(f"missing argument(s) {', '.join(missing)}; the inputs are {', '.join(self.inputs)}")
         return {name: values[name] for name in self.inputs}
 
-    def _signature(self, arrays: list[np.ndarray]) -> driver.Signature:
-        return driver.Signature(
+    def _signature(self, arrays: list[np.ndarray]) -> Signature:
+        return Signature(
             shapes=tuple((n, tuple(a.shape)) for n, a in zip(self.inputs, arrays)),
             dtypes=tuple((n, check_supported(n, a.dtype)) for n, a in zip(self.inputs, arrays)),
             sizes=tuple(sorted(self.sizes.items())),
         )
 
-    def kernel(self, sig: driver.Signature) -> driver.Kernel:
+    def kernel(self, sig: Signature) -> Kernel:
         """The compiled kernel for one signature (from the process-wide cache when possible).
 
         Without an explicit schedule, the best tuning records for this signature apply
-        (tilec.autotune.records); if their schedule does not build, a TilecWarning says so and
+        (tilec.records); if their schedule does not build, a TilecWarning says so and
         the default schedule compiles instead.
         """
         recorded = self._recorded_schedule(sig)
@@ -161,24 +163,18 @@ class Function:
                 self._recorded[sig] = None
         return self._kernel(sig, self.schedule)
 
-    def _recorded_schedule(self, sig: driver.Signature) -> "TemplateSchedule | None":
+    def _recorded_schedule(self, sig: Signature) -> "TemplateSchedule | None":
         """The best tuning records' schedule when no schedule was given, looked up once per signature."""
         if not (isinstance(self.schedule, str) and self.schedule == "default"):
             return None
         if sig not in self._recorded:
-            from tilec.autotune.records import recorded_schedule
-
             self._recorded[sig] = recorded_schedule(self.program, sig, self.target)
         return self._recorded[sig]
 
-    def _kernel(self, sig: driver.Signature, schedule: "Schedule | TemplateSchedule | str") -> driver.Kernel:
-        key = driver.cache_key(self.program, sig, self.target, schedule)
-        kernel = _KERNELS.get(key)
-        if kernel is None:
-            kernel = driver.build_kernel(self.program, sig, self.target, schedule)
-            with _KERNELS_LOCK:
-                kernel = _KERNELS.setdefault(key, kernel)
-        return kernel
+    def _kernel(self, sig: Signature, schedule: "Schedule | TemplateSchedule | str") -> Kernel:
+        params = lowering_params.current()
+        key = pipeline.cache_key(self.program, sig, self.target, schedule, params, pipeline.backend_for(self.target))
+        return kernels.get(key, lambda: pipeline.build_kernel(self.program, sig, self.target, schedule, params))
 
     # ------------------------------------------------------------ inspection
 
@@ -192,12 +188,12 @@ class Function:
         if missing:
             raise BindError(f"give a shape for every input; missing {', '.join(missing)}")
         dtypes = dtypes or {}
-        sig = driver.Signature(
+        sig = Signature(
             shapes=tuple((n, tuple(int(d) for d in shapes[n])) for n in self.inputs),
             dtypes=tuple((n, check_supported(n, np.dtype(dtypes.get(n, "float32")))) for n in self.inputs),
             sizes=tuple(sorted(self.sizes.items())),
         )
-        return driver.explain(self.program, sig, self.target, stage, self._recorded_schedule(sig) or self.schedule)
+        return pipeline.explain(self.program, sig, self.target, stage, self._recorded_schedule(sig) or self.schedule)
 
 
 def _as_array(name: str, value: Any) -> np.ndarray:
@@ -219,7 +215,7 @@ def _as_array(name: str, value: Any) -> np.ndarray:
 MAX_SCRATCH_SETS = 2  # per kernel: enough for two concurrent callers without unbounded growth
 
 
-def _run(kernel: driver.Kernel, inputs: list[np.ndarray], n_outputs: int) -> Any:
+def _run(kernel: Kernel, inputs: list[np.ndarray], n_outputs: int) -> Any:
     """Allocate the outputs, take a scratch set (temporaries, workspaces), call the kernel."""
     params = kernel.params
     first_scratch = len(inputs) + n_outputs
@@ -239,7 +235,7 @@ def _run(kernel: driver.Kernel, inputs: list[np.ndarray], n_outputs: int) -> Any
     return outputs[0] if n_outputs == 1 else tuple(outputs)
 
 
-def _run_with_scratch(kernel: driver.Kernel, pointers: list[int]) -> None:
+def _run_with_scratch(kernel: Kernel, pointers: list[int]) -> None:
     """Call a host `kernel` on its inputs and outputs given by address, its temporaries taken from
     the kernel's scratch sets as in `_run`."""
     params = kernel.params
@@ -253,7 +249,7 @@ def _run_with_scratch(kernel: driver.Kernel, pointers: list[int]) -> None:
         kernel.scratch.append(scratch)
 
 
-def pointer_runner(kernel: driver.Kernel, n_pointers: int) -> Callable[[Sequence[int]], None]:
+def pointer_runner(kernel: Kernel, n_pointers: int) -> Callable[[Sequence[int]], None]:
     """A call of `kernel` on buffers given by address, `n_pointers` per call: its inputs, then its
     outputs (`kernel.params` in order, up to its temporaries, which come from the kernel's scratch
     sets). The per-call work is done once: the ctypes array type of the kernel's arity, and no

@@ -6,7 +6,7 @@ device pointers (a non-contiguous tensor is first made contiguous by torch), the
 and the kernel's temporaries are allocated with torch on the inputs' device, and the
 launches are queued on torch's current stream with no copy and no synchronisation, as any
 torch op on that stream. numpy arguments keep going through Function's host path (copied
-to the device and back by tilec.runtime.cuda_runtime). torch is imported only when a torch
+to the device and back by tilec.codegen.cuda.loader). torch is imported only when a torch
 tensor is passed, so `tilec` never needs torch.
 """
 
@@ -20,7 +20,7 @@ from tilec.errors import BindError
 from tilec.ir.dtypes import SUPPORTED
 
 if TYPE_CHECKING:
-    from tilec.pipeline import driver
+    from tilec.pipeline import Kernel
 
 __all__ = ["is_torch_cuda", "any_torch_cuda", "check_devices", "run"]
 
@@ -67,7 +67,7 @@ def dtype_name(name: str, tensor: Any) -> str:
     return text
 
 
-def run(kernel: "driver.Kernel", tensors: list[Any], n_outputs: int, device: Any) -> Any:
+def run(kernel: "Kernel", tensors: list[Any], n_outputs: int, device: Any) -> Any:
     """Allocate outputs and temporaries on `device`, launch on torch's current stream, return the outputs."""
     import torch
 

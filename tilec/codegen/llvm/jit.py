@@ -7,55 +7,37 @@ and code generation entirely.
 from __future__ import annotations
 
 import ctypes
-import threading
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
+from tilec.codegen.llvm.binding import LOCK, initialise_llvm, target_machine
+from tilec.codegen.llvm.runtime import ensure_runtime
 from tilec.errors import CodegenError
-from tilec.target import Target
+from tilec.target import CpuInfo
 
-_LOCK = threading.RLock()  # LLVM's C API is not safe to drive from several threads at once
-_INITIALISED: list[ModuleType] = []
-
-
-def initialise_llvm() -> ModuleType:
-    if _INITIALISED:
-        return _INITIALISED[0]
-    with _LOCK:
-        if not _INITIALISED:
-            import llvmlite.binding as llvm
-
-            llvm.initialize_native_target()
-            llvm.initialize_native_asmprinter()
-            llvm.initialize_native_asmparser()
-            _INITIALISED.append(llvm)
-    return _INITIALISED[0]
+_MACHINES: dict[CpuInfo, Any] = {}
 
 
-_MACHINES: dict[Target, Any] = {}
-
-
-def _target_machine(target: Target) -> Any:
+def _target_machine(cpu: CpuInfo) -> Any:
     """The shared target machine for optimising and emitting code (never given to an engine)."""
-    with _LOCK:
-        machine = _MACHINES.get(target)
+    with LOCK:
+        machine = _MACHINES.get(cpu)
         if machine is None:
-            machine = _MACHINES[target] = _target_machine_for_engine(target)
+            machine = _MACHINES[cpu] = target_machine(cpu)
         return machine
 
 
-def optimise(llvm_ir: str, target: Target) -> Any:
+def optimise(llvm_ir: str, cpu: CpuInfo) -> Any:
     """Parse, verify and run the O3 pipeline; returns the llvmlite ModuleRef."""
     llvm = initialise_llvm()
-    with _LOCK:
+    with LOCK:
         try:
             module = llvm.parse_assembly(llvm_ir)
             module.verify()
         except RuntimeError as err:
             raise CodegenError(f"tilec generated invalid LLVM IR ({err}); this is a tilec bug. "
                                f"Reproduce with `tilec explain SRC --stage llvm-raw`") from None
-        tm = _target_machine(target)
+        tm = _target_machine(cpu)
         pto = llvm.create_pipeline_tuning_options(speed_level=3)
         pto.loop_vectorization = True
         pto.slp_vectorization = True
@@ -64,14 +46,14 @@ def optimise(llvm_ir: str, target: Target) -> Any:
         return module
 
 
-def emit_object(module: Any, target: Target) -> bytes:
-    with _LOCK:
-        return _target_machine(target).emit_object(module)
+def emit_object(module: Any, cpu: CpuInfo) -> bytes:
+    with LOCK:
+        return _target_machine(cpu).emit_object(module)
 
 
-def emit_assembly(module: Any, target: Target) -> str:
-    with _LOCK:
-        return _target_machine(target).emit_assembly(module)
+def emit_assembly(module: Any, cpu: CpuInfo) -> str:
+    with LOCK:
+        return _target_machine(cpu).emit_assembly(module)
 
 
 @dataclass
@@ -83,19 +65,11 @@ class LoadedKernel:
     function: Any  # ctypes function: void(void**)
 
 
-def _target_machine_for_engine(target: Target) -> Any:
-    """A fresh target machine: an execution engine takes ownership of the one it is given."""
-    return initialise_llvm().Target.from_default_triple().create_target_machine(
-        cpu=target.cpu, features=target.features, opt=3, codemodel="jitdefault")
-
-
-def load_object(obj: bytes, name: str, target: Target) -> LoadedKernel:
-    from tilec.codegen.llvm.runtime import ensure_runtime
-
+def load_object(obj: bytes, name: str, cpu: CpuInfo) -> LoadedKernel:
     llvm = initialise_llvm()
-    ensure_runtime(target.cores)  # kernels with parallel loops link to its tilec_parallel_for
-    with _LOCK:
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine_for_engine(target))
+    ensure_runtime(cpu.cores)  # kernels with parallel loops link to its tilec_parallel_for
+    with LOCK:
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine(cpu))
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         address = engine.get_function_address(name)

@@ -18,13 +18,14 @@ from typing import Any
 
 import llvmlite.ir as ir
 
+from tilec.codegen.llvm.binding import initialise_llvm
 from tilec.codegen.llvm.runtime import ENTRY as PARALLEL_FOR
 from tilec.codegen.llvm.transpose import emit_transposed, transposable
 from tilec.codegen.llvm.vector import VectorLoop, power_of_two_pieces, vectorizable
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
 from tilec.ir.dtypes import is_float
-from tilec.target import Target
+from tilec.target import CpuInfo
 
 _TYPES: dict[str, ir.Type] = {
     "bool": ir.IntType(1), "int8": ir.IntType(8), "int16": ir.IntType(16), "int32": ir.IntType(32),
@@ -47,11 +48,11 @@ def _type(dtype: str) -> ir.Type:
         raise CodegenError(f"the LLVM backend does not support dtype {dtype}") from None
 
 
-def emit_module(func: L.PrimFunc, target: Target) -> str:
-    """The LLVM IR text of `func`, with the target's CPU and vector width as function attributes."""
+def emit_module(func: L.PrimFunc, cpu: CpuInfo) -> str:
+    """The LLVM IR text of `func`, with the CPU's name, features and vector width as function attributes."""
     module = ir.Module(name=func.name)
     module.triple = _triple()
-    body = _BodyEmitter(module, func, target.cores).emit()
+    body = _BodyEmitter(module, func, cpu.cores).emit()
     wrapper = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), func.name)
     b = ir.IRBuilder(wrapper.append_basic_block("entry"))
     args = []
@@ -60,12 +61,10 @@ def emit_module(func: L.PrimFunc, target: Target) -> str:
         args.append(b.load(slot, typ=PTR))
     b.call(body, args)
     b.ret_void()
-    return _add_function_attributes(_patch_loop_ids(str(module)), target)
+    return _add_function_attributes(_patch_loop_ids(str(module)), cpu)
 
 
 def _triple() -> str:
-    from tilec.codegen.llvm.jit import initialise_llvm
-
     return initialise_llvm().get_process_triple()
 
 
@@ -119,10 +118,10 @@ def declare_intrinsic(module: ir.Module, name: str, t: ir.Type, nargs: int) -> i
     return ir.Function(module, ir.FunctionType(t, [t] * nargs), full)
 
 
-def _add_function_attributes(text: str, target: Target) -> str:
+def _add_function_attributes(text: str, cpu: CpuInfo) -> str:
     """llvmlite.ir cannot spell string attributes; add them as an attribute group."""
-    attrs = f'"target-cpu"="{target.cpu}" "target-features"="{target.features}" ' \
-            f'"prefer-vector-width"="{target.vector_bits}" "min-legal-vector-width"="0" nounwind'
+    attrs = f'"target-cpu"="{cpu.name}" "target-features"="{cpu.features}" ' \
+            f'"prefer-vector-width"="{cpu.vector_bits}" "min-legal-vector-width"="0" nounwind'
     lines = []
     for line in text.splitlines():
         if line.startswith("define "):

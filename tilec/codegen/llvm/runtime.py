@@ -29,7 +29,7 @@ from typing import Any
 
 import llvmlite.ir as ir
 
-from tilec.codegen.llvm.jit import initialise_llvm
+from tilec.codegen.llvm.binding import LOCK, initialise_llvm, target_machine
 
 ENTRY = "tilec_parallel_for"
 I32, I64, PTR = ir.IntType(32), ir.IntType(64), ir.PointerType()
@@ -209,16 +209,15 @@ _ENGINES: dict[int, Any] = {}  # cores -> the runtime's engine, alive for the wh
 
 def ensure_runtime(cores: int) -> Any:
     """Compile the runtime once per process and register `tilec_parallel_for` for kernels to link."""
-    from tilec.codegen.llvm.jit import _LOCK, _target_machine_for_engine
-    from tilec.target import host_target
+    from tilec.target import host_cpu
 
-    with _LOCK:  # one runtime, even when two threads compile their first kernels at once
+    with LOCK:  # one runtime, even when two threads compile their first kernels at once
         engine = _ENGINES.get(cores)
         if engine is None:
             llvm = initialise_llvm()
             module = llvm.parse_assembly(build_module(cores))
             module.verify()
-            engine = llvm.create_mcjit_compiler(module, _target_machine_for_engine(host_target()))
+            engine = llvm.create_mcjit_compiler(module, target_machine(host_cpu()))
             engine.finalize_object()
             llvm.add_symbol(ENTRY, engine.get_function_address(ENTRY))
             _ENGINES[cores] = engine

@@ -1,19 +1,15 @@
 """The fused attention template: softmax(scale * Q K^T [causal]) V without the score matrix.
 
-It recognises the chain of statements a Tile program writes for attention (batch indices
-are any leading output indices):
-
-    L[.., s, t] = +(Q[.., s, d] * K[.., t, d]);   Z = L * c;        # the scale is optional
-    [Neg = -1e30; Zc[.., s, t] = >(Z[.., s, t]), s - t < S default Neg;]   # causal, optional
-    M[.., s, 0] = >(Z[.., s, t]);  E = exp(Z - M);  R[.., s, 0] = +(E[.., s, t]);  P = E / R;
-    O[.., s, e] = +(P[.., s, t] * V[.., t, e]);
-
-and lowers all of it to one flash-attention loop nest: for each block of `bq` query rows,
+It lowers the attention chain (tilec.schedule.patterns.attention: scores, scale, optional causal
+mask, softmax, times V) in float32 to one flash-attention loop nest: for each block of `bq` query rows,
 stream blocks of `bk` keys (AttentionKnobs); a register-blocked micro-GEMM gives the scores, an online
 softmax keeps a running max m and sum l per row (rescaling the accumulator by
 exp(m_old - m_new)), a second micro-GEMM accumulates P V. Causal attention stops at the
 diagonal block (masked blocks are never visited). K is transposed once per batch so the
 score micro-GEMM reads it with vector loads.
+
+Requires: an AttentionPlan and knobs that passed the template's checks. Guarantees: the chain's
+output, every other tensor of the chain never materialised.
 """
 
 from __future__ import annotations
@@ -21,228 +17,29 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from typing import Any, Mapping
+
 from tilec.ir import loop as L
-from tilec.ir import tensor as T
-from tilec.ir.affine import INF
-from tilec.ir.bounds import BoundAccess, BoundContraction, BoundElementwise, BoundProgram
+from tilec.ir.bounds import BoundAccess, BoundProgram
 from tilec.ir.lower import LoweredGroup
-from tilec.schedule.patterns.epilogue import _readers
-from tilec.schedule.cpu.gemm.packed import decompose, thread_share, threads_loop
+from tilec.schedule.nest import decompose, thread_share, threads_loop
+from tilec.schedule.patterns import attention as pattern
+from tilec.schedule.patterns.attention import AttentionPlan
+from tilec.schedule.templates.base import Choice, Context, Template
+from tilec.schedule.templates.knobs import knob
+from tilec.schedule.templates.space import Config, Constraint, Knob, choices_with
 from tilec.target import Target
 
-Range = tuple[str, int, int]
 LANES = 16  # width of the partial row maxima and sums
+DTYPES = ("float32",)
 
 
 @dataclass(frozen=True)
 class AttentionKnobs:
     """The template's tunable knobs (a schedule record)."""
 
-    bq: int = 6  # query rows per block: the register block's height
-    bk: int = 64  # keys per block: the register block's width, a multiple of LANES
-
-    def to_json(self) -> dict:
-        return {"template": "attention", "bq": self.bq, "bk": self.bk}
-MASK_LIMIT = -1e29  # a causal `default` at or below this contributes exp(.) == 0, like a skipped key
-
-
-@dataclass(frozen=True)
-class AttentionPlan:
-    q: BoundAccess
-    k: BoundAccess
-    v: BoundAccess
-    batch: tuple[Range, ...]
-    s: int  # query rows
-    t: int  # keys
-    d: int  # head dimension of Q and K
-    e: int  # head dimension of V
-    scale: float
-    causal: bool
-    output: str
-    consumed: int
-    elided: tuple[str, ...]
-
-
-def _vars(access: BoundAccess) -> tuple[str | None, ...]:
-    return tuple(e.lone_var for e in access.indices)
-
-
-def _out_vars(b: BoundContraction) -> tuple[str | None, ...]:
-    return tuple(e.lone_var for e in b.out_indices)
-
-
-def _keepdim_reduce(b: BoundContraction, agg: str, source: str, batch: tuple[str, ...], s: str, t: str) -> bool:
-    """b is X[.., s, 0] = agg(source[.., s, t])."""
-    if b.stmt.agg != agg or b.stmt.combo != "single" or b.stmt.default is not None or b.guards or b.empty:
-        return False
-    (op,) = b.operands
-    last = b.out_indices[-1]
-    return (op.tensor == source and _vars(op) == batch + (s, t) and _out_vars(b)[:-1] == batch + (s,)
-            and not last.coeffs and last.const == 0 and b.shape[-1] == 1)
-
-
-@dataclass(frozen=True)
-class SoftmaxChain:
-    """The statements from the scores contraction through P = E / R (what the forward and the
-    backward templates share): names of the tensors, the loop variables of the scores, and where
-    the chain stops (`next`, the index of the first statement after P)."""
-
-    q: BoundAccess
-    k: BoundAccess
-    batch: tuple[str, ...]  # batch variables of the scores, outermost first
-    s: str
-    t: str
-    d: str
-    ranges: dict[str, Range]
-    scale: float
-    causal: bool
-    raw: str  # Q K^T
-    scaled: str  # raw * scale (raw itself without a scale statement)
-    scores: str  # the scaled scores, masked when causal
-    m: str
-    e: str
-    r: str
-    p: str | None  # None where the chain stops at R
-    chain: tuple[str, ...]  # every tensor from raw through R (P excluded)
-    next: int
-
-
-def match_softmax(index: int, bp: BoundProgram, dtypes: tuple[str, ...] = ("float32", "float64")) -> SoftmaxChain | None:
-    """The chain L = +(Q K), [Z = L * c], [Neg, Zc], M, E, R, P starting at statement `index`,
-    with scores of one of `dtypes`."""
-    stmts = bp.statements
-    first = stmts[index]
-    if not (isinstance(first, BoundContraction) and first.stmt.agg == "+" and first.stmt.combo == "mul"
-            and first.stmt.default is None and not first.guards and not first.empty
-            and first.dtype in dtypes):
-        return None
-    out = _out_vars(first)
-    if None in out or len(out) < 2 or len(set(out)) != len(out):
-        return None
-    batch, s, t = tuple(v for v in out[:-2] if v), out[-2], out[-1]
-    assert s is not None and t is not None
-    reduction = [v for v, _, _ in first.ranges if v not in out]
-    if len(reduction) != 1:
-        return None
-    d = reduction[0]
-    a, b = first.operands
-    if _vars(b) == batch + (s, d) and _vars(a) == batch + (t, d):
-        a, b = b, a
-    if not (_vars(a) == batch + (s, d) and _vars(b) == batch + (t, d)):
-        return None
-    chain: list[str] = [first.output]
-    k = index + 1
-
-    def take(kind: type) -> BoundContraction | BoundElementwise | None:
-        nonlocal k
-        if k < len(stmts) and isinstance(stmts[k], kind):
-            k += 1
-            return stmts[k - 1]  # type: ignore[return-value]
-        return None
-
-    scores, scale = first.output, 1.0
-    z = stmts[k] if k < len(stmts) else None
-    if isinstance(z, BoundElementwise) and isinstance(z.stmt.expr, T.EBinary) and z.stmt.expr.op == "*":
-        x, y = z.stmt.expr.a, z.stmt.expr.b
-        if isinstance(x, T.EConst):
-            x, y = y, x
-        if x == T.ETensor(scores) and isinstance(y, T.EConst):
-            scale, scores = float(y.value), z.output
-            chain.append(z.output)
-            k += 1
-    scaled = scores
-    causal = False
-    neg = stmts[k] if k < len(stmts) else None
-    if isinstance(neg, BoundElementwise) and isinstance(neg.stmt.expr, T.EConst) and neg.shape == ():
-        masked = stmts[k + 1] if k + 1 < len(stmts) else None
-        if not (isinstance(masked, BoundContraction) and masked.stmt.agg == ">" and masked.stmt.combo == "single"
-                and masked.stmt.default == neg.output and float(neg.stmt.expr.value) <= MASK_LIMIT):
-            return None
-        (op,) = masked.operands
-        guard = causal_guard(masked, s, t, first.shape[-2])
-        if not (op.tensor == scores and _vars(op) == batch + (s, t) and _out_vars(masked) == batch + (s, t)
-                and guard):
-            return None
-        causal, scores = True, masked.output
-        chain += [neg.output, masked.output]
-        k += 2
-    m = take(BoundContraction)
-    e = take(BoundElementwise)
-    r = take(BoundContraction)
-    if None in (m, e, r):
-        return None
-    assert isinstance(m, BoundContraction) and isinstance(e, BoundElementwise) and isinstance(r, BoundContraction)
-    if not _keepdim_reduce(m, ">", scores, batch, s, t):
-        return None
-    if e.stmt.expr != T.ECall("exp", (T.EBinary("-", T.ETensor(scores), T.ETensor(m.output)),)):
-        return None
-    if not _keepdim_reduce(r, "+", e.output, batch, s, t):
-        return None
-    p = stmts[k] if k < len(stmts) else None
-    if isinstance(p, BoundElementwise) and p.stmt.expr == T.EBinary("/", T.ETensor(e.output), T.ETensor(r.output)):
-        k += 1
-    else:
-        p = None  # a gradient program that needs no P (tilec.grad with respect to Q or K alone)
-    chain += [m.output, e.output, r.output]
-    ranges = {v: (v, lo, hi) for v, lo, hi in first.ranges}
-    if ranges[s][1] != 0 or ranges[t][1] != 0 or ranges[d][1] != 0:
-        return None
-    return SoftmaxChain(q=a, k=b, batch=batch, s=s, t=t, d=d, ranges=ranges, scale=scale, causal=causal,
-                        raw=first.output, scaled=scaled, scores=scores, m=m.output, e=e.output, r=r.output,
-                        p=p.output if p is not None else None, chain=tuple(chain), next=k)
-
-
-def causal_guard(b: BoundContraction, s: str, t: str, rows: int) -> bool:
-    """b's only guard is 0 <= s - t (< S): the causal mask, t <= s."""
-    (guard,) = b.guards if len(b.guards) == 1 else (None,)
-    return (guard is not None and dict(guard.expr.coeffs) == {s: 1, t: -1} and guard.expr.const == 0
-            and guard.expr.divisor == 1 and guard.lo == 0 and (guard.hi == INF or guard.hi >= rows - 1))
-
-
-CPU_DTYPES = ("float32",)
-
-
-def match(index: int, bp: BoundProgram, dtypes: tuple[str, ...] = CPU_DTYPES) -> AttentionPlan | None:
-    """The attention chain starting at statement `index`, or None.
-
-    Q, K and V must share one dtype out of `dtypes`, and the output's dtype must be one of
-    them too (a causal chain's float32 mask constant promotes a float16 chain's output to
-    float32). The CPU template is float32 only; the GPU template
-    (tilec.schedule.gpu.attention) also takes float16, keeping its softmax statistics and
-    accumulators in float32.
-    """
-    sm = match_softmax(index, bp, dtypes)
-    if sm is None or sm.p is None:
-        return None
-    o = bp.statements[sm.next] if sm.next < len(bp.statements) else None
-    if not isinstance(o, BoundContraction):
-        return None
-    batch, s, t = sm.batch, sm.s, sm.t
-    if not (o.stmt.agg == "+" and o.stmt.combo == "mul" and o.stmt.default is None and not o.guards):
-        return None
-    pv, vv = o.operands
-    ev = _out_vars(o)[-1]
-    if _vars(vv) == batch + (s, t):
-        pv, vv = vv, pv
-    if not (pv.tensor == sm.p and _vars(pv) == batch + (s, t) and ev is not None
-            and _vars(vv) == batch + (t, ev) and _out_vars(o) == batch + (s, ev)):
-        return None
-    chain = sm.chain + (sm.p,)
-    if any(name in bp.program.outputs for name in chain):
-        return None
-    expected_readers = {name: 1 for name in chain}
-    expected_readers[sm.scores] = 2  # M and E read the (scaled, masked) scores
-    expected_readers[sm.e] = 2  # R and P read E
-    readers = _readers(bp)
-    if any(readers.get(name, 0) != n for name, n in expected_readers.items()):
-        return None
-    first = bp.statements[index]
-    if any(bp.dtypes[x] != first.dtype for x in (sm.q.tensor, sm.k.tensor, vv.tensor)) or bp.dtypes[o.output] not in dtypes:
-        return None
-    ranges = sm.ranges
-    return AttentionPlan(q=sm.q, k=sm.k, v=vv, batch=tuple(ranges[x] for x in batch), s=first.shape[-2],
-                         t=first.shape[-1], d=ranges[sm.d][2] + 1, e=o.shape[-1], scale=sm.scale, causal=sm.causal,
-                         output=o.output, consumed=sm.next + 1 - index, elided=chain)
+    bq: int = knob(6, 1, 32, "query rows per block: the register block's height")
+    bk: int = knob(64, LANES, 1024, f"keys per block: the register block's width, a multiple of {LANES}")
 
 
 def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: AttentionKnobs = AttentionKnobs()) -> LoweredGroup:
@@ -349,3 +146,83 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: Attentio
     threads = max(1, min(target.cores, items))
     main = threads_loop(x, threads, thread_share(x, threads, w, items, body))
     return LoweredGroup(L.seq(prologue, main), (kt,), plan.consumed, plan.elided)
+
+
+NAMES = ("log_bq", "log_bk", "reg_use", "log_block", "intensity", "q_waste", "t_waste", "imbalance",
+         "log_s", "log_t", "log_d", "causal", "kt_tile_l1")
+
+
+def _log(x: float) -> float:
+    return math.log2(max(x, 1e-9))
+
+
+class Attention(Template):
+    name = "attention"
+    kind = "cpu"
+    knob_type = AttentionKnobs
+    tunable = True
+    requirement = ("it must start the chain scores, softmax, times V (tilec.schedule.patterns.attention) "
+                   "in float32")
+    feature_names = NAMES
+
+    def match(self, index: int, ctx: Context) -> AttentionPlan | None:
+        return pattern.match(index, ctx.bp, DTYPES)
+
+    def problems(self, knobs: AttentionKnobs, plan: AttentionPlan, ctx: Context) -> list[str]:
+        problems = []
+        if knobs.bk % LANES:
+            problems.append(f"bk ({knobs.bk}) must be a multiple of {LANES}")
+        assert ctx.target.host is not None
+        vectors = -(-knobs.bk // ctx.target.lanes("float32"))
+        limit = 2 * ctx.target.host.vector_registers
+        if knobs.bq * vectors > limit:
+            problems.append(f"the bq x bk = {knobs.bq}x{knobs.bk} score block holds {knobs.bq * vectors} vectors; "
+                            f"at most {limit} compile in reasonable time")
+        return problems
+
+    def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
+        return build(choice.plan, ctx.bp, ctx.target, choice.knobs)
+
+    def space(self, index: int, plan: AttentionPlan, ctx: Context,
+              default: Config) -> tuple[tuple[Knob, ...], tuple[Constraint, ...]]:
+        assert ctx.target.host is not None
+        regs = ctx.target.host.vector_registers
+        lanes = ctx.target.lanes("float32")
+        t_up = LANES * -(-plan.t // LANES)
+        knobs = (Knob("bq", choices_with((1, 2, 3, 4, 6, 8, 10, 12, 16), default["bq"])),
+                 Knob("bk", choices_with(tuple(b for b in (16, 32, 48, 64, 96, 128, 192, 256) if b <= max(16, t_up)),
+                                         default["bk"])))
+
+        def multiple(c: Config) -> str | None:
+            return None if c["bk"] % LANES == 0 else f"bk ({c['bk']}) must be a multiple of {LANES}"
+
+        def registers(c: Config) -> str | None:
+            used = c["bq"] * -(-c["bk"] // lanes) + -(-c["bk"] // lanes) + 1
+            return None if used <= regs else f"the {c['bq']}x{c['bk']} score block needs {used} vector registers, " \
+                                             f"more than the {regs} there are"
+
+        def rows(c: Config) -> str | None:
+            return None if c["bq"] <= plan.s else f"bq ({c['bq']}) exceeds the {plan.s} query rows"
+
+        return knobs, (Constraint("bk_multiple", multiple), Constraint("registers", registers), Constraint("rows", rows))
+
+    def features(self, index: int, p: AttentionPlan, ctx: Context, c: Mapping[str, Any]) -> list[float]:
+        t = ctx.target
+        assert t.host is not None
+        lanes = t.lanes("float32")
+        bq, bk = c["bq"], c["bk"]
+        vectors = -(-bk // lanes)
+        regs = (bq * vectors + vectors + 1) / t.host.vector_registers
+        units = p.batch_size * -(-p.s // bq)
+        per = -(-units // t.cores)
+        return [_log(bq), _log(bk), regs, _log(bq * bk), bq * bk / (bq + bk), -(-p.s // bq) * bq / p.s,
+                -(-p.t // bk) * bk / p.t, per * min(t.cores, units) / units, _log(p.s), _log(p.t), _log(p.d),
+                float(p.causal), p.d * bk * 4 / t.host.l1d_bytes]
+
+    def flops(self, p: AttentionPlan) -> float:
+        return 2.0 * p.batch_size * p.s * p.t * (p.d + p.e)
+
+
+ATTENTION = Attention()
+
+__all__ = ["ATTENTION", "Attention", "AttentionKnobs", "LANES", "build"]

@@ -28,6 +28,7 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import LoweredGroup, combine, direct_output_vars, identity, index_expr, loop_nest
 from tilec.schedule.primitives.loops import map_expr
+from tilec.schedule.templates.base import Choice, Context, Template
 from tilec.target import Target
 
 
@@ -59,7 +60,7 @@ def match(b: BoundContraction) -> ColumnPlan | None:
 
 
 def build(plan: ColumnPlan, b: BoundContraction, bp: BoundProgram, target: Target,
-          parallel_min_cells: int = 1 << 15) -> LoweredGroup:
+          parallel_min_cells: int) -> LoweredGroup:
     dt, agg = b.dtype, b.stmt.agg
     lanes = max(2, target.vector_bits // (64 if dt in ("float64", "int64") else 32))
     col, lo, hi = plan.column
@@ -100,3 +101,24 @@ def build(plan: ColumnPlan, b: BoundContraction, bp: BoundProgram, target: Targe
             and plan.outer[0][2] - plan.outer[0][1] + 1 >= target.cores:
         nest = replace(nest, kind="parallel")  # each outer cell owns its own output row
     return LoweredGroup(nest)
+
+
+class ColumnReduce(Template):
+    name = "column_reduce"
+    kind = "cpu"
+    requirement = ("it needs a sum, max or min over leading axes onto a direct output whose last index is "
+                   "the operand's last index alone")
+
+    def match(self, index: int, ctx: Context) -> ColumnPlan | None:
+        b = ctx.bp.statements[index]
+        return match(b) if isinstance(b, BoundContraction) else None
+
+    def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
+        b = ctx.bp.statements[choice.index]
+        assert isinstance(b, BoundContraction)
+        return build(choice.plan, b, ctx.bp, ctx.target, ctx.params.parallel_min_cells)
+
+
+COLUMN_REDUCE = ColumnReduce()
+
+__all__ = ["COLUMN_REDUCE", "ColumnPlan", "ColumnReduce", "build", "match"]

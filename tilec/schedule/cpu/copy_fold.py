@@ -25,10 +25,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tilec.ir import loop as L
-from tilec.ir import tensor as T
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.lower import combine, direct_output_vars, identity
+from tilec.ir.lower import LoweredGroup, combine, direct_output_vars, identity
+from tilec.schedule.patterns.dataflow import reads
 from tilec.schedule.primitives.loops import map_stmt_exprs
+from tilec.schedule.templates.base import Choice, Context, Template
 
 
 @dataclass(frozen=True)
@@ -84,12 +85,6 @@ def match_copy(b: BoundContraction, bp: BoundProgram) -> Copy | None:
     return Copy(b.output, src.tensor, tuple(out_vars), tuple(src_vars), b.stmt.agg, b.dtype)  # type: ignore[arg-type]
 
 
-def _reads(s: object) -> list[str]:
-    if isinstance(s, BoundContraction):
-        return [a.tensor for a in s.stmt.operands] + ([s.stmt.default] if s.stmt.default else [])
-    return list(T.eexpr_tensors(s.stmt.expr))  # type: ignore[attr-defined]
-
-
 def foldable(bp: BoundProgram, through: Mapping[int, frozenset[str]], keep: frozenset[str] = frozenset()) -> dict[str, Copy]:
     """The copies to fold, by output name. `through`: for each statement a GEMM template lowers,
     the operands it may read through a copy (it only packs or pads them, or broadcasts them);
@@ -103,7 +98,7 @@ def foldable(bp: BoundProgram, through: Mapping[int, frozenset[str]], keep: froz
     if not copies:
         return {}
     for k, s in enumerate(bp.statements):
-        for n in set(_reads(s)) & set(copies):
+        for n in set(reads(s)) & set(copies):
             if n not in through.get(k, frozenset()):
                 copies.pop(n)
     return {n: c for n, c in copies.items() if c.source not in copies}  # a copy of a folded copy: keep both
@@ -115,7 +110,7 @@ def output_copy(index: int, bp: BoundProgram) -> Copy | None:
     out = bp.statements[index].output
     if out in bp.program.outputs:
         return None
-    readers = [s for s in bp.statements if out in _reads(s)]
+    readers = [s for s in bp.statements if out in reads(s)]
     if len(readers) != 1 or not isinstance(readers[0], BoundContraction):
         return None
     c = match_copy(readers[0], bp)
@@ -136,4 +131,36 @@ def read_through(stmt: L.Stmt, copies: Mapping[str, Copy]) -> L.Stmt:
     return map_stmt_exprs(stmt, rewrite)
 
 
-__all__ = ["Copy", "foldable", "match_copy", "output_copy", "read_through"]
+class FoldedCopy(Template):
+    """A layout copy every reader reads through: no loop nest, the tensor never exists."""
+
+    name = "folded_copy"
+    kind = "cpu"
+    selectable = False
+
+    def match(self, index: int, ctx: Context) -> Copy | None:
+        return ctx.folded.get(ctx.bp.statements[index].output)
+
+    def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
+        return LoweredGroup(L.seq(), elided=(choice.plan.output,))
+
+
+class StoredCopy(Template):
+    """A layout copy its producer's GEMM stores its tiles into: lowered with the producer."""
+
+    name = "stored_copy"
+    kind = "cpu"
+    selectable = False
+
+    def match(self, index: int, ctx: Context) -> bool | None:
+        return True if ctx.bp.statements[index].output in ctx.stored else None
+
+    def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
+        return LoweredGroup(L.seq())
+
+
+FOLDED_COPY = FoldedCopy()
+STORED_COPY = StoredCopy()
+
+__all__ = ["Copy", "FOLDED_COPY", "FoldedCopy", "STORED_COPY", "StoredCopy", "foldable", "match_copy", "output_copy",
+           "read_through"]

@@ -30,7 +30,7 @@ element per outer iteration, and a line of either side is used whole while it is
 
 Requires: a BoundProgram. Guarantees: `match` accepts only such permutations whose source and
 output innermost variables differ (otherwise the default nest is unit-stride on both sides already)
-and, for the line order, at most MAX_CELLS cells whose split dimension, if any, is a whole number
+and, for the line order, at most `permute_max_cells` cells (a lowering parameter) whose split dimension, if any, is a whole number
 of lines (the short last blocks of a ragged split made NCHW -> NHWC of 56 x 56 planes 1.6x slower
 than the default nest); `build` computes exactly the default lowering's values (the same value
 expression per cell).
@@ -48,12 +48,12 @@ from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import LoweredGroup, combine, identity
-from tilec.schedule.cpu.copy_fold import match_copy
 from tilec.ir.legality import check_parallel
+from tilec.schedule.cpu.copy_fold import match_copy
+from tilec.schedule.templates.base import Choice, Context, Template
 from tilec.target import Target
 
-LINE_BYTES = 64
-MAX_CELLS = 1 << 20  # larger permutations keep the default nest: see `match`
+LINE_BYTES = 64  # a cache line, on every x86-64 and AArch64 core
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,9 @@ class PermutePlan:
     extents: tuple[tuple[str, int], ...]  # each variable's extent
 
 
-def match(b: BoundContraction, bp: BoundProgram) -> PermutePlan | None:
+def match(b: BoundContraction, bp: BoundProgram, max_cells: int) -> PermutePlan | None:
+    """The permutation `b` copies, or None: not a layout copy, or (in line order) larger than
+    `max_cells` cells or in ragged line blocks, where the default nest is as fast."""
     copy = match_copy(b, bp)
     if copy is None or len(b.shape) < 2 or copy.out_vars[-1] == copy.src_vars[-1]:
         return None
@@ -73,7 +75,7 @@ def match(b: BoundContraction, bp: BoundProgram) -> PermutePlan | None:
     line = max(1, LINE_BYTES // np.dtype(bp.dtypes[src.tensor]).itemsize)
     if transposing(plan, line):
         return plan
-    if math.prod(b.shape) > MAX_CELLS:
+    if math.prod(b.shape) > max_cells:
         # measured: in the 3x3 64->64 56^2 conv gradient the NHWC -> NCHW permutation of dX (1.6M
         # cells) cost 1.2-1.8 ms more in line order than the default nest, though alone it was as
         # fast; the 14^2 gradient's permutations (0.4-0.6M cells) gained ~0.4 ms.
@@ -194,7 +196,7 @@ def _line_nest(plan: PermutePlan, line: int, body: Callable[[dict[str, L.Expr]],
 
 
 def build(plan: PermutePlan, b: BoundContraction, bp: BoundProgram, target: Target,
-          parallel_min_cells: int) -> LoweredGroup:
+          parallel_min_cells: int) -> L.Stmt:
     src = b.operands[0]
 
     def body(where: dict[str, L.Expr]) -> L.Stmt:
@@ -203,7 +205,7 @@ def build(plan: PermutePlan, b: BoundContraction, bp: BoundProgram, target: Targ
         return L.Store(b.output, tuple(where[v] for v in plan.out_vars), value)
 
     itemsize = np.dtype(bp.dtypes[src.tensor]).itemsize
-    return LoweredGroup(nest(plan, itemsize, body, target.cores, math.prod(b.shape) >= parallel_min_cells))
+    return nest(plan, itemsize, body, target.cores, math.prod(b.shape) >= parallel_min_cells)
 
 
 MAX_POOL_STARTS = 16  # a parallel loop inside serial ones starts the threads this often at most
@@ -223,4 +225,21 @@ def parallel_outermost(nest: L.For, cores: int, starts: int = 1) -> L.Stmt:
     return nest
 
 
-__all__ = ["PermutePlan", "match", "build", "loop_order", "nest", "parallel_outermost"]
+class Permute(Template):
+    name = "permute"
+    kind = "cpu"
+    requirement = "it needs a layout copy whose innermost index changes (tilec.schedule.cpu.copy_fold.match_copy)"
+
+    def match(self, index: int, ctx: Context) -> PermutePlan | None:
+        b = ctx.bp.statements[index]
+        return match(b, ctx.bp, ctx.params.permute_max_cells) if isinstance(b, BoundContraction) else None
+
+    def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
+        b = ctx.bp.statements[choice.index]
+        assert isinstance(b, BoundContraction)
+        return LoweredGroup(build(choice.plan, b, ctx.bp, ctx.target, ctx.params.parallel_min_cells))
+
+
+PERMUTE = Permute()
+
+__all__ = ["PERMUTE", "Permute", "PermutePlan", "build", "loop_order", "match", "nest", "parallel_outermost"]

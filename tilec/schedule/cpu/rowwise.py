@@ -39,6 +39,8 @@ from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.elementwise import lower_expression
 from tilec.ir.lower import LoweredGroup, broadcast_indices, combine, identity, index_expr, loop_nest
 from tilec.schedule.primitives.loops import map_expr
+from tilec.schedule.patterns.dataflow import reads
+from tilec.schedule.templates.base import Choice, Context, Template
 from tilec.target import Target
 
 FULL, ROW, REDUCE = "full", "row", "reduce"
@@ -73,12 +75,6 @@ def _row(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def _is_zero(e: IntAffine) -> bool:
     return not e.coeffs and e.const == 0
-
-
-def _reads(s: BoundContraction | BoundElementwise) -> list[str]:
-    if isinstance(s, BoundElementwise):
-        return T.eexpr_tensors(s.stmt.expr)
-    return [a.tensor for a in s.operands] + ([s.stmt.default] if s.stmt.default else [])
 
 
 def _contraction_member(index: int, b: BoundContraction, shape: tuple[int, ...],
@@ -174,7 +170,7 @@ def _plan(shape: tuple[int, ...], members: list[Member], bp: BoundProgram) -> Fu
         if m.kind == ROW:
             segments.append([pos])
             open_reductions = None
-        elif open_reductions is None or set(_reads(s)) & open_reductions:
+        elif open_reductions is None or set(reads(s)) & open_reductions:
             segments.append([pos])
             open_reductions = set()
         else:
@@ -186,7 +182,7 @@ def _plan(shape: tuple[int, ...], members: list[Member], bp: BoundProgram) -> Fu
     readers: dict[str, list[int | None]] = {}  # segment of each reader (None: outside the group)
     in_group = {m.index: segment_of[bp.statements[m.index].output] for m in members}
     for k, s in enumerate(bp.statements):
-        for n in set(_reads(s)):
+        for n in set(reads(s)):
             readers.setdefault(n, []).append(in_group.get(k))
     stored, local = [], []
     for name, m in outputs.items():
@@ -369,9 +365,30 @@ class _Builder:
         return nest
 
 
-def build(plan: FusionPlan, bp: BoundProgram, target: Target, parallel_min_cells: int = 1 << 15) -> LoweredGroup:
+def build(plan: FusionPlan, bp: BoundProgram, target: Target, parallel_min_cells: int) -> LoweredGroup:
     """One nest computing every member of `plan` (see the module docstring)."""
     first = bp.statements[plan.members[0].index]
     builder = _Builder(plan, bp, _lanes(first.dtype, target))
     parallel = target.cores >= 2 and math.prod(plan.shape) >= parallel_min_cells and plan.shape[0] >= target.cores
     return LoweredGroup(builder.build(parallel), (), len(plan.members), plan.elided)
+
+
+class Rowwise(Template):
+    name = "rowwise"
+    kind = "cpu"
+    requirement = ("it needs a run of elementwise statements and keep-dim row reductions over one iteration "
+                   "space (two statements at least, or one elementwise statement)")
+
+    def match(self, index: int, ctx: Context) -> FusionPlan | None:
+        return match(index, ctx.bp)
+
+    def consumed(self, plan: FusionPlan) -> int:
+        return len(plan.members)
+
+    def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
+        return build(choice.plan, ctx.bp, ctx.target, ctx.params.parallel_min_cells)
+
+
+ROWWISE = Rowwise()
+
+__all__ = ["FusionPlan", "ROWWISE", "Rowwise", "build", "match"]

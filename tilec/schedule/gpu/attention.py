@@ -1,7 +1,8 @@
 """Fused flash attention on the GPU: softmax(scale * Q K^T [causal]) V in one launch.
 
-Requires: an AttentionPlan of tilec.schedule.cpu.attention.match (the Tile chain scores, scale,
-optional causal mask, softmax, times V; float32 or float16, see DTYPES) that `applicable` accepts. Guarantees: one
+Requires: an AttentionPlan of tilec.schedule.patterns.attention.match (the Tile chain scores, scale,
+optional causal mask, softmax, times V; float32 or float16, see DTYPES) whose head dimensions fit
+the default knobs. Guarantees: one
 launch in the GPU conventions of tilec/ir/loop.py computing what the chain computes without
 materialising the scores::
 
@@ -26,16 +27,19 @@ Knobs (GpuAttentionKnobs): bq (query rows per block, one thread each) and bk (ke
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundAccess, BoundProgram
 from tilec.ir.lower import LoweredGroup
-from tilec.schedule.cpu import attention
-from tilec.schedule.cpu.attention import AttentionPlan
-from tilec.schedule.gpu.gemm import MAX_GRID_YZ, MAX_THREADS, SHARED_LIMIT, cooperative_copy
-from tilec.schedule.cpu.gemm.packed import decompose
+from tilec.schedule.gpu.gemm import cooperative_copy
+from tilec.schedule.nest import decompose
+from tilec.schedule.patterns import attention
+from tilec.schedule.patterns.attention import AttentionPlan
+from tilec.schedule.templates.base import Choice, Context, Template
+from tilec.schedule.templates.knobs import knob
+from tilec.schedule.templates.space import Config, Constraint, Knob, choices_with
+from tilec.target import GpuInfo
 
 DTYPES = ("float32", "float16")  # the dtypes of Q, K, V and O that this template takes
 MAX_ROW_REGISTERS = 224  # q[D] + acc[E] + s[BK] per thread, of the 255 registers a thread may use
@@ -45,48 +49,34 @@ MAX_ROW_REGISTERS = 224  # q[D] + acc[E] + s[BK] per thread, of the 255 register
 class GpuAttentionKnobs:
     """bq: query rows per block (= threads per block, one row each); bk: keys per block."""
 
-    bq: int = 128
-    bk: int = 32
+    bq: int = knob(128, 1, 4096, "query rows per block: one thread each")
+    bk: int = knob(32, 1, 4096, "keys per block")
 
     @property
     def threads(self) -> int:
         return self.bq
 
-    def problems(self, d: int, e: int) -> list[str]:
+    def problems(self, d: int, e: int, gpu: GpuInfo) -> list[str]:
         out = []
         if self.bq < 1 or self.bk < 1:
             return ["bq and bk must be positive"]
-        if self.bq > MAX_THREADS:
-            out.append(f"bq = {self.bq} threads per block; CUDA allows at most {MAX_THREADS}")
+        if self.bq > gpu.max_threads:
+            out.append(f"bq = {self.bq} threads per block; CUDA allows at most {gpu.max_threads}")
         if d + e + self.bk > MAX_ROW_REGISTERS:
             out.append(f"{d + e + self.bk} registers per thread for q (D = {d}), the accumulator (E = {e}) and the "
                        f"scores (bk = {self.bk}); keep D + E + bk <= {MAX_ROW_REGISTERS} (lower bk)")
         shared = self.bk * (d + e) * 4
-        if shared > SHARED_LIMIT:
-            out.append(f"{shared} bytes of shared memory for the K and V tiles; at most {SHARED_LIMIT} (lower bk)")
+        if shared > gpu.shared_bytes:
+            out.append(f"{shared} bytes of shared memory for the K and V tiles; at most {gpu.shared_bytes} (lower bk)")
         return out
-
-    def to_json(self) -> dict:
-        return {"template": "gpu_attention", **asdict(self)}
 
 
 def _batch(plan: AttentionPlan) -> int:
     return math.prod(hi - lo + 1 for _, lo, hi in plan.batch)
 
 
-def applicable(plan: AttentionPlan) -> bool:
-    """Whether the default knobs fit this plan (head dimensions and batch within the limits)."""
-    return not GpuAttentionKnobs().problems(plan.d, plan.e) and _batch(plan) <= MAX_GRID_YZ
-
-
-def build(plan: AttentionPlan, bp: BoundProgram, knobs: GpuAttentionKnobs | None = None,
-          where: str = "the attention chain") -> LoweredGroup:
-    knobs = knobs or GpuAttentionKnobs()
-    problems = knobs.problems(plan.d, plan.e)
-    if problems:
-        raise ScheduleError(f"gpu_attention knobs {knobs} for {where}: " + "; ".join(problems))
-    if _batch(plan) > MAX_GRID_YZ:
-        raise ScheduleError(f"gpu_attention: {_batch(plan)} batch entries for {where}; at most {MAX_GRID_YZ}")
+def build(plan: AttentionPlan, bp: BoundProgram, knobs: GpuAttentionKnobs) -> LoweredGroup:
+    """The launch (see the module doc); the template checked `knobs` and the batch."""
     bq, bk = knobs.bq, knobs.bk
     v, c, f32 = L.Var, L.const, "float32"
     name = plan.output
@@ -169,9 +159,47 @@ def build(plan: AttentionPlan, bp: BoundProgram, knobs: GpuAttentionKnobs | None
     return LoweredGroup(body, (), plan.consumed, plan.elided)
 
 
-def match(index: int, bp: BoundProgram) -> AttentionPlan | None:
-    """The attention chain at statement `index` in a dtype this template takes (see DTYPES)."""
-    return attention.match(index, bp, DTYPES)
+class GpuAttention(Template):
+    name = "gpu_attention"
+    kind = "gpu"
+    knob_type = GpuAttentionKnobs
+    tunable = True
+    requirement = ("it must start the chain scores, softmax, times V (tilec.schedule.patterns.attention) in float32 "
+                   "or float16, its head dimensions and batch within the GPU's limits")
+
+    def match(self, index: int, ctx: Context) -> AttentionPlan | None:
+        """The attention chain at statement `index` in a dtype this template takes (DTYPES), where
+        the default knobs fit (head dimensions and batch within the limits)."""
+        gpu = ctx.target.gpu
+        assert gpu is not None
+        plan = attention.match(index, ctx.bp, DTYPES)
+        if plan is None or GpuAttentionKnobs().problems(plan.d, plan.e, gpu) or _batch(plan) > gpu.max_grid_yz:
+            return None
+        return plan
+
+    def problems(self, knobs: GpuAttentionKnobs, plan: AttentionPlan, ctx: Context) -> list[str]:
+        assert ctx.target.gpu is not None
+        return knobs.problems(plan.d, plan.e, ctx.target.gpu)
+
+    def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
+        return build(choice.plan, ctx.bp, choice.knobs)
+
+    def space(self, index: int, plan: AttentionPlan, ctx: Context,
+              default: Config) -> tuple[tuple[Knob, ...], tuple[Constraint, ...]]:
+        gpu = ctx.target.gpu
+        assert gpu is not None
+        knobs = (Knob("bq", choices_with((32, 64, 128, 256), default["bq"])),
+                 Knob("bk", choices_with((8, 16, 32, 64, 128), default["bk"])))
+
+        def limits(c: Config) -> str | None:
+            return "; ".join(GpuAttentionKnobs(**c).problems(plan.d, plan.e, gpu)) or None
+
+        return knobs, (Constraint("limits", limits),)
+
+    def flops(self, p: AttentionPlan) -> float:
+        return 2.0 * p.batch_size * p.s * p.t * (p.d + p.e)
 
 
-__all__ = ["DTYPES", "GpuAttentionKnobs", "match", "applicable", "build"]
+GPU_ATTENTION = GpuAttention()
+
+__all__ = ["DTYPES", "GPU_ATTENTION", "GpuAttention", "GpuAttentionKnobs", "build"]

@@ -1,5 +1,5 @@
-"""The GPU GEMM template (CUDA cores): any sum-of-products contraction that the implicit-GEMM
-matcher (tilec.schedule.cpu.gemm.packed.match) accepts, as one launch of shared-memory tiles.
+"""The GPU GEMM template (CUDA cores): any sum-of-products contraction that the GEMM pattern
+(tilec.schedule.patterns.gemm) accepts, as one launch of shared-memory tiles.
 
 Requires: a BoundContraction with a GemmPlan whose every output cell gets a tuple (not
 ``partial``), float32 or float64. Guarantees: a launch in the GPU conventions of
@@ -33,33 +33,35 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 
-from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import LoweredGroup, index_expr
-from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value, find_epilogue, fused_group
-from tilec.schedule.cpu.gemm.packed import GemmPlan, _guarded_store, decompose
 from tilec.ir.rewrite import substitute_expr
+from tilec.schedule.nest import decompose, guarded_store
+from tilec.schedule.patterns import gemm as gemm_pattern
+from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value, find_epilogue, fused_group
+from tilec.schedule.patterns.gemm import GemmPlan
+from tilec.schedule.templates.base import Choice, Context, Template
+from tilec.schedule.templates.knobs import knob
+from tilec.schedule.templates.space import Config, Constraint, Knob, choices_with
+from tilec.target import GpuInfo
 
-MAX_THREADS = 1024  # threads per block (CUDA)
-SHARED_LIMIT = L.SHARED_LIMIT
 MAX_ACC_REGISTERS = 128  # accumulators + operand registers per thread, of the 255 a thread may use
-MAX_GRID_YZ = 65535  # blocks along gridDim.y and gridDim.z
-SMS = 132  # streaming multiprocessors of an H100: the heuristic wants a few blocks per SM
+DTYPES = ("float32", "float64")
 
 
 @dataclass(frozen=True)
 class GpuGemmKnobs:
     """The template's knobs: block tile BM x BN, reduction step BK, per-thread tile TM x TN."""
 
-    bm: int = 64
-    bn: int = 64
-    bk: int = 16
-    tm: int = 4
-    tn: int = 4
-    double_buffer: bool = True
+    bm: int = knob(64, 1, 1024, "rows of the block tile")
+    bn: int = knob(64, 1, 1024, "columns of the block tile")
+    bk: int = knob(16, 1, 256, "reduction step")
+    tm: int = knob(4, 1, 64, "rows of a thread's tile")
+    tn: int = knob(4, 1, 64, "columns of a thread's tile")
+    double_buffer: bool = knob(True, doc="two stages of tiles: the next loads while the current multiplies")
 
     @property
     def threads(self) -> int:
@@ -68,68 +70,46 @@ class GpuGemmKnobs:
     def shared_bytes(self, itemsize: int) -> int:
         return (2 if self.double_buffer else 1) * (self.bm * self.bk + self.bk * self.bn) * itemsize
 
-    def problems(self, itemsize: int = 4) -> list[str]:
-        """Why this record cannot be built (empty when it can)."""
+    def problems(self, gpu: GpuInfo, itemsize: int = 4) -> list[str]:
+        """Why this record cannot be built on `gpu` (empty when it can)."""
         out = []
         if min(self.bm, self.bn, self.bk, self.tm, self.tn) < 1:
             return ["every tile size must be positive"]
         if self.bm % self.tm or self.bn % self.tn:
             out.append(f"the thread tile {self.tm}x{self.tn} must divide the block tile {self.bm}x{self.bn}")
-        elif not 1 <= self.threads <= MAX_THREADS:
-            out.append(f"{self.threads} threads per block ((bm/tm) x (bn/tn)); CUDA allows at most {MAX_THREADS}")
+        elif not 1 <= self.threads <= gpu.max_threads:
+            out.append(f"{self.threads} threads per block ((bm/tm) x (bn/tn)); CUDA allows at most {gpu.max_threads}")
         regs = self.tm * self.tn + self.tm + self.tn
         if regs > MAX_ACC_REGISTERS:
             out.append(f"{regs} registers per thread for the {self.tm}x{self.tn} tile and its operands; keep "
                        f"tm * tn + tm + tn <= {MAX_ACC_REGISTERS} or the registers spill")
-        if self.shared_bytes(itemsize) > SHARED_LIMIT:
-            out.append(f"{self.shared_bytes(itemsize)} bytes of shared memory for the tiles; at most {SHARED_LIMIT} "
+        if self.shared_bytes(itemsize) > gpu.shared_bytes:
+            out.append(f"{self.shared_bytes(itemsize)} bytes of shared memory for the tiles; at most {gpu.shared_bytes} "
                        f"(lower bk, the block tile, or turn double_buffer off)")
         return out
-
-    def check(self, where: str, itemsize: int = 4) -> None:
-        problems = self.problems(itemsize)
-        if problems:
-            raise ScheduleError(f"gpu_gemm knobs {self} for {where}: " + "; ".join(problems))
-
-    def to_json(self) -> dict:
-        return {"template": "gpu_gemm", **asdict(self)}
 
 
 # Candidates of the heuristic, biggest first: (bm, bn, bk, tm, tn).
 _CANDIDATES = ((128, 128, 8, 8, 8), (64, 64, 16, 4, 4), (32, 32, 16, 2, 2))
 
 
-def default_knobs(plan: GemmPlan) -> GpuGemmKnobs:
+def default_knobs(plan: GemmPlan, gpu: GpuInfo) -> GpuGemmKnobs:
     """The biggest block tile that still gives every SM a block (big tiles reuse more per load)."""
     n_outer = math.prod(r[2] - r[1] + 1 for r in plan.outer)
     for bm, bn, bk, tm, tn in _CANDIDATES:
-        if n_outer * -(-plan.m // bm) * -(-plan.n // bn) >= SMS:
+        if n_outer * -(-plan.m // bm) * -(-plan.n // bn) >= gpu.sms:
             return GpuGemmKnobs(bm, bn, bk, tm, tn, True)
     return GpuGemmKnobs(*_CANDIDATES[-1], True)
 
 
-def worthwhile(plan: GemmPlan) -> bool:
-    """Tiny products stay on the default binding (a thread per output cell)."""
-    return plan.m * plan.n * plan.k >= 32**3 and not plan.partial
-
-
-def _grid_fits(plan: GemmPlan, knobs: GpuGemmKnobs) -> bool:
-    n_outer = math.prod(r[2] - r[1] + 1 for r in plan.outer)
-    return n_outer <= MAX_GRID_YZ and -(-plan.n // knobs.bn) <= MAX_GRID_YZ
-
-
-def _itemsize(dtype: str) -> int:
-    return {"float16": 2, "float32": 4, "float64": 8}[dtype]
+def grid_fits(plan: GemmPlan, bn: int, gpu: GpuInfo) -> bool:
+    """Whether the batch and the column tiles fit gridDim.z and gridDim.y."""
+    return plan.batch <= gpu.max_grid_yz and -(-plan.n // bn) <= gpu.max_grid_yz
 
 
 def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GpuGemmKnobs,
           epilogue: Epilogue | None = None) -> L.Stmt:
-    """The launch of the template (see the module doc); `knobs` must pass `check`."""
-    if plan.partial:
-        raise ScheduleError(f"gpu_gemm: statement '{b.stmt}' leaves output cells unwritten; it keeps the default")
-    if not _grid_fits(plan, knobs):
-        raise ScheduleError(f"gpu_gemm: statement '{b.stmt}' needs more than {MAX_GRID_YZ} blocks along the batch "
-                            f"or column axis; raise bn or use the default")
+    """The launch of the template (see the module doc); the template checked `knobs` and the grid."""
     dt = b.dtype
     out = b.output
     dest = epilogue.dest if epilogue is not None else out
@@ -157,7 +137,7 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GpuGemmK
             row, kidx = L.add(row0, r), L.add(L.mul(step, c(bk)), q)
             env = {**outer_env, **decompose(row, plan.rows), **decompose(kidx, plan.red)}
             extra = ragged_edges((row, m, bm), (kidx, k, bk))
-            return _guarded_store(sa.name, (stage, r, q), plan.a, plan.a_guards, env, dt, bp.dtypes[plan.a.tensor],
+            return guarded_store(sa.name, (stage, r, q), plan.a, plan.a_guards, env, dt, bp.dtypes[plan.a.tensor],
                                   extra)
         unguarded = not plan.a_guards and not m % bm and not k % bk
         return cooperative_copy(f"{out}.la", (bm, bk), store, tid, threads, 4 if unguarded and bk % 4 == 0 else 1)
@@ -167,7 +147,7 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GpuGemmK
             kidx, col = L.add(L.mul(step, c(bk)), r), L.add(col0, q)
             env = {**outer_env, **decompose(kidx, plan.red), col_var: L.add(col, c(col_lo))}
             extra = ragged_edges((kidx, k, bk), (col, n, bn))
-            return _guarded_store(sb.name, (stage, r, q), plan.b, plan.b_guards, env, dt, bp.dtypes[plan.b.tensor],
+            return guarded_store(sb.name, (stage, r, q), plan.b, plan.b_guards, env, dt, bp.dtypes[plan.b.tensor],
                                   extra)
         unguarded = not plan.b_guards and not n % bn and not k % bk
         return cooperative_copy(f"{out}.lb", (bk, bn), store, tid, threads, 4 if unguarded and bn % 4 == 0 else 1)
@@ -252,21 +232,77 @@ def cooperative_copy(var: str, shape: tuple[int, int], store: Callable[[L.Expr, 
     return L.For(var, L.const(0), L.const(-(-runs // threads)), body, "unrolled")
 
 
-def lower_gemm(index: int, b: BoundContraction, bp: BoundProgram, plan: GemmPlan,
-               knobs: GpuGemmKnobs | None = None) -> LoweredGroup | None:
-    """The template's group for statement `index` (with its epilogue), or None where the
-    heuristic (no `knobs`) keeps the default binding."""
-    where = f"statement {index} ('{b.stmt}')"
-    if knobs is None:
-        if not worthwhile(plan):
-            return None
-        knobs = default_knobs(plan)
-        if not _grid_fits(plan, knobs):
-            return None
-    knobs.check(where, _itemsize(b.dtype))
-    epilogue = find_epilogue(index, bp)
-    stmt = build(b, bp, plan, knobs, epilogue)
-    return fused_group(stmt, b, epilogue)
+class GpuGemm(Template):
+    name = "gpu_gemm"
+    kind = "gpu"
+    knob_type = GpuGemmKnobs
+    tunable = True
+    requirement = ("it needs a float32 or float64 sum of products onto a direct output, every cell written, whose "
+                   "last index only one operand reads (float16: gpu_tensorcore)")
+
+    def match(self, index: int, ctx: Context) -> GemmPlan | None:
+        return fused_gemm(index, ctx, DTYPES)
+
+    def profitable(self, plan: GemmPlan, ctx: Context) -> bool:
+        """Tiny products stay on the default binding (a thread per output cell)."""
+        assert ctx.target.gpu is not None
+        return plan.m * plan.n * plan.k >= ctx.params.gemm_min_work and grid_fits(plan, self.default_knobs(0, plan, ctx).bn,
+                                                                ctx.target.gpu)
+
+    def default_knobs(self, index: int, plan: GemmPlan, ctx: Context) -> GpuGemmKnobs:
+        assert ctx.target.gpu is not None
+        return default_knobs(plan, ctx.target.gpu)
+
+    def problems(self, knobs: GpuGemmKnobs, plan: GemmPlan, ctx: Context) -> list[str]:
+        gpu = ctx.target.gpu
+        assert gpu is not None
+        problems = knobs.problems(gpu, itemsize(plan.dtype))
+        if not grid_fits(plan, knobs.bn, gpu):
+            problems.append(f"more than {gpu.max_grid_yz} blocks along the batch or column axis; raise bn")
+        return problems
+
+    def consumed(self, plan: GemmPlan) -> int:
+        return 1 + (len(plan.epilogue.links) if plan.epilogue is not None else 0)
+
+    def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
+        b = ctx.bp.statements[choice.index]
+        assert isinstance(b, BoundContraction)
+        plan = choice.plan
+        return fused_group(build(b, ctx.bp, plan, choice.knobs, plan.epilogue), b, plan.epilogue)
+
+    def space(self, index: int, plan: GemmPlan, ctx: Context,
+              default: Config) -> tuple[tuple[Knob, ...], tuple[Constraint, ...]]:
+        knobs = (Knob("bm", choices_with((16, 32, 64, 128), default["bm"])),
+                 Knob("bn", choices_with((16, 32, 64, 128), default["bn"])),
+                 Knob("bk", choices_with((8, 16, 32), default["bk"])), Knob("tm", choices_with((1, 2, 4, 8), default["tm"])),
+                 Knob("tn", choices_with((1, 2, 4, 8), default["tn"])), Knob("double_buffer", (False, True)))
+        gpu = ctx.target.gpu
+        assert gpu is not None
+
+        def limits(c: Config) -> str | None:
+            return "; ".join(GpuGemmKnobs(**c).problems(gpu, itemsize(plan.dtype))) or None
+
+        return knobs, (Constraint("limits", limits),)
+
+    def flops(self, plan: GemmPlan) -> float:
+        return 2.0 * plan.m * plan.n * plan.k * plan.batch
 
 
-__all__ = ["GpuGemmKnobs", "build", "default_knobs", "lower_gemm", "cooperative_copy", "worthwhile"]
+def itemsize(dtype: str) -> int:
+    return {"float16": 2, "float32": 4, "float64": 8}[dtype]
+
+
+def fused_gemm(index: int, ctx: Context, dtypes: tuple[str, ...]) -> GemmPlan | None:
+    """The GEMM roles of statement `index` in one of `dtypes`, every output cell written, with the
+    elementwise statements after it that fuse as its epilogue."""
+    b = ctx.bp.statements[index]
+    plan = gemm_pattern.match(b, dtypes) if isinstance(b, BoundContraction) else None
+    if plan is None or plan.partial:
+        return None
+    return replace(plan, epilogue=find_epilogue(index, ctx.bp))
+
+
+GPU_GEMM = GpuGemm()
+
+__all__ = ["DTYPES", "GPU_GEMM", "GpuGemm", "GpuGemmKnobs", "build", "cooperative_copy", "default_knobs", "grid_fits",
+           "fused_gemm", "guard_edges", "itemsize", "ragged_edges"]

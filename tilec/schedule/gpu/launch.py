@@ -1,24 +1,20 @@
-"""GPU lowering of any Tile program: the default loop nests, bound to blocks and threads.
+"""GPU launches: every top-level nest of a GPU PrimFunc as blocks of threads.
 
-Requires: a BoundProgram, and optionally a user's Schedule (applied to the plain default
-loop nest, whose loop names it refers to, with the GPU primitives allowed).
-Guarantees: a PrimFunc in the GPU conventions of :mod:`tilec.ir.loop` computing what the
-default lowering computes: its body is a sequence of launches, each a band of block-bound
-loops around a band of thread-bound loops (begin 0, constant ends). Per top-level nest:
+Requires: a PrimFunc whose nests are the GPU templates' launches, default nests, or nests a
+user's Schedule bound in part. Guarantees: a PrimFunc in the GPU conventions of
+:mod:`tilec.ir.loop` computing what its input computes: its body is a sequence of launches, each
+a band of block-bound loops around a band of thread-bound loops (begin 0, constant ends). Per
+top-level nest:
 
-* without a user's schedule, the statements a GPU template matches are its launches
-  (:mod:`tilec.schedule.gpu.heuristic`: GEMM, conv as implicit GEMM, fused attention), and a
-  plain matrix product too small for them whose extents the tiles divide gets the
-  shared-memory tiled schedule of :mod:`tilec.schedule.gpu.tiled_matmul`;
-* a nest the user bound (any loop of a GPU kind) keeps its binding; a missing level is added
-  with extent 1 (a nest with only thread loops runs in one block; a nest with only block loops
-  runs one thread per block);
+* a nest with bound loops (a template's launch, or a user's binding) keeps its binding; a
+  missing level is added with extent 1 (a nest with only thread loops runs in one block; a
+  nest with only block loops runs one thread per block);
 * otherwise the outer loops of the nest whose iterations write disjoint elements
-  (:func:`tilec.ir.legality.check_parallel`) and whose bounds are constant are fused and
-  split into blocks of DEFAULT_THREADS threads (fewer when there is less work), consecutive
-  threads taking consecutive innermost indices (coalesced accesses); a guard ``if f < N`` only
-  when the thread count does not divide the work. Reductions stay serial per thread, in the
-  local accumulator of the default lowering;
+  (:func:`tilec.ir.legality.check_parallel`) and whose bounds are constant are fused and split
+  into blocks of `threads` threads (the lowering parameter `gpu_block_threads`; fewer when there
+  is less work), consecutive threads taking consecutive innermost indices (coalesced accesses);
+  a guard ``if f < N`` only when the thread count does not divide the work. Reductions stay
+  serial per thread, in the local accumulator of the default lowering;
 * a nest whose outermost loop is not parallel-safe (a scatter-form update whose writes may
   collide, ``O[i + j] = +(...)``) runs in one block of one thread: correct, but slow.
 
@@ -28,60 +24,18 @@ Workspaces and temporaries stay global buffers in the params, as on the CPU.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
-from tilec.ir.bounds import BoundProgram
-from tilec.ir.lower import lower
 from tilec.ir.legality import check_parallel
 from tilec.ir.rewrite import const_value, floordiv, substitute, walk
-from tilec.schedule.primitives.records import Schedule
-
-if TYPE_CHECKING:
-    from tilec.schedule.templates.config import TemplateSchedule
-
-DEFAULT_THREADS = 256  # threads per block of the default binding
 
 
-def gpu_lower(bp: BoundProgram, schedule: "Schedule | TemplateSchedule | None" = None) -> L.PrimFunc:
-    """The GPU PrimFunc of `bp`, with `schedule` (if any) applied to the default nest first.
-
-    Without a Schedule, the GPU templates (tilec.schedule.gpu.heuristic) lower the statements
-    they match (a TemplateSchedule fixes their choice); plain matrix products too small for
-    them get the tiled schedule of tilec.schedule.gpu.tiled_matmul where it applies, and
-    every other statement keeps the default binding."""
-    from tilec.schedule.primitives.apply import apply_schedule
-    from tilec.schedule.gpu.heuristic import gpu_strategy
-    from tilec.schedule.templates.config import TemplateSchedule
-
-    if isinstance(schedule, TemplateSchedule) or schedule is None:
-        return bind_launches(_templates(lower(bp, strategy=gpu_strategy(bp, schedule))))
-    func = apply_schedule(lower(bp), schedule, outputs=bp.program.outputs, gpu=True)
-    return bind_launches(func)
-
-
-def _templates(func: L.PrimFunc) -> L.PrimFunc:
-    """Plain matrix products get the shared-memory tiled schedule where its primitives accept it."""
-    from tilec.schedule.primitives.apply import apply_schedule
-    from tilec.schedule.gpu.tiled_matmul import gemm_schedule
-
+def bind_launches(func: L.PrimFunc, threads: int) -> L.PrimFunc:
+    """Every top-level nest of `func` made a launch (see the module doc), unbound ones in blocks of
+    `threads` threads; empty nests dropped."""
     nests = func.body.stmts if isinstance(func.body, L.Seq) else (func.body,)
-    for k, nest in enumerate(nests):
-        s = gemm_schedule(nest, k)
-        if s is None:
-            continue
-        try:
-            func = apply_schedule(func, s, gpu=True)
-        except ScheduleError:
-            continue  # tiles that do not divide the extents: the default binding below
-    return func
-
-
-def bind_launches(func: L.PrimFunc) -> L.PrimFunc:
-    """Every top-level nest of `func` made a launch (see the module doc); empty nests dropped."""
-    nests = func.body.stmts if isinstance(func.body, L.Seq) else (func.body,)
-    launches = [_complete(n, k) if _bound(n) else default_bind(n)
+    launches = [_complete(n, k) if _bound(n) else default_bind(n, threads)
                 for k, n in enumerate(nests) if not (isinstance(n, L.Seq) and not n.stmts)]
     return L.PrimFunc(func.name, func.params, L.seq(*launches))
 
@@ -97,7 +51,7 @@ def launch(body: L.Stmt, blocks: int = 1, threads: int = 1, block_var: str = "bl
     return L.For(block_var, L.const(0), L.const(blocks), inner, "blockIdx.x")
 
 
-def default_bind(nest: L.Stmt, threads: int = DEFAULT_THREADS) -> L.Stmt:
+def default_bind(nest: L.Stmt, threads: int) -> L.Stmt:
     """Fuse the outer parallel-safe loops of `nest` and split them into blocks x threads."""
     band: list[L.For] = []
     s = nest
@@ -180,4 +134,4 @@ def _outermost_unbound(nest: L.Stmt) -> str:
     return f"a {type(nest).__name__.lower()} statement"
 
 
-__all__ = ["gpu_lower", "bind_launches", "default_bind", "launch", "DEFAULT_THREADS"]
+__all__ = ["bind_launches", "default_bind", "launch"]

@@ -1,8 +1,7 @@
 """The GPU GEMM template on tensor cores: float16 sums of products, float32 accumulation (WMMA).
 
-Requires: a float16 BoundContraction with a GemmPlan from tilec.schedule.gpu.heuristic.gemm_plan
-(the implicit-GEMM matcher: GEMM in any layout, batched GEMM, conv2d as implicit GEMM), every
-output cell written. Guarantees: one launch in the GPU conventions of tilec/ir/loop.py (WMMA
+Requires: a float16 BoundContraction with a GemmPlan (tilec.schedule.patterns.gemm: GEMM in any
+layout, batched GEMM, conv2d as implicit GEMM), every output cell written. Guarantees: one launch in the GPU conventions of tilec/ir/loop.py (WMMA
 statements) computing the contraction with float32 accumulation, rounded to float16 once per
 output cell (the default lowering adds in float16: results differ by that rounding only);
 the elementwise statements after it fuse in as an epilogue. Knobs: WmmaGemmConfig
@@ -25,52 +24,51 @@ from __future__ import annotations
 
 import math
 
-from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import LoweredGroup, index_expr
-from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value, find_epilogue, fused_group
-from tilec.schedule.gpu.gemm import MAX_GRID_YZ, SHARED_LIMIT, SMS, cooperative_copy, guard_edges, ragged_edges
-from tilec.schedule.gpu.tensorcore_knobs import WmmaGemmConfig
-from tilec.schedule.cpu.gemm.packed import GemmPlan, _guarded_store, decompose
 from tilec.ir.rewrite import substitute_expr
+from tilec.schedule.gpu.gemm import cooperative_copy, fused_gemm, grid_fits, guard_edges, ragged_edges
+from tilec.schedule.gpu.tensorcore_knobs import WmmaGemmConfig
+from tilec.schedule.nest import decompose, guarded_store
+from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value, fused_group
+from tilec.schedule.patterns.gemm import GemmPlan
+from tilec.schedule.templates.base import Choice, Context, Template
+from tilec.schedule.templates.space import Config, Constraint, Knob, choices_with
+from tilec.target import GpuInfo
 
 F16, F32 = "float16", "float32"
+DTYPES = (F16,)
 
 
 def shared_bytes(cfg: WmmaGemmConfig) -> int:
     return (cfg.block_m * cfg.block_k + cfg.block_k * cfg.block_n) * 2 + cfg.warps_m * cfg.warps_n * 16 * 16 * 4
 
 
-def check(cfg: WmmaGemmConfig, where: str) -> None:
-    try:
-        cfg.check()
-    except ScheduleError as err:
-        raise ScheduleError(f"gpu_tensorcore knobs {cfg} for {where}: {err}") from None
-    if shared_bytes(cfg) > SHARED_LIMIT:
-        raise ScheduleError(f"gpu_tensorcore knobs {cfg} for {where}: {shared_bytes(cfg)} bytes of shared memory; "
-                            f"at most {SHARED_LIMIT} (lower block_k or the block tile)")
+def problems(cfg: WmmaGemmConfig, gpu: GpuInfo) -> list[str]:
+    """Why `cfg` cannot be built on `gpu` (empty when it can)."""
+    out = cfg.problems(gpu.max_threads)
+    if shared_bytes(cfg) > gpu.shared_bytes:
+        out.append(f"{shared_bytes(cfg)} bytes of shared memory; at most {gpu.shared_bytes} (lower block_k or the block tile)")
+    return out
 
 
-def default_config(plan: GemmPlan) -> WmmaGemmConfig:
+def default_config(plan: GemmPlan, gpu: GpuInfo) -> WmmaGemmConfig:
     """128x128 tiles of 8 warps where that still gives every SM a block, else 64x64 of 4 warps."""
     n_outer = math.prod(r[2] - r[1] + 1 for r in plan.outer)
-    if n_outer * -(-plan.m // 128) * -(-plan.n // 128) >= SMS:
+    if n_outer * -(-plan.m // 128) * -(-plan.n // 128) >= gpu.sms:
         return WmmaGemmConfig(128, 128, 32, 2, 4)
     return WmmaGemmConfig(64, 64, 32, 2, 2)
 
 
 def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, cfg: WmmaGemmConfig,
           epilogue: Epilogue | None = None) -> L.Stmt:
-    """The launch of the template (see the module doc); `cfg` must pass `check`."""
+    """The launch of the template (see the module doc); the template checked `cfg` and the grid."""
     out = b.output
     dest = epilogue.dest if epilogue is not None else out
     bm, bn, bk, wm, wn = cfg.block_m, cfg.block_n, cfg.block_k, cfg.warps_m, cfg.warps_n
     m, n, k = plan.m, plan.n, plan.k
     n_outer = math.prod(r[2] - r[1] + 1 for r in plan.outer)
-    if n_outer > MAX_GRID_YZ or -(-n // bn) > MAX_GRID_YZ:
-        raise ScheduleError(f"gpu_tensorcore: statement '{b.stmt}' needs more than {MAX_GRID_YZ} blocks along the "
-                            f"batch or column axis")
     frag_m, frag_n = bm // (16 * wm), bn // (16 * wn)
     threads = 32 * wm * wn
     v, c = L.Var, L.const
@@ -93,13 +91,13 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, cfg: WmmaGemmCo
     def store_a(r: L.Expr, q: L.Expr) -> L.Stmt:
         row, kidx = L.add(row0, r), L.add(L.mul(v(ko), c(bk)), q)
         env = {**outer_env, **decompose(row, plan.rows), **decompose(kidx, plan.red)}
-        return _guarded_store(sa.name, (r, q), plan.a, plan.a_guards, env, F16, bp.dtypes[plan.a.tensor],
+        return guarded_store(sa.name, (r, q), plan.a, plan.a_guards, env, F16, bp.dtypes[plan.a.tensor],
                               ragged_edges((row, m, bm), (kidx, k, bk)))
 
     def store_b(r: L.Expr, q: L.Expr) -> L.Stmt:
         kidx, col = L.add(L.mul(v(ko), c(bk)), r), L.add(col0, q)
         env = {**outer_env, **decompose(kidx, plan.red), col_var: L.add(col, c(col_lo))}
-        return _guarded_store(sb.name, (r, q), plan.b, plan.b_guards, env, F16, bp.dtypes[plan.b.tensor],
+        return guarded_store(sb.name, (r, q), plan.b, plan.b_guards, env, F16, bp.dtypes[plan.b.tensor],
                               ragged_edges((kidx, k, bk), (col, n, bn)))
 
     def unrolled(var: str, extent: int, body: L.Stmt) -> L.Stmt:
@@ -142,21 +140,60 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, cfg: WmmaGemmCo
     return L.For(bz, c(0), c(n_outer), body, "blockIdx.z")
 
 
-def lower_gemm(index: int, b: BoundContraction, bp: BoundProgram, plan: GemmPlan,
-               cfg: WmmaGemmConfig | None = None) -> LoweredGroup | None:
-    """The template's group for statement `index` (with its epilogue); None where the heuristic
-    (no `cfg`) keeps the default (partial outputs, tiny products)."""
-    where = f"statement {index} ('{b.stmt}')"
-    if cfg is None:
-        if plan.partial or plan.m * plan.n * plan.k < 32**3:
-            return None
-        cfg = default_config(plan)
-    if plan.partial:
-        raise ScheduleError(f"gpu_tensorcore: {where} leaves output cells unwritten; it keeps the default")
-    check(cfg, where)
-    epilogue = find_epilogue(index, bp)
-    stmt = build(b, bp, plan, cfg, epilogue)
-    return fused_group(stmt, b, epilogue)
+class GpuTensorcore(Template):
+    name = "gpu_tensorcore"
+    kind = "gpu"
+    knob_type = WmmaGemmConfig
+    tunable = True
+    requirement = ("it needs float16 operands: a float16 sum of products onto a direct output, every cell written, "
+                   "whose last index only one operand reads (float32 stays on the CUDA cores: gpu_gemm)")
+
+    def match(self, index: int, ctx: Context) -> GemmPlan | None:
+        return fused_gemm(index, ctx, DTYPES)
+
+    def profitable(self, plan: GemmPlan, ctx: Context) -> bool:
+        return plan.m * plan.n * plan.k >= ctx.params.gemm_min_work
+
+    def default_knobs(self, index: int, plan: GemmPlan, ctx: Context) -> WmmaGemmConfig:
+        assert ctx.target.gpu is not None
+        return default_config(plan, ctx.target.gpu)
+
+    def problems(self, knobs: WmmaGemmConfig, plan: GemmPlan, ctx: Context) -> list[str]:
+        gpu = ctx.target.gpu
+        assert gpu is not None
+        out = problems(knobs, gpu)
+        if not grid_fits(plan, knobs.block_n, gpu):
+            out.append(f"more than {gpu.max_grid_yz} blocks along the batch or column axis")
+        return out
+
+    def consumed(self, plan: GemmPlan) -> int:
+        return 1 + (len(plan.epilogue.links) if plan.epilogue is not None else 0)
+
+    def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
+        b = ctx.bp.statements[choice.index]
+        assert isinstance(b, BoundContraction)
+        plan = choice.plan
+        return fused_group(build(b, ctx.bp, plan, choice.knobs, plan.epilogue), b, plan.epilogue)
+
+    def space(self, index: int, plan: GemmPlan, ctx: Context,
+              default: Config) -> tuple[tuple[Knob, ...], tuple[Constraint, ...]]:
+        knobs = (Knob("block_m", choices_with((32, 64, 128), default["block_m"])),
+                 Knob("block_n", choices_with((32, 64, 128), default["block_n"])),
+                 Knob("block_k", choices_with((16, 32, 64), default["block_k"])),
+                 Knob("warps_m", choices_with((1, 2, 4), default["warps_m"])),
+                 Knob("warps_n", choices_with((1, 2, 4), default["warps_n"])))
+        gpu = ctx.target.gpu
+        assert gpu is not None
+
+        def limits(c: Config) -> str | None:
+            return "; ".join(problems(WmmaGemmConfig(**c), gpu)) or None
+
+        return knobs, (Constraint("limits", limits),)
+
+    def flops(self, plan: GemmPlan) -> float:
+        return 2.0 * plan.m * plan.n * plan.k * plan.batch
 
 
-__all__ = ["build", "check", "default_config", "lower_gemm", "shared_bytes"]
+GPU_TENSORCORE = GpuTensorcore()
+
+__all__ = ["DTYPES", "GPU_TENSORCORE", "GpuTensorcore", "build", "default_config", "problems", "shared_bytes"]

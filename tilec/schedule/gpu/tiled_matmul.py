@@ -1,12 +1,12 @@
 """A shared-memory tiled schedule (ordinary primitives) for plain matrix products on GPU targets too small
-for the GEMM template of tilec.schedule.gpu.gemm (moved here from gpu_gemm.py, whose name that template has).
+for the GEMM template of tilec.schedule.gpu.gemm.
 
 Requires: a default-lowered nest (tilec.ir.lower) of the shape
 ``for i: for j: allocate acc: acc = 0; for k: acc = acc + X[..] * Y[..]; O[i, j] = acc``
 where X and Y are two different buffers (a batched or transposed matmul qualifies, as long as
 the nest is the two cell loops around one reduction loop).
 Guarantees: a Schedule (ordinary primitives, so every step is checked by them) that binds
-``i``/``j`` tiles of `GpuGemmKnobs` to blocks, the cells of a tile to threads (one output per
+``i``/``j`` tiles of `TiledMatmulKnobs` to blocks, the cells of a tile to threads (one output per
 thread), splits ``k`` by ``tile_k`` and stages the X and Y tiles of each ``k`` step in shared
 memory; None when the nest does not have that shape. The caller falls back to the default
 binding when the primitives refuse (tiles that do not divide the extents: guards would put the
@@ -17,19 +17,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tilec.errors import ScheduleError
 from tilec.ir import loop as L
-from tilec.schedule.primitives.records import Schedule
 from tilec.ir.rewrite import const_value
+from tilec.schedule.primitives.apply import apply_schedule
+from tilec.schedule.primitives.records import Schedule
+from tilec.target import GpuInfo
+
+
+def tile_matmuls(func: L.PrimFunc, gpu: GpuInfo) -> L.PrimFunc:
+    """Plain matrix products get the shared-memory tiled schedule where its primitives accept it."""
+    nests = func.body.stmts if isinstance(func.body, L.Seq) else (func.body,)
+    for k, nest in enumerate(nests):
+        s = gemm_schedule(nest, k)
+        if s is None:
+            continue
+        try:
+            func = apply_schedule(func, s, gpu=gpu)
+        except ScheduleError:
+            continue  # tiles that do not divide the extents: the default binding
+    return func
 
 
 @dataclass(frozen=True)
-class GpuGemmKnobs:
+class TiledMatmulKnobs:
     tile_m: int = 16  # rows of the output tile of a block (threadIdx.y extent)
     tile_n: int = 16  # columns of the output tile of a block (threadIdx.x extent)
     tile_k: int = 16  # reduction step staged in shared memory
 
 
-def gemm_schedule(nest: L.Stmt, index: int, knobs: GpuGemmKnobs = GpuGemmKnobs()) -> Schedule | None:
+def gemm_schedule(nest: L.Stmt, index: int, knobs: TiledMatmulKnobs = TiledMatmulKnobs()) -> Schedule | None:
     """The tiled schedule of nest `index` (see the module doc), or None if it is not a plain product."""
     shape = _match(nest)
     if shape is None:
@@ -70,4 +87,4 @@ def _match(nest: L.Stmt) -> tuple[str, str, str, str, str] | None:
     return nest.var, inner.var, red.var, x.buffer, y.buffer
 
 
-__all__ = ["GpuGemmKnobs", "gemm_schedule"]
+__all__ = ["TiledMatmulKnobs", "gemm_schedule", "tile_matmuls"]

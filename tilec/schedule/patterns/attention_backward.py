@@ -1,6 +1,6 @@
-"""The fused attention-backward template: dQ, dK, dV of softmax(scale * Q K^T [causal]) V.
+"""The attention-backward pattern: dQ, dK, dV of softmax(scale * Q K^T [causal]) V.
 
-It recognises what `tilec.grad` derives from the attention chain (tilec/schedule/cpu/attention.py):
+What `tilec.grad` derives from the attention chain (tilec/schedule/cpu/attention.py):
 the recomputed softmax (L, Z, [Neg, Zc], M, E, R, P; `attention.match_softmax`) followed by
 
     DP = +(DO[.., s, e] * V[.., t, e]);          DVo = +(DO[.., s, e] * P[.., s, t]);
@@ -13,10 +13,10 @@ the recomputed softmax (L, Z, [Neg, Zc], M, E, R, P; `attention.match_softmax`) 
 (any subset of DQo, DKo, DVo, in the order `tilec.grad` emits them), i.e. DV = P^T dO and
 DL = c P (dP - rowsum(P dP)) (the max's own gradient, DMsum, is zero up to rounding: softmax
 does not depend on the shift) with DQ = DL K, DK = DL^T Q. `match` gives the plan that
-tilec/schedule/cpu/attention_backward.py lowers to one kernel that never forms an S x T matrix.
+tilec.schedule.cpu.attention_backward lowers to one kernel that never forms an S x T matrix.
 
-Requires: a BoundProgram. Guarantees: a plan only for exactly that chain, float32 or float64
-tensors laid out [batch.., rows, cols], none of the elided temporaries read elsewhere.
+Requires: a BoundProgram and the dtypes the caller takes. Guarantees: a plan only for exactly
+that chain, tensors of one of those dtypes laid out [batch.., rows, cols], none of the elided temporaries read elsewhere.
 """
 
 from __future__ import annotations
@@ -25,46 +25,11 @@ from dataclasses import dataclass
 
 from tilec.ir import tensor as T
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
-from tilec.schedule.cpu.attention import LANES, Range, SoftmaxChain, causal_guard, match_softmax
+from tilec.schedule.patterns.attention import SoftmaxChain, causal_guard, match_softmax
+from tilec.schedule.patterns.dataflow import reads
+from tilec.schedule.nest import Range
 
 BoundStatement = BoundContraction | BoundElementwise
-DTYPES = ("float32", "float64")
-
-
-@dataclass(frozen=True)
-class AttentionBackwardKnobs:
-    """The template's tunable knobs (a schedule record)."""
-
-    bq: int = 64  # query rows per block, a multiple of mr
-    bk: int = 64  # keys per block, a multiple of LANES and of mr
-    mr: int = 4  # rows of a register block in the micro-GEMMs
-    panel: bool = True  # one pass keeping a query block's S and dP for every key (see build)
-
-    def to_json(self) -> dict:
-        return {"template": "attention_backward", "bq": self.bq, "bk": self.bk, "mr": self.mr,
-                "panel": self.panel}
-
-
-def default_knobs(s: int, t: int) -> AttentionBackwardKnobs:
-    """The untuned knobs for S queries and T keys: the defaults' 64 x 64 blocks, shrunk to the
-    sequences when they are shorter (rows of a block past the sequence are padding work: at S = T
-    = 16, 64 x 64 blocks would compute 16 times the scores needed)."""
-    base = AttentionBackwardKnobs()
-    bq = min(base.bq, -(-s // base.mr) * base.mr)
-    bk = min(base.bk, -(-t // LANES) * LANES)
-    return AttentionBackwardKnobs(bq=bq, bk=bk, mr=base.mr, panel=base.panel)
-
-
-def knob_problems(knobs: AttentionBackwardKnobs) -> list[str]:
-    """Why `knobs` cannot be built (empty when they can)."""
-    problems = []
-    if knobs.mr < 1 or knobs.bq < 1 or knobs.bk < 1:
-        problems.append("bq, bk and mr must be positive")
-    elif knobs.bq % knobs.mr or knobs.bk % knobs.mr:
-        problems.append(f"bq ({knobs.bq}) and bk ({knobs.bk}) must be multiples of mr ({knobs.mr})")
-    if knobs.bk % LANES:
-        problems.append(f"bk ({knobs.bk}) must be a multiple of {LANES}")
-    return problems
 
 
 @dataclass(frozen=True)
@@ -232,9 +197,9 @@ class _Matcher:
         return lo_hi == (0, self.bp.shapes[self.sm.raw][-1] - 1)
 
 
-def match(index: int, bp: BoundProgram) -> BackwardPlan | None:
+def match(index: int, bp: BoundProgram, dtypes: tuple[str, ...]) -> BackwardPlan | None:
     """The plan for the derived attention gradient starting at statement `index`, or None."""
-    sm = match_softmax(index, bp)
+    sm = match_softmax(index, bp, dtypes)
     if sm is None:
         return None
     stmts, m = bp.statements, _Matcher(sm, bp)
@@ -274,7 +239,7 @@ def match(index: int, bp: BoundProgram) -> BackwardPlan | None:
         expected[m.v] = (t, e)
     expected.update({written[r]: {"dq": (s, d), "dk": (t, d), "dv": (t, e)}[r] for r in grads})
     dtype = bp.dtypes[sm.q.tensor]
-    if dtype not in DTYPES or any(bp.shapes[name] != bs + tail or bp.dtypes[name] != dtype
+    if dtype not in dtypes or any(bp.shapes[name] != bs + tail or bp.dtypes[name] != dtype
                                    for name, tail in expected.items()):
         return None
     return BackwardPlan(q=sm.q.tensor, k=sm.k.tensor, v=m.v, do=m.do, batch=batch, s=s, t=t, d=d, e=e,
@@ -286,10 +251,6 @@ def _read_outside(bp: BoundProgram, start: int, stop: int, names: set[str]) -> b
     for i, b in enumerate(bp.statements):
         if start <= i < stop:
             continue
-        if isinstance(b, BoundContraction):
-            read = {a.tensor for a in b.stmt.operands} | ({b.stmt.default} if b.stmt.default else set())
-        else:
-            read = set(T.eexpr_tensors(b.stmt.expr))
-        if read & names:
+        if set(reads(b)) & names:
             return True
     return False

@@ -17,6 +17,7 @@ from tilec.ir import tensor as T
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.elementwise import lower_expression
 from tilec.ir.lower import LoweredGroup, broadcast_indices
+from tilec.schedule.patterns.dataflow import reader_counts
 
 
 @dataclass(frozen=True)
@@ -38,22 +39,10 @@ def fused_group(stmt: L.Stmt, b: BoundContraction, epilogue: "Epilogue | None",
     return LoweredGroup(stmt, workspaces, 1 + len(epilogue.links), elided)
 
 
-def _readers(bp: BoundProgram) -> dict[str, int]:
-    count: dict[str, int] = {}
-    for s in bp.statements:
-        if isinstance(s, BoundContraction):
-            names = [a.tensor for a in s.stmt.operands] + ([s.stmt.default] if s.stmt.default else [])
-        else:
-            names = T.eexpr_tensors(s.stmt.expr)
-        for n in set(names):
-            count[n] = count.get(n, 0) + 1
-    return count
-
-
 def find_epilogue(index: int, bp: BoundProgram) -> Epilogue | None:
     """The longest fusable chain of elementwise statements after statements[index]."""
     producer = bp.statements[index]
-    readers = _readers(bp)
+    readers = reader_counts(bp)
     links: list[BoundElementwise] = []
     prev = producer.output
     for s in bp.statements[index + 1:]:

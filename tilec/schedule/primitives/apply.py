@@ -26,28 +26,31 @@ from tilec.schedule.primitives.bind import bind
 from tilec.schedule.primitives.records import (UNROLL_LIMIT, Bind, CacheRead, CacheWrite, ComputeAt, ComputeInline, Fuse, Parallel, Partition,
                                        Primitive, Reorder, Schedule, Split, Tensorize, Unroll, Vectorize,
                                        is_gpu_only)
+from tilec.schedule.primitives.shared import cache_read_shared
 from tilec.schedule.primitives.tensorize import tensorize
-from tilec.ir.rewrite import (constant_extent, extent, floordiv, loops_in, mentions, minimum,
-                                    substitute)
+from tilec.ir.rewrite import constant_extent, extent, floordiv, loops_in, mentions, minimum, substitute
+from tilec.target import GpuInfo
 
 
 def apply_schedule(func: L.PrimFunc, schedule: "Schedule | Iterable[Primitive] | None",
-                   outputs: "Collection[str] | None" = None, gpu: bool = False) -> L.PrimFunc:
+                   outputs: "Collection[str] | None" = None, gpu: GpuInfo | None = None) -> L.PrimFunc:
     """`outputs` names the program's output tensors; `ComputeInline` refuses to run without it
-    (a PrimFunc alone cannot tell an output from a temporary). `gpu`: the target is a GPU, so
-    the GPU primitives (`Bind`, shared `CacheRead`) are allowed."""
+    (a PrimFunc alone cannot tell an output from a temporary). `gpu`: the target's GPU, where the
+    GPU primitives (`Bind`, shared `CacheRead`) are allowed."""
     for p in (schedule or ()):
         func = apply_primitive(func, p, outputs, gpu)
     return func
 
 
 def apply_primitive(func: L.PrimFunc, p: Primitive, outputs: "Collection[str] | None" = None,
-                    gpu: bool = False) -> L.PrimFunc:
-    if not gpu and is_gpu_only(p):
+                    gpu: GpuInfo | None = None) -> L.PrimFunc:
+    if gpu is None and is_gpu_only(p):
         raise ScheduleError(f"{describe(p)}: a GPU-only primitive; compile for target 'cuda' or 'cuda-sim' "
                             f"to use it (this target is a CPU)")
     rule = _RULES.get(type(p))
     whole = _FUNC_RULES.get(type(p))
+    if isinstance(p, CacheRead) and p.scope == "shared" and gpu is not None:
+        whole = _in_nest(lambda p, nest, func: cache_read_shared(p, nest, func, gpu.shared_bytes))
     if rule is None and whole is None:
         raise ScheduleError(f"not a schedule primitive: {p!r}")
     nests = _nests(func.body)

@@ -103,10 +103,7 @@ def cache_write(p: CacheWrite, nest: L.Stmt, func: L.PrimFunc) -> L.Stmt:
 
 
 def cache_read(p: CacheRead, nest: L.Stmt, func: L.PrimFunc) -> L.Stmt:
-    if p.scope == "shared":
-        from tilec.schedule.primitives.shared import cache_read_shared
-
-        return cache_read_shared(p, nest, func)
+    """Scope "local" (scope "shared" is tilec.schedule.primitives.shared's)."""
     if p.scope != "local":
         raise ScheduleError(f"{describe(p)}: unknown scope {p.scope!r}; scopes are 'local' and 'shared' (GPU)")
     loop, _ = find_loop(nest, p.loop, p)

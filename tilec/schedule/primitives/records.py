@@ -244,10 +244,9 @@ class Schedule:
         return cls(primitive_from_json(d) for d in data)
 
     def key(self) -> str:
-        """A stable string for cache keys; the empty schedule is the default schedule."""
-        if not self.primitives:
-            return "default"
-        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        """A stable string for the schedule. Even an empty Schedule is not the default: it keeps
+        every statement's plain default nest, where the default picks templates."""
+        return "schedule:" + json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
 
     # ------------------------------------------------------------ builder
 
@@ -305,16 +304,7 @@ class Schedule:
         self.append(Tensorize(loop, nest, intrinsic))
 
 
-def schedule_key(schedule: "Schedule | Any | str | None") -> str:
-    """The cache-key string of a schedule given as an object, a key string, or None (default)."""
-    if schedule is None:
-        return "default"
-    if isinstance(schedule, str):
-        return schedule
-    return schedule.key()
-
-
 __all__ = ["Bind", "is_gpu_only", "Split", "Reorder", "Fuse", "Unroll", "Vectorize", "Parallel", "CacheWrite", "CacheRead", "ComputeAt",
            "ComputeInline",
            "Partition", "Tensorize", "Primitive", "Schedule",
-           "primitive_from_json", "primitive_to_json", "schedule_key", "UNROLL_LIMIT"]
+           "primitive_from_json", "primitive_to_json", "UNROLL_LIMIT"]

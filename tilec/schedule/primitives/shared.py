@@ -14,7 +14,8 @@ thread loops (one per block), and each iteration of `loop` becomes::
     the body, reading T.shared
     Barrier          (nobody overwrites the tile while another thread still reads it)
 
-Refused with the reason otherwise, and when the box exceeds SHARED_LIMIT bytes.
+Refused with the reason otherwise, and when the box exceeds the shared memory a block of the
+target's GPU may use.
 """
 
 from __future__ import annotations
@@ -29,10 +30,8 @@ from tilec.schedule.primitives.loops import accesses, allocated_in, box_of, desc
 from tilec.schedule.primitives.records import CacheRead
 from tilec.ir.rewrite import const_value, floordiv, loops_in, mentions, walk
 
-SHARED_LIMIT = L.SHARED_LIMIT  # bytes of static shared memory a block may use
-
-
-def cache_read_shared(p: CacheRead, nest: L.Stmt, func: L.PrimFunc) -> L.Stmt:
+def cache_read_shared(p: CacheRead, nest: L.Stmt, func: L.PrimFunc, shared_bytes: int) -> L.Stmt:
+    """The tile in shared memory; `shared_bytes`: what a block may use on the target's GPU."""
     what = f"{describe(p)}: the cells of {p.tensor} read inside loop {p.loop}"
     loop, outer = find_loop(nest, p.loop, p)
     threads = [f for f in outer if f.kind in L.GPU_THREAD_AXES]
@@ -60,8 +59,8 @@ def cache_read_shared(p: CacheRead, nest: L.Stmt, func: L.PrimFunc) -> L.Stmt:
     box = box_of(list(dict.fromkeys(n.indices for n, _ in loads)), inner, what)
     dtype = loads[0][0].dtype
     nbytes = box.size * _itemsize(dtype)
-    if nbytes > SHARED_LIMIT:
-        raise ScheduleError(f"{what}: the tile {list(box.shape)} takes {nbytes} bytes, more than the {SHARED_LIMIT} "
+    if nbytes > shared_bytes:
+        raise ScheduleError(f"{what}: the tile {list(box.shape)} takes {nbytes} bytes, more than the {shared_bytes} "
                             f"bytes of shared memory a block may use; cache inside an inner loop or use smaller tiles")
     name = fresh_buffer(f"{p.tensor}.shared", _taken(func) | allocated_in(nest))
     load = _cooperative_load(name, p.tensor, dtype, box.origin, box.shape, threads)
@@ -131,4 +130,4 @@ def _cooperative_load(name: str, tensor: str, dtype: str, origin: tuple[L.Expr, 
     return L.For(var, L.const(0), L.const(-(-size // count)), copy)
 
 
-__all__ = ["cache_read_shared", "SHARED_LIMIT"]
+__all__ = ["cache_read_shared"]

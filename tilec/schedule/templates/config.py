@@ -1,56 +1,43 @@
 """Template schedules: which template lowers a statement, and with which knobs.
 
 Where a `Schedule` is a list of loop transformations applied to the plain default loop
-nest, a `TemplateSchedule` steers the templates of `tilec.schedule.cpu.heuristic`: for statement
-`stmt` use template `template` with `knobs`, overriding the heuristic's choice. It is what
-the tuner searches over and what its records store: small, JSON round-trippable, replayable.
+nest, a `TemplateSchedule` steers the template choice (tilec.schedule.cpu.heuristic,
+tilec.schedule.gpu.heuristic): for statement `stmt` use template `template` with `knobs`,
+overriding the heuristic's choice. It is what the tuner searches over and what its records
+store: small, JSON round-trippable, replayable. Template names and knobs are checked on
+construction (tilec.schedule.templates.registry, .knobs), whether the template applies to the
+statement when the program is lowered.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from tilec.errors import ScheduleError
-from tilec.schedule.cpu.attention import AttentionKnobs
-from tilec.schedule.patterns.attention_backward import AttentionBackwardKnobs
-from tilec.schedule.gpu.attention import GpuAttentionKnobs
-from tilec.schedule.gpu.gemm import GpuGemmKnobs
-from tilec.schedule.gpu.tensorcore_knobs import WmmaGemmConfig
-from tilec.schedule.cpu.gemm.packed import GemmKnobs
-
-KNOB_TYPES: dict[str, type] = {"implicit_gemm": GemmKnobs, "attention": AttentionKnobs,
-                               "attention_backward": AttentionBackwardKnobs,
-                               # GPU targets (tilec.schedule.gpu.heuristic)
-                               "gpu_gemm": GpuGemmKnobs, "gpu_tensorcore": WmmaGemmConfig,
-                               "gpu_attention": GpuAttentionKnobs}
-GPU_TEMPLATES = ("gpu_gemm", "gpu_tensorcore", "gpu_attention")
-TEMPLATES = tuple(KNOB_TYPES) + ("default",)  # "default": no template, the plain loop nest
+from tilec.schedule.templates import registry
 
 
 @dataclass(frozen=True)
 class TemplateConfig:
     stmt: int  # index of the statement in the function body
-    template: str  # one of TEMPLATES
+    template: str  # a name of tilec.schedule.templates.registry
     knobs: tuple[tuple[str, Any], ...] = ()  # (name, value) pairs of the template's knob record
 
     def __post_init__(self) -> None:
-        if self.template not in TEMPLATES:
-            raise ScheduleError(f"unknown template '{self.template}'; templates are {', '.join(TEMPLATES)}")
-        if self.template in KNOB_TYPES:
-            self.knob_record()  # validates the names now, not at the first call
+        if isinstance(self.stmt, bool) or not isinstance(self.stmt, int):
+            raise ScheduleError(f"a template config's statement index must be an integer, got {self.stmt!r}")
+        if not isinstance(self.template, str):
+            raise ScheduleError(f"a template config's template must be a name, got {self.template!r}")
+        if not isinstance(self.knobs, tuple) or not all(isinstance(k, tuple) and len(k) == 2 for k in self.knobs):
+            raise ScheduleError(f"a template config's knobs must be (name, value) pairs, got {self.knobs!r}")
+        self.knob_record()  # checks the name, the knobs' names, types and bounds now, not at the first call
 
     def knob_record(self) -> Any:
-        """The knobs as the template's frozen record (GemmKnobs, AttentionKnobs)."""
-        kind = KNOB_TYPES[self.template]
-        names = {f.name for f in fields(kind)}
-        unknown = [k for k, _ in self.knobs if k not in names]
-        if unknown:
-            raise ScheduleError(f"template '{self.template}' has no knob(s) {', '.join(unknown)}; "
-                                f"its knobs are {', '.join(sorted(names))}")
-        return kind(**dict(self.knobs))
+        """The knobs as the template's frozen record (GemmKnobs, AttentionKnobs, ...; None without knobs)."""
+        return registry.get(self.template).knobs_of(self.knobs)
 
     def to_json(self) -> dict:
         return {"stmt": self.stmt, "template": self.template, "knobs": dict(self.knobs)}
@@ -58,9 +45,10 @@ class TemplateConfig:
     @staticmethod
     def from_json(d: dict) -> "TemplateConfig":
         try:
-            return TemplateConfig(int(d["stmt"]), str(d["template"]), tuple(sorted(dict(d.get("knobs", {})).items())))
-        except (KeyError, TypeError, ValueError) as err:
+            stmt, template, knobs = d["stmt"], d["template"], tuple(sorted(dict(d.get("knobs", {})).items()))
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise ScheduleError(f"not a template config: {d!r} ({err})") from None
+        return TemplateConfig(stmt, template, knobs)
 
 
 @dataclass(frozen=True)
@@ -74,6 +62,15 @@ class TemplateSchedule:
 
     def override(self, stmt: int) -> TemplateConfig | None:
         return next((c for c in self.configs if c.stmt == stmt), None)
+
+    def check(self, statements: int, kind: str) -> None:
+        """ScheduleError unless every config names one of `statements` statements and a template
+        for targets of `kind` ("cpu" or "gpu")."""
+        for config in self.configs:
+            if not 0 <= config.stmt < statements:
+                raise ScheduleError(f"template config for statement {config.stmt}, but the program has "
+                                    f"{statements} statement(s)")
+            registry.for_kind(config.template, kind)
 
     def to_json(self) -> list[dict]:
         return [c.to_json() for c in self.configs]

@@ -1,0 +1,190 @@
+"""The implicit-GEMM template (CPU): any sum-of-products contraction as a register-blocked GEMM.
+
+One template, three variants, each a module of its own with its plan type:
+
+* packed (tilec.schedule.cpu.gemm.packed): A and B packed into panels, the BLIS recipe;
+* direct (.direct, knob pack_a=False): A read in place from a zero-padded copy, for few column
+  panels (a convolution's output channels), where packing A costs more than it saves;
+* in-place (.inplace, knob pack_b=False): both operands read in place, the column where one of
+  them is contiguous, the tiles stored through the layout copy that alone reads the product (a
+  convolution's weight gradient).
+
+The knobs (GemmKnobs, .knobs) pick the variant; the heuristic picks the knobs: in-place where
+the tiles then land at a smaller stride of the copy that reads them, direct where A can be read
+in place and the column panels are few, packed otherwise. Products too small to gain keep the
+default nest. The elementwise statements that follow are fused as an epilogue
+(tilec.schedule.patterns.epilogue) and layout copies that only feed the packing are read through
+(tilec.schedule.cpu.copy_fold). Space and features for the tuner: .space, .features.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any, Mapping
+
+from tilec.errors import ScheduleError
+from tilec.ir import loop as L
+from tilec.ir.bounds import BoundContraction
+from tilec.ir.lower import LoweredGroup
+from tilec.schedule.cpu import copy_fold
+from tilec.schedule.cpu.gemm import inplace
+from tilec.schedule.cpu.gemm.direct import DirectPlan, padding
+from tilec.schedule.cpu.gemm.features import NAMES, gemm_features
+from tilec.schedule.cpu.gemm.knobs import GemmKnobs, default_knobs, knob_problems, worthwhile
+from tilec.schedule.cpu.gemm.packed import PackedPlan
+from tilec.schedule.cpu.gemm.space import gemm_space
+from tilec.schedule.patterns import gemm as gemm_pattern
+from tilec.schedule.patterns.epilogue import find_epilogue, fused_group
+from tilec.schedule.patterns.gemm import GemmPlan
+from tilec.schedule.templates.base import Choice, Context, Template
+from tilec.schedule.templates.space import Config, Constraint, Knob
+
+DTYPES = ("float32", "float64")
+VariantPlan = PackedPlan | DirectPlan | inplace.InplacePlan
+
+
+class ImplicitGemm(Template):
+    name = "implicit_gemm"
+    kind = "cpu"
+    knob_type = GemmKnobs
+    tunable = True
+    folds_copies = True
+    requirement = "it needs a sum of products onto a direct output whose last index only one operand reads"
+    feature_names = NAMES
+
+    def match(self, index: int, ctx: Context) -> GemmPlan | None:
+        b = ctx.bp.statements[index]
+        return gemm_pattern.match(b, DTYPES) if isinstance(b, BoundContraction) else None
+
+    def profitable(self, plan: GemmPlan, ctx: Context) -> bool:
+        return worthwhile(plan, ctx.params)
+
+    def problems(self, knobs: GemmKnobs, plan: GemmPlan, ctx: Context) -> list[str]:
+        return knob_problems(knobs, plan, plan.dtype, ctx.target)
+
+    def heuristic(self, index: int, ctx: Context) -> Choice | None:
+        """The untuned choice: the variant and knobs of the module doc, or None (too small)."""
+        plan = self.match(index, ctx)
+        if plan is None or not worthwhile(plan, ctx.params):
+            return None
+        b = ctx.bp.statements[index]
+        assert isinstance(b, BoundContraction)
+        out_copy = copy_fold.output_copy(index, ctx.bp)
+        candidate = select_inplace(b, ctx, plan, out_copy) if out_copy is not None else None
+        if candidate is not None:
+            knobs = inplace.default_knobs(candidate, b.dtype, ctx.target)
+        else:
+            knobs = packed_or_direct(plan, ctx, b.dtype, padding(plan, ctx.bp) is not None)
+        return self._choice(index, ctx, plan, knobs, candidate, out_copy)
+
+    def default_knobs(self, index: int, plan: GemmPlan, ctx: Context) -> GemmKnobs:
+        choice = self.heuristic(index, ctx)
+        if choice is not None:
+            return choice.knobs
+        return default_knobs(plan, plan.dtype, ctx.target, ctx.params.gemm_mc_rows)
+
+    def choose(self, index: int, ctx: Context, items: Any = None) -> Choice:
+        if items is None:
+            return super().choose(index, ctx)
+        where = ctx.where(index)
+        plan = self.match(index, ctx)
+        if plan is None:
+            raise ScheduleError(f"template '{self.name}' does not apply to {where}: {self.requirement}")
+        knobs = self.checked(self.knobs_of(items), plan, ctx, where)
+        if not knobs.pack_a and padding(plan, ctx.bp) is None:
+            raise ScheduleError(f"pack_a=False needs A's only guards to be its own bounds (padding); {where} has others")
+        candidate, out_copy = None, None
+        if not knobs.pack_b:
+            b = ctx.bp.statements[index]
+            assert isinstance(b, BoundContraction)
+            out_copy = copy_fold.output_copy(index, ctx.bp)
+            candidate = select_inplace(b, ctx, plan, out_copy, knobs.nr)
+            if candidate is None:
+                raise ScheduleError(f"pack_b=False does not apply to {where}: it needs an output index that is "
+                                    f"one operand's innermost index alone, a multiple of nr={knobs.nr} wide, "
+                                    f"and each operand's only guards its own bounds")
+        return self._choice(index, ctx, plan, knobs, candidate, out_copy)
+
+    def chosen(self, index: int, plan: Any, knobs: Any) -> Choice:  # the Template.choose path
+        raise AssertionError("implicit_gemm builds its choices through _choice")
+
+    def _choice(self, index: int, ctx: Context, plan: GemmPlan, knobs: GemmKnobs,
+                candidate: inplace.Candidate | None, out_copy: copy_fold.Copy | None) -> Choice:
+        variant: VariantPlan
+        if candidate is not None:
+            epilogue = None if out_copy is not None else find_epilogue(index, ctx.bp)
+            variant = inplace.InplacePlan(candidate, out_copy, epilogue)
+        else:
+            epilogue = None if plan.partial else find_epilogue(index, ctx.bp)  # f(0) need not be 0
+            pads = padding(plan, ctx.bp)
+            variant = PackedPlan(plan, epilogue) if knobs.pack_a else DirectPlan(plan, pads, epilogue)  # type: ignore[arg-type]
+        consumed = 1 + (len(variant.epilogue.links) if variant.epilogue is not None else 0)
+        return Choice(index, self, variant, knobs, consumed)
+
+    def label(self, choice: Choice) -> str:
+        return f"{self.name}[{choice.plan.variant}]"
+
+    def reads_through(self, choice: Choice) -> frozenset[str]:
+        """The operands it reads only where reading a layout copy's source instead is no extra pass."""
+        return choice.plan.reads_through(choice.knobs)
+
+    def stores(self, choice: Choice) -> str | None:
+        """The layout copy it stores its tiles into (that copy's statement is then lowered by it)."""
+        return choice.plan.stores()
+
+    def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
+        b = ctx.bp.statements[choice.index]
+        assert isinstance(b, BoundContraction)
+        plan: VariantPlan = choice.plan
+        stmt, workspaces = plan.build(b, choice.knobs, ctx)
+        group = fused_group(copy_fold.read_through(stmt, ctx.folded), b, plan.epilogue, tuple(workspaces))
+        return group if plan.stores() is None else replace(group, elided=(b.output,))
+
+    # ------------------------------------------------------------ tuning
+    def space(self, index: int, plan: GemmPlan, ctx: Context,
+              default: Config) -> tuple[tuple[Knob, ...], tuple[Constraint, ...]]:
+        return gemm_space(index, plan, ctx, default)
+
+    def features(self, index: int, plan: GemmPlan, ctx: Context, config: Mapping[str, Any]) -> list[float]:
+        return gemm_features(index, plan, ctx, config)
+
+    def flops(self, plan: GemmPlan) -> float:
+        return 2.0 * plan.m * plan.n * plan.k * math.prod(hi - lo + 1 for _, lo, hi in plan.outer)
+
+
+def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, a_in_place: bool) -> GemmKnobs:
+    """The packed variant's default knobs, A read in place (direct) where it can be (`a_in_place`)
+    and the column panels are few."""
+    knobs = default_knobs(plan, dtype, ctx.target, ctx.params.gemm_mc_rows)
+    if -(-plan.n // knobs.nr) <= ctx.params.direct_max_panels and a_in_place:
+        knobs = replace(knobs, pack_a=False)  # each packed A element would serve too few panels
+    return knobs
+
+
+def select_inplace(b: BoundContraction, ctx: Context, plan: GemmPlan, out_copy: copy_fold.Copy | None,
+                   nr: int | None = None) -> inplace.Candidate | None:
+    """The in-place candidate for `b` whose column has the smallest stride where the tiles are
+    stored (the layout copy `out_copy` when given). Without `nr` (the heuristic) only when that is
+    smaller than the usual column's: then the packed variants' tiles would land scattered."""
+    order: tuple[L.Expr, ...] = tuple(L.Var(e.lone_var) for e in b.out_indices)  # type: ignore[arg-type]
+    dest = b.output
+    if out_copy is not None:  # b's output variables in the order of the copy's dimensions
+        dest, order = out_copy.output, out_copy.dest_cell(order)
+    shape = ctx.bp.shapes[dest]
+
+    def stride(var: str) -> int:
+        return math.prod(shape[order.index(L.Var(var)) + 1:])
+
+    found = [ip for ip in inplace.candidates(b, ctx.bp, ctx.target.lanes(b.dtype)) if nr is None or ip.gemm.n % nr == 0]
+    if not found:
+        return None
+    best = min(found, key=lambda ip: stride(ip.gemm.col[0]))
+    if nr is None and stride(best.gemm.col[0]) >= stride(plan.col[0]):
+        return None
+    return best
+
+
+IMPLICIT_GEMM = ImplicitGemm()
+
+__all__ = ["DTYPES", "IMPLICIT_GEMM", "GemmKnobs", "ImplicitGemm", "packed_or_direct", "select_inplace"]

@@ -37,7 +37,7 @@ original loops, per output cell (blocks keep that order: each continues the prev
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,23 +45,56 @@ import numpy as np
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import index_expr, lone_output_vars
-from tilec.schedule.cpu.gemm import packed as implicit_gemm
-from tilec.schedule.cpu.copy_fold import Copy
-from tilec.schedule.cpu.gemm.direct import Pads, access_padding, gathered, padded_index, padded_operand, zero_slabs
-from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
-from tilec.schedule.cpu.gemm.packed import GemmKnobs, GemmPlan, decompose, thread_share, threads_loop
 from tilec.ir.rewrite import substitute_expr
+from tilec.schedule.cpu.copy_fold import Copy
+from tilec.schedule.cpu.gemm.knobs import GemmKnobs, accumulators
+from tilec.schedule.cpu.gemm.padding import Pads, access_padding, gathered, padded_index, padded_operand, zero_slabs
+from tilec.schedule.nest import decompose, thread_share, threads_loop
+from tilec.schedule.patterns import gemm as gemm_pattern
+from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
+from tilec.schedule.patterns.gemm import GemmPlan
+from tilec.schedule.templates.base import Context
 from tilec.target import Target
+
+DTYPES = ("float32", "float64")
 
 
 @dataclass(frozen=True)
-class InplacePlan:
+class Candidate:
+    """One way to read both operands of a statement in place."""
+
     gemm: GemmPlan  # its column is B's innermost index
     a_pads: Pads  # zero borders each operand needs, per dimension (all (0, 0): read as it is)
     b_pads: Pads
 
 
-def match(b: BoundContraction, bp: BoundProgram, lanes: int) -> list[InplacePlan]:
+@dataclass(frozen=True)
+class InplacePlan:
+    """A statement for the in-place variant: the candidate taken, the layout copy its tiles are
+    stored into (None: stored into the statement's own output, through its fused epilogue)."""
+
+    candidate: Candidate
+    out_copy: Copy | None
+    epilogue: Epilogue | None
+
+    variant = "inplace"
+
+    @property
+    def gemm(self) -> GemmPlan:
+        return self.candidate.gemm
+
+    def reads_through(self, knobs: GemmKnobs) -> frozenset[str]:
+        """A broadcast from memory and B copied into panels: a layout copy of either folds in."""
+        return frozenset({self.gemm.a.tensor, self.gemm.b.tensor})
+
+    def stores(self) -> str | None:
+        return self.out_copy.output if self.out_copy is not None else None
+
+    def build(self, b: BoundContraction, knobs: GemmKnobs, ctx: Context) -> tuple[L.Stmt, list[L.Buffer]]:
+        return build(b, self.candidate, knobs, ctx, self.epilogue, self.out_copy)
+
+
+def candidates(b: BoundContraction, bp: BoundProgram, lanes: int) -> list[Candidate]:
     """Every way to read both operands of `b` in place: a column that is an output index, one
     operand's innermost index alone (and nowhere else in it), a whole number of `lanes`-wide
     vectors, with each operand's only guards its own bounds."""
@@ -73,7 +106,7 @@ def match(b: BoundContraction, bp: BoundProgram, lanes: int) -> list[InplacePlan
         col = op.indices[-1].lone_var if op.indices else None
         if col is None or col not in out_vars or any(col in e.vars for e in op.indices[:-1]):
             continue
-        plan = implicit_gemm.match(b, col)
+        plan = gemm_pattern.match(b, DTYPES, col)
         if plan is None or plan.b is not op or plan.partial or plan.n % lanes:
             continue
         if plan.col[1:] != (0, bp.shapes[op.tensor][-1] - 1):
@@ -82,39 +115,38 @@ def match(b: BoundContraction, bp: BoundProgram, lanes: int) -> list[InplacePlan
         a_pads = access_padding(plan.a, plan.a_guards, box, bp.shapes[plan.a.tensor])
         b_pads = access_padding(plan.b, plan.b_guards, box, bp.shapes[plan.b.tensor])
         if a_pads is not None and b_pads is not None and b_pads[-1] == (0, 0):
-            plans.append(InplacePlan(plan, a_pads, b_pads))
+            plans.append(Candidate(plan, a_pads, b_pads))
     return plans
 
 
-def default_knobs(ip: InplacePlan, dtype: str, target: Target) -> GemmKnobs:
+def default_knobs(ip: Candidate, dtype: str, target: Target) -> GemmKnobs:
     """The widest register block up to four vectors that divides the columns, about 24 accumulators."""
     lanes = target.lanes(dtype)
     vectors = next(k for k in (4, 2, 1) if ip.gemm.n % (k * lanes) == 0)
-    return GemmKnobs(mr=min(14, 24 // vectors), nr=vectors * lanes, threads=target.cores, pack_a=False,
+    return GemmKnobs(mr=min(14, accumulators(target) // vectors), nr=vectors * lanes, threads=target.cores, pack_a=False,
                      pack_b=False)
 
 
-def _panelled(name: str, tensor: str, bp: BoundProgram, pads: Pads, nr: int, copies: "Mapping[str, Copy] | None",
-              target: Target) -> tuple[L.Stmt, L.Buffer]:
+def _panelled(name: str, tensor: str, pads: Pads, nr: int, ctx: Context) -> tuple[L.Stmt, L.Buffer]:
     """B in column panels: ``name[p, d0, ..., c] = B[d0 - pad0, ..., p * nr + c]`` (0 in the zero
     borders of the other dimensions), so that a panel's rows follow each other in memory the way
     the reduction walks them, as a packed panel's would; filled straight from the source when B is
     a folded layout copy."""
-    shape, dtype = bp.shapes[tensor], bp.dtypes[tensor]
+    shape, dtype = ctx.bp.shapes[tensor], ctx.bp.dtypes[tensor]
     padded = tuple(n + lo + hi for n, (lo, hi) in zip(shape[:-1], pads[:-1]))
     buf = L.Buffer(name, dtype, (shape[-1] // nr, *padded, nr))
 
     def cell(index: list[L.Expr], panel: L.Expr, lane: L.Expr) -> tuple[L.Expr, ...]:  # B's index -> the panel buffer's
         return (panel, *(L.add(i, L.const(lo)) for i, (lo, _) in zip(index[:-1], pads)), lane)
 
-    through = (copies or {}).get(tensor)
+    through = ctx.folded.get(tensor)
     if through is not None:  # a panel at a time, so that each column's lane is affine (transposing tiles)
         col = through.out_vars[-1]
 
         def panel_cell(p: int) -> Callable[[dict[str, L.Expr]], tuple[L.Expr, ...]]:
             return lambda at: cell([at[u] for u in through.out_vars], L.const(p), L.sub(at[col], L.const(p * nr)))
 
-        interior = L.seq(*(gathered(name, through, (*shape[:-1], nr), target.cores, panel_cell(p), {col: p * nr})
+        interior = L.seq(*(gathered(name, through, (*shape[:-1], nr), ctx.target.cores, panel_cell(p), {col: p * nr})
                            for p in range(shape[-1] // nr)))
     else:
         idx: list[L.Expr] = [L.Var(f"{name}.d{k}") for k in range(len(shape))]
@@ -127,15 +159,15 @@ def _panelled(name: str, tensor: str, bp: BoundProgram, pads: Pads, nr: int, cop
     return L.seq(interior, *zero_slabs(name, dtype, buf.shape, slabs)), buf
 
 
-def build(b: BoundContraction, bp: BoundProgram, ip: InplacePlan, knobs: GemmKnobs, target: Target,
-          epilogue: Epilogue | None = None, out_copy: Copy | None = None,
-          copies: "Mapping[str, Copy] | None" = None) -> tuple[L.Stmt, list[L.Buffer]]:
+def build(b: BoundContraction, ip: Candidate, knobs: GemmKnobs, ctx: Context, epilogue: Epilogue | None = None,
+          out_copy: Copy | None = None) -> tuple[L.Stmt, list[L.Buffer]]:
     """The nest and its workspaces (B's panels, A's zero-padded copy if it needs one). With `out_copy`
     (a permutation that is the only reader of `b`'s output) the tiles go straight to its output."""
+    bp, target = ctx.bp, ctx.target
     plan = ip.gemm
     dt = b.dtype
     mr, nr = knobs.mr, knobs.nr
-    assert mr >= 1 and nr >= 1 and plan.n % nr == 0, "the caller checks the knobs (tilec.schedule.cpu.heuristic)"
+    assert mr >= 1 and nr >= 1 and plan.n % nr == 0, "the template checks the knobs first"
     m, n = plan.m, plan.n
     panels, tiles = n // nr, -(-m // mr)
     n_outer = math.prod(hi - lo + 1 for _, lo, hi in plan.outer)
@@ -149,11 +181,11 @@ def build(b: BoundContraction, bp: BoundProgram, ip: InplacePlan, knobs: GemmKno
 
     a_tensor, a_dtype, a_offsets = plan.a.tensor, bp.dtypes[plan.a.tensor], tuple(lo for lo, _ in ip.a_pads)
     if any(p != (0, 0) for p in ip.a_pads):
-        fill, apad = padded_operand(f"{out}.Apad", a_tensor, bp, ip.a_pads, copies, target)
+        fill, apad = padded_operand(f"{out}.Apad", a_tensor, ip.a_pads, ctx)
         stmts.append(fill)
         workspaces.append(apad)
         a_tensor = apad.name
-    fill_b, b_panels = _panelled(f"{out}.Bpan", plan.b.tensor, bp, ip.b_pads, nr, copies, target)
+    fill_b, b_panels = _panelled(f"{out}.Bpan", plan.b.tensor, ip.b_pads, nr, ctx)
     stmts.append(fill_b)
     workspaces.append(b_panels)
     b_offsets = tuple(lo for lo, _ in ip.b_pads[:-1])
@@ -180,7 +212,9 @@ def build(b: BoundContraction, bp: BoundProgram, ip: InplacePlan, knobs: GemmKno
         return L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), body, "vectorized"), "unrolled")
 
     kernel = tile(L.Store(acc.name, (v(ii), v(jj)), L.Bin("add", acc_now, L.Bin("mul", a_value, b_value))))
-    blocking = reduction_blocks(plan, b_panels, bp.dtypes[plan.b.tensor], threads)
+    assert target.host is not None
+    blocking = reduction_blocks(plan, b_panels, bp.dtypes[plan.b.tensor], threads, target.host.l2_bytes // 2,
+                                ctx.params.inplace_sums_bytes)
     level, chunk = blocking or (0, 0)
     kb = f"{out}.kb"
     for d in reversed(range(level, len(plan.red))):
@@ -231,26 +265,24 @@ def build(b: BoundContraction, bp: BoundProgram, ip: InplacePlan, knobs: GemmKno
     return L.seq(*stmts), workspaces
 
 
-L2_BUDGET = 512 * 1024  # bytes: a column panel larger than this is walked in blocks of the reduction
-SUMS_BUDGET = 512 * 1024  # bytes of partial sums per thread that blocks may save and reload
-
-
-def reduction_blocks(plan: GemmPlan, panels: L.Buffer, dtype: str, threads: int) -> tuple[int, int] | None:
+def reduction_blocks(plan: GemmPlan, panels: L.Buffer, dtype: str, threads: int, l2_budget: int,
+                     sums_budget: int) -> tuple[int, int] | None:
     """(level, chunk): the reduction runs in blocks, each one value of the loops outside `level`,
     `chunk` values of loop `level` and all of the loops inside it, so that the part of B's column
-    panel a block reads (about L2_BUDGET / 2) stays in L2 while every unit of a thread uses it.
-    Only when a panel overflows L2_BUDGET and the partial sums of all units, saved and reloaded
-    between blocks, fit SUMS_BUDGET per thread, and there are several blocks; otherwise None.
+    panel a block reads (about l2_budget / 2; the template gives half of L2) stays in L2 while every
+    unit of a thread uses it. Only when a panel overflows l2_budget and the partial sums of all units,
+    saved and reloaded between blocks, fit sums_budget per thread (a lowering parameter), and there
+    are several blocks; otherwise None.
     Measured on the 3x3 64->64 56^2 convolution's weight gradient: a 6.9 MB panel re-read from L3
     by every row tile ran at 325 GFLOP/s on two cores, vs 412 for a packed GEMM of its size."""
     itemsize = np.dtype(dtype).itemsize
     extents = [hi - lo + 1 for _, lo, hi in plan.red]
     panel_bytes = math.prod(panels.shape[1:]) * itemsize
     sums_bytes = plan.m * plan.n * itemsize
-    if panel_bytes <= L2_BUDGET or sums_bytes > SUMS_BUDGET * threads:
+    if panel_bytes <= l2_budget or sums_bytes > sums_budget * threads:
         return None
     per_element = panel_bytes / plan.k  # bytes of panel per element of the reduction
-    want = max(1, int(L2_BUDGET / 2 / per_element))  # reduction elements per block
+    want = max(1, int(l2_budget / 2 / per_element))  # reduction elements per block
     level = 0
     while level < len(extents) - 1 and math.prod(extents[level + 1:]) > want:
         level += 1
@@ -260,4 +292,4 @@ def reduction_blocks(plan: GemmPlan, panels: L.Buffer, dtype: str, threads: int)
     return (level, -(-extents[level] // blocks)) if blocks > 1 else None  # even blocks
 
 
-__all__ = ["InplacePlan", "build", "default_knobs", "match", "reduction_blocks"]
+__all__ = ["Candidate", "InplacePlan", "build", "candidates", "default_knobs", "reduction_blocks"]

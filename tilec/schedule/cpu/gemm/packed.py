@@ -1,12 +1,5 @@
-"""The implicit-GEMM template: any sum-of-products contraction as packed panels and a
-register-blocked micro-kernel (the BLIS/GotoBLAS recipe, DESIGN.md §9).
-
-A contraction ``O[outer..., rows..., col] = +(A[...] * B[...])`` maps onto GEMM when
-the output's innermost index `col` is read by exactly one operand (B); the output
-indices B does not read are the GEMM rows, the indices outside the output are the
-reduction, output indices both operands read are an outer (batch) loop. GEMM in any
-layout, batched GEMM, conv2d in NHWC (rows n, x, y; reduction i, j, c — an implicit
-im2col) and the two matmuls of attention all match.
+"""The packed variant of the implicit-GEMM template: both operands packed into panels and a
+register-blocked micro-kernel (the BLIS/GotoBLAS recipe).
 
 The loop nest (knobs in capitals)::
 
@@ -25,215 +18,55 @@ The loop nest (knobs in capitals)::
 Guards (padding, strides, constraints) and the zero padding of partial panels live in
 the packing loops, so the micro-kernel has no branch. Operands are converted to the
 output dtype while packing.
+
+Requires: a GemmPlan of the statement (tilec.schedule.patterns.gemm) and knobs that passed the
+template's checks. Guarantees: the statement's sum of products (and its fused epilogue) in the
+output, the reduction blocked by KC in the original order per cell.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from tilec.ir import loop as L
-from tilec.ir.bounds import BoundAccess, BoundContraction, BoundProgram, Condition
-from tilec.ir.dtypes import is_float
-from tilec.ir.lower import condition_expr, index_expr, lone_output_vars, zero_fill
-from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
+from tilec.ir.bounds import BoundContraction
+from tilec.ir.lower import index_expr, zero_fill
 from tilec.ir.rewrite import substitute_expr
-from tilec.target import Target
-
-if TYPE_CHECKING:
-    from tilec.schedule.cpu.copy_fold import Copy
-
-Range = tuple[str, int, int]  # (var, lo, hi) inclusive
-
-
-@dataclass(frozen=True)
-class GemmKnobs:
-    """The template's tunable knobs (a schedule record: JSON round-trippable via asdict)."""
-
-    mr: int = 6  # rows of the register block
-    nr: int = 64  # columns of the register block, a multiple of the vector lanes
-    kc: int = 256  # reduction block
-    mc: int = 144  # rows packed at once, a multiple of mr
-    threads: int = 0  # 0: one per core
-    pack_a: bool = True  # False: read A in place (tilec.schedule.cpu.gemm.direct), for few column panels
-    pack_b: bool = True  # False: read B in place too, its innermost index the column (tilec.schedule.cpu.gemm.inplace)
-
-    def to_json(self) -> dict:
-        return {"template": "implicit_gemm", **asdict(self)}
+from tilec.schedule.cpu.gemm.knobs import GemmKnobs, plan_threads
+from tilec.schedule.nest import decompose, guarded_store, thread_share, threads_loop
+from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
+from tilec.schedule.patterns.gemm import GemmPlan
+from tilec.schedule.templates.base import Context
 
 
 @dataclass(frozen=True)
-class GemmPlan:
-    """How a contraction's index variables map onto the GEMM roles."""
+class PackedPlan:
+    """A statement for the packed variant: its GEMM roles and the epilogue fused into it."""
 
-    a: BoundAccess
-    b: BoundAccess
-    outer: tuple[Range, ...]
-    rows: tuple[Range, ...]
-    col: Range
-    red: tuple[Range, ...]
-    a_guards: tuple[Condition, ...]
-    b_guards: tuple[Condition, ...]
-    partial: bool = False  # some output cells get no tuple: the output is zeroed first
+    gemm: GemmPlan
+    epilogue: Epilogue | None
 
-    @property
-    def m(self) -> int:
-        return math.prod(_extent(r) for r in self.rows)
+    variant = "packed"
 
-    @property
-    def n(self) -> int:
-        return _extent(self.col)
+    def reads_through(self, knobs: GemmKnobs) -> frozenset[str]:
+        """Operands read only while packing them: a layout copy of either folds into the packing."""
+        return frozenset({self.gemm.a.tensor, self.gemm.b.tensor})
 
-    @property
-    def k(self) -> int:
-        return math.prod(_extent(r) for r in self.red)
-
-
-def _extent(r: Range) -> int:
-    return r[2] - r[1] + 1
-
-
-def match(b: BoundContraction, col: str | None = None) -> GemmPlan | None:
-    """The GEMM roles of `b`, or None if it is not a plain sum of products onto a direct output.
-    The column is the output's innermost index, or the output index `col` when given (the
-    in-place template, tilec.schedule.cpu.gemm.inplace, puts it where B is contiguous)."""
-    stmt = b.stmt
-    if stmt.agg != "+" or stmt.combo != "mul" or stmt.default is not None or b.empty:
+    def stores(self) -> str | None:
         return None
-    if not is_float(b.dtype) or b.dtype == "float16" or not b.shape:
-        return None
-    out_vars = lone_output_vars(b)
-    if out_vars is None:
-        return None
-    ranges = {v: (v, lo, hi) for v, lo, hi in b.ranges}
-    partial = any(ranges[v][1:] != (0, n - 1) for v, n in zip(out_vars, b.shape))
-    reads = [{v for e in op.indices for v in e.vars} for op in b.operands]
-    unit: list[str] = []
-    if col is None:
-        # Trailing output dimensions of size 1 that no operand reads (a 1x1 kernel's position in a
-        # weight gradient) are outer loops of one iteration; the column is the last dimension before.
-        while len(out_vars) > 1 and b.shape[len(out_vars) - 1] == 1 and not any(out_vars[-1] in vs for vs in reads):
-            unit.insert(0, out_vars.pop())
-        col = out_vars[-1]
-    elif col not in out_vars:
-        return None
-    others = [v for v in out_vars if v != col]
-    holders = [k for k, vs in enumerate(reads) if col in vs]
-    if len(holders) != 1:
-        return None
-    bk = holders[0]
-    a_op, b_op = b.operands[1 - bk], b.operands[bk]
-    a_vars, b_vars = reads[1 - bk], reads[bk]
-    outer = tuple(ranges[v] for v in others if v in b_vars) + tuple(ranges[v] for v in unit)
-    rows = tuple(ranges[v] for v in others if v not in b_vars)
-    red = tuple(ranges[v] for v, _, _ in b.ranges if v not in out_vars and v not in unit)
-    if not rows or not red:
-        return None
-    outer_names = {r[0] for r in outer}
-    a_side = a_vars | outer_names | {r[0] for r in rows} | {r[0] for r in red}
-    b_side = b_vars | outer_names | {r[0] for r in red}
-    a_guards, b_guards = [], []
-    for g in b.guards:
-        vs = set(g.expr.vars)
-        if vs <= b_side:
-            b_guards.append(g)
-        elif vs <= a_side:
-            a_guards.append(g)
-        else:
-            return None  # a condition tying rows to columns: not a GEMM
-    return GemmPlan(a_op, b_op, outer, rows, ranges[col], red, tuple(a_guards), tuple(b_guards), partial)
+
+    def build(self, b: BoundContraction, knobs: GemmKnobs, ctx: Context) -> tuple[L.Stmt, list[L.Buffer]]:
+        return build(b, self.gemm, knobs, ctx, self.epilogue)
 
 
-L1_BUDGET = 32 * 1024  # bytes of L1 for the B micro-panel that every row tile re-reads
-MC_TARGET = 144  # rows packed at once: MC x KC of A stays in L2
-
-
-def default_knobs(plan: GemmPlan, dtype: str, target: Target) -> GemmKnobs:
-    """Register block from the vector width; KC so the B micro-panel (KC x NR) stays in L1;
-    MC so that the row blocks split evenly over the threads when they share the rows."""
-    itemsize = 4 if dtype == "float32" else 8
-    lanes = target.lanes(dtype)
-    vectors = 4 if plan.n > 2 * lanes else 2 if plan.n > lanes else 1
-    nr = vectors * lanes
-    mr = min(14, 24 // vectors)  # about 24 accumulator registers of the 32
-    kc = min(plan.k, max(16, L1_BUDGET // (nr * itemsize)))
-    threads = target.cores
-    n_outer = math.prod(_extent(r) for r in plan.outer)
-    share = 1 if n_outer >= threads else threads  # row blocks are split over threads only then
-    blocks = share * -(-plan.m // (share * MC_TARGET))
-    mc = _round_up(-(-plan.m // blocks), mr)
-    return GemmKnobs(mr=mr, nr=nr, kc=kc, mc=mc, threads=threads)
-
-
-def worthwhile(plan: GemmPlan, target: Target) -> bool:
-    """Small problems are faster as plain loops than packed."""
-    return plan.n >= 8 and plan.m * plan.n * plan.k >= 32**3
-
-
-def plan_threads(plan: GemmPlan, knobs: GemmKnobs, target: Target, row_units: int) -> tuple[bool, int, int]:
-    """(parallel over the outer loop?, threads, outer iterations): the outer (batch) loop when it
-    has an iteration per thread, else `row_units` (row blocks or tiles) shared by the threads."""
-    n_outer = math.prod(_extent(r) for r in plan.outer)
-    wanted = max(1, knobs.threads or target.cores)
-    outer_parallel = n_outer >= wanted and wanted > 1
-    return outer_parallel, wanted if outer_parallel else max(1, min(wanted, row_units)), n_outer
-
-
-def thread_share(t: str, threads: int, var: str, total: int, body: L.Stmt) -> L.Stmt:
-    """`for var` over thread `t`'s contiguous share of [0, total)."""
-    per = -(-total // threads)
-    begin = L.mul(L.Var(t), L.const(per))
-    return L.For(var, begin, L.Bin("min", L.const(total), L.add(begin, L.const(per))), body)
-
-
-def threads_loop(t: str, threads: int, body: L.Stmt) -> L.Stmt:
-    """`for t` over the threads, a parallel loop when there are several."""
-    return L.For(t, L.const(0), L.const(threads), body, "parallel" if threads > 1 else "serial")
-
-
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
-def decompose(flat: L.Expr, ranges: tuple[Range, ...]) -> dict[str, L.Expr]:
-    """Index variables of a row-major flattening `flat` over `ranges` (last varies fastest)."""
-    out: dict[str, L.Expr] = {}
-    stride = 1
-    for v, lo, hi in reversed(ranges):
-        n = hi - lo + 1
-        q = flat if stride == 1 else L.Bin("div", flat, L.const(stride))
-        idx = q if v == ranges[0][0] else L.Bin("mod", q, L.const(n))
-        out[v] = L.add(idx, L.const(lo))
-        stride *= n
-    return out
-
-
-def _guarded_store(buffer: str, indices: tuple[L.Expr, ...], op: BoundAccess, guards: tuple[Condition, ...],
-                   env: dict[str, L.Expr], dtype: str, op_dtype: str, extra: list[L.Expr]) -> L.Stmt:
-    """buffer[indices] = op(env) converted to `dtype`, or 0 where a guard (or an `extra` bound) fails.
-
-    An `If`, not a select: the load must not run where its index is out of bounds.
-    """
-    load = L.cast(dtype, L.Load(op.tensor, tuple(substitute_expr(index_expr(i), env) for i in op.indices), op_dtype))
-    cond = L.logical_and(extra + [substitute_expr(condition_expr(g), env) for g in guards])
-    if cond is None:
-        return L.Store(buffer, indices, load)
-    return L.If(cond, L.Store(buffer, indices, load), L.Store(buffer, indices, L.cast(dtype, L.const(0))))
-
-
-def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnobs, target: Target,
-          epilogue: Epilogue | None = None, copies: "Mapping[str, Copy] | None" = None) -> tuple[L.Stmt, list[L.Buffer]]:
-    """The loop nest of the template and the workspaces it needs (pack_a=False: see direct_gemm).
+def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
+          epilogue: Epilogue | None = None) -> tuple[L.Stmt, list[L.Buffer]]:
+    """The loop nest of the template and the workspaces it needs.
 
     Parallelism: over the outer (batch) loop when it has an iteration per thread, each thread
     packing into its own slices; otherwise over blocks of rows, after B is packed once.
     """
-    if not knobs.pack_a:
-        from tilec.schedule.cpu.gemm.direct import build_direct
-
-        return build_direct(b, bp, plan, knobs, target, epilogue, copies)
+    bp, target = ctx.bp, ctx.target
     dt = b.dtype
     mr, nr, mc = knobs.mr, knobs.nr, knobs.mc
     kc = min(knobs.kc, plan.k)
@@ -256,7 +89,7 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnob
     col_var, col_lo, _ = plan.col
     col_index = L.add(L.mul(v(jr), L.const(nr)), v(jj))
     env_b = {**outer_env, **decompose(kk, plan.red), col_var: L.add(col_index, L.const(col_lo))}
-    b_store = _guarded_store(bp_buf.name, (b_slot, v(jr), v(r), v(jj)), plan.b, plan.b_guards, env_b, dt,
+    b_store = guarded_store(bp_buf.name, (b_slot, v(jr), v(r), v(jj)), plan.b, plan.b_guards, env_b, dt,
                              bp.dtypes[plan.b.tensor], [L.Cmp("lt", col_index, L.const(n))])
     pack_b = L.For(jr, L.const(0), L.const(panels),
                    L.For(r, L.const(0), kc_here, L.For(jj, L.const(0), L.const(nr), b_store)),
@@ -265,7 +98,7 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnob
     # -- pack A: Ap[t, ir, r, ii] = A(row, kk) for row = ic * MC + ir * MR + ii < M, else 0
     row_index = L.add(L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr))), v(ii))
     env_a = {**outer_env, **decompose(kk, plan.red), **decompose(row_index, plan.rows)}
-    a_store = _guarded_store(ap_buf.name, (v(t), v(ir), v(r), v(ii)), plan.a, plan.a_guards, env_a, dt,
+    a_store = guarded_store(ap_buf.name, (v(t), v(ir), v(r), v(ii)), plan.a, plan.a_guards, env_a, dt,
                              bp.dtypes[plan.a.tensor], [L.Cmp("lt", row_index, L.const(m))])
     pack_a = L.For(ir, L.const(0), L.const(mc // mr),
                    L.For(r, L.const(0), kc_here, L.For(ii, L.const(0), L.const(mr), a_store)))
@@ -333,4 +166,4 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GemmKnob
     return nest, [bp_buf, ap_buf]
 
 
-__all__ = ["GemmKnobs", "GemmPlan", "match", "build", "default_knobs", "worthwhile"]
+__all__ = ["PackedPlan", "build"]

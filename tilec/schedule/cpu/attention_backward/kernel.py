@@ -1,25 +1,12 @@
-"""The fused attention-backward kernel for a plan of tilec/schedule/patterns/attention_backward.py.
+"""The loop IR of the fused attention-backward kernel: micro-GEMMs, transposes and the passes.
 
-One kernel, one work item per batch-and-head on the cores, that never forms an S x T matrix.
-Score tiles are held transposed (bk keys by bq queries), so per-query quantities are vectors
-across a tile and no step reduces across vector lanes. Q and dO are transposed once per work
-item into per-thread workspaces (the score micro-GEMMs read them as vectors); queries past S
-and keys past T are computed from clamped rows and get probability 0 (never stored).
+The kernel's parts (see tilec.schedule.cpu.attention_backward for the two variants they make):
+`Builder` writes register-blocked micro-GEMMs with fresh loop names; `Kernel` the per-work-item
+pieces (transposes of Q and dO, the panel pass, pass 1's online softmax, pass 2's gradients).
 
-- panel (the default knob; needs as many heads as cores and 2 T bq elements per thread within
-  PANEL_MAX_BYTES): per query block, S^T and dP^T for all its keys into two panels; the exact
-  max, sum and Delta = rowsum(P dP) from them; then per key block P^T, dS^T = c P^T (dP^T - Delta),
-  dV += P^T dO and dK += dS^T Q (straight into the outputs) and dQ += dS K. Five micro-GEMMs per
-  tile, one exp per score.
-- two passes otherwise: per query block an online softmax over the key blocks (S^T and dP^T
-  micro-GEMMs, running max and sums rescaled as in the forward template) stores log-sum-exp and
-  Delta per query; then per key block (dK, dV in local memory), per query block from the
-  diagonal on (causal) or from 0, S^T and dP^T again, P^T, dS^T, dV, dK, dQ. Seven micro-GEMMs.
-  With fewer heads than cores the passes are separate parallel loops, pass 2 split over key
-  blocks, each part summing its dQ apart; the parts are added at the end.
-
-Requires: a plan from `attention_backward.match`. Guarantees: the gradients that the derived
-program computes (up to rounding), every output cell written.
+Requires: a BackwardPlan (tilec.schedule.patterns.attention_backward) and knobs that passed the
+template's checks. Guarantees: each piece computes what its docstring says on the work item it is
+given, in the plan's dtype.
 """
 
 from __future__ import annotations
@@ -29,24 +16,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tilec.ir import loop as L
-from tilec.ir.bounds import BoundProgram
-from tilec.ir.lower import LoweredGroup
 from tilec.schedule.cpu.attention import LANES
-from tilec.schedule.patterns.attention_backward import AttentionBackwardKnobs, BackwardPlan, default_knobs, knob_problems
-from tilec.schedule.cpu.gemm.packed import decompose, thread_share, threads_loop
-from tilec.target import Target
+from tilec.schedule.cpu.attention_backward.knobs import AttentionBackwardKnobs
+from tilec.schedule.patterns.attention_backward import BackwardPlan
 
 Fn2 = Callable[[L.Expr, L.Expr], L.Expr]
 
-PANEL_MAX_BYTES = 4 << 20  # per thread, both panels: beyond it, two passes that keep no panel
-COLUMNS = {"float32": 64, "float64": 32}  # columns of a register block: 4 vectors of 512 bits
 
-
-class _Builder:
+class Builder:
     """Loop-IR pieces of the kernel; every loop variable gets a fresh name."""
 
-    def __init__(self, knobs: AttentionBackwardKnobs, prefix: str, dtype: str) -> None:
-        self.knobs, self.prefix, self.dtype = knobs, prefix, dtype
+    def __init__(self, knobs: AttentionBackwardKnobs, prefix: str, dtype: str, columns: int) -> None:
+        self.knobs, self.prefix, self.dtype, self.columns = knobs, prefix, dtype, columns
         self.count = 0
 
     def var(self, what: str) -> str:
@@ -55,11 +36,11 @@ class _Builder:
 
     def gemm(self, rows: int, cols: int, depth: int, a: Fn2, b: Fn2, out: Out, zero: bool) -> L.Stmt:
         """out[m, n] (+)= sum_k a(m, k) b(k, n) for m < rows, n < cols, in register blocks of mr rows
-        (rows is a multiple of mr) by up to COLUMNS columns: a is broadcast, b read as vectors."""
+        (rows is a multiple of mr) by up to `columns` columns: a is broadcast, b read as vectors."""
         mr = self.knobs.mr
         parts = []
-        for n0 in range(0, cols, COLUMNS[self.dtype]):
-            width = min(COLUMNS[self.dtype], cols - n0)
+        for n0 in range(0, cols, self.columns):
+            width = min(self.columns, cols - n0)
             mc, r, n, k = (self.var(x) for x in ("mc", "r", "n", "k"))
             regs = L.Buffer(self.var("regs"), self.dtype, (mr, width), "local")
             m = L.add(L.mul(L.Var(mc), L.const(mr)), L.Var(r))
@@ -68,11 +49,11 @@ class _Builder:
             reg = L.Load(regs.name, cell, self.dtype)
             zero_reg = L.Store(regs.name, cell, L.Const(0.0, self.dtype))
             init = zero_reg if zero else out.guarded(m, L.Store(regs.name, cell, out.load(m, col)), zero_reg)
-            update = L.For(k, L.const(0), L.const(depth), _unrolled(r, mr, _lanes(n, width, L.Store(
+            update = L.For(k, L.const(0), L.const(depth), _unrolled(r, mr, lanes_loop(n, width, L.Store(
                 regs.name, cell, L.Bin("add", reg, L.Bin("mul", a(m, L.Var(k)), b(L.Var(k), col)))))))
             store = out.guarded(m, out.store(m, col, reg))
             parts.append(L.For(mc, L.const(0), L.const(rows // mr), L.Allocate(regs, L.seq(
-                _unrolled(r, mr, _lanes(n, width, init)), update, _unrolled(r, mr, _lanes(n, width, store))))))
+                _unrolled(r, mr, lanes_loop(n, width, init)), update, _unrolled(r, mr, lanes_loop(n, width, store))))))
         return L.seq(*parts)
 
 
@@ -107,7 +88,7 @@ def _unrolled(var: str, n: int, body: L.Stmt) -> L.Stmt:
     return L.For(var, L.const(0), L.const(n), body, "unrolled")
 
 
-def _lanes(var: str, n: int, body: L.Stmt) -> L.Stmt:
+def lanes_loop(var: str, n: int, body: L.Stmt) -> L.Stmt:
     return L.For(var, L.const(0), L.const(n), body, "vectorized")
 
 
@@ -119,16 +100,16 @@ def _st(buf: L.Buffer, idx: tuple[L.Expr, ...], value: L.Expr) -> L.Stmt:
     return L.Store(buf.name, idx, value)
 
 
-class _Kernel:
+class Kernel:
     """The kernel's pieces for one batch-and-head `bh` (its index tuple `bidx`) whose workspaces
     are at index `slot` (a thread in the per-head layout, the head itself in the split one)."""
 
-    def __init__(self, plan: BackwardPlan, knobs: AttentionBackwardKnobs, slots: int) -> None:
+    def __init__(self, plan: BackwardPlan, knobs: AttentionBackwardKnobs, slots: int, columns: int) -> None:
         self.plan, self.knobs = plan, knobs
         self.need_dp = plan.dq is not None or plan.dk is not None
         self.prefix = str(plan.dq or plan.dk or plan.dv)
         self.dtype = plan.dtype
-        self.g = _Builder(knobs, self.prefix, plan.dtype)
+        self.g = Builder(knobs, self.prefix, plan.dtype, columns)
         bq, bk = knobs.bq, knobs.bk
         self.sp = -(-plan.s // bq) * bq
         self.q_blocks, self.k_blocks = self.sp // bq, -(-plan.t // bk)
@@ -173,7 +154,7 @@ class _Kernel:
             if self.padded > self.plan.s:
                 value = L.Select(L.Cmp("lt", s_, L.const(self.plan.s)), value, L.Const(0.0, self.dtype))
             parts.append(L.For(sb, L.const(0), L.const(self.padded // LANES), L.For(
-                dd, L.const(0), L.const(width), _lanes(ss, LANES, _st(dst, (slot, L.Var(dd), s_), value)))))
+                dd, L.const(0), L.const(width), lanes_loop(ss, LANES, _st(dst, (slot, L.Var(dd), s_), value)))))
         return L.seq(*parts)
 
     def tiles(self, slot: L.Expr, bidx: tuple[L.Expr, ...], q0: L.Expr, k0: L.Expr, st: Out, dpt: Out) -> L.Stmt:
@@ -207,15 +188,15 @@ class _Kernel:
         s_ji, dp_ji, vi = _ld(st, v(j), v(i)), _ld(dpt, v(j), v(i)), (v(i),)
 
         def over_tile(body: L.Stmt) -> L.Stmt:
-            return L.For(j, c(0), c(bk), _lanes(i, bq, body))
+            return L.For(j, c(0), c(bk), lanes_loop(i, bq, body))
 
-        init = _lanes(i, bq, L.seq(_st(m_run, vi, L.Const(-math.inf, f32)), _st(l_run, vi, zero),
+        init = lanes_loop(i, bq, L.seq(_st(m_run, vi, L.Const(-math.inf, f32)), _st(l_run, vi, zero),
                                    _st(d_run, vi, zero)))
         valid = self.valid(L.add(q0, v(i)), L.add(k0, v(j)), False)
-        maxima = L.seq(_lanes(i, bq, _st(m_new, vi, _ld(m_run, v(i)))), over_tile(_st(m_new, vi, L.Bin(
+        maxima = L.seq(lanes_loop(i, bq, _st(m_new, vi, _ld(m_run, v(i)))), over_tile(_st(m_new, vi, L.Bin(
             "max", _ld(m_new, v(i)), L.Select(valid, L.Bin("mul", s_ji, scale), L.Const(-math.inf, f32))))))
         alpha = L.Call("exp", (L.Bin("sub", _ld(m_run, v(i)), _ld(m_new, v(i))),), f32)
-        rescale = _lanes(i, bq, L.seq(
+        rescale = lanes_loop(i, bq, L.seq(
             _st(l_run, vi, L.Bin("mul", _ld(l_run, v(i)), alpha)),
             _st(d_run, vi, L.Bin("mul", _ld(d_run, v(i)), alpha)) if self.need_dp else None,
             _st(m_run, vi, _ld(m_new, v(i)))))
@@ -230,7 +211,7 @@ class _Kernel:
             k_end = L.Bin("min", k_end, L.add(L.Bin("div", last, c(bk)), c(1)))
         stream = L.For(kb, c(0), k_end, L.seq(self.tiles(slot, bidx, q0, k0, Out(st.name, f32), Out(dpt.name, f32)), maxima, rescale, sums))
         at = (slot, L.add(q0, v(i)))
-        stats = _lanes(i, bq, L.seq(
+        stats = lanes_loop(i, bq, L.seq(
             _st(self.lse, at, L.Bin("add", _ld(m_run, v(i)), L.Call("log", (_ld(l_run, v(i)),), f32))),
             _st(self.delta, at, L.Bin("div", _ld(d_run, v(i)), _ld(l_run, v(i)))) if self.need_dp else None))
         body: L.Stmt = L.For(qb, qb_begin, qb_end, L.seq(init, stream, stats))
@@ -254,13 +235,13 @@ class _Kernel:
         dk_acc = L.Buffer(g.var("dk"), f32, (bk, plan.d), "local")
         dv_acc = L.Buffer(g.var("dv"), f32, (bk, plan.e), "local")
         accs = [(buf, out) for buf, out in ((dk_acc, plan.dk), (dv_acc, plan.dv)) if out is not None]
-        clear = L.seq(*(L.For(a, c(0), c(bk), _lanes(b, buf.shape[1], _st(buf, (v(a), v(b)), zero)))
+        clear = L.seq(*(L.For(a, c(0), c(bk), lanes_loop(b, buf.shape[1], _st(buf, (v(a), v(b)), zero)))
                         for buf, _ in accs))
         at = (slot, L.add(q0, v(i)))
         p = L.Select(self.valid(L.add(q0, v(i)), L.add(k0, v(j)), True), L.Call("exp", (L.Bin(
             "sub", L.Bin("mul", s_ji, scale), L.Load(self.lse.name, at, f32)),), f32), zero)
         ds = L.Bin("mul", L.Bin("mul", s_ji, L.Bin("sub", dp_ji, L.Load(self.delta.name, at, f32))), scale)
-        probs = L.For(j, c(0), c(bk), _lanes(i, bq, L.seq(
+        probs = L.For(j, c(0), c(bk), lanes_loop(i, bq, L.seq(
             _st(st, (v(j), v(i)), p), _st(dpt, (v(j), v(i)), ds) if self.need_dp else None)))
         steps: list[L.Stmt | None] = [self.tiles(slot, bidx, q0, k0, Out(st.name, f32), Out(dpt.name, f32)), probs]
         if plan.dv:  # dV[k0 + j] += sum_i P^T[j, i] dO[q0 + i]
@@ -278,7 +259,7 @@ class _Kernel:
         q_begin: L.Expr = L.Bin("div", k0, c(bq)) if plan.causal else c(0)
         inner = L.For(qb, q_begin, c(self.q_blocks), L.seq(*steps))
         key_row = L.add(k0, v(a))
-        store = L.seq(*(L.For(a, c(0), c(bk), L.If(L.Cmp("lt", key_row, c(plan.t)), _lanes(b, buf.shape[1], L.Store(
+        store = L.seq(*(L.For(a, c(0), c(bk), L.If(L.Cmp("lt", key_row, c(plan.t)), lanes_loop(b, buf.shape[1], L.Store(
             out, bidx + (key_row, v(b)), _ld(buf, v(a), v(b)))))) for buf, out in accs))
         body: L.Stmt = L.For(kc, c(0), n_blocks, L.seq(clear, inner, store))
         for buf in [st, dpt] + [buf for buf, _ in accs]:
@@ -306,15 +287,15 @@ class _Kernel:
                                                  Out(pd.name, f, (slot,), k0)))
         valid = self.valid(L.add(q0, v(i)), v(j), True)  # padded queries too: they must add nothing to dK, dV
         keys = L.mul(k_end, c(bk))
-        maxima = L.seq(_lanes(i, bq, _st(m, vi, L.Const(-math.inf, f))), L.For(j, c(0), keys, _lanes(i, bq, _st(
+        maxima = L.seq(lanes_loop(i, bq, _st(m, vi, L.Const(-math.inf, f))), L.For(j, c(0), keys, lanes_loop(i, bq, _st(
             m, vi, L.Bin("max", _ld(m, v(i)), L.Select(valid, L.Bin("mul", s_ji, scale), L.Const(-math.inf, f)))))))
         p = L.Select(valid, L.Call("exp", (L.Bin("sub", L.Bin("mul", s_ji, scale), _ld(m, v(i))),), f), zero)
-        sums = L.seq(_lanes(i, bq, L.seq(_st(l_sum, vi, zero), _st(d_sum, vi, zero))), L.For(j, c(0), keys, _lanes(
+        sums = L.seq(lanes_loop(i, bq, L.seq(_st(l_sum, vi, zero), _st(d_sum, vi, zero))), L.For(j, c(0), keys, lanes_loop(
             i, bq, L.seq(L.Store(ps.name, cell, p), _st(l_sum, vi, L.Bin("add", _ld(l_sum, v(i)), s_ji)),
                          _st(d_sum, vi, L.Bin("add", _ld(d_sum, v(i)), L.Bin("mul", s_ji, dp_ji)))
                          if self.need_dp else None))))
         # 1/l (0 for a query with no valid key: a padded one) and Delta = rowsum(P dP)
-        inv = _lanes(i, bq, L.seq(
+        inv = lanes_loop(i, bq, L.seq(
             _st(l_sum, vi, L.Select(L.Cmp("gt", _ld(l_sum, v(i)), zero), L.Bin("div", L.Const(1.0, f),
                                                                               _ld(l_sum, v(i))), zero)),
             _st(d_sum, vi, L.Bin("mul", _ld(d_sum, v(i)), _ld(l_sum, v(i)))) if self.need_dp else None))
@@ -323,7 +304,7 @@ class _Kernel:
         prob = L.Bin("mul", L.Load(ps.name, at, f), _ld(l_sum, v(i)))
         ds = L.Bin("mul", L.Bin("mul", L.Load(ps.name, at, f), L.Bin("sub", L.Load(pd.name, at, f),
                                                                        _ld(d_sum, v(i)))), scale)
-        steps: list[L.Stmt | None] = [L.For(j, c(0), c(bk), _lanes(i, bq, L.seq(
+        steps: list[L.Stmt | None] = [L.For(j, c(0), c(bk), lanes_loop(i, bq, L.seq(
             L.Store(ps.name, at, prob), L.Store(pd.name, at, ds) if self.need_dp else None)))]
         if plan.dv:  # dV[k0 + j] += sum_i P^T[j, i] dO[q0 + i]
             steps.append(g.gemm(bk, plan.e, bq, lambda mm, k: L.Load(ps.name, (slot, L.add(k0, mm), k), f),
@@ -348,83 +329,8 @@ class _Kernel:
     def zero_rows(self, buffer: str, prefix: tuple[L.Expr, ...], rows: int = 0, cols: int = 0) -> L.Stmt:
         """buffer[prefix.., r, c] = 0 for r < rows, c < cols (by default S and D: dQ)."""
         a, b = self.g.var("a"), self.g.var("b")
-        return L.For(a, L.const(0), L.const(rows or self.plan.s), _lanes(b, cols or self.plan.d, L.Store(
+        return L.For(a, L.const(0), L.const(rows or self.plan.s), lanes_loop(b, cols or self.plan.d, L.Store(
             buffer, prefix + (L.Var(a), L.Var(b)), L.Const(0.0, self.dtype))))
 
 
-def build(plan: BackwardPlan, bp: BoundProgram, target: Target,
-          knobs: AttentionBackwardKnobs | None = None) -> LoweredGroup:
-    """The kernel (see the module docstring for the two variants).
-
-    With at least as many batch-and-heads as cores, one work item is one head, start to end
-    (workspaces per thread): the panel variant where the knobs ask for it and the panels fit,
-    else the two passes. With fewer heads, the two passes as four parallel loops: the transposes
-    per head; pass 1 per (head, query block); pass 2 per (head, every parts-th key block), each
-    part adding its dQ into its own partial sum; the partial sums added into dQ per (head, row)."""
-    knobs = knobs or default_knobs(plan.s, plan.t)
-    assert not knob_problems(knobs), knob_problems(knobs)
-    bh_n = math.prod(hi - lo + 1 for _, lo, hi in plan.batch)
-    v, c = L.Var, L.const
-    if bh_n >= target.cores or target.cores == 1:
-        threads = max(1, min(target.cores, bh_n))
-        kernel = _Kernel(plan, knobs, threads)
-        g = kernel.g
-        x, w = g.var("x"), g.var("w")
-        env = decompose(v(w), plan.batch)
-        bidx = tuple(env[var] for var, _, _ in plan.batch)
-        tp = kernel.k_blocks * knobs.bk
-        if knobs.panel and 2 * tp * knobs.bq * (4 if plan.dtype == "float32" else 8) <= PANEL_MAX_BYTES:
-            ps = L.Buffer(f"{kernel.prefix}.panel_s", plan.dtype, (threads, tp, knobs.bq))
-            pd = L.Buffer(f"{kernel.prefix}.panel_dp", plan.dtype, (threads, tp, knobs.bq))
-            body = kernel.panel(v(x), bidx, ps, pd)
-            main = threads_loop(x, threads, thread_share(x, threads, w, bh_n, body))
-            workspaces = [kernel.qt, ps] + ([kernel.dot, pd] if kernel.need_dp else [])
-            return LoweredGroup(main, tuple(workspaces), plan.consumed, plan.elided)
-        dq = Out(plan.dq, plan.dtype, bidx, None, plan.s) if plan.dq else None
-        body = L.seq(kernel.transposes(v(x), bidx), kernel.zero_rows(plan.dq, bidx) if plan.dq else None,
-                     kernel.pass1(v(x), bidx, c(0), c(kernel.q_blocks)),
-                     kernel.pass2(v(x), bidx, (c(0), c(kernel.k_blocks), 1), dq))
-        main = threads_loop(x, threads, thread_share(x, threads, w, bh_n, body))
-        return LoweredGroup(main, tuple(kernel.workspaces), plan.consumed, plan.elided)
-    kernel = _Kernel(plan, knobs, bh_n)
-    g = kernel.g
-    parts = min(-(-target.cores // bh_n), kernel.k_blocks)
-
-    def parallel(items: int, body: "Callable[[L.Expr], L.Stmt]") -> L.Stmt:
-        x, w = g.var("x"), g.var("w")
-        threads = max(1, min(target.cores, items))
-        return threads_loop(x, threads, thread_share(x, threads, w, items, body(v(w))))
-
-    def head(bh: L.Expr) -> tuple[L.Expr, ...]:
-        env = decompose(bh, plan.batch)
-        return tuple(env[var] for var, _, _ in plan.batch)
-
-    qn = kernel.q_blocks
-    loops = [
-        parallel(bh_n, lambda w: kernel.transposes(w, head(w))),
-        parallel(bh_n * qn, lambda w: kernel.pass1(L.Bin("div", w, c(qn)), head(L.Bin("div", w, c(qn))),
-                                                   L.Bin("mod", w, c(qn)), L.add(L.Bin("mod", w, c(qn)), c(1)))),
-    ]
-    partial = L.Buffer(f"{kernel.prefix}.dqpart", plan.dtype, (bh_n * parts, plan.s, plan.d))
-    workspaces = kernel.workspaces + ([partial] if plan.dq else [])
-
-    def key_part(w: L.Expr) -> L.Stmt:
-        bh = L.Bin("div", w, c(parts))
-        dq = Out(partial.name, plan.dtype, (w,), None, plan.s) if plan.dq else None
-        return L.seq(kernel.zero_rows(partial.name, (w,)) if plan.dq else None,
-                     kernel.pass2(bh, head(bh), (L.Bin("mod", w, c(parts)), c(kernel.k_blocks), parts), dq))
-
-    loops.append(parallel(bh_n * parts, key_part))
-    if plan.dq:
-        dq_name = plan.dq
-
-        def add_parts(w: L.Expr) -> L.Stmt:
-            bh, row, e = L.Bin("div", w, c(plan.s)), L.Bin("mod", w, c(plan.s)), g.var("e")
-            total: L.Expr = L.Load(partial.name, (L.mul(bh, c(parts)), row, v(e)), plan.dtype)
-            for k in range(1, parts):
-                total = L.Bin("add", total, L.Load(partial.name, (L.add(L.mul(bh, c(parts)), c(k)), row, v(e)),
-                                                   plan.dtype))
-            return _lanes(e, plan.d, L.Store(dq_name, head(bh) + (row, v(e)), total))
-
-        loops.append(parallel(bh_n * plan.s, add_parts))
-    return LoweredGroup(L.seq(*loops), tuple(workspaces), plan.consumed, plan.elided)
+__all__ = ["Builder", "Kernel", "Out", "lanes_loop"]

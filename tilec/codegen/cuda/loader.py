@@ -22,7 +22,7 @@ import numpy as np
 from tilec.codegen.cuda.source import CudaSource
 from tilec.codegen.cuda.nvcc import check_arch, compile_cubin
 from tilec.errors import BindError
-from tilec.runtime.cuda_launchers import BINDINGS, CudaUnavailable, Launcher
+from tilec.codegen.cuda.launchers import BINDINGS, CudaUnavailable, Launcher
 
 __all__ = ["CudaModule", "CudaUnavailable", "default_launcher", "device_arch", "load_cuda"]
 

@@ -1,43 +1,25 @@
-"""Tuning records: one SQLite file of measured schedules, and the best one applied at compile time.
+"""The record store: one SQLite file of tuning records, append-only.
 
-A `Record` is one measured candidate: the task (program, shapes, dtypes, statement; see
-`task_key`), the target and compiler it was measured with, its schedule (a TemplateSchedule
-as JSON, one config for the task's statement), and the time or the typed error. `RecordDB`
-stores them append-only in SQLite (WAL mode, one commit per record), so several tuners may
+`RecordDB` stores records in SQLite (WAL mode, one commit per record), so several tuners may
 write at once and a tuner killed with SIGKILL loses at most the candidate it was measuring.
 `best()` trusts only records of exactly the asking target and compiler: a stale or foreign
-record is ignored, never applied. `recorded_schedule` is what `Function` calls to apply the
-best records to a program it compiles.
+record is ignored, never applied. Records travel as JSON lines (`export_jsonl`, `import_jsonl`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
 import sqlite3
 import time
-import warnings
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Iterable, Iterator, Mapping, TypeVar, Union
-
-import numpy as np
+from typing import IO, Iterator
 
 from tilec.config import options
-from tilec.errors import TilecError, TilecWarning
-from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
+from tilec.errors import TilecError
+from tilec.records.record import Record, _digest
 
-if TYPE_CHECKING:
-    from tilec.pipeline.driver import Signature
-    from tilec.ir.tensor import Program
-    from tilec.target import Target
-
-_V = TypeVar("_V")
-_Items = Union[Mapping[str, _V], Iterable[tuple[str, _V]]]  # a dict, or its items
-
-TASK_ERRORS = ("ok", "build_error", "timeout", "runtime_error", "wrong_answer")
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 30_000  # concurrent tuners wait this long for each other's commits
 
@@ -56,122 +38,6 @@ _SCHEMA = (
     """CREATE TRIGGER IF NOT EXISTS records_no_delete BEFORE DELETE ON records
         BEGIN SELECT RAISE(ABORT, 'tuning records are append-only'); END""",
 )
-
-
-def task_key(program_text: str, shapes: _Items[tuple[int, ...]], dtypes: _Items[str], stmt: int,
-             sizes: _Items[int] | None = None) -> str:
-    """A stable hash of one statement of a program at given input shapes and dtypes.
-
-    `program_text` is the canonical text, `str(tilec.parse(src))` (not the source as typed:
-    `Function` looks records up by `str(self.program)`). `shapes`, `dtypes` and `sizes` are
-    dicts or (name, value) pairs, in any order. `sizes` are size symbols bound by keyword
-    (`tilec.compile(src, N=8)`), which the text and shapes do not show; without them the key
-    is the same as with `sizes={}`.
-    """
-    payload: dict[str, Any] = {
-        "program": program_text,
-        "shapes": {name: [int(d) for d in shape] for name, shape in sorted(dict(shapes).items())},
-        "dtypes": {name: _dtype_name(dtype) for name, dtype in sorted(dict(dtypes).items())},
-        "stmt": int(stmt),
-    }
-    if sizes:
-        payload["sizes"] = {name: int(v) for name, v in sorted(dict(sizes).items())}
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-def _dtype_name(dtype: Any) -> str:
-    try:
-        return np.dtype(dtype).name  # "f4", np.float32 and "float32" are one key
-    except TypeError:
-        return str(dtype)
-
-
-@dataclass(frozen=True)
-class Record:
-    """One measured candidate. Construction validates every field (TilecError says which)."""
-
-    task: str
-    target: str
-    compiler: str
-    schedule: list[dict]  # TemplateSchedule.to_json(), one config for the task's statement
-    time_s: float | None  # seconds per call; None when the candidate failed
-    error: str  # one of TASK_ERRORS
-    trial: int = 0
-    seed: int | None = None
-    created: float = 0.0  # unix time, filled in by RecordDB.add
-    op: str = ""  # e.g. "gemm"
-    shape: str = ""  # human text, e.g. "M=1024,N=1024,K=1024"
-
-    def __post_init__(self) -> None:
-        for name in ("task", "target", "compiler"):
-            _check(isinstance(getattr(self, name), str) and getattr(self, name) != "", f"'{name}' must be a non-empty string")
-        _check(self.error in TASK_ERRORS, f"'error' must be one of {', '.join(TASK_ERRORS)}, got {self.error!r}")
-        _check(self.time_s is None or (_is_number(self.time_s) and math.isfinite(self.time_s) and self.time_s >= 0),
-               f"'time_s' must be a finite number of seconds or null, got {self.time_s!r}")
-        _check(self.error != "ok" or self.time_s is not None, "a record with error 'ok' needs its 'time_s'")
-        _check(_is_int(self.trial) and self.trial >= 0, f"'trial' must be a non-negative integer, got {self.trial!r}")
-        _check(self.seed is None or _is_int(self.seed), f"'seed' must be an integer or null, got {self.seed!r}")
-        _check(_is_number(self.created) and self.created >= 0, f"'created' must be a unix time, got {self.created!r}")
-        _check(isinstance(self.op, str) and isinstance(self.shape, str), "'op' and 'shape' must be strings")
-        _check_schedule(self.schedule)
-        # a private plain-JSON copy: numpy knob values become Python numbers, and the caller's
-        # list stays theirs to change
-        object.__setattr__(self, "schedule", _plain_json(self.schedule))
-        for name, kind in (("time_s", float), ("trial", int), ("seed", int), ("created", float)):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, kind(getattr(self, name)))  # numpy scalars, too
-
-    def to_json(self) -> dict:
-        return json.loads(json.dumps(asdict(self)))  # a deep copy: the caller may change it freely
-
-    @staticmethod
-    def from_json(d: Any) -> "Record":
-        _check(isinstance(d, dict), f"a record is a JSON object, got {type(d).__name__}")
-        names = [f.name for f in fields(Record)]
-        unknown = sorted(set(d) - set(names))
-        _check(not unknown, f"unknown field(s) {', '.join(unknown)}; a record has {', '.join(names)}")
-        missing = [n for n in ("task", "target", "compiler", "schedule", "time_s", "error") if n not in d]
-        _check(not missing, f"missing field(s) {', '.join(missing)}")
-        return Record(**d)
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise TilecError(f"not a tuning record: {message}")
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
-
-
-def _plain_json(value: Any) -> Any:
-    def scalar(x: Any) -> Any:
-        if isinstance(x, np.generic):
-            return x.item()
-        raise TypeError(f"{type(x).__name__} {x!r}")
-
-    try:
-        return json.loads(json.dumps(value, default=scalar))
-    except (TypeError, ValueError) as err:
-        raise TilecError(f"not a tuning record: its schedule is not plain JSON ({err})") from None
-
-
-def _check_schedule(schedule: Any) -> None:
-    """Structure only: an unknown template (say, from a newer tilec) is refused when applied, not here."""
-    _check(isinstance(schedule, list), f"'schedule' must be a list of template configs, got {type(schedule).__name__}")
-    for item in schedule:
-        _check(isinstance(item, dict) and _is_int(item.get("stmt")) and isinstance(item.get("template"), str)
-               and isinstance(item.get("knobs", {}), dict),
-               f"each 'schedule' entry needs an integer 'stmt', a string 'template' and a 'knobs' object, got {item!r}")
-
-
-def _digest(record: Record) -> str:
-    return hashlib.sha256(json.dumps(record.to_json(), sort_keys=True).encode()).hexdigest()
 
 
 def default_path() -> Path:
@@ -358,61 +224,4 @@ def _read_lines(file: "str | os.PathLike | IO[str]") -> tuple[str, list[str]]:
     return str(getattr(file, "name", "<input>")), file.read().splitlines()
 
 
-# ---------------------------------------------------------------- applying the best records
-
-_warned: set[str] = set()
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        warnings.warn(message, TilecWarning, stacklevel=4)
-
-
-def recorded_schedule(program: "Program", sig: "Signature", target: "Target") -> TemplateSchedule | None:
-    """One TemplateSchedule from the best record of each statement of `program`, or None.
-
-    One query per statement. A best record whose config does not lower is skipped with a
-    TilecWarning; a database that cannot be read warns once and yields None (the default).
-    """
-    from tilec.pipeline.driver import compiler_fingerprint
-
-    if not options.use_records:
-        return None
-    try:
-        path = default_path()
-    except TilecError:
-        return None  # no cache directory and no TILEC_RECORDS: nothing was ever recorded
-    if not path.exists():
-        return None  # the common case, and it creates nothing
-    shapes, dtypes, sizes = dict(sig.shapes), dict(sig.dtypes), dict(sig.sizes)
-    text, compiler = str(program), compiler_fingerprint()
-    try:
-        with RecordDB(path) as db:
-            best = [db.best(task_key(text, shapes, dtypes, i, sizes), target.key, compiler)
-                    for i in range(len(program.statements))]
-    except TilecError as err:
-        _warn_once(str(path), f"{err}; compiling with default schedules")
-        return None
-    configs = []
-    for stmt, record in enumerate(best):
-        config = None if record is None else _usable_config(record, stmt, program, sig, target)
-        if config is not None:
-            configs.append(config)
-    return TemplateSchedule(tuple(configs)) if configs else None
-
-
-def _usable_config(record: Record, stmt: int, program: "Program", sig: "Signature",
-                   target: "Target") -> TemplateConfig | None:
-    from tilec.pipeline.driver import lower_program
-
-    try:
-        config = TemplateSchedule.from_json(record.schedule).override(stmt)
-        if config is None:
-            raise TilecError(f"its schedule has no config for statement {stmt}")
-        lower_program(program, sig, TemplateSchedule((config,)), target)  # cheap: no LLVM
-        return config
-    except TilecError as err:
-        warnings.warn(f"the best tuning record of statement {stmt} (task {record.task}, trial {record.trial}) "
-                      f"does not build and is skipped: {err}", TilecWarning, stacklevel=4)
-        return None
+__all__ = ["BUSY_TIMEOUT_MS", "SCHEMA_VERSION", "RecordDB", "default_path"]

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tilec.errors import TilecError
-from tilec.ir.loop import SHARED_LIMIT
+from tilec.target import CUDA_STATIC_SHARED_BYTES
 
 
 class CudaUnavailable(TilecError):
@@ -65,7 +65,7 @@ class Launcher(abc.ABC):
     def synchronize(self) -> None: ...
 
 
-_STATIC_SHARED_LIMIT = SHARED_LIMIT  # beyond it a kernel must opt in to more dynamic shared memory
+_STATIC_SHARED_LIMIT = CUDA_STATIC_SHARED_BYTES  # beyond it a kernel must opt in to dynamic shared memory
 
 
 class CudaPythonLauncher(Launcher):

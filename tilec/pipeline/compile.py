@@ -1,0 +1,127 @@
+"""Running a backend's stages: the loop IR of a program, and a loaded kernel.
+
+`run_stages` runs a backend's stages in order up to the one asked for, each on the previous
+one's output, verifying loop IR between stages in debug mode (`options.debug`, which the test
+suite turns on). `build_kernel` lowers, then takes the cached stage's output from the disk cache
+or produces and stores it, then loads it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tilec import disk_cache
+from tilec.config import options
+from tilec.ir import loop as L
+from tilec.ir.bounds import BoundProgram
+from tilec.ir.tensor import Program
+from tilec.ir.verify import verify
+from tilec.pipeline.backends import Backend, Invoke, backend_for
+from tilec.pipeline.cache_key import cache_key
+from tilec.pipeline.stages import Compilation, Signature
+from tilec.schedule import params as lowering_params
+from tilec.schedule.lowering import AnySchedule
+from tilec.schedule.params import LoweringParams
+from tilec.target import Target, host_target
+
+
+@dataclass
+class Stats:
+    """How kernels were obtained in this process (tests and `tilec explain` read it)."""
+
+    compiled: int = 0  # went through code generation
+    disk_hits: int = 0  # the cached stage's output loaded from the disk cache
+
+
+stats = Stats()
+
+
+@dataclass
+class Kernel:
+    """A compiled, loaded program for one signature.
+
+    `scratch` holds sets of temporary and workspace arrays from earlier calls: fresh memory
+    costs a page fault per page on first touch, often more than the kernel itself, so calls
+    reuse them (a set is taken for the length of one call, so concurrent callers never share).
+    """
+
+    bound: BoundProgram
+    params: tuple[L.Buffer, ...]
+    loaded: Any  # what the backend loaded: a LoadedKernel (llvm, cuda-sim), a CudaModule (cuda)
+    key: str
+    scratch: list[list[Any]] = field(default_factory=list)
+    invoke: Invoke | None = None  # runs `loaded` on one array per param
+
+    def run(self, arrays: list[np.ndarray]) -> None:
+        """Run the kernel on one C-contiguous array per param (inputs, outputs, scratch)."""
+        if self.invoke is not None:
+            self.invoke(arrays)
+            return
+        pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        self.loaded.function(pointers)  # `arrays` keeps every buffer alive during the call
+
+
+def compilation(program: Program, sig: Signature, target: Target, schedule: AnySchedule | str = None,
+                params: LoweringParams | None = None) -> Compilation:
+    """The inputs of a compilation; the lowering parameters are the ones in force unless given."""
+    plain = None if isinstance(schedule, str) else schedule  # "default": the heuristic's templates
+    return Compilation(program, sig, target, plain, params or lowering_params.current())
+
+
+def run_stages(c: Compilation, backend: Backend, until: str) -> Any:
+    """The output of stage `until`: the stages after the last one with an output (run earlier, or
+    loaded from the disk cache) run in order, each once."""
+    names = [s.name for s in backend.stages]
+    stop = names.index(until)
+    start = max((k for k in range(stop + 1) if names[k] in c.results), default=-1)
+    previous = c.results[names[start]] if start >= 0 else None
+    for stage in backend.stages[start + 1:stop + 1]:
+        previous = stage.run(c, previous)
+        if stage.loop_ir and options.debug:
+            verify(previous)
+        c.results[stage.name] = previous
+    return previous
+
+
+def lower_program(program: Program, sig: Signature, schedule: AnySchedule | str = None,
+                  target: Target | None = None, params: LoweringParams | None = None) -> tuple[BoundProgram, L.PrimFunc]:
+    """The bound program and its loop IR on `target` (by default the host CPU): the templates'
+    (a TemplateSchedule fixing some of them), or a user's Schedule applied to the plain nest."""
+    c = compilation(program, sig, target or host_target(), schedule, params)
+    backend = backend_for(c.target)
+    func = run_stages(c, backend, backend.ir_stage)
+    return c.bound, func
+
+
+def build_kernel(program: Program, sig: Signature, target: Target, schedule: AnySchedule | str = None,
+                 params: LoweringParams | None = None) -> Kernel:
+    c = compilation(program, sig, target, schedule, params)
+    backend = backend_for(target)
+    func = run_stages(c, backend, backend.ir_stage)
+    key = cache_key(program, sig, target, c.schedule, c.params, backend)
+    hit = disk_cache.load(key) if backend.cached is not None else None
+    if hit is not None:
+        stats.disk_hits += 1
+        c.results[backend.cached] = hit  # type: ignore[index]
+    artifact = run_stages(c, backend, backend.stages[-1].name)
+    if hit is None:
+        stats.compiled += 1
+        if backend.cached is not None:
+            disk_cache.store(key, c.results[backend.cached])
+    loaded, invoke = backend.load(artifact, c)
+    return Kernel(c.bound, func.params, loaded, key, invoke=invoke)
+
+
+def load_from(stage: str, value: Any, target: Target) -> tuple[Any, Invoke | None]:
+    """What the backend of `target` loads from `value`, the output of its stage `stage` (loop IR
+    written by hand, say), and how to run it (see Backend.load); no disk cache."""
+    c = Compilation(None, None, target, None, lowering_params.current(), {stage: value})
+    backend = backend_for(target)
+    return backend.load(run_stages(c, backend, backend.stages[-1].name), c)
+
+
+__all__ = ["Kernel", "Stats", "build_kernel", "compilation", "load_from", "lower_program", "run_stages", "stats"]

@@ -1,0 +1,75 @@
+"""The best tuning records of a program, as the TemplateSchedule `Function` compiles it with.
+
+Requires: a program, its signature and target. Guarantees: one config per statement that has a
+usable best record (one of this target and compiler whose config still lowers), or None; a
+database that cannot be read warns once and yields None (the default schedule).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from tilec.config import options
+from tilec.errors import TilecError, TilecWarning
+from tilec.ir.tensor import Program
+from tilec.pipeline import Signature, compiler_fingerprint, lower_program
+from tilec.records.db import RecordDB, default_path
+from tilec.records.record import Record, task_key
+from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
+from tilec.target import Target
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, TilecWarning, stacklevel=4)
+
+
+def recorded_schedule(program: Program, sig: Signature, target: Target) -> TemplateSchedule | None:
+    """One TemplateSchedule from the best record of each statement of `program`, or None.
+
+    One query per statement. A best record whose config does not lower is skipped with a
+    TilecWarning; a database that cannot be read warns once and yields None (the default).
+    """
+    if not options.use_records:
+        return None
+    try:
+        path = default_path()
+    except TilecError:
+        return None  # no cache directory and no TILEC_RECORDS: nothing was ever recorded
+    if not path.exists():
+        return None  # the common case, and it creates nothing
+    shapes, dtypes, sizes = dict(sig.shapes), dict(sig.dtypes), dict(sig.sizes)
+    text, compiler = str(program), compiler_fingerprint()
+    try:
+        with RecordDB(path) as db:
+            best = [db.best(task_key(text, shapes, dtypes, i, sizes), target.key, compiler)
+                    for i in range(len(program.statements))]
+    except TilecError as err:
+        _warn_once(str(path), f"{err}; compiling with default schedules")
+        return None
+    configs = []
+    for stmt, record in enumerate(best):
+        config = None if record is None else _usable_config(record, stmt, program, sig, target)
+        if config is not None:
+            configs.append(config)
+    return TemplateSchedule(tuple(configs)) if configs else None
+
+
+def _usable_config(record: Record, stmt: int, program: Program, sig: Signature,
+                   target: Target) -> TemplateConfig | None:
+    try:
+        config = TemplateSchedule.from_json(record.schedule).override(stmt)
+        if config is None:
+            raise TilecError(f"its schedule has no config for statement {stmt}")
+        lower_program(program, sig, TemplateSchedule((config,)), target)  # cheap: no LLVM
+        return config
+    except TilecError as err:
+        warnings.warn(f"the best tuning record of statement {stmt} (task {record.task}, trial {record.trial}) "
+                      f"does not build and is skipped: {err}", TilecWarning, stacklevel=4)
+        return None
+
+
+__all__ = ["recorded_schedule"]

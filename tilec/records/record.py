@@ -1,0 +1,143 @@
+"""A tuning record: one measured candidate, and the key of the task it belongs to.
+
+A `Record` is the task (program, shapes, dtypes, statement; see `task_key`), the target and
+compiler it was measured with, its schedule (a TemplateSchedule as JSON, one config for the
+task's statement), and the time or the typed error. Records read from files are checked field
+by field (`Record.from_json`): a damaged record is a TilecError, never a crash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Iterable, Mapping, TypeVar, Union
+
+import numpy as np
+
+from tilec.errors import TilecError
+
+_V = TypeVar("_V")
+_Items = Union[Mapping[str, _V], Iterable[tuple[str, _V]]]  # a dict, or its items
+
+TASK_ERRORS = ("ok", "build_error", "timeout", "runtime_error", "wrong_answer")
+
+
+def task_key(program_text: str, shapes: _Items[tuple[int, ...]], dtypes: _Items[str], stmt: int,
+             sizes: _Items[int] | None = None) -> str:
+    """A stable hash of one statement of a program at given input shapes and dtypes.
+
+    `program_text` is the canonical text, `str(tilec.parse(src))` (not the source as typed:
+    `Function` looks records up by `str(self.program)`). `shapes`, `dtypes` and `sizes` are
+    dicts or (name, value) pairs, in any order. `sizes` are size symbols bound by keyword
+    (`tilec.compile(src, N=8)`), which the text and shapes do not show; without them the key
+    is the same as with `sizes={}`.
+    """
+    payload: dict[str, Any] = {
+        "program": program_text,
+        "shapes": {name: [int(d) for d in shape] for name, shape in sorted(dict(shapes).items())},
+        "dtypes": {name: _dtype_name(dtype) for name, dtype in sorted(dict(dtypes).items())},
+        "stmt": int(stmt),
+    }
+    if sizes:
+        payload["sizes"] = {name: int(v) for name, v in sorted(dict(sizes).items())}
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _dtype_name(dtype: Any) -> str:
+    try:
+        return np.dtype(dtype).name  # "f4", np.float32 and "float32" are one key
+    except TypeError:
+        return str(dtype)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measured candidate. Construction validates every field (TilecError says which)."""
+
+    task: str
+    target: str
+    compiler: str
+    schedule: list[dict]  # TemplateSchedule.to_json(), one config for the task's statement
+    time_s: float | None  # seconds per call; None when the candidate failed
+    error: str  # one of TASK_ERRORS
+    trial: int = 0
+    seed: int | None = None
+    created: float = 0.0  # unix time, filled in by RecordDB.add
+    op: str = ""  # e.g. "gemm"
+    shape: str = ""  # human text, e.g. "M=1024,N=1024,K=1024"
+
+    def __post_init__(self) -> None:
+        for name in ("task", "target", "compiler"):
+            _check(isinstance(getattr(self, name), str) and getattr(self, name) != "", f"'{name}' must be a non-empty string")
+        _check(self.error in TASK_ERRORS, f"'error' must be one of {', '.join(TASK_ERRORS)}, got {self.error!r}")
+        _check(self.time_s is None or (_is_number(self.time_s) and math.isfinite(self.time_s) and self.time_s >= 0),
+               f"'time_s' must be a finite number of seconds or null, got {self.time_s!r}")
+        _check(self.error != "ok" or self.time_s is not None, "a record with error 'ok' needs its 'time_s'")
+        _check(_is_int(self.trial) and self.trial >= 0, f"'trial' must be a non-negative integer, got {self.trial!r}")
+        _check(self.seed is None or _is_int(self.seed), f"'seed' must be an integer or null, got {self.seed!r}")
+        _check(_is_number(self.created) and self.created >= 0, f"'created' must be a unix time, got {self.created!r}")
+        _check(isinstance(self.op, str) and isinstance(self.shape, str), "'op' and 'shape' must be strings")
+        _check_schedule(self.schedule)
+        # a private plain-JSON copy: numpy knob values become Python numbers, and the caller's
+        # list stays theirs to change
+        object.__setattr__(self, "schedule", _plain_json(self.schedule))
+        for name, kind in (("time_s", float), ("trial", int), ("seed", int), ("created", float)):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, kind(getattr(self, name)))  # numpy scalars, too
+
+    def to_json(self) -> dict:
+        return json.loads(json.dumps(asdict(self)))  # a deep copy: the caller may change it freely
+
+    @staticmethod
+    def from_json(d: Any) -> "Record":
+        _check(isinstance(d, dict), f"a record is a JSON object, got {type(d).__name__}")
+        names = [f.name for f in fields(Record)]
+        unknown = sorted(set(d) - set(names))
+        _check(not unknown, f"unknown field(s) {', '.join(unknown)}; a record has {', '.join(names)}")
+        missing = [n for n in ("task", "target", "compiler", "schedule", "time_s", "error") if n not in d]
+        _check(not missing, f"missing field(s) {', '.join(missing)}")
+        return Record(**d)
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise TilecError(f"not a tuning record: {message}")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
+def _plain_json(value: Any) -> Any:
+    def scalar(x: Any) -> Any:
+        if isinstance(x, np.generic):
+            return x.item()
+        raise TypeError(f"{type(x).__name__} {x!r}")
+
+    try:
+        return json.loads(json.dumps(value, default=scalar))
+    except (TypeError, ValueError) as err:
+        raise TilecError(f"not a tuning record: its schedule is not plain JSON ({err})") from None
+
+
+def _check_schedule(schedule: Any) -> None:
+    """Structure only: an unknown template (say, from a newer tilec) is refused when applied, not here."""
+    _check(isinstance(schedule, list), f"'schedule' must be a list of template configs, got {type(schedule).__name__}")
+    for item in schedule:
+        _check(isinstance(item, dict) and _is_int(item.get("stmt")) and isinstance(item.get("template"), str)
+               and isinstance(item.get("knobs", {}), dict),
+               f"each 'schedule' entry needs an integer 'stmt', a string 'template' and a 'knobs' object, got {item!r}")
+
+
+def _digest(record: Record) -> str:
+    return hashlib.sha256(json.dumps(record.to_json(), sort_keys=True).encode()).hexdigest()
+
+
+__all__ = ["TASK_ERRORS", "Record", "task_key"]

@@ -1,0 +1,149 @@
+"""Operands in other buffers: zero-padded copies, gathers through layout copies, zeroed borders.
+
+The GEMM templates that read an operand in place (tilec.schedule.cpu.gemm.direct, .inplace) and
+Winograd's transforms read it from a copy with zero borders wherever its accesses run past its
+bounds, so that the hot loops need no guard. When the operand is itself a folded layout copy
+(tilec.schedule.cpu.copy_fold), the padded buffer is gathered straight from the copy's source in
+the permutation's cache-friendly order (tilec.schedule.cpu.permute).
+
+Requires: accesses whose only guards are their tensor's own bounds (`access_padding` says which
+borders make them redundant). Guarantees: each helper's buffer holds the operand at its indices
+shifted by the border, and zero in the border.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from tilec.ir import loop as L
+from tilec.ir.affine import INF, IntAffine
+from tilec.ir.bounds import BoundAccess, Condition
+from tilec.ir.lower import affine_expr
+from tilec.ir.rewrite import substitute_expr
+from tilec.schedule.cpu.copy_fold import Copy
+from tilec.schedule.cpu.permute import PermutePlan, nest, parallel_outermost
+from tilec.schedule.templates.base import Context
+
+Pads = tuple[tuple[int, int], ...]  # per dimension of a tensor, its zero border (before, after)
+
+
+def access_padding(access: BoundAccess, guards: tuple[Condition, ...], box: Mapping[str, tuple[int, int]],
+                   shape: tuple[int, ...]) -> Pads | None:
+    """Per dimension of `access`'s tensor, the zero border that makes every guard on it redundant
+    when its variables range over `box`; None when a guard is not one of the tensor's own bounds,
+    or an index is fractional."""
+    if any(e.divisor != 1 for e in access.indices):
+        return None
+    for g in guards:
+        if not any(g.expr == e and g.lo in (0, -INF) and g.hi in (n - 1, INF)
+                   for e, n in zip(access.indices, shape)):
+            return None
+    pads = []
+    for e, n in zip(access.indices, shape):
+        lo, hi = e.interval(box)
+        pads.append((max(0, int(-lo)), max(0, int(hi) - (n - 1))))
+    return tuple(pads)
+
+
+def padded_operand(name: str, tensor: str, pads: Pads, ctx: Context) -> tuple[L.Stmt, L.Buffer]:
+    """The nest filling buffer `name` with `tensor` and zero borders `pads`, and the buffer: gathered
+    straight from the source when `tensor` is a folded layout copy (tilec.schedule.cpu.copy_fold)."""
+    through = ctx.folded.get(tensor)
+    if through is not None:
+        return _padded_gather(name, through, ctx.bp.shapes[tensor], pads, ctx.target.cores)
+    return _padded_copy(name, tensor, ctx.bp.shapes[tensor], ctx.bp.dtypes[tensor], pads, ctx.target.cores,
+                        ctx.params.parallel_min_cells)
+
+
+def _padded_copy(name: str, source: str, shape: tuple[int, ...], dtype: str,
+                 pads: tuple[tuple[int, int], ...], cores: int, min_cells: int) -> tuple[L.Stmt, L.Buffer]:
+    """dest = source with zero borders; the innermost loop is vectorized when that dim has none,
+    the outermost with an iteration per core parallel."""
+    padded = tuple(n + lo + hi for n, (lo, hi) in zip(shape, pads))
+    buf = L.Buffer(name, dtype, padded)
+    names = [f"{name}.p{d}" for d in range(len(shape))]
+    cell = tuple(L.Var(v) for v in names)
+    src = tuple(L.sub(L.Var(v), L.const(lo)) for v, (lo, _) in zip(names, pads))
+    inside: list[L.Expr] = [L.Bin("and", L.Cmp("ge", s, L.const(0)), L.Cmp("lt", s, L.const(n)))
+                            for s, n in zip(src, shape)]
+    copy = L.Store(name, cell, L.Load(source, src, dtype))
+    zero = L.Store(name, cell, L.cast(dtype, L.const(0)))
+    inner_padded = pads[-1] != (0, 0)
+    if inner_padded:
+        body: L.Stmt = L.If(L.logical_and(inside), copy, zero)  # type: ignore[arg-type]
+        stmt = body
+        for v, n in reversed(list(zip(names, padded))):
+            stmt = L.For(v, L.const(0), L.const(n), stmt)
+    else:
+        last = names[-1]
+        vec = "vectorized" if padded[-1] <= 1024 else "serial"
+        inner_copy = L.For(last, L.const(0), L.const(padded[-1]), copy, vec)
+        inner_zero = L.For(last, L.const(0), L.const(padded[-1]), zero, vec)
+        outer_inside = L.logical_and(list(inside[:-1]))
+        stmt = inner_copy if outer_inside is None else L.If(outer_inside, inner_copy, inner_zero)
+        for v, n in reversed(list(zip(names[:-1], padded[:-1]))):
+            stmt = L.For(v, L.const(0), L.const(n), stmt)
+    if cores >= 2 and isinstance(stmt, L.For) and math.prod(padded) >= min_cells:
+        stmt = parallel_outermost(stmt, cores)
+    return stmt, buf
+
+
+def padded_index(indices: "tuple[IntAffine, ...]", offsets: "tuple[int, ...] | list[int]",
+                 env: dict[str, L.Expr]) -> tuple[L.Expr, ...]:
+    """An access's indices into its zero-padded copy (each shifted by its border), the index
+    variables replaced by `env`."""
+    return tuple(substitute_expr(L.add(affine_expr(e), L.const(off)), env) for e, off in zip(indices, offsets))
+
+
+def gathered(name: str, copy: Copy, shape: tuple[int, ...], cores: int,
+             cell: Callable[[dict[str, L.Expr]], tuple[L.Expr, ...]], origin: Mapping[str, int] | None = None) -> L.Stmt:
+    """The nest storing every element of `copy` (a permutation of its source) in the box of `shape`
+    starting at `origin` (per output variable, 0 where not given) into buffer `name` at
+    `cell(index of each of the copy's output variables)`, read straight from the source in the
+    permutation's cache-friendly order (tilec.schedule.cpu.permute.nest)."""
+    names = {v: f"{name}.{v}" for v in copy.out_vars}
+    plan = PermutePlan(tuple(names[v] for v in copy.out_vars), tuple(names[v] for v in copy.src_vars),
+                       tuple((names[v], n) for v, n in zip(copy.out_vars, shape)))
+    origin = origin or {}
+
+    def body(where: dict[str, L.Expr]) -> L.Stmt:
+        at = {v: L.add(where[names[v]], L.const(origin[v])) if origin.get(v) else where[names[v]]
+              for v in copy.out_vars}
+        return L.Store(name, cell(at), copy.value(at))
+
+    return nest(plan, np.dtype(copy.dtype).itemsize, body, cores, True)
+
+
+def zero_slabs(name: str, dtype: str, shape: tuple[int, ...], slabs: list[tuple[int, int, int]]) -> list[L.Stmt]:
+    """``name[...] = 0`` over each slab (dimension, begin, end) of a buffer of `shape`, its other
+    dimensions whole; the innermost loop vectorized when it is whole and 2 to 1024 long."""
+    loop_vars = [f"{name}.z{k}" for k in range(len(shape))]
+    nests: list[L.Stmt] = []
+    for d, begin, end in slabs:
+        if begin == end:
+            continue
+        zero: L.Stmt = L.Store(name, tuple(L.Var(v) for v in loop_vars), L.cast(dtype, L.const(0)))
+        for k in reversed(range(len(shape))):
+            b, e = (begin, end) if k == d else (0, shape[k])
+            vec = k == len(shape) - 1 and k != d and 2 <= e - b <= 1024
+            zero = L.For(loop_vars[k], L.const(b), L.const(e), zero, "vectorized" if vec else "serial")
+        nests.append(zero)
+    return nests
+
+
+def _padded_gather(name: str, copy: Copy, shape: tuple[int, ...], pads: tuple[tuple[int, int], ...],
+                   cores: int) -> tuple[L.Stmt, L.Buffer]:
+    """dest = copy (a permutation of its source, tilec.schedule.cpu.copy_fold) with zero borders, read
+    straight from the source: the interior gathered, then the border slabs zeroed."""
+    padded = tuple(n + lo + hi for n, (lo, hi) in zip(shape, pads))
+    buf = L.Buffer(name, copy.dtype, padded)
+    interior = gathered(name, copy, shape, cores,
+                        lambda at: tuple(L.add(at[v], L.const(lo)) for v, (lo, _) in zip(copy.out_vars, pads)))
+    slabs = [(d, b, e) for d, (lo, _) in enumerate(pads) for b, e in ((0, lo), (lo + shape[d], padded[d]))]
+    return L.seq(interior, *zero_slabs(name, copy.dtype, padded, slabs)), buf
+
+
+__all__ = ["Pads", "access_padding", "gathered", "padded_index", "padded_operand", "zero_slabs"]

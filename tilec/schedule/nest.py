@@ -1,0 +1,55 @@
+"""Loop-nest building blocks the templates share: flattened indices, guarded loads, threads.
+
+Requires: index variables and loop IR expressions. Guarantees: each helper returns loop IR
+with the stated meaning and introduces no names but the ones it is given.
+"""
+
+from __future__ import annotations
+
+from tilec.ir import loop as L
+from tilec.ir.bounds import BoundAccess, Condition
+from tilec.ir.lower import condition_expr, index_expr
+from tilec.ir.rewrite import substitute_expr
+
+Range = tuple[str, int, int]  # (var, lo, hi) inclusive
+
+
+def decompose(flat: L.Expr, ranges: tuple[Range, ...]) -> dict[str, L.Expr]:
+    """Index variables of a row-major flattening `flat` over `ranges` (last varies fastest)."""
+    out: dict[str, L.Expr] = {}
+    stride = 1
+    for v, lo, hi in reversed(ranges):
+        n = hi - lo + 1
+        q = flat if stride == 1 else L.Bin("div", flat, L.const(stride))
+        idx = q if v == ranges[0][0] else L.Bin("mod", q, L.const(n))
+        out[v] = L.add(idx, L.const(lo))
+        stride *= n
+    return out
+
+
+def guarded_store(buffer: str, indices: tuple[L.Expr, ...], op: BoundAccess, guards: tuple[Condition, ...],
+                  env: dict[str, L.Expr], dtype: str, op_dtype: str, extra: list[L.Expr]) -> L.Stmt:
+    """buffer[indices] = op(env) converted to `dtype`, or 0 where a guard (or an `extra` bound) fails.
+
+    An `If`, not a select: the load must not run where its index is out of bounds.
+    """
+    load = L.cast(dtype, L.Load(op.tensor, tuple(substitute_expr(index_expr(i), env) for i in op.indices), op_dtype))
+    cond = L.logical_and(extra + [substitute_expr(condition_expr(g), env) for g in guards])
+    if cond is None:
+        return L.Store(buffer, indices, load)
+    return L.If(cond, L.Store(buffer, indices, load), L.Store(buffer, indices, L.cast(dtype, L.const(0))))
+
+
+def thread_share(t: str, threads: int, var: str, total: int, body: L.Stmt) -> L.Stmt:
+    """`for var` over thread `t`'s contiguous share of [0, total)."""
+    per = -(-total // threads)
+    begin = L.mul(L.Var(t), L.const(per))
+    return L.For(var, begin, L.Bin("min", L.const(total), L.add(begin, L.const(per))), body)
+
+
+def threads_loop(t: str, threads: int, body: L.Stmt) -> L.Stmt:
+    """`for t` over the threads, a parallel loop when there are several."""
+    return L.For(t, L.const(0), L.const(threads), body, "parallel" if threads > 1 else "serial")
+
+
+__all__ = ["Range", "decompose", "guarded_store", "thread_share", "threads_loop"]

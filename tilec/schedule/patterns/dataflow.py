@@ -1,0 +1,28 @@
+"""Who reads what: the tensors each statement reads, and how many statements read each tensor.
+
+Requires: a BoundProgram. Guarantees: `reads` lists the tensors a statement loads (a
+contraction's operands and its default, an elementwise statement's tensors), `reader_counts`
+the number of statements reading each tensor (a statement reading a tensor twice counts once).
+"""
+
+from __future__ import annotations
+
+from tilec.ir import tensor as T
+from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
+
+
+def reads(s: BoundContraction | BoundElementwise) -> list[str]:
+    if isinstance(s, BoundElementwise):
+        return list(T.eexpr_tensors(s.stmt.expr))
+    return [a.tensor for a in s.stmt.operands] + ([s.stmt.default] if s.stmt.default else [])
+
+
+def reader_counts(bp: BoundProgram) -> dict[str, int]:
+    count: dict[str, int] = {}
+    for s in bp.statements:
+        for n in set(reads(s)):
+            count[n] = count.get(n, 0) + 1
+    return count
+
+
+__all__ = ["reads", "reader_counts"]
