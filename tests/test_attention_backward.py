@@ -17,7 +17,7 @@ from tilec.frontend import parse
 from tilec.ir.bounds import bind
 from tilec.schedule.cpu import attention_backward
 from tilec.schedule.patterns import attention_backward as backward_pattern
-from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
+from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
 from tilec.target import host_target
 
 SMALL = TemplateSchedule((TemplateConfig(0, "attention_backward", (("bk", 16), ("bq", 8), ("mr", 4))),))

@@ -1,4 +1,4 @@
-"""`tilec explain` (CLI and Python API): every stage is inspectable (DESIGN.md §1)."""
+"""`tilec explain` (CLI and Python API): every stage is inspectable."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Contractions (DESIGN.md §2) against numpy references on random inputs."""
+"""Contractions against numpy references on random inputs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Every bad input is refused with a tilec.TilecError subclass that says what is wrong
-(DESIGN.md §2 "Errors")."""
+"""Every bad input is refused with a tilec.TilecError subclass that says what is wrong."""
 
 from __future__ import annotations
 

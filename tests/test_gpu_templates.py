@@ -23,7 +23,7 @@ from tilec.ir import loop as L
 from tilec.pipeline import resolve_target
 from tilec.schedule.gpu.gemm import GpuGemmKnobs
 from tilec.ir.rewrite import walk
-from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
+from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
 
 from test_attention import reference as attention_reference
 from reference import CONV_NHWC_SAME, MATMUL, assert_matches, conv2d_nhwc, randn, rng

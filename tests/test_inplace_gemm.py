@@ -16,11 +16,11 @@ from tilec.autotune.task import backward_tasks
 from tilec.bench.ops import conv2d_source
 from tilec.errors import ScheduleError
 from tilec.ir.bounds import bind
-from tilec.schedule.cpu import copy_fold
+from tilec.schedule.patterns.layout_copy import output_copy
 from tilec.schedule.cpu.gemm import IMPLICIT_GEMM
 from tilec.schedule.params import LoweringParams
 from tilec.schedule.templates.base import Choice, Context
-from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
+from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
 from tilec.target import Target, host_target
 
 rng = np.random.default_rng(23)
@@ -80,7 +80,7 @@ def test_heuristic_keeps_the_usual_column_when_it_is_as_contiguous():
     bp = bind(tilec.parse(conv2d_source(shape)), {"X": (2, 16, 9, 7), "F": (20, 16, 3, 3)},
               {"X": "float32", "F": "float32"})
     product = next(k for k, s in enumerate(bp.statements) if s.output == "Y")
-    assert copy_fold.output_copy(product, bp) is not None
+    assert output_copy(product, bp) is not None
     choice = gemm_choice(bp, product)
     assert choice is not None and choice.plan.variant != "inplace" and choice.knobs.pack_b
 

@@ -1,4 +1,4 @@
-"""Multi-statement programs and elementwise statements (DESIGN.md §2) against numpy."""
+"""Multi-statement programs and elementwise statements against numpy."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from tilec.ir.verify import verify
 from tilec.schedule import params
 from tilec.schedule.cpu.gemm import IMPLICIT_GEMM, GemmKnobs
 from tilec.schedule.templates.base import Context
-from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
+from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
 from tilec.target import host_target
 
 TARGET = host_target()

@@ -416,7 +416,7 @@ def test_backward_tasks_are_the_kernels_tilec_grad_compiles(tmp_path: Path, monk
     import tilec
     from tilec.autotune.task import backward_tasks
     from tilec.config import options
-    from tilec.schedule.templates.config import TemplateSchedule
+    from tilec.schedule.template_schedule import TemplateSchedule
 
     source, shapes = gemm_source({}), {"A": (48, 32), "B": (32, 40)}
     tasks = backward_tasks(source, shapes, ["A", "B"], label="gemm backward")

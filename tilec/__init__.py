@@ -13,7 +13,7 @@ from tilec.errors import BindError, CodegenError, ScheduleError, SemanticError, 
 from tilec.frontend import parse
 from tilec.runtime.function import Function
 from tilec.schedule.primitives.records import Schedule
-from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
+from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
 from tilec.target import Target
 from tilec.version import __version__
 from tilec.autodiff import grad

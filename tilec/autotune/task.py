@@ -2,7 +2,7 @@
 lowered by one template whose knobs the tuner searches.
 
 `tasks_for(source, shapes, dtypes)` finds the statements a tunable template applies to (the
-target kind's heuristic order: tilec.schedule.cpu.heuristic.TUNED, tilec.schedule.gpu.heuristic.ORDER);
+target kind's heuristic order: tilec.schedule.heuristics.cpu.TUNED, tilec.schedule.heuristics.gpu.ORDER);
 `task.schedule(config)` turns a knob assignment into the TemplateSchedule that
 `tilec.compile(...).with_schedule` and the records replay. The template (from the registry)
 supplies the plan, the default knobs, the space, the features and the work a candidate does.
@@ -26,11 +26,11 @@ from tilec.ir.tensor import Program
 from tilec.records import task_key
 from tilec.runtime.function import Function
 from tilec.schedule import params as lowering_params
-from tilec.schedule.cpu import heuristic as cpu_heuristic
-from tilec.schedule.gpu import heuristic as gpu_heuristic
-from tilec.schedule.templates import registry
+from tilec.schedule.heuristics import cpu as cpu_heuristic
+from tilec.schedule.heuristics import gpu as gpu_heuristic
+from tilec.schedule import registry
 from tilec.schedule.templates.base import Context, Template, config_of
-from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
+from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
 from tilec.schedule.templates.space import Config
 from tilec.target import Target, host_target
 
@@ -63,7 +63,7 @@ class Task:
 
     @property
     def impl(self) -> Template:
-        """The template itself (tilec.schedule.templates.registry)."""
+        """The template itself (tilec.schedule.registry)."""
         return registry.get(self.template)
 
     # ------------------------------------------------------------ the program, bound

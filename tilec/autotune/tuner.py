@@ -21,7 +21,7 @@ from tilec.records import Record, RecordDB
 from tilec.autotune.search import ModelSearch, RandomSearch
 from tilec.autotune.space import Space, space_for
 from tilec.autotune.task import Config, Task
-from tilec.schedule.templates.config import TemplateSchedule
+from tilec.schedule.template_schedule import TemplateSchedule
 
 
 @dataclass(frozen=True)

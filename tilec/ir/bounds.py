@@ -1,6 +1,6 @@
 """Bind size symbols and infer index bounds: tensor IR + argument shapes -> BoundProgram.
 
-Semantics (DESIGN.md §2): a tuple of index values contributes exactly when every
+Semantics (the README's tour of the language): a tuple of index values contributes exactly when every
 access index (left and right) is inside its tensor and every constraint holds.
 Each index variable gets an integer range implied by those conditions (interval
 propagation to a fixpoint, which is sound: it never drops a valid tuple); the

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass
-from typing import Union
+from typing import Callable, Union
 
 INDEX = "int64"
 
@@ -181,9 +181,13 @@ class PrimFunc:
     body: Stmt
 
     def __str__(self) -> str:
-        from tilec.ir.printer import format_func
+        return FORMATTER[0](self) if FORMATTER else repr(self)
 
-        return format_func(self)
+
+# The readable pseudo-code of str(PrimFunc): tilec.ir.printer puts its formatter here when it is
+# imported, which importing the package tilec.ir always does (the printer builds on this module,
+# so this module cannot import it).
+FORMATTER: "list[Callable[[PrimFunc], str]]" = []
 
 
 # ---------------------------------------------------------------- constructors

@@ -24,7 +24,7 @@ from tilec.pipeline.stages import Signature
 from tilec.schedule.lowering import AnySchedule
 from tilec.schedule.params import LoweringParams
 from tilec.schedule.primitives.records import Schedule
-from tilec.schedule.templates.config import TemplateSchedule
+from tilec.schedule.template_schedule import TemplateSchedule
 from tilec.target import Target
 from tilec.version import __version__
 
@@ -50,10 +50,10 @@ def compiler_fingerprint() -> str:
     return f"{__version__}+{h.hexdigest()[:16]}"
 
 
-def schedule_identity(schedule: AnySchedule | str) -> Any:
-    """The schedule as the key sees it: the default (templates picked by the heuristic), a
+def schedule_identity(schedule: AnySchedule) -> Any:
+    """The schedule as the key sees it: the default (None: templates picked by the heuristic), a
     TemplateSchedule's configs, or a user's Schedule's primitives (an empty one included)."""
-    if schedule is None or isinstance(schedule, str):
+    if schedule is None:
         return "default"
     if isinstance(schedule, TemplateSchedule):
         return ["templates", schedule.to_json()] if schedule.configs else "default"
@@ -62,7 +62,7 @@ def schedule_identity(schedule: AnySchedule | str) -> Any:
     raise TypeError(f"not a schedule: {schedule!r}")
 
 
-def cache_key(program: Program, sig: Signature, target: Target, schedule: AnySchedule | str,
+def cache_key(program: Program, sig: Signature, target: Target, schedule: AnySchedule,
               params: LoweringParams, backend: Backend) -> str:
     payload = json.dumps([compiler_fingerprint(), str(program), sig.shapes, sig.dtypes, sig.sizes, asdict(target),
                           schedule_identity(schedule), asdict(params), [s.name for s in backend.stages]],

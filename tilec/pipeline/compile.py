@@ -65,11 +65,10 @@ class Kernel:
         self.loaded.function(pointers)  # `arrays` keeps every buffer alive during the call
 
 
-def compilation(program: Program, sig: Signature, target: Target, schedule: AnySchedule | str = None,
+def compilation(program: Program, sig: Signature, target: Target, schedule: AnySchedule = None,
                 params: LoweringParams | None = None) -> Compilation:
     """The inputs of a compilation; the lowering parameters are the ones in force unless given."""
-    plain = None if isinstance(schedule, str) else schedule  # "default": the heuristic's templates
-    return Compilation(program, sig, target, plain, params or lowering_params.current())
+    return Compilation(program, sig, target, schedule, params or lowering_params.current())
 
 
 def run_stages(c: Compilation, backend: Backend, until: str) -> Any:
@@ -87,7 +86,7 @@ def run_stages(c: Compilation, backend: Backend, until: str) -> Any:
     return previous
 
 
-def lower_program(program: Program, sig: Signature, schedule: AnySchedule | str = None,
+def lower_program(program: Program, sig: Signature, schedule: AnySchedule = None,
                   target: Target | None = None, params: LoweringParams | None = None) -> tuple[BoundProgram, L.PrimFunc]:
     """The bound program and its loop IR on `target` (by default the host CPU): the templates'
     (a TemplateSchedule fixing some of them), or a user's Schedule applied to the plain nest."""
@@ -97,7 +96,7 @@ def lower_program(program: Program, sig: Signature, schedule: AnySchedule | str 
     return c.bound, func
 
 
-def build_kernel(program: Program, sig: Signature, target: Target, schedule: AnySchedule | str = None,
+def build_kernel(program: Program, sig: Signature, target: Target, schedule: AnySchedule = None,
                  params: LoweringParams | None = None) -> Kernel:
     c = compilation(program, sig, target, schedule, params)
     backend = backend_for(target)

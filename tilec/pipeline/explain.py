@@ -17,7 +17,7 @@ from tilec.target import Target
 
 
 def explain(program: Program, sig: Signature, target: Target, stage: str | None = None,
-            schedule: AnySchedule | str = None) -> str:
+            schedule: AnySchedule = None) -> str:
     """The text of one stage, or of the target's main stages with headers (loop IR and later:
     after `schedule`).
 

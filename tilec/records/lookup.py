@@ -15,7 +15,7 @@ from tilec.ir.tensor import Program
 from tilec.pipeline import Signature, compiler_fingerprint, lower_program
 from tilec.records.db import RecordDB, default_path
 from tilec.records.record import Record, task_key
-from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
+from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
 from tilec.target import Target
 
 _warned: set[str] = set()

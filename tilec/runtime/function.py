@@ -27,7 +27,7 @@ from tilec.schedule import params as lowering_params
 from tilec.target import Target
 
 if TYPE_CHECKING:
-    from tilec.schedule.templates.config import TemplateSchedule
+    from tilec.schedule.template_schedule import TemplateSchedule
     from tilec.schedule.primitives.records import Schedule
 
 class Function:
@@ -43,7 +43,7 @@ class Function:
         self.target = resolve_target(target)
         self.inputs: tuple[str, ...] = self.program.input_names
         self.outputs: tuple[str, ...] = self.program.outputs
-        self.schedule: "Schedule | str" = "default"
+        self.schedule: "Schedule | TemplateSchedule | None" = None  # None: the heuristic's templates
         self._by_signature: dict[tuple, Kernel] = {}
         self._recorded: dict[Signature, "TemplateSchedule | None"] = {}
 
@@ -55,7 +55,7 @@ class Function:
         first call (or `explain`), when the loop nest they apply to is known.
         """
         from tilec.schedule.primitives.records import Schedule
-        from tilec.schedule.templates.config import TemplateSchedule
+        from tilec.schedule.template_schedule import TemplateSchedule
 
         if isinstance(schedule, TemplateSchedule):
             copied: Any = schedule  # frozen: nothing to copy
@@ -165,13 +165,13 @@ class Function:
 
     def _recorded_schedule(self, sig: Signature) -> "TemplateSchedule | None":
         """The best tuning records' schedule when no schedule was given, looked up once per signature."""
-        if not (isinstance(self.schedule, str) and self.schedule == "default"):
+        if self.schedule is not None:
             return None
         if sig not in self._recorded:
             self._recorded[sig] = recorded_schedule(self.program, sig, self.target)
         return self._recorded[sig]
 
-    def _kernel(self, sig: Signature, schedule: "Schedule | TemplateSchedule | str") -> Kernel:
+    def _kernel(self, sig: Signature, schedule: "Schedule | TemplateSchedule | None") -> Kernel:
         params = lowering_params.current()
         key = pipeline.cache_key(self.program, sig, self.target, schedule, params, pipeline.backend_for(self.target))
         return kernels.get(key, lambda: pipeline.build_kernel(self.program, sig, self.target, schedule, params))

@@ -1,7 +1,7 @@
 """The scheduling stages of the pipeline: the template choice, then the loop IR.
 
-1. `choose_templates` (stage "templates"): the target kind's heuristic (tilec.schedule.cpu.heuristic,
-   tilec.schedule.gpu.heuristic) picks a template and knobs per statement, a TemplateSchedule
+1. `choose_templates` (stage "templates"): the target kind's heuristic (tilec.schedule.heuristics.cpu,
+   tilec.schedule.heuristics.gpu) picks a template and knobs per statement, a TemplateSchedule
    fixing some; a user's Schedule instead keeps every statement's plain default nest.
 2. `build_loop_ir` (stage "loop" on the CPU, "gpu" on a GPU): each choice's template builds its
    group and tilec.ir.lower assembles them (lowering never calls back into this package); a
@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundProgram
 from tilec.ir.lower import lower
-from tilec.schedule.cpu import heuristic as cpu_heuristic
-from tilec.schedule.gpu import heuristic as gpu_heuristic
+from tilec.schedule.heuristics import cpu as cpu_heuristic
+from tilec.schedule.heuristics import gpu as gpu_heuristic
 from tilec.schedule.gpu.launch import bind_launches
 from tilec.schedule.gpu.tiled_matmul import tile_matmuls
 from tilec.schedule.params import LoweringParams, current
 from tilec.schedule.primitives.apply import apply_schedule
 from tilec.schedule.primitives.records import Schedule
 from tilec.schedule.templates.base import Choice, Context
-from tilec.schedule.templates.config import TemplateSchedule
+from tilec.schedule.template_schedule import TemplateSchedule
 from tilec.target import Target
 
 AnySchedule = Schedule | TemplateSchedule | None

@@ -1,4 +1,4 @@
-"""The "parallel" template (CPU): a statement's default nests, their outer loops on all cores.
+"""The "parallel_outer" template (CPU): a statement's default nests, their outer loops on all cores.
 
 Requires: a statement. Guarantees: the default lowering's nests, each top-level loop that the
 parallel legality check (tilec.ir.legality.check_parallel) proves writes disjoint elements made
@@ -24,7 +24,7 @@ class Parallel(Template):
     parallel legality check proves its iterations write disjoint elements (an elementwise or
     direct statement, the init/update/final nests of a keep-dim reduction, ...) and it is big enough."""
 
-    name = "parallel"
+    name = "parallel_outer"
     kind = "cpu"
     requirement = "it needs a statement with some output cells"
 

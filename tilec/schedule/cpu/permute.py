@@ -49,7 +49,7 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import LoweredGroup, combine, identity
 from tilec.ir.legality import check_parallel
-from tilec.schedule.cpu.copy_fold import match_copy
+from tilec.schedule.patterns.layout_copy import match_copy
 from tilec.schedule.templates.base import Choice, Context, Template
 from tilec.target import Target
 
@@ -228,7 +228,7 @@ def parallel_outermost(nest: L.For, cores: int, starts: int = 1) -> L.Stmt:
 class Permute(Template):
     name = "permute"
     kind = "cpu"
-    requirement = "it needs a layout copy whose innermost index changes (tilec.schedule.cpu.copy_fold.match_copy)"
+    requirement = "it needs a layout copy whose innermost index changes (tilec.schedule.patterns.layout_copy)"
 
     def match(self, index: int, ctx: Context) -> PermutePlan | None:
         b = ctx.bp.statements[index]

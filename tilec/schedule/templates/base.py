@@ -22,7 +22,7 @@ which copy they store into (`stores`): tilec.schedule.cpu.copy_fold.
 
 `choose` (shared) turns an explicit choice into a Choice: it checks that the template applies,
 makes the knob record from (name, value) pairs, and runs `problems` before anything is built.
-Templates register in tilec.schedule.templates.registry; nothing else compares their names.
+Templates register in tilec.schedule.registry; nothing else compares their names.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from tilec.schedule.templates.space import Config, Constraint, Knob
 from tilec.target import Target
 
 if TYPE_CHECKING:
-    from tilec.schedule.cpu.copy_fold import Copy
+    from tilec.schedule.patterns.layout_copy import Copy
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from tilec.schedule.cpu.gemm.space import gemm_space
 from tilec.schedule.patterns import gemm as gemm_pattern
 from tilec.schedule.patterns.epilogue import find_epilogue, fused_group
 from tilec.schedule.patterns.gemm import GemmPlan
+from tilec.schedule.patterns.layout_copy import Copy, output_copy
 from tilec.schedule.templates.base import Choice, Context, Template
 from tilec.schedule.templates.space import Config, Constraint, Knob
 
@@ -70,7 +71,7 @@ class ImplicitGemm(Template):
             return None
         b = ctx.bp.statements[index]
         assert isinstance(b, BoundContraction)
-        out_copy = copy_fold.output_copy(index, ctx.bp)
+        out_copy = output_copy(index, ctx.bp)
         candidate = select_inplace(b, ctx, plan, out_copy) if out_copy is not None else None
         if candidate is not None:
             knobs = inplace.default_knobs(candidate, b.dtype, ctx.target)
@@ -98,7 +99,7 @@ class ImplicitGemm(Template):
         if not knobs.pack_b:
             b = ctx.bp.statements[index]
             assert isinstance(b, BoundContraction)
-            out_copy = copy_fold.output_copy(index, ctx.bp)
+            out_copy = output_copy(index, ctx.bp)
             candidate = select_inplace(b, ctx, plan, out_copy, knobs.nr)
             if candidate is None:
                 raise ScheduleError(f"pack_b=False does not apply to {where}: it needs an output index that is "
@@ -110,7 +111,7 @@ class ImplicitGemm(Template):
         raise AssertionError("implicit_gemm builds its choices through _choice")
 
     def _choice(self, index: int, ctx: Context, plan: GemmPlan, knobs: GemmKnobs,
-                candidate: inplace.Candidate | None, out_copy: copy_fold.Copy | None) -> Choice:
+                candidate: inplace.Candidate | None, out_copy: Copy | None) -> Choice:
         variant: VariantPlan
         if candidate is not None:
             epilogue = None if out_copy is not None else find_epilogue(index, ctx.bp)
@@ -162,7 +163,7 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, a_in_place: bool)
     return knobs
 
 
-def select_inplace(b: BoundContraction, ctx: Context, plan: GemmPlan, out_copy: copy_fold.Copy | None,
+def select_inplace(b: BoundContraction, ctx: Context, plan: GemmPlan, out_copy: Copy | None,
                    nr: int | None = None) -> inplace.Candidate | None:
     """The in-place candidate for `b` whose column has the smallest stride where the tiles are
     stored (the layout copy `out_copy` when given). Without `nr` (the heuristic) only when that is

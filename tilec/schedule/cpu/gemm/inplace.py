@@ -46,7 +46,7 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import index_expr, lone_output_vars
 from tilec.ir.rewrite import substitute_expr
-from tilec.schedule.cpu.copy_fold import Copy
+from tilec.schedule.patterns.layout_copy import Copy
 from tilec.schedule.cpu.gemm.knobs import GemmKnobs, accumulators
 from tilec.schedule.cpu.gemm.padding import Pads, access_padding, gathered, padded_index, padded_operand, zero_slabs
 from tilec.schedule.nest import decompose, thread_share, threads_loop

@@ -23,7 +23,7 @@ from tilec.ir.affine import INF, IntAffine
 from tilec.ir.bounds import BoundAccess, Condition
 from tilec.ir.lower import affine_expr
 from tilec.ir.rewrite import substitute_expr
-from tilec.schedule.cpu.copy_fold import Copy
+from tilec.schedule.patterns.layout_copy import Copy
 from tilec.schedule.cpu.permute import PermutePlan, nest, parallel_outermost
 from tilec.schedule.templates.base import Context
 

@@ -1,7 +1,7 @@
 """The template registry: every template by name, the one place template names are looked up.
 
 Adding a template is one module (or folder) declaring a Template subclass and one line below.
-The heuristics of each target kind (tilec.schedule.cpu.heuristic, tilec.schedule.gpu.heuristic)
+The heuristics of each target kind (tilec.schedule.heuristics.cpu, tilec.schedule.heuristics.gpu)
 decide the order in which templates are tried; the tuner, the tuning records, TemplateConfig and
 `tilec explain` find templates here.
 """

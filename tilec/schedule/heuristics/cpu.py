@@ -3,7 +3,7 @@
 Requires: a BoundProgram, a CPU Target, the lowering parameters and optionally a TemplateSchedule
 (explicit choices for some statements). Guarantees: one Choice per statement group, in program
 order (a template that lowers several statements together covers them), each a template of
-tilec.schedule.templates.registry whose plan applies and whose knobs passed its checks.
+tilec.schedule.registry whose plan applies and whose knobs passed its checks.
 
 The choice, statement by statement (the first template that applies and would gain):
 
@@ -36,9 +36,9 @@ from tilec.schedule.cpu.permute import PERMUTE
 from tilec.schedule.cpu.rowwise import ROWWISE
 from tilec.schedule.cpu.winograd import WINOGRAD
 from tilec.schedule.params import LoweringParams
-from tilec.schedule.templates import registry
+from tilec.schedule import registry
 from tilec.schedule.templates.base import Choice, Context, Template
-from tilec.schedule.templates.config import TemplateConfig, TemplateSchedule
+from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
 from tilec.schedule.templates.default import DEFAULT
 from tilec.target import Target
 

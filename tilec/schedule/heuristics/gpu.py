@@ -21,9 +21,9 @@ from tilec.schedule.gpu.attention import GPU_ATTENTION
 from tilec.schedule.gpu.gemm import GPU_GEMM
 from tilec.schedule.gpu.tensorcore import GPU_TENSORCORE
 from tilec.schedule.params import LoweringParams
-from tilec.schedule.templates import registry
+from tilec.schedule import registry
 from tilec.schedule.templates.base import Choice, Context, Template
-from tilec.schedule.templates.config import TemplateSchedule
+from tilec.schedule.template_schedule import TemplateSchedule
 from tilec.schedule.templates.default import DEFAULT
 from tilec.target import Target
 

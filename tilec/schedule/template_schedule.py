@@ -1,11 +1,11 @@
 """Template schedules: which template lowers a statement, and with which knobs.
 
 Where a `Schedule` is a list of loop transformations applied to the plain default loop
-nest, a `TemplateSchedule` steers the template choice (tilec.schedule.cpu.heuristic,
-tilec.schedule.gpu.heuristic): for statement `stmt` use template `template` with `knobs`,
+nest, a `TemplateSchedule` steers the template choice (tilec.schedule.heuristics.cpu,
+tilec.schedule.heuristics.gpu): for statement `stmt` use template `template` with `knobs`,
 overriding the heuristic's choice. It is what the tuner searches over and what its records
 store: small, JSON round-trippable, replayable. Template names and knobs are checked on
-construction (tilec.schedule.templates.registry, .knobs), whether the template applies to the
+construction (tilec.schedule.registry, .knobs), whether the template applies to the
 statement when the program is lowered.
 """
 
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from tilec.errors import ScheduleError
-from tilec.schedule.templates import registry
+from tilec.schedule import registry
 
 
 @dataclass(frozen=True)
 class TemplateConfig:
     stmt: int  # index of the statement in the function body
-    template: str  # a name of tilec.schedule.templates.registry
+    template: str  # a name of tilec.schedule.registry
     knobs: tuple[tuple[str, Any], ...] = ()  # (name, value) pairs of the template's knob record
 
     def __post_init__(self) -> None:
