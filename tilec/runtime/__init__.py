@@ -1,1 +1,2 @@
-"""Runtime: compiled Functions, their kernel caches, and argument handling."""
+"""Runtime: compiled Functions (`function`), the process-wide kernel cache (`kernels`), output
+memory (`memory`), and torch CUDA tensors as arguments (`torch_cuda`)."""

@@ -14,7 +14,7 @@ from tilec.schedule.cpu.attention_backward import ATTENTION_BACKWARD
 from tilec.schedule.cpu.column_reduce import COLUMN_REDUCE
 from tilec.schedule.cpu.copy_fold import FOLDED_COPY, STORED_COPY
 from tilec.schedule.cpu.gemm import IMPLICIT_GEMM
-from tilec.schedule.cpu.parallel import PARALLEL
+from tilec.schedule.cpu.parallel_outer import PARALLEL_OUTER
 from tilec.schedule.cpu.permute import PERMUTE
 from tilec.schedule.cpu.rowwise import ROWWISE
 from tilec.schedule.cpu.winograd import WINOGRAD
@@ -27,7 +27,7 @@ from tilec.schedule.templates.default import DEFAULT
 TEMPLATES: dict[str, Template] = {t.name: t for t in (
     DEFAULT,
     # CPU (target llvm)
-    IMPLICIT_GEMM, WINOGRAD, ATTENTION, ATTENTION_BACKWARD, PERMUTE, COLUMN_REDUCE, ROWWISE, PARALLEL,
+    IMPLICIT_GEMM, WINOGRAD, ATTENTION, ATTENTION_BACKWARD, PERMUTE, COLUMN_REDUCE, ROWWISE, PARALLEL_OUTER,
     FOLDED_COPY, STORED_COPY,
     # GPU (targets cuda and cuda-sim)
     GPU_GEMM, GPU_TENSORCORE, GPU_ATTENTION,

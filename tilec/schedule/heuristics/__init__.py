@@ -1,0 +1,1 @@
+"""The untuned template choice per statement: one heuristic per target kind (`cpu`, `gpu`)."""

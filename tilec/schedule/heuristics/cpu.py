@@ -31,7 +31,7 @@ from tilec.schedule.cpu.attention_backward import ATTENTION_BACKWARD
 from tilec.schedule.cpu.column_reduce import COLUMN_REDUCE
 from tilec.schedule.cpu.copy_fold import FOLDED_COPY, STORED_COPY
 from tilec.schedule.cpu.gemm import IMPLICIT_GEMM
-from tilec.schedule.cpu.parallel import PARALLEL
+from tilec.schedule.cpu.parallel_outer import PARALLEL_OUTER
 from tilec.schedule.cpu.permute import PERMUTE
 from tilec.schedule.cpu.rowwise import ROWWISE
 from tilec.schedule.cpu.winograd import WINOGRAD
@@ -44,7 +44,7 @@ from tilec.target import Target
 
 CHAINS: tuple[Template, ...] = (ATTENTION, ATTENTION_BACKWARD)  # lower several statements as one kernel
 GEMMS: tuple[Template, ...] = (WINOGRAD, IMPLICIT_GEMM)  # layout copies fold into their packing
-OTHERS: tuple[Template, ...] = (PERMUTE, COLUMN_REDUCE, ROWWISE, PARALLEL)
+OTHERS: tuple[Template, ...] = (PERMUTE, COLUMN_REDUCE, ROWWISE, PARALLEL_OUTER)
 TUNED: tuple[Template, ...] = (ATTENTION, ATTENTION_BACKWARD, IMPLICIT_GEMM)  # what the tuner looks for, in order
 
 

@@ -19,7 +19,7 @@ from tilec.ir.lower import LoweredGroup, lower_statement
 from tilec.schedule.templates.base import Choice, Context, Template
 
 
-class Parallel(Template):
+class ParallelOuter(Template):
     """The default nest(s) of a statement with each top-level loop spread over the cores where the
     parallel legality check proves its iterations write disjoint elements (an elementwise or
     direct statement, the init/update/final nests of a keep-dim reduction, ...) and it is big enough."""
@@ -62,6 +62,6 @@ def _parallel_outer(nest: L.Stmt, cores: int) -> L.Stmt:
     return replace(nest, kind="parallel")
 
 
-PARALLEL = Parallel()
+PARALLEL_OUTER = ParallelOuter()
 
-__all__ = ["PARALLEL", "Parallel"]
+__all__ = ["PARALLEL_OUTER", "ParallelOuter"]
