@@ -57,8 +57,13 @@ def for_kind(name: str, kind: str) -> Template:
     return template
 
 
+def templates(*names: str) -> tuple[Template, ...]:
+    """The templates called `names`, in that order (the heuristics' orders, written by name)."""
+    return tuple(TEMPLATES[n] for n in names)
+
+
 def tunable(kind: str) -> tuple[Template, ...]:
     return tuple(t for t in TEMPLATES.values() if t.tunable and t.kind == kind)
 
 
-__all__ = ["TEMPLATES", "for_kind", "get", "names", "tunable"]
+__all__ = ["TEMPLATES", "for_kind", "get", "names", "templates", "tunable"]

@@ -16,7 +16,7 @@ The choice, statement by statement (the first template that applies and would ga
    `implicit_gemm` (its variant and knobs from the shapes and the target), with the elementwise
    statements that follow fused in as an epilogue;
 5. `permute` (layout copies), `column_reduce` (sums over leading axes), `rowwise` (runs of
-   elementwise statements and keep-dim row reductions as one nest), `parallel` (big statements'
+   elementwise statements and keep-dim row reductions as one nest), `parallel_outer` (big statements'
    outer loops on all cores), else `default` (the plain nest).
 """
 
@@ -25,27 +25,19 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.schedule.cpu import copy_fold
-from tilec.schedule.cpu.attention import ATTENTION
-from tilec.schedule.cpu.attention_backward import ATTENTION_BACKWARD
-from tilec.schedule.cpu.column_reduce import COLUMN_REDUCE
-from tilec.schedule.cpu.copy_fold import FOLDED_COPY, STORED_COPY
-from tilec.schedule.cpu.gemm import IMPLICIT_GEMM
-from tilec.schedule.cpu.parallel_outer import PARALLEL_OUTER
-from tilec.schedule.cpu.permute import PERMUTE
-from tilec.schedule.cpu.rowwise import ROWWISE
-from tilec.schedule.cpu.winograd import WINOGRAD
-from tilec.schedule.params import LoweringParams
 from tilec.schedule import registry
-from tilec.schedule.templates.base import Choice, Context, Template
+from tilec.schedule.cpu import copy_fold
+from tilec.schedule.params import LoweringParams
 from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
-from tilec.schedule.templates.default import DEFAULT
+from tilec.schedule.templates.base import Choice, Context
 from tilec.target import Target
 
-CHAINS: tuple[Template, ...] = (ATTENTION, ATTENTION_BACKWARD)  # lower several statements as one kernel
-GEMMS: tuple[Template, ...] = (WINOGRAD, IMPLICIT_GEMM)  # layout copies fold into their packing
-OTHERS: tuple[Template, ...] = (PERMUTE, COLUMN_REDUCE, ROWWISE, PARALLEL_OUTER)
-TUNED: tuple[Template, ...] = (ATTENTION, ATTENTION_BACKWARD, IMPLICIT_GEMM)  # what the tuner looks for, in order
+CHAINS = registry.templates("attention", "attention_backward")  # lower several statements as one kernel
+GEMMS = registry.templates("winograd", "implicit_gemm")  # layout copies fold into their packing
+OTHERS = registry.templates("permute", "column_reduce", "rowwise", "parallel_outer")
+COPIES = registry.templates("folded_copy", "stored_copy")  # the copies the GEMM choices fold or store into
+DEFAULT = registry.get("default")
+TUNED = registry.templates("attention", "attention_backward", "implicit_gemm")  # what the tuner looks for, in order
 
 
 def choose(bp: BoundProgram, target: Target, params: LoweringParams,
@@ -102,7 +94,7 @@ def _chain(index: int, ctx: Context, config: TemplateConfig | None) -> int:
 
 
 def _choose(index: int, ctx: Context, gemms: dict[int, Choice], config: TemplateConfig | None) -> Choice:
-    for copy in (FOLDED_COPY, STORED_COPY):
+    for copy in COPIES:
         plan = copy.match(index, ctx)
         if plan is not None:
             return copy.chosen(index, plan, None)

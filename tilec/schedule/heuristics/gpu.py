@@ -17,17 +17,14 @@ checks. Per statement, the first that applies and would gain:
 from __future__ import annotations
 
 from tilec.ir.bounds import BoundProgram
-from tilec.schedule.gpu.attention import GPU_ATTENTION
-from tilec.schedule.gpu.gemm import GPU_GEMM
-from tilec.schedule.gpu.tensorcore import GPU_TENSORCORE
-from tilec.schedule.params import LoweringParams
 from tilec.schedule import registry
-from tilec.schedule.templates.base import Choice, Context, Template
+from tilec.schedule.params import LoweringParams
 from tilec.schedule.template_schedule import TemplateSchedule
-from tilec.schedule.templates.default import DEFAULT
+from tilec.schedule.templates.base import Choice, Context
 from tilec.target import Target
 
-ORDER: tuple[Template, ...] = (GPU_ATTENTION, GPU_TENSORCORE, GPU_GEMM)
+ORDER = registry.templates("gpu_attention", "gpu_tensorcore", "gpu_gemm")  # tried in this order
+DEFAULT = registry.get("default")
 
 
 def choose(bp: BoundProgram, target: Target, params: LoweringParams,
