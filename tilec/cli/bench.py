@@ -2,9 +2,12 @@
 
 The CPU cases run through tilec.bench.harness (tilec and numpy/PyTorch interleaved in this
 process); `--target cuda` runs tilec.bench.gpu, `--target cuda-sim` its quick shapes on the GPU
-emulator. Requires: `main` has re-executed the process with QUIET_BASELINE_ENV when it was not
-set (`reexec_with_quiet_baselines`). Guarantees: one table row or JSON line per case, exit status
-1 when a case failed (its error on stderr), 2 for `--target cuda` without a GPU.
+emulator. From the command line, `main` first re-executes the process with QUIET_BASELINE_ENV
+unless it is set (`reexec_with_quiet_baselines`).
+
+Requires: a known op and target (an unknown one fails before any case runs). Guarantees: one
+table row or JSON line per case; exit status 1 when a case failed (its error on stderr) or a
+cuda-sim result was wrong, 2 for `--target cuda` without a GPU.
 """
 
 from __future__ import annotations

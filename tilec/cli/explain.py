@@ -1,8 +1,8 @@
 """`tilec explain SRC --shape A=64x32 [--stage tensor|loop|llvm|...]`: print a Tile program's stages.
 
-Requires: Tile source (or a file holding it) and every input's shape, unless the program declares
-it. Guarantees: the stages on stdout (tilec.pipeline.explain), or only the one named by --stage,
-with no headers.
+Requires: Tile source (or a file holding it) and the input shapes (--shape) and sizes (--size)
+that the stages asked for need. Guarantees: the stages on stdout (tilec.pipeline.explain), or
+only the one named by --stage, with no headers.
 """
 
 from __future__ import annotations
