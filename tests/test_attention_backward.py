@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tilec
-from tilec.ops import torch_ops
+from tilec.ops import kernels, torch_ops
 from tilec.ops.sources import attention_source
 from tilec.autodiff import derive
 from tilec.errors import ScheduleError
@@ -270,7 +270,7 @@ def test_torch_attention_backward_uses_the_fused_kernel(causal):
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
     source = attention_source(causal, 1 / np.sqrt(8))
-    fn = torch_ops._BACKWARD[(source, NAMES, "llvm")]
+    fn = kernels._BACKWARD[(source, NAMES, "llvm")]
     assert fused(fn, [t.detach().numpy() for t in (q, k, v, dy)])
 
 
@@ -281,6 +281,6 @@ def test_torch_attention_gradcheck_through_the_fused_kernel(causal):
                for shape in ((1, 2, 5, 3), (1, 2, 7, 3), (1, 2, 7, 2)))
     assert torch.autograd.gradcheck(lambda q, k, v: torch_ops.attention(q, k, v, causal, 0.7), (q, k, v),
                                     eps=1e-6, atol=1e-7, rtol=1e-5)
-    fn = torch_ops._BACKWARD[(attention_source(causal, 0.7), NAMES, "llvm")]
+    fn = kernels._BACKWARD[(attention_source(causal, 0.7), NAMES, "llvm")]
     dy = np.zeros((1, 2, 5, 2))
     assert fused(fn, [t.detach().numpy() for t in (q, k, v)] + [dy])

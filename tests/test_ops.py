@@ -12,6 +12,8 @@ import torch.nn.functional as F
 import tilec
 import tilec.nn as tnn
 from tilec.ops import torch_ops as T
+from tilec.ops.arguments import as_list, same_dtype
+from tilec.ops.conv2d import _conv2d_check
 
 
 def rand(*shape: int, grad: bool = True) -> torch.Tensor:
@@ -58,8 +60,8 @@ def test_conv2d_groups(cin: int, cout: int, groups: int, stride: Any, padding: A
     b = rand(cout) if bias else None
     check_op(lambda x, w, b: T.conv2d(x, w, b, stride, padding, dilation, groups),
              lambda x, w, b: F.conv2d(x, w, b, stride, padding, dilation, groups), x, w, b)
-    check_op(lambda x, w, b: torch.ops.tilec.conv2d(x, w, b, T._as_list(stride), T._as_list(padding),
-                                                    T._as_list(dilation), groups),
+    check_op(lambda x, w, b: torch.ops.tilec.conv2d(x, w, b, as_list(stride), as_list(padding),
+                                                    as_list(dilation), groups),
              lambda x, w, b: F.conv2d(x, w, b, stride, padding, dilation, groups), x, w, b)
 
 
@@ -244,9 +246,9 @@ def test_devices_other_than_cpu_and_cuda_refused() -> None:
     x = rand(1, 3, 5, 5, grad=False)
     meta = x.to("meta")
     with pytest.raises(tilec.TilecError, match="CPU or CUDA tensors"):
-        T._conv2d_check(meta, meta, None, [1, 1], [0, 0], [1, 1], 1)
+        _conv2d_check(meta, meta, None, [1, 1], [0, 0], [1, 1], 1)
     with pytest.raises(tilec.TilecError, match="one device, got x on cpu, weight on meta"):
-        T._same_dtype("conv2d", x=x, weight=meta)  # CUDA ops: tests/test_torch_cuda.py
+        same_dtype("conv2d", x=x, weight=meta)  # CUDA ops: tests/test_torch_cuda.py
 
 
 def test_import_tilec_does_not_import_torch() -> None:

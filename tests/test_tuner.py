@@ -180,7 +180,8 @@ def test_tuner_finds_the_synthetic_optimum_and_resumes(tmp_path: Path) -> None:
 def test_a_second_shape_starts_from_the_first_shapes_records(tmp_path: Path) -> None:
     """`tilec tune` hands the records of the op's other shapes to the cost model (transfer): the
     tune of a new shape finds them, and its first batch is the model's choice, not random."""
-    from tilec.cli import _transfer_tasks, _tune_tasks, build_parser
+    from tilec.cli import build_parser
+    from tilec.cli.tune import _transfer_tasks, _tune_tasks
 
     def args(shape: str) -> Any:
         return build_parser().parse_args(["tune", "gemm", "--shape", shape])

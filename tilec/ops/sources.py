@@ -30,7 +30,7 @@ def conv2d_source(stride: tuple[int, int], padding: tuple[int, int], dilation: t
                   has_bias: bool, groups: int = 1) -> str:
     """NCHW input X[N, C, H, W], OIHW filter F[CO, C, KH, KW], optional Bias[CO] -> NCHW O.
 
-    Like tilec/bench/ops.py's conv2d: converts to NHWC/HWIO inside the program so that the
+    Like tilec/bench/ops/sources.py's conv2d: converts to NHWC/HWIO inside the program so that the
     channels are the implicit GEMM's reduction; the bias is added in the NHWC stage (its last
     axis is CO, so it broadcasts) and fuses into the GEMM's epilogue.
 

@@ -1,0 +1,104 @@
+"""The gradient of an elementwise statement: the chain rule over its expression tree.
+
+Each needed tensor in the expression receives the adjoint of its occurrence; several
+occurrences are added up. Builtins have their derivative rules here (`call_adjoints`); floor,
+ceil, comparisons and constants have zero gradient, and max/min give ties to the first argument.
+
+Requires: `g` names the whole gradient of the statement's output (Backward.total). Guarantees:
+one elementwise statement per needed tensor of the expression, contributed through
+`Backward.emit` with the output's shape (so a broadcast read is summed back down); a builtin
+with no derivative rule is a TilecError ("not differentiable: ...").
+"""
+
+from __future__ import annotations
+
+from tilec.autodiff.backward import Backward, add_terms
+from tilec.errors import TilecError
+from tilec.ir.tensor import (EBinary, ECall, ECompare, EConst, EExpr, Elementwise, ESelect, ETensor, EUnary,
+                             eexpr_tensors)
+
+
+def elementwise_gradient(b: Backward, st: Elementwise, g: str) -> None:
+    """Add the gradients of the needed tensors `st` reads given `g`, the gradient of its output."""
+    found: dict[str, list[EExpr]] = {}
+    _adjoints(b.needs, st.expr, ETensor(g), found)
+    for name, terms in found.items():
+        out = b.shapes.fresh(f"D{name}_{len(b.statements)}")
+        b.emit(Elementwise(out, add_terms(terms)), name, b.shapes.shape(st.output))
+
+
+def _adjoints(needs: set[str], e: EExpr, g: EExpr, found: dict[str, list[EExpr]]) -> None:
+    """Add to `found` the adjoint of every needed tensor in `e`, given the adjoint `g` of `e`."""
+    if not any(t in needs for t in eexpr_tensors(e)):
+        return
+    if isinstance(e, ETensor):
+        found.setdefault(e.name, []).append(g)
+    elif isinstance(e, EUnary):
+        _adjoints(needs, e.a, EUnary("-", g), found)
+    elif isinstance(e, EBinary):
+        a, b = e.a, e.b
+        if e.op in "+-":
+            _adjoints(needs, a, g, found)
+            _adjoints(needs, b, g if e.op == "+" else EUnary("-", g), found)
+        elif e.op == "*":
+            _adjoints(needs, a, EBinary("*", g, b), found)
+            _adjoints(needs, b, EBinary("*", g, a), found)
+        else:
+            _adjoints(needs, a, EBinary("/", g, b), found)
+            _adjoints(needs, b, EUnary("-", EBinary("/", EBinary("*", g, a), EBinary("*", b, b))), found)
+    elif isinstance(e, ESelect):
+        _adjoints(needs, e.a, ESelect(e.cond, g, EConst(0)), found)
+        _adjoints(needs, e.b, ESelect(e.cond, EConst(0), g), found)
+    elif isinstance(e, ECall):
+        for arg, adj in zip(e.args, call_adjoints(e, g)):
+            if adj is not None:
+                _adjoints(needs, arg, adj, found)
+    # ECompare and constants: zero gradient
+
+
+def call_adjoints(e: ECall, g: EExpr) -> list[EExpr | None]:
+    """The adjoint of each argument of a builtin call, given the adjoint `g` of the call."""
+    a = e.args[0]
+
+    def mul(*xs: EExpr) -> EExpr:
+        out = g
+        for x in xs:
+            out = EBinary("*", out, x)
+        return out
+
+    def sub(x: EExpr, y: EExpr) -> EExpr:
+        return EBinary("-", x, y)
+
+    zero, one = EConst(0), EConst(1)
+    f = e.func
+    if f == "exp":
+        return [mul(e)]
+    if f == "log":
+        return [EBinary("/", g, a)]
+    if f == "sqrt":
+        return [EBinary("/", mul(EConst(0.5)), e)]
+    if f == "tanh":
+        return [mul(sub(one, EBinary("*", e, e)))]
+    if f == "sigmoid":
+        return [mul(e, sub(one, e))]
+    if f == "sin":
+        return [mul(ECall("cos", (a,)))]
+    if f == "cos":
+        return [EUnary("-", mul(ECall("sin", (a,))))]
+    if f == "erf":
+        return [mul(EConst(1.1283791670955126), ECall("exp", (EUnary("-", EBinary("*", a, a)),)))]
+    if f in ("floor", "ceil"):
+        return [None]
+    if f == "abs":
+        return [ESelect(ECompare(">", a, zero), g, ESelect(ECompare("<", a, zero), EUnary("-", g), zero))]
+    if f == "relu":
+        return [ESelect(ECompare(">", a, zero), g, zero)]
+    b = e.args[1]
+    if f == "pow":
+        da = mul(b, ECall("pow", (a, sub(b, one))))
+        db = ESelect(ECompare(">", a, zero), mul(e, ECall("log", (a,))), zero)
+        return [da, db]
+    if f in ("max", "min"):  # ties go to the first argument
+        first = ECompare(">=" if f == "max" else "<=", a, b)
+        return [ESelect(first, g, zero), ESelect(first, zero, g)]
+    raise TilecError(f"not differentiable: builtin '{f}' has no derivative rule")

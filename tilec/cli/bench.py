@@ -1,0 +1,146 @@
+"""`tilec bench [OP] [--shape M=1024,N=1024,K=1024] [--json]`: time tilec kernels against their baselines.
+
+The CPU cases run through tilec.bench.harness (tilec and numpy/PyTorch interleaved in this
+process); `--target cuda` runs tilec.bench.gpu, `--target cuda-sim` its quick shapes on the GPU
+emulator. From the command line, `main` first re-executes the process with QUIET_BASELINE_ENV
+unless it is set (`reexec_with_quiet_baselines`).
+
+Requires: a known op and target (an unknown one fails before any case runs). Guarantees: one
+table row or JSON line per case; exit status 1 when a case failed (its error on stderr) or a
+cuda-sim result was wrong, 2 for `--target cuda` without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from tilec.errors import TilecError
+
+
+# OpenBLAS's idle threads busy-wait for 2^28 cycles (~0.1 s here) after every call unless told
+# otherwise, and on a small machine they steal the cores from whatever runs next: in an
+# interleaved benchmark, from tilec. With this setting they sleep as soon as they are idle;
+# numpy's own speed is unchanged (`python -m tilec.bench.baseline_env` measures it). It must be
+# set before OpenBLAS loads, hence the re-exec. torch's OpenMP threads spin only briefly; the
+# harness's cool-down lets them settle instead (OMP_WAIT_POLICY=PASSIVE would slow torch itself).
+QUIET_BASELINE_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4"}
+
+
+def reexec_with_quiet_baselines(argv: Sequence[str]) -> None:
+    """Run `tilec bench` again in a fresh interpreter whose environment has QUIET_BASELINE_ENV."""
+    missing = {k: v for k, v in QUIET_BASELINE_ENV.items() if k not in os.environ}
+    if not missing:
+        return
+    env = {**os.environ, **missing}
+    os.execve(sys.executable, [sys.executable, "-m", "tilec.cli", *argv], env)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from tilec.bench import harness, ops
+    from tilec.config import options
+    from tilec.pipeline import resolve_target
+
+    if args.records is not None:  # compile with the best schedules these records hold
+        if not Path(args.records).is_file():
+            raise TilecError(f"--records {args.records}: no such file (tune first: tilec tune OP --records "
+                             f"{args.records})")
+        options.records_path, options.use_records = Path(args.records), True
+
+    if args.target in ("cuda", "cuda-sim"):
+        return _bench_gpu(args)
+    cases: list[Any]
+    if args.op == "train_step":
+        from tilec.bench import train_step
+
+        cases = list(train_step.cases(batch=4 if args.quick else None))
+    else:
+        cases = ops.select_cases(args.op, args.shape, causal=args.causal, quick=args.quick,
+                                 dtype=args.dtype, target=args.target, backward=args.backward)
+    settings = harness.Settings(args.warmup, args.repeats, args.warmup_time, args.budget, args.cooldown)
+    resolve_target(args.target)  # an unknown target fails here, before any case runs
+    table = None if args.json else harness.Table(cases)
+    if table is not None:
+        print(table.header(), flush=True)
+    failed = 0
+    for case in cases:
+        result = harness.run_case(case, settings)
+        if result.error is not None:
+            print(f"tilec: error: {result.error}", file=sys.stderr, flush=True)
+            failed += 1
+        print(harness.to_json(result) if table is None else table.row(result), flush=True)
+    return 1 if failed else 0
+
+
+def _bench_gpu(args: argparse.Namespace) -> int:
+    """`tilec bench --target cuda` (tilec.bench.gpu: CUDA events vs cuBLAS/cuDNN/SDPA), or the quick shapes
+    on the GPU emulator (--target cuda-sim: a correctness smoke test, no timing). Exit code 2 without a GPU."""
+    import json
+
+    from tilec.bench import gpu
+
+    if args.op not in ("all", "gemm", "conv2d", "attention"):
+        raise TilecError(f"the GPU bench has the cases gemm, conv2d and attention, not {args.op}")
+    if args.target == "cuda-sim":
+        rows = [r for r in gpu.smoke_sim() if args.op in ("all", r["op"])]
+        for row in rows:
+            print(json.dumps(row) if args.json else f"{row['op']:<10} {row['shape']:<28} {row['dtype']:<8} cuda-sim  "
+                  f"{'ok' if row['ok'] else 'WRONG'}", flush=True)
+        return 0 if all(r["ok"] for r in rows) else 1
+    try:
+        gpu.require_gpu()
+    except gpu.NoGpu as err:
+        print(f"tilec: {err}", file=sys.stderr)
+        return 2
+    rows = [r for r in gpu.run(quick=args.quick, repeats=max(1, args.repeats)) if args.op in ("all", r["op"])]
+    for row in rows:
+        print(json.dumps(row) if args.json else
+              f"{row['op']:<10} {row['shape']:<28} {row['dtype']:<8} tilec {row['tilec_ms']:9.3f} ms  "
+              f"{row['baseline']} {row['baseline_ms']:9.3f} ms  ratio {row['ratio']:.2f}x  ({row['device']})",
+              flush=True)
+    return 0
+
+
+def add_bench_parser(sub: argparse._SubParsersAction) -> None:
+    from tilec.bench.ops import OP_NAMES
+
+    bench = sub.add_parser(
+        "bench", help="time tilec kernels against numpy/PyTorch, interleaved in one process",
+        description="Time tilec kernels and their baselines (numpy, PyTorch) side by side in this process, "
+                    "interleaved: tilec, baseline, tilec, baseline, ... Reports the median of the timed "
+                    "calls; ratio = baseline_ms / tilec_ms, so a ratio above 1 means tilec is faster. "
+                    "The first warm-up call of each side is checked against the other.")
+    bench.add_argument("op", nargs="?", default="all", metavar="OP",
+                       help=f"one of {', '.join(OP_NAMES)}, train_step (one SGD step of the training "
+                            f"examples' CNN and transformer, tilec's modules vs torch's), or all (the default: "
+                            f"every op's acceptance cases, causal attention included)")
+    bench.add_argument("--shape", action="append", default=[], metavar="NAME=N,...",
+                       help="the op's sizes, e.g. M=1024,N=1024,K=1024 (gemm, gemm_bias_relu); "
+                            "N=8,C=64,H=56,W=56,CO=64,KH=3,KW=3,stride=1,pad=1 (conv2d; stride 1 and pad 0 "
+                            "by default); B=4,H=8,S=512,D=64 (attention). Repeat for more cases. "
+                            "Without it the op's acceptance cases run")
+    bench.add_argument("--causal", action="store_true", help="attention with a causal mask")
+    bench.add_argument("--backward", action="store_true",
+                       help="time the gradients (tilec.grad) against torch autograd's backward, forward excluded "
+                            "(conv2d, attention)")
+    bench.add_argument("--quick", action="store_true", help="one small case per op, for a fast check")
+    bench.add_argument("--dtype", default="float32", help="float32 (default) or float64")
+    bench.add_argument("--target", default="llvm", help="compilation target (default: llvm, the host CPU)")
+    bench.add_argument("--warmup", type=int, default=1, metavar="N",
+                       help="untimed pairs before timing, at least 1: the first compiles and checks (default 1)")
+    bench.add_argument("--warmup-time", type=float, default=0.5, metavar="SECONDS",
+                       help="and warm up for at least this long, the first pair included (default 0.5)")
+    bench.add_argument("--repeats", type=int, default=3, metavar="N", help="timed pairs (default 3)")
+    bench.add_argument("--budget", type=float, default=30.0, metavar="SECONDS",
+                       help="per case: after the first warm-up and timed pair, run more pairs only while "
+                            "the case stays within this many seconds (default 30)")
+    bench.add_argument("--records", default=None, metavar="PATH",
+                       help="benchmark the best kernels these tuning records hold (default: tilec's records file)")
+    bench.add_argument("--cooldown", type=float, default=0.02, metavar="SECONDS",
+                       help="idle time after every call, both sides, so that one library's idle threads are "
+                            "quiet before the other runs (default 0.02)")
+    bench.add_argument("--json", action="store_true", help="print one JSON object per case instead of a table")
+    bench.set_defaults(run=cmd_bench)

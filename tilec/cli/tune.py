@@ -1,0 +1,184 @@
+"""`tilec tune OP|FILE [--shape ...] [--backward]`: search an op's template knobs, record every measurement.
+
+The tasks are the op's forward statement (--stmt, default the first tunable one) and with
+--backward every tunable statement of its gradient program; the records of the same kernel at
+other shapes seed the cost model (transfer). Requires: a named op of tilec bench or a Tile file
+with input shapes; `--target cuda` needs a GPU. Guarantees: every candidate's measurement is in
+the record database, and one JSON summary line per tuned kernel is printed; exit status 2 for
+`--target cuda` without a GPU, a TilecError when nothing is tunable or every candidate failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tilec.cli.arguments import parse_shape, read_source
+from tilec.errors import TilecError
+
+if TYPE_CHECKING:
+    from tilec.autotune.task import Task
+    from tilec.records import RecordDB
+
+
+def _tune_tasks(args: argparse.Namespace, quiet: bool = False) -> "tuple[list[Task], str, str]":
+    """(tasks, op name, shape text) for `tilec tune OP|FILE [--shape ...] [--backward]`: the
+    forward statement chosen by --stmt (default: the first tunable one), then with --backward
+    every tunable statement of the gradient program (tilec.grad of the op's inputs)."""
+    import numpy as np
+
+    from dataclasses import replace
+
+    from tilec.autotune.task import backward_tasks, tasks_for
+    from tilec.bench import ops
+    from tilec.frontend import parse
+    from tilec.target import host_target
+
+    sizes: dict[str, int] = {}
+    if args.op in ops.OP_NAMES:
+        op = ops.get_op(args.op)
+        op_sizes = ops.parse_shape(op, args.shape[0]) if args.shape else dict(op.cases[0])
+        source = op.source(op_sizes)
+        arrays = op.make_inputs(op_sizes, "float32", np.random.default_rng(0))
+        shapes = {n: a.shape for n, a in zip(parse(source).input_names, arrays)}
+        op_name, shape_text = args.op, ops.format_shape(op_sizes)
+        wrt = ops.backward_op(op).wrt if args.op in ops.BACKWARD_OPS else tuple(parse(source).input_names)
+    else:
+        source = read_source(args.op)
+        shapes = dict(parse_shape(s) for s in args.shape)
+        op_name, shape_text = Path(args.op).stem if "\n" not in args.op else "tile", \
+            ",".join(f"{n}={'x'.join(map(str, d))}" for n, d in shapes.items())
+        wrt = tuple(parse(source).input_names)
+    label = f"{op_name} {shape_text}"
+    tasks: list[Task]
+    if args.target in ("cuda", "cuda-sim"):
+        from tilec.pipeline import resolve_target
+
+        if args.backward:
+            raise TilecError("--backward tunes CPU kernels only (--target llvm); the gradient programs have no "
+                             "GPU tuning tasks yet")
+        dtypes = {n: args.dtype for n in shapes}
+        tasks = tasks_for(source, shapes, dtypes, resolve_target(args.target), label=label)
+    else:
+        tasks = tasks_for(source, shapes, target=host_target(), sizes=sizes, label=label)
+    if not tasks:
+        raise TilecError(f"nothing to tune in {op_name}: no statement matches a tunable template "
+                         f"(implicit_gemm: a sum of products; attention: the softmax(QK^T)V chain)")
+    if args.stmt is not None and not 0 <= args.stmt < len(tasks):
+        raise TilecError(f"--stmt {args.stmt}: {op_name} has {len(tasks)} tunable statement(s), 0 to {len(tasks) - 1}")
+    chosen = [tasks[args.stmt if args.stmt is not None else 0]]
+    if args.backward:
+        grads = backward_tasks(source, shapes, wrt, target=host_target(), sizes=sizes,
+                               label=f"{op_name} {shape_text} backward")
+        for g in grads:
+            chosen.append(replace(g, label=f"{g.label} (gradient statement {g.stmt})"))
+        if not grads and not quiet:
+            print(f"tilec tune: the gradient of {op_name} has no statement to tune on its own (no GEMM-like "
+                  f"product outside a fused kernel; attention's gradient is one fused kernel, whose block "
+                  f"sizes the tuner does not search yet)", file=sys.stderr)
+    return chosen, op_name, shape_text
+
+
+TRANSFER_SHAPES = 3  # earlier tunings of other shapes whose records seed the cost model
+
+
+def _transfer_tasks(args: argparse.Namespace, db: "RecordDB", index: int, kernel_op: str, shape_text: str,
+                    target_key: str) -> "list[Task]":
+    """The same kernel of this op at other shapes tuned before into `db` (same target; newest
+    first, at most TRANSFER_SHAPES): their records become the cost model's prior, so a second
+    shape starts from what the first taught it. `index` is the kernel's place in _tune_tasks'
+    list (0: the forward statement, then the gradient's). Only the named ops (gemm, conv2d,
+    attention) record shapes that can be rebuilt."""
+    from tilec.bench import ops
+
+    if args.op not in ops.OP_NAMES:
+        return []
+    shapes: list[str] = []
+    for r in reversed(db.records()):
+        if r.op == kernel_op and r.shape not in (shape_text, *shapes) and r.target == target_key and r.shape:
+            shapes.append(r.shape)
+    out = []
+    for other in shapes[:TRANSFER_SHAPES]:
+        try:
+            tasks, _, _ = _tune_tasks(argparse.Namespace(**{**vars(args), "shape": [other]}), quiet=True)
+        except TilecError:  # a shape this tilec no longer accepts: no prior from it
+            continue
+        if index < len(tasks):
+            out.append(tasks[index])
+    return out
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from tilec.autotune.measure import LocalMeasurer, MeasureOptions
+    from tilec.records import RecordDB
+    from tilec.autotune.tuner import Progress, default_time, describe, tune
+
+    if args.target == "cuda":
+        from tilec.bench import gpu
+
+        try:
+            gpu.require_gpu()  # torch (CUDA events, device tensors) and a GPU that tilec's runtime reaches
+        except gpu.NoGpu as err:
+            print(f"tilec: tune --target cuda needs a GPU: {err}", file=sys.stderr)
+            return 2
+    if args.target not in ("llvm", "cpu", "host", "cuda", "cuda-sim"):
+        raise TilecError(f"--target {args.target}: known targets are llvm, cuda and cuda-sim")
+    tasks, op_name, shape_text = _tune_tasks(args)
+    options = MeasureOptions(timeout_s=args.timeout, build_workers=args.jobs)
+    with RecordDB(args.records) as db, LocalMeasurer(options) as measurer:
+        for index, task in enumerate(tasks):  # one JSON line per tuned kernel: the forward one, then the gradient's
+            started = time.monotonic()
+
+            def show(p: Progress, label: str = task.label) -> None:
+                best = "-" if p.best_s is None else f"{p.best_s * 1e3:.3f} ms"
+                eta = "-" if p.eta_s is None else f"{p.eta_s:.0f} s"
+                sys.stderr.write(f"\r\033[Ktune {label}: {p.measured}/{p.total} measured, best {best}, ETA {eta}")
+                sys.stderr.flush()
+
+            kernel_op = op_name if task is tasks[0] else f"{op_name}-backward"  # as `tilec bench --backward` names it
+            transfer = _transfer_tasks(args, db, index, kernel_op, shape_text, task.target.key)
+            best = tune(task, args.trials, measurer, db, seed=args.seed, progress=show, op=kernel_op, shape=shape_text,
+                        transfer=transfer)
+            sys.stderr.write("\n")
+            if best is None:
+                raise TilecError(f"every candidate of {task.label} failed; see `tilec records show {task.key}`")
+            base = default_time(task, db) or measurer.default_time
+            summary = {"task": task.key, "label": task.label, **describe(best, base),
+                       "wall_s": round(time.monotonic() - started, 1)}
+            print(json.dumps(summary), flush=True)
+    return 0
+
+
+def add_tune_parser(sub: argparse._SubParsersAction) -> None:
+    tune = sub.add_parser("tune", help="autotune an op's template knobs and record the best schedule",
+                          description="Search the template knobs of an op (or of the first tunable statement of "
+                                      "a .tile file, and with --backward of its gradient program), building candidates "
+                                      "in parallel processes and measuring each in a separate process, and append "
+                                      "every measurement to the tuning records.")
+    tune.add_argument("op", metavar="OP|FILE", help="gemm, conv2d, attention, ... or a Tile file")
+    tune.add_argument("--shape", action="append", default=[], metavar="SHAPE",
+                      help="an op's sizes as in `tilec bench` (M=1024,N=1024,K=1024; default: its first "
+                           "acceptance case), or for a file each input's NAME=DIMS (repeat)")
+    tune.add_argument("--trials", type=int, default=64, help="candidates to measure (default 64)")
+    tune.add_argument("--records", default=None, metavar="PATH", help="the record database (default: the cache's)")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--stmt", type=int, default=None, help="which tunable statement (default: the first)")
+    tune.add_argument("--timeout", type=float, default=20.0, help="seconds per candidate before it is killed")
+    tune.add_argument("--target", default="llvm",
+                      help="llvm (the host CPU, default); cuda (a GPU: gpu_gemm, gpu_tensorcore, gpu_attention "
+                           "knobs, timed with CUDA events); cuda-sim (the same GPU spaces run on the CPU emulator: "
+                           "a test of the plumbing only, its times mean nothing)")
+    tune.add_argument("--dtype", default="float32", choices=("float32", "float16"),
+                      help="input dtype for GPU targets (float16: tensor cores / fp16 attention)")
+    tune.add_argument("--backward", action="store_true",
+                      help="tune the gradient kernels too (those tilec.grad and the torch ops compile), "
+                           "each for --trials candidates")
+    tune.add_argument("--jobs", type=int, default=None, metavar="N",
+                      help="processes building candidates in parallel (default: one per core; 1: build in the "
+                           "measurement process, one after another)")
+    tune.set_defaults(run=cmd_tune)

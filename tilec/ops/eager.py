@@ -1,0 +1,119 @@
+"""The eager fast path: an op called on plain CPU tensors skips the torch.library dispatcher.
+
+The dispatcher's two hops per op (forward, and tilec::tile_grad in backward) cost more than a
+small kernel, so the wrappers run a `Node` (one op's kernels for one input signature, cached in
+NODES by a key that proves the op's checks passed) through `run_eager`, one `_TileOp` (an
+autograd.Function) node.
+
+Requires: the op's checks have passed for the tensors' signature before a Node is made; `eager`
+says when the path applies. Guarantees: the same kernels and the same derived gradients as the
+registered ops, gradients back in the tensors' own shapes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from tilec.ops.arguments import OpError
+from tilec.ops.kernels import forward_fn, grad_fn, plan_for
+from tilec.runtime.function import pointer_runner
+
+
+def eager(*tensors: torch.Tensor | None) -> bool:
+    """Whether a call may skip the torch.library dispatcher: not while torch.compile traces, and only
+    for plain CPU tensors (fake, meta and other subclasses take the registered op and its fake kernel;
+    CUDA tensors take the registered op, which runs them on target cuda)."""
+    if torch.compiler.is_compiling():
+        return False
+    return all(t is None or (type(t) in _PLAIN and not t.is_cuda) for t in tensors)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+class Node:
+    """One eager op for one input signature (its key proves the op's checks passed): the forward
+    kernel's runner, the output's shape and dtype, and one gradient runner per set of inputs that
+    need a gradient, made on first use. `views` gives the shape each tensor takes inside the
+    program (None: as is); contiguous tensors go to the kernels by address, so no view is made."""
+
+    __slots__ = ("source", "n", "dtype", "in_shapes", "out_shape", "kernel_out", "run", "shapes", "_grads")
+
+    def __init__(self, source: str, views: tuple[Any, ...], out_shape: Sequence[int],
+                 tensors: Sequence[torch.Tensor]) -> None:
+        fn = forward_fn(source)
+        inputs = [t if v is None else t.reshape(v) for t, v in zip(tensors, views)]
+        plan = plan_for(fn, inputs)
+        (kernel_out, self.dtype), = plan.outputs
+        self.out_shape = tuple(out_shape)
+        if math.prod(kernel_out) != math.prod(self.out_shape):
+            raise OpError(f"tilec: the kernel's output {kernel_out} does not fit the op's {self.out_shape}")
+        self.source, self.n, self.kernel_out = source, len(tensors), kernel_out
+        self.in_shapes = tuple(tuple(t.shape) for t in inputs)
+        self.shapes = tuple(tuple(t.shape) for t in tensors)
+        self.run = plan.run
+        self._grads: dict[tuple[int, ...], tuple[Callable[[Sequence[int]], None], list[tuple[int, ...]]]] = {}
+
+    def grad(self, wrt: tuple[int, ...]) -> tuple[Callable[[Sequence[int]], None], list[tuple[int, ...]]]:
+        """The derived gradient kernel's runner for inputs `wrt`, and the gradients' (tensor) shapes."""
+        found = self._grads.get(wrt)
+        if found is None:
+            names = forward_fn(self.source).inputs
+            fn = grad_fn(self.source, tuple(names[i] for i in wrt))
+            dtype = str(self.dtype).removeprefix("torch.")
+            kernel = fn.kernel_for((*self.in_shapes, self.kernel_out), (dtype,) * (self.n + 1))
+            found = self._grads[wrt] = (pointer_runner(kernel, self.n + 1 + len(wrt)), [self.shapes[i] for i in wrt])
+        return found
+
+
+def signature(t: torch.Tensor | None) -> Any:
+    """What an op's checks look at in one tensor argument (part of the eager cache key)."""
+    return None if t is None else (t.shape, t.dtype, t.device)
+
+
+NODES: dict[tuple[Any, ...], Node] = {}
+
+
+class _TileOp(torch.autograd.Function):
+    """One Tile program (one output) as an autograd node, called without the dispatcher.
+
+    The eager path of the ops (tilec.ops.conv2d, linear, ...): the same kernels and the same
+    derived gradients as the registered ops (whose checks the wrappers run first, once per
+    `Node`), minus the two dispatcher hops per op (forward, and tilec::tile_grad in backward),
+    which cost more than a small kernel. Gradients come back in the tensors' own shapes, all of those needed from one call
+    of the derived gradient kernel."""
+
+    @staticmethod
+    def forward(ctx: Any, node: Node, *tensors: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        inputs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+        out = torch.empty(node.out_shape, dtype=node.dtype)
+        node.run([*[t.data_ptr() for t in inputs], out.data_ptr()])
+        ctx.node = node
+        ctx.save_for_backward(*inputs)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        node = ctx.node
+        wrt = tuple(i for i, need in enumerate(ctx.needs_input_grad[1:]) if need)
+        result: list[Any] = [None] * node.n
+        if wrt:
+            run, shapes = node.grad(wrt)
+            if grad.dtype != node.dtype or not grad.is_contiguous():
+                grad = grad.to(node.dtype).contiguous()
+            grads = [torch.empty(shape, dtype=node.dtype) for shape in shapes]
+            run([*[t.data_ptr() for t in ctx.saved_tensors], grad.data_ptr(), *[g.data_ptr() for g in grads]])
+            for i, g in zip(wrt, grads):
+                result[i] = g
+        return (None, *result)
+
+
+def run_eager(node: Node, *tensors: torch.Tensor) -> torch.Tensor:
+    """`node`'s kernel on `tensors`, recorded for autograd as one `_TileOp` node (its grad_fn is
+    a `_TileOpBackward`)."""
+    return _TileOp.apply(node, *tensors)

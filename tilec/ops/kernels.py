@@ -1,0 +1,89 @@
+"""The compiled Tile functions the ops run, cached, and how torch tensors are handed to them.
+
+A forward function is compiled once per (source, target) and a gradient function once per
+(source, wrt, target), from the program tilec.autodiff derives (renaming copies removed); a CPU
+kernel is looked up once per (function, shapes, dtypes) and called on the tensors' memory by
+address. Requires: CPU tensors of the dtypes the function takes for `call` (any layout: non-
+contiguous ones are copied), tensors on one device for `run_forward`. Guarantees: outputs are new torch
+tensors; a CUDA tensor runs on target "cuda" on the tensors themselves (tilec.runtime.torch_cuda).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+import tilec
+from tilec.autodiff import derive
+from tilec.frontend import parse
+from tilec.runtime.function import pointer_runner
+
+_FORWARD: dict[tuple[str, str], tilec.Function] = {}
+_BACKWARD: dict[tuple[str, tuple[str, ...], str], tilec.Function] = {}
+
+
+def target_of(t: torch.Tensor) -> str:
+    """The tilec target for tensors on t's device: "cuda" for a CUDA device, else the CPU's "llvm"."""
+    return "cuda" if t.is_cuda else "llvm"
+
+
+def forward_fn(source: str, target: str = "llvm") -> tilec.Function:
+    fn = _FORWARD.get((source, target))
+    if fn is None:
+        fn = _FORWARD[source, target] = tilec.compile(source, target=target)
+    return fn
+
+
+def grad_fn(source: str, wrt: tuple[str, ...], target: str = "llvm") -> tilec.Function:
+    key = (source, wrt, target)
+    fn = _BACKWARD.get(key)
+    if fn is None:
+        # the derived program without its renaming copies (each would be one more pass over memory)
+        program = derive(parse(source), list(wrt))
+        fn = _BACKWARD[key] = tilec.compile(str(program), target=target)
+    return fn
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A compiled kernel for one input signature (its runner on buffer addresses: inputs, then
+    outputs) and what its outputs look like as torch tensors."""
+
+    run: Callable[[Sequence[int]], None]
+    outputs: tuple[tuple[tuple[int, ...], torch.dtype], ...]
+
+
+_PLANS: dict[tuple[Any, ...], Plan] = {}
+
+
+def plan_for(fn: tilec.Function, tensors: Sequence[torch.Tensor]) -> Plan:
+    key = (id(fn), *[(t.shape, t.dtype) for t in tensors])
+    plan = _PLANS.get(key)
+    if plan is None:
+        kernel = fn.kernel_for(tuple(tuple(t.shape) for t in tensors),
+                               tuple(str(t.dtype).removeprefix("torch.") for t in tensors))
+        outs = kernel.params[len(tensors):len(tensors) + len(fn.outputs)]
+        plan = _PLANS[key] = Plan(pointer_runner(kernel, len(tensors) + len(outs)),
+                                  tuple((b.shape, getattr(torch, b.dtype)) for b in outs))
+    return plan
+
+
+def call(fn: tilec.Function, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Run `fn` on CPU tensors of the dtypes it takes: outputs are allocated as torch tensors and
+    every buffer goes to the kernel by address (no numpy round trip); the compiled kernel is looked
+    up once per (function, shapes, dtypes). Non-contiguous inputs are copied to contiguous ones."""
+    plan = plan_for(fn, tensors)
+    inputs = [t.contiguous() for t in tensors]
+    outputs = [torch.empty(shape, dtype=dtype) for shape, dtype in plan.outputs]
+    plan.run([t.data_ptr() for t in inputs] + [o.data_ptr() for o in outputs])
+    return outputs
+
+
+def run_forward(source: str, *tensors: torch.Tensor) -> torch.Tensor:
+    """The (first) output of `source`'s forward kernel on `tensors`, on their device."""
+    if tensors[0].is_cuda:  # the checks put every tensor of the op on this one device
+        return forward_fn(source, "cuda")(*(t.detach() for t in tensors))
+    return call(forward_fn(source), tensors)[0]
