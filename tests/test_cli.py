@@ -221,3 +221,18 @@ def test_tune_backward_tunes_the_gradient_kernels_the_torch_op_uses(capsys, tmp_
     want = torch.autograd.grad(F.conv2d(x, w, None, 1, 1), (x, w), dy)
     for g, e in zip(got, want):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+
+
+def test_explain_stage_templates_names_the_template_of_every_statement(capsys):
+    """A one-line program longer than a file name can be is Tile text, not a path (it was an OSError)."""
+    conv = ("function (X[N, C, H, W], F[CO, C, KH, KW]) -> (O) { I[n, h, w, c: N, H, W, C] = =(X[n, c, h, w]); "
+            "K[i, j, c, co: KH, KW, C, CO] = =(F[co, c, i, j]); "
+            "Y[n, x, y, co: N, H, W, CO] = +(I[n, x + i - 1, y + j - 1, c] * K[i, j, c, co]); "
+            "O[n, co, x, y: N, CO, H, W] = =(Y[n, x, y, co]); }")
+    assert len(conv) > 255
+    rc, out, err = run_cli(capsys, "explain", conv, "--shape", "X=2x16x9x9", "--shape", "F=32x16x3x3",
+                           "--stage", "templates")
+    assert rc == 0, err
+    lines = out.strip().splitlines()
+    assert [line.split()[1] for line in lines] == ["folded_copy", "folded_copy", "implicit_gemm[direct]", "permute"]
+    assert "mr=" in lines[2] and "nr=" in lines[2]

@@ -1,6 +1,6 @@
 """Does the bench's quiet-baseline setting change the baseline itself? (figures for BENCHMARKS.md)
 
-`tilec bench` runs with `tilec.cli.bench.QUIET_BASELINE_ENV` (OpenBLAS's idle threads sleep instead of
+`tilec bench` runs with `tilec.bench.harness.QUIET_BASELINE_ENV` (OpenBLAS's idle threads sleep instead of
 spinning for ~0.1 s after each call). This times numpy's 1024^3 matmul alone, each time in a
 fresh interpreter, with and without that setting, alternating rounds so that the machine's
 drift hits both alike. Run: `python -m tilec.bench.baseline_env`.
@@ -13,7 +13,7 @@ import statistics
 import subprocess
 import sys
 
-from tilec.cli.bench import QUIET_BASELINE_ENV
+from tilec.bench.harness import QUIET_BASELINE_ENV
 
 CHILD = r"""
 import time, numpy as np

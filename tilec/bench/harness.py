@@ -27,6 +27,14 @@ from tilec.bench.ops import Case, Prepared, format_shape
 from tilec.errors import TilecError
 
 Clock = Callable[[], float]
+
+# OpenBLAS's idle threads busy-wait for 2^28 cycles (~0.1 s here) after every call unless told
+# otherwise, and on a small machine they steal the cores from whatever runs next: in an
+# interleaved benchmark, from tilec. With this setting they sleep as soon as they are idle;
+# numpy's own speed is unchanged (`python -m tilec.bench.baseline_env` measures it). It must be
+# set before OpenBLAS loads, hence the re-exec of `tilec bench` (tilec.cli.bench). torch's OpenMP threads spin only briefly; the
+# harness's cool-down lets them settle instead (OMP_WAIT_POLICY=PASSIVE would slow torch itself).
+QUIET_BASELINE_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4"}
 MAX_WARMUP = 10_000  # pairs: a bound for a clock that does not move
 
 

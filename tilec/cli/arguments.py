@@ -34,12 +34,17 @@ def parse_pair(text: str) -> tuple[str, str]:
 
 
 def read_source(text: str) -> str:
-    """SRC is Tile text, or the path of a file holding it."""
-    if "\n" not in text and len(text) < 4096:
-        path = Path(text)
-        try:
-            if path.suffix in (".tile", ".txt") or path.is_file():
-                return path.read_text()
-        except OSError as err:
-            raise TilecError(f"cannot read {text}: {err.strerror}") from None
-    return text
+    """SRC is Tile text, or the path of a file holding it (one that exists, or ends in .tile or .txt)."""
+    if "\n" in text or len(text) >= 4096:
+        return text
+    path = Path(text)
+    try:
+        is_file = path.is_file()
+    except OSError:  # not a name a file can have (too long, say): Tile text
+        is_file = False
+    if not is_file and path.suffix not in (".tile", ".txt"):
+        return text
+    try:
+        return path.read_text()
+    except OSError as err:
+        raise TilecError(f"cannot read {text}: {err.strerror}") from None
