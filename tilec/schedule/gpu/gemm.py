@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
@@ -232,16 +233,38 @@ def cooperative_copy(var: str, shape: tuple[int, int], store: Callable[[L.Expr, 
     return L.For(var, L.const(0), L.const(-(-runs // threads)), body, "unrolled")
 
 
-class GpuGemm(Template):
-    name = "gpu_gemm"
+class FusedGemmTemplate(Template):
+    """What the GPU's GEMM templates share: the GEMM pattern in the dtypes they take, every output
+    cell written, with the elementwise statements after it fused as an epilogue into one launch."""
+
     kind = "gpu"
-    knob_type = GpuGemmKnobs
     tunable = True
-    requirement = ("it needs a float32 or float64 sum of products onto a direct output, every cell written, whose "
-                   "last index only one operand reads (float16: gpu_tensorcore)")
+    dtypes: ClassVar[tuple[str, ...]]
 
     def match(self, index: int, ctx: Context) -> GemmPlan | None:
-        return fused_gemm(index, ctx, DTYPES)
+        return fused_gemm(index, ctx, self.dtypes)
+
+    def consumed(self, plan: GemmPlan) -> int:
+        return 1 + (len(plan.epilogue.links) if plan.epilogue is not None else 0)
+
+    def launch(self, b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: Any) -> L.Stmt:
+        raise NotImplementedError
+
+    def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
+        b = ctx.bp.statements[choice.index]
+        assert isinstance(b, BoundContraction)
+        return fused_group(self.launch(b, ctx.bp, choice.plan, choice.knobs), b, choice.plan.epilogue)
+
+    def flops(self, plan: GemmPlan) -> float:
+        return 2.0 * plan.m * plan.n * plan.k * plan.batch
+
+
+class GpuGemm(FusedGemmTemplate):
+    name = "gpu_gemm"
+    knob_type = GpuGemmKnobs
+    dtypes = DTYPES
+    requirement = ("it needs a float32 or float64 sum of products onto a direct output, every cell written, whose "
+                   "last index only one operand reads (float16: gpu_tensorcore)")
 
     def profitable(self, plan: GemmPlan, ctx: Context) -> bool:
         """Tiny products stay on the default binding (a thread per output cell)."""
@@ -261,14 +284,8 @@ class GpuGemm(Template):
             problems.append(f"more than {gpu.max_grid_yz} blocks along the batch or column axis; raise bn")
         return problems
 
-    def consumed(self, plan: GemmPlan) -> int:
-        return 1 + (len(plan.epilogue.links) if plan.epilogue is not None else 0)
-
-    def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
-        b = ctx.bp.statements[choice.index]
-        assert isinstance(b, BoundContraction)
-        plan = choice.plan
-        return fused_group(build(b, ctx.bp, plan, choice.knobs, plan.epilogue), b, plan.epilogue)
+    def launch(self, b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GpuGemmKnobs) -> L.Stmt:
+        return build(b, bp, plan, knobs, plan.epilogue)
 
     def space(self, index: int, plan: GemmPlan, ctx: Context,
               default: Config) -> tuple[tuple[Knob, ...], tuple[Constraint, ...]]:
@@ -283,9 +300,6 @@ class GpuGemm(Template):
             return "; ".join(GpuGemmKnobs(**c).problems(gpu, itemsize(plan.dtype))) or None
 
         return knobs, (Constraint("limits", limits),)
-
-    def flops(self, plan: GemmPlan) -> float:
-        return 2.0 * plan.m * plan.n * plan.k * plan.batch
 
 
 def itemsize(dtype: str) -> int:
@@ -304,5 +318,5 @@ def fused_gemm(index: int, ctx: Context, dtypes: tuple[str, ...]) -> GemmPlan | 
 
 GPU_GEMM = GpuGemm()
 
-__all__ = ["DTYPES", "GPU_GEMM", "GpuGemm", "GpuGemmKnobs", "build", "cooperative_copy", "default_knobs", "grid_fits",
+__all__ = ["DTYPES", "GPU_GEMM", "FusedGemmTemplate", "GpuGemm", "GpuGemmKnobs", "build", "cooperative_copy", "default_knobs", "grid_fits",
            "fused_gemm", "guard_edges", "itemsize", "ragged_edges"]

@@ -26,14 +26,14 @@ import math
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.lower import LoweredGroup, index_expr
+from tilec.ir.lower import index_expr
 from tilec.ir.rewrite import substitute_expr
-from tilec.schedule.gpu.gemm import cooperative_copy, fused_gemm, grid_fits, guard_edges, ragged_edges
+from tilec.schedule.gpu.gemm import FusedGemmTemplate, cooperative_copy, grid_fits, guard_edges, ragged_edges
 from tilec.schedule.gpu.tensorcore_knobs import WmmaGemmConfig
 from tilec.schedule.nest import decompose, guarded_store
-from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value, fused_group
+from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
 from tilec.schedule.patterns.gemm import GemmPlan
-from tilec.schedule.templates.base import Choice, Context, Template
+from tilec.schedule.templates.base import Context
 from tilec.schedule.templates.space import Config, Constraint, Knob, choices_with
 from tilec.target import GpuInfo
 
@@ -140,16 +140,12 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, cfg: WmmaGemmCo
     return L.For(bz, c(0), c(n_outer), body, "blockIdx.z")
 
 
-class GpuTensorcore(Template):
+class GpuTensorcore(FusedGemmTemplate):
     name = "gpu_tensorcore"
-    kind = "gpu"
     knob_type = WmmaGemmConfig
-    tunable = True
+    dtypes = DTYPES
     requirement = ("it needs float16 operands: a float16 sum of products onto a direct output, every cell written, "
                    "whose last index only one operand reads (float32 stays on the CUDA cores: gpu_gemm)")
-
-    def match(self, index: int, ctx: Context) -> GemmPlan | None:
-        return fused_gemm(index, ctx, DTYPES)
 
     def profitable(self, plan: GemmPlan, ctx: Context) -> bool:
         return plan.m * plan.n * plan.k >= ctx.params.gemm_min_work
@@ -166,14 +162,8 @@ class GpuTensorcore(Template):
             out.append(f"more than {gpu.max_grid_yz} blocks along the batch or column axis")
         return out
 
-    def consumed(self, plan: GemmPlan) -> int:
-        return 1 + (len(plan.epilogue.links) if plan.epilogue is not None else 0)
-
-    def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
-        b = ctx.bp.statements[choice.index]
-        assert isinstance(b, BoundContraction)
-        plan = choice.plan
-        return fused_group(build(b, ctx.bp, plan, choice.knobs, plan.epilogue), b, plan.epilogue)
+    def launch(self, b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: WmmaGemmConfig) -> L.Stmt:
+        return build(b, bp, plan, knobs, plan.epilogue)
 
     def space(self, index: int, plan: GemmPlan, ctx: Context,
               default: Config) -> tuple[tuple[Knob, ...], tuple[Constraint, ...]]:
@@ -189,9 +179,6 @@ class GpuTensorcore(Template):
             return "; ".join(problems(WmmaGemmConfig(**c), gpu)) or None
 
         return knobs, (Constraint("limits", limits),)
-
-    def flops(self, plan: GemmPlan) -> float:
-        return 2.0 * plan.m * plan.n * plan.k * plan.batch
 
 
 GPU_TENSORCORE = GpuTensorcore()
