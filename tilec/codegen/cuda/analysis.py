@@ -10,31 +10,17 @@ Pure functions over loop IR (:mod:`tilec.ir.loop`); nothing here renders text.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
+from tilec.ir.visitor import child_stmts, walk
 
 Interval = tuple[int, int]
 INT32_MAX = 2**31 - 1
 MAX_THREADS_PER_BLOCK = 1024
 _MAX_BLOCK = (1024, 1024, 64)
 _MAX_GRID = (2**31 - 1, 65535, 65535)
-
-
-def children(node: Any) -> Iterator[Any]:
-    """The loop-IR nodes directly inside `node` (expressions and statements, not Buffers)."""
-    for value in node.__dict__.values():
-        for item in value if isinstance(value, tuple) else (value,):
-            if hasattr(item, "__dataclass_fields__") and not isinstance(item, L.Buffer):
-                yield item
-
-
-def walk(node: Any) -> Iterator[Any]:
-    yield node
-    for c in children(node):
-        yield from walk(c)
 
 
 def gpu_extent(loop: L.For) -> int:
@@ -65,7 +51,7 @@ def launch_shape(stmt: L.Stmt) -> tuple[tuple[int, int, int], tuple[int, int, in
                 else (block, L.GPU_THREAD_AXES.index(node.kind))
             dims[axis] = max(dims[axis], extent)
             bound = bound + (node.kind,)
-        for c in children(node):
+        for c in child_stmts(node):
             visit(c, bound)
 
     visit(stmt, ())

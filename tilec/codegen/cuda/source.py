@@ -35,6 +35,7 @@ from tilec.codegen.cuda.prelude import PRELUDE
 from tilec.codegen.cuda.wmma import fragment_declaration, render_wmma
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
+from tilec.ir.visitor import children, is_stmt, walk
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ class _Kernel:
     def _layout_shared(self) -> tuple[dict[str, int], int]:
         offsets: dict[str, int] = {}
         total = 0
-        for node in A.walk(self.stmt):
+        for node in walk(self.stmt):
             if isinstance(node, L.Allocate) and node.buffer.scope == "shared":
                 if node.buffer.name in offsets:
                     raise CodegenError(f"shared buffer {node.buffer.name} is allocated twice in kernel {self.name}")
@@ -261,7 +262,7 @@ class _Kernel:
 
     def _varies(self, e: L.Expr) -> bool:
         """Whether `e` may differ between the threads of a block (loads count as varying)."""
-        return any(isinstance(n, L.Load) for n in A.walk(e)) or A.uses_vars(e, self.varying)
+        return any(isinstance(n, L.Load) for n in walk(e)) or A.uses_vars(e, self.varying)
 
     @contextmanager
     def _in_loop(self, var: str, r: A.Interval | None) -> Iterator[None]:
@@ -293,7 +294,7 @@ def _itemsize(dtype: str) -> int:
 def _buffers_used(stmt: L.Stmt) -> tuple[set[str], set[str]]:
     used: set[str] = set()
     written: set[str] = set()
-    for node in A.walk(stmt):
+    for node in walk(stmt):
         if isinstance(node, (L.Load, L.Store)):
             used.add(node.buffer)
         if isinstance(node, L.Store):
@@ -312,7 +313,7 @@ def _needs_wide_index(stmt: L.Stmt, params: dict[str, L.Buffer]) -> bool:
 
     def check(e: L.Expr, ranges: dict[str, A.Interval]) -> None:
         nonlocal wide
-        for node in A.walk(e):
+        for node in walk(e):
             if isinstance(node, L.Load):
                 check_access(node.buffer, node.indices, ranges)
             elif node.dtype == L.INDEX and A.pure_index(node) and not A.fits_int32(A.interval(node, ranges)):
@@ -352,8 +353,8 @@ def _needs_wide_index(stmt: L.Stmt, params: dict[str, L.Buffer]) -> bool:
             buffers[s.buffer.name] = s.buffer
         if isinstance(s, L.Store):
             check_access(s.buffer, s.indices, ranges)
-        for c in A.children(s):
-            if isinstance(c, (L.Store, L.For, L.If, L.Seq, L.Allocate, L.Barrier) + L.WMMA_STMTS):
+        for c in children(s):
+            if is_stmt(c):
                 visit(c, ranges)
             else:
                 check(c, ranges)

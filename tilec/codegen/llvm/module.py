@@ -25,6 +25,7 @@ from tilec.codegen.llvm.vector import VectorLoop, power_of_two_pieces, vectoriza
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
 from tilec.ir.dtypes import is_float
+from tilec.ir.visitor import walk
 from tilec.target import CpuInfo
 
 _TYPES: dict[str, ir.Type] = {
@@ -82,18 +83,11 @@ def _names_used(node: Any) -> tuple[list[str], list[str]]:
     """The buffers and variables a loop-IR node uses (each once, in first-use order)."""
     buffers: dict[str, None] = {}
     variables: dict[str, None] = {}
-
-    def visit(n: Any) -> None:
+    for n in walk(node):
         if isinstance(n, L.Var):
             variables[n.name] = None
         elif isinstance(n, (L.Load, L.Store)):
             buffers[n.buffer] = None
-        for value in getattr(n, "__dict__", {}).values():
-            for item in value if isinstance(value, tuple) else (value,):
-                if hasattr(item, "__dataclass_fields__") and not isinstance(item, L.Buffer):
-                    visit(item)
-
-    visit(node)
     return list(buffers), list(variables)
 
 

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING
 
 import llvmlite.ir as ir
 
-from tilec.codegen.llvm.vector import (I64, VectorLoop, _align, _children, _single_store, _stride, _varies,
-                                       power_of_two_pieces, vectorizable)
+from tilec.codegen.llvm.vector import (I64, VectorLoop, _align, _single_store, _stride, _varies, power_of_two_pieces,
+                                       vectorizable)
 from tilec.ir import loop as L
+from tilec.ir.visitor import walk
 
 if TYPE_CHECKING:
     from tilec.codegen.llvm.module import _BodyEmitter
@@ -35,7 +36,7 @@ _DTYPES = {"float32", "float64", "int32", "int64"}
 
 def _loads(e: L.Expr) -> list[L.Load]:
     """Every load in `e`, those inside an index included."""
-    return ([e] if isinstance(e, L.Load) else []) + [x for c in _children(e) for x in _loads(c)]
+    return [n for n in walk(e) if isinstance(n, L.Load)]
 
 
 def _extent(loop: L.For) -> int | None:

@@ -16,6 +16,7 @@ import llvmlite.ir as ir
 
 from tilec.ir import loop as L
 from tilec.ir.dtypes import is_float
+from tilec.ir.visitor import children, walk
 
 if TYPE_CHECKING:
     from tilec.codegen.llvm.module import _BodyEmitter
@@ -37,20 +38,7 @@ _SAFE_BIN = {"add", "sub", "mul", "div", "min", "max", "and", "or"}
 
 
 def _varies(e: Any, var: str) -> bool:
-    if isinstance(e, L.Var):
-        return e.name == var
-    if isinstance(e, (L.Const, L.Buffer)):
-        return False
-    return any(_varies(c, var) for c in _children(e))
-
-
-def _children(e: Any) -> list[Any]:
-    out: list[Any] = []
-    for value in e.__dict__.values():
-        for item in value if isinstance(value, tuple) else (value,):
-            if hasattr(item, "__dataclass_fields__") and not isinstance(item, L.Buffer):
-                out.append(item)
-    return out
+    return any(isinstance(n, L.Var) and n.name == var for n in walk(e))
 
 
 def _coefficient(e: L.Expr, var: str) -> int | None:
@@ -120,7 +108,7 @@ def vectorizable(loop: L.For, buffers: dict[str, L.Buffer]) -> bool:
             return False
         if isinstance(e, L.Cast) and (e.dtype == "bool" or e.a.dtype == "bool"):
             return False  # conversions to and from bool use scalar constants
-        return all(expr_ok(c, masked) for c in _children(e))
+        return all(expr_ok(c, masked) for c in children(e))
 
     def store_ok(s: L.Store, masked: bool) -> bool:
         buf = buffers.get(s.buffer)

@@ -28,7 +28,7 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import LoweredGroup, combine, direct_output_vars, identity
 from tilec.schedule.patterns.dataflow import reads
-from tilec.schedule.primitives.loops import map_stmt_exprs
+from tilec.ir.rewrite import map_stmt_exprs
 from tilec.schedule.templates.base import Choice, Context, Template
 
 
