@@ -1,6 +1,6 @@
 """The loop-IR visitor/rewriter base (tilec.ir.visitor) and the passes built on it: structural
 before/expected comparisons, every node kind reached, unchanged rewrites shared, WMMA statements
-substituted into."""
+substituted into and verified."""
 
 from __future__ import annotations
 
@@ -10,11 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tilec
 from tests.cuda_kernels import single_warp_mma, wmma_gemm
+from tilec.config import options
 from tilec.ir import loop as L
 from tilec.ir.rewrite import map_expr, map_stmt_exprs, substitute, substitute_expr
+from tilec.ir.verify import verify
 from tilec.ir.visitor import (NODE_CLASSES, Rewriter, Visitor, child_stmts, children, map_child_stmts, map_children,
                               walk)
+from tilec.pipeline import Signature, lower_program
 from tilec.schedule.primitives.loops import accesses
 
 V, c = L.Var, L.const
@@ -47,7 +51,7 @@ def test_walk_reaches_every_node_class_of_the_loop_ir() -> None:
     defined = {v for v in vars(L).values()
                if isinstance(v, type) and dataclasses.is_dataclass(v) and v.__module__ == L.__name__} - {L.Buffer}
     assert set(NODE_CLASSES) == defined, "a node class is missing from L.Expr / L.Stmt"
-    func = every_kind()
+    func = verify(every_kind())
     assert {type(n) for n in walk(func)} == defined
 
 
@@ -221,3 +225,56 @@ def test_random_expressions_rewritten_without_change_are_the_same_object(e: L.Ex
 def test_substituting_then_evaluating_is_evaluating_with_the_value_bound(e: L.Expr, r: L.Expr,
                                                                           env: dict[str, int]) -> None:
     assert evaluate(substitute_expr(e, {"x": r}), env) == evaluate(e, {**env, "x": evaluate(r, env)})
+
+
+# ------------------------------------------------------------------ verify
+
+
+def test_verify_accepts_the_hand_built_wmma_kernels() -> None:
+    verify(wmma_gemm(64, 64, 32))
+    verify(single_warp_mma().func)
+    verify(every_kind())
+
+
+def test_verify_accepts_the_tensor_core_template_in_debug_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(options, "debug", True)  # the pipeline verifies every loop-IR stage
+    fn = tilec.compile("C[i, j: M, N] = +(A[i, k] * B[k, j])", target="cuda-sim")
+    sig = Signature((("A", (64, 48)), ("B", (48, 64))), (("A", F16), ("B", F16)), ())
+    func = lower_program(fn.program, sig, None, fn.target)[1]
+    assert any(isinstance(n, L.WmmaMma) for n in walk(func.body)), "the tensor-core template was not used"
+    verify(func)
+
+
+def _replace_first(func: L.PrimFunc, cls: type, **changes: object) -> L.PrimFunc:
+    class Once(Rewriter):
+        done = False
+
+        def rewrite_stmt(self, s: L.Stmt) -> L.Stmt:
+            if isinstance(s, cls) and not self.done:
+                self.done = True
+                return dataclasses.replace(s, **changes)  # type: ignore[type-var]
+            return self.rebuild(s)
+
+    out = Once().rewrite(func)
+    assert out is not func
+    return out
+
+
+@pytest.mark.parametrize("cls, changes, message", [
+    (L.WmmaLoad, {"frag": "nowhere"}, "unknown fragment nowhere"),
+    (L.WmmaLoad, {"buffer": "missing"}, "window into unknown buffer missing"),
+    (L.WmmaLoad, {"origin": (c(0),)}, "needs 2 origin indices"),
+    (L.WmmaLoad, {"index": ()}, "takes 1 indices, got 0"),
+    (L.WmmaLoad, {"origin": (V("stranger"), c(0))}, "variable stranger used outside its loop"),
+    (L.WmmaLoad, {"buffer": "C"}, "(float32) for fragment fa (float16)"),
+    (L.WmmaMma, {"a": "fb"}, "fb has scope wmma.matrix_b, expected wmma.matrix_a"),
+    (L.WmmaMma, {"b_index": (V("stranger"),)}, "variable stranger used outside its loop"),
+    (L.WmmaFill, {"value": L.Const(0.0, F16)}, "with a float16 value"),
+    (L.WmmaFill, {"frag": "fa"}, "expected wmma.accumulator"),
+    (L.WmmaStore, {"buffer": "sA"}, "window into sA (float16) for fragment acc (float32)"),
+    (L.WmmaStore, {"index": (c(0),)}, "takes 2 indices, got 1"),
+], ids=lambda x: x.__name__ if isinstance(x, type) else None)
+def test_verify_rejects_broken_wmma_statements(cls: type, changes: dict, message: str) -> None:
+    broken = _replace_first(wmma_gemm(64, 64, 32), cls, **changes)
+    with pytest.raises(AssertionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        verify(broken)
