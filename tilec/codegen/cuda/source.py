@@ -5,7 +5,7 @@ launch; loops bound to ``blockIdx.*`` / ``threadIdx.*`` run over ``[0, constant)
 Guarantees: `render_cuda` returns source that nvcc (or NVRTC) compiles as it stands, with
 one ``extern "C" __global__`` kernel per launch taking the parameters it uses, in
 parameter order, as ``__restrict__`` pointers (``const`` where only read). The kernels
-run the loop IR's semantics (the CPU backend, tilec/codegen/llvm/module.py, is the reference):
+run the loop IR's semantics (the CPU backend, tilec/codegen/llvm/scalar.py, is the reference):
 
 - a block or thread loop becomes its index; where its extent is smaller than the launch
   extent of its axis, a guard skips the excess blocks or threads;
