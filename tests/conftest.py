@@ -1,4 +1,5 @@
-"""Shared test set-up: the suite never reads or writes the developer's tuning records."""
+"""Shared test set-up: the suite never reads or writes the developer's tuning records, and every
+compilation verifies its loop IR between the pipeline's stages (debug mode)."""
 
 from __future__ import annotations
 
@@ -17,4 +18,13 @@ def isolated_tuning_records(tmp_path_factory: pytest.TempPathFactory) -> Iterato
         mp.setattr(options, "records_path", path)
         mp.setattr(options, "use_records", True)
         mp.setenv("TILEC_RECORDS", str(path))
+        yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def verified_stages() -> Iterator[None]:
+    """Debug mode: tilec.ir.verify runs after every loop-IR stage, here and in subprocesses."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(options, "debug", True)
+        mp.setenv("TILEC_DEBUG", "1")
         yield

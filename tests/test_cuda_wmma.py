@@ -15,6 +15,7 @@ from tilec.passes.lower_wmma import lower_wmma
 from tilec.errors import CodegenError, ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.verify import verify
+from tilec.ir.visitor import walk
 from tilec.schedule.gpu.tensorcore_knobs import WmmaGemmConfig
 
 
@@ -42,17 +43,11 @@ def _run_on_cpu(func: L.PrimFunc, arrays: dict[str, np.ndarray]) -> None:
 def test_lower_wmma_gives_the_cpu_meaning() -> None:
     case = single_warp_mma(m=32, n=48, k=64)
     lowered = verify(lower_wmma(case.func))
-    assert not any(isinstance(n, L.WMMA_STMTS) for n in _walk(lowered.body))
+    assert not any(isinstance(n, L.WMMA_STMTS) for n in walk(lowered.body))
     assert "if (((tx % 32) == 0))" not in str(lowered) and "% 32) == 0)" in str(lowered)
     inputs = case.make_inputs(np.random.default_rng(0))
     _run_on_cpu(lowered, inputs)
     np.testing.assert_allclose(inputs["C"], case.expected(inputs)["C"], rtol=1e-5, atol=1e-4)
-
-
-def _walk(node):  # type: ignore[no-untyped-def]
-    from tilec.codegen.cuda.analysis import walk
-
-    return walk(node)
 
 
 def test_lower_wmma_leaves_other_functions_alone() -> None:

@@ -13,6 +13,7 @@ from tilec.ops import sources
 from tilec.frontend import parse
 from tilec.ir import loop as L
 from tilec.ir.bounds import bind
+from tilec.ir.visitor import walk
 from tilec.schedule.cpu import rowwise as elementwise_fusion
 from tilec.schedule.lowering import lower_bound
 from tilec.target import host_target
@@ -185,7 +186,7 @@ def test_layer_norm_gradient_is_one_nest_without_temporaries() -> None:
     params = {p.name for p in func.params}
     assert params == {"X", "G", "Bt", "DO", "DX"} | (params - {"X", "G", "Bt", "DO", "DX"})
     assert len(params) < 5 + len(bp.temporaries)  # most temporaries live in registers
-    assert any(isinstance(s, L.For) and s.kind == "vectorized" for s in _walk(func.body))
+    assert any(isinstance(s, L.For) and s.kind == "vectorized" for s in walk(func.body))
 
 
 def test_softmax_plan_segments() -> None:
@@ -207,15 +208,6 @@ def test_no_fusion_for_non_row_local_reads() -> None:
     np.testing.assert_allclose(tilec.compile(src)(x), np.exp(x).T, rtol=1e-6)
 
 
-def _walk(s: L.Stmt):
-    yield s
-    for child in (getattr(s, "body", None), getattr(s, "then", None), getattr(s, "orelse", None)):
-        if child is not None:
-            yield from _walk(child)
-    for child in getattr(s, "stmts", ()):
-        yield from _walk(child)
-
-
 def test_vector_erf_float32_within_3_ulp() -> None:
     """The fused nest's vectorized loop computes erf without libm (tilec/codegen/llvm/vector.py)."""
     import math
@@ -224,7 +216,7 @@ def test_vector_erf_float32_within_3_ulp() -> None:
     special = [0.0, 1e-30, 1e-8, np.inf, -np.inf, 1.0, -1.0, 0.99999994, 1.0000001, 3.9, 4.1, 10.0, -0.5, 0.5, 2.0, -2.0]
     x = np.concatenate([np.linspace(-6, 6, 40000), special]).astype(np.float32).reshape(-1, 16)
     _, func = _lowered(src, {"X": x.shape})
-    assert any(isinstance(s, L.For) and s.kind == "vectorized" for s in _walk(func.body))
+    assert any(isinstance(s, L.For) and s.kind == "vectorized" for s in walk(func.body))
     got = tilec.compile(src)(x).ravel().astype(np.float64)
     want = np.array([math.erf(float(v)) for v in x.ravel()])
     ulps = np.abs(got - want) / np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
@@ -256,7 +248,7 @@ def test_bias_gradient_is_a_column_sweep() -> None:
     src = "function (G[M, N]) -> (DB) { DB[x: N] = +(G[m, x]); }"
     bp, func = _lowered(src, {"G": (300, 40)})
     assert column_reduce.match(bp.statements[0]) is not None
-    sweeps = [s for s in _walk(func.body) if isinstance(s, L.For) and s.kind == "vectorized"]
+    sweeps = [s for s in walk(func.body) if isinstance(s, L.For) and s.kind == "vectorized"]
     assert sweeps and all("m" != s.var for s in sweeps)
     not_column = "function (G[M, N]) -> (DB) { DB[x: M] = +(G[x, n]); }"  # a row sum: not this template
     assert column_reduce.match(bind(parse(not_column), {"G": (3, 4)}, {"G": "float32"}).statements[0]) is None

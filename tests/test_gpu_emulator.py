@@ -11,7 +11,7 @@ from tilec.passes.emulate_gpu import emulate
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
 from tilec.ir.verify import verify
-from tilec.ir.rewrite import walk
+from tilec.ir.visitor import walk
 from tilec.pipeline import load_from, resolve_target
 
 from reference import rng

@@ -14,7 +14,7 @@ from tilec.pipeline import Signature, lower_program
 from tilec.errors import ScheduleError, TilecError
 from tilec.ir import loop as L
 from tilec.schedule.primitives.records import Bind, CacheRead, Schedule, Split
-from tilec.ir.rewrite import walk
+from tilec.ir.visitor import walk
 from tilec.pipeline import resolve_target
 
 from reference import MATMUL, assert_matches, randn, rng

@@ -22,7 +22,7 @@ from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.pipeline import resolve_target
 from tilec.schedule.gpu.gemm import GpuGemmKnobs
-from tilec.ir.rewrite import walk
+from tilec.ir.visitor import walk
 from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
 
 from test_attention import reference as attention_reference

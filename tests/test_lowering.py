@@ -9,20 +9,12 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import bind
 from tilec.ir.lower import lower
 from tilec.ir.verify import verify
+from tilec.ir.visitor import walk
 
 
 def _bound(src: str, shapes: dict, **sizes):
     program = tilec.parse(src, sizes)
     return bind(program, shapes, {n: "float32" for n in shapes}, sizes)
-
-
-def _all_nodes(node):
-    yield node
-    for child in getattr(node, "__dict__", {}).values():
-        items = child if isinstance(child, tuple) else (child,)
-        for item in items:
-            if hasattr(item, "__dataclass_fields__"):
-                yield from _all_nodes(item)
 
 
 def test_matmul_lowers_to_a_register_accumulated_loop_nest():
@@ -53,8 +45,8 @@ def test_padding_guards_become_loop_bounds_not_branches():
     assert dict((v, (lo, hi)) for v, lo, hi in stmt.ranges) == {"x": (0, 5), "y": (0, 6), "i": (0, 2), "j": (0, 2)}
     assert len(stmt.guards) == 2  # x + i - 1 and y + j - 1 stay in bounds
     func = verify(lower(bp))
-    assert not any(isinstance(n, L.If) for n in _all_nodes(func.body)), "guards left as branches"
-    loops = {n.var: n for n in _all_nodes(func.body) if isinstance(n, L.For)}
+    assert not any(isinstance(n, L.If) for n in walk(func.body)), "guards left as branches"
+    loops = {n.var: n for n in walk(func.body) if isinstance(n, L.For)}
     # i runs over [max(0, 1 - x), min(2, 6 - x) + 1)
     assert isinstance(loops["i"].begin, L.Bin) and loops["i"].begin.op == "max"
 
@@ -62,23 +54,23 @@ def test_padding_guards_become_loop_bounds_not_branches():
 def test_triangular_domain_from_a_constraint():
     bp = _bound("function (I[N]) -> (O) { O[i: N] = +(I[k]), i - k < N; }", {"I": (5,)})
     func = verify(lower(bp))
-    loops = {n.var: n for n in _all_nodes(func.body) if isinstance(n, L.For)}
-    assert any(isinstance(n, L.Bin) and n.op == "min" for n in _all_nodes(loops["k"].end))  # k <= i
-    assert not any(isinstance(n, L.If) for n in _all_nodes(func.body))
+    loops = {n.var: n for n in walk(func.body) if isinstance(n, L.For)}
+    assert any(isinstance(n, L.Bin) and n.op == "min" for n in walk(loops["k"].end))  # k <= i
+    assert not any(isinstance(n, L.If) for n in walk(func.body))
 
 
 def test_divisibility_guard_stays_a_branch():
     bp = _bound("function (I[N]) -> (O) { O[i: 2 * N] = +(I[i / 2]); }", {"I": (3,)})
     (stmt,) = bp.statements
     assert any(g.expr.divisor == 2 for g in stmt.guards)
-    assert any(isinstance(n, L.If) for n in _all_nodes(verify(lower(bp)).body))
+    assert any(isinstance(n, L.If) for n in walk(verify(lower(bp)).body))
 
 
 def test_complex_left_hand_side_scatters_into_an_initialised_output():
     bp = _bound("function (I[X], K[KX]) -> (O) { O[x + i: X + KX - 1] = +(I[x] * K[i]); }", {"I": (6,), "K": (3,)})
     assert bp.shapes["O"] == (8,)
     func = verify(lower(bp))
-    stores = [n for n in _all_nodes(func.body) if isinstance(n, L.Store) and n.buffer == "O"]
+    stores = [n for n in walk(func.body) if isinstance(n, L.Store) and n.buffer == "O"]
     assert len(stores) == 2  # initialise, then accumulate
 
 

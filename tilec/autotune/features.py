@@ -24,7 +24,7 @@ import numpy as np
 from tilec.autotune.task import Task
 from tilec.errors import TilecError
 from tilec.ir import loop as L
-from tilec.ir.rewrite import walk
+from tilec.ir.visitor import Visitor, walk
 
 IR_NAMES = ("loops", "serial", "parallel", "vectorized", "unrolled", "depth", "vector_width", "parallel_extent",
             "log_workspace_bytes", "local_bytes")
@@ -36,40 +36,43 @@ def _log(x: float) -> float:
 
 def loop_totals(func: L.PrimFunc) -> list[float]:
     """Totals of the loop IR: loops of each kind, depth, vector width, parallel extent, bytes."""
-    kinds = {"serial": 0, "parallel": 0, "vectorized": 0, "unrolled": 0}
-    depth = width = par = local = 0
-
-    def extent(f: L.For) -> int:
-        if isinstance(f.begin, L.Const) and isinstance(f.end, L.Const):
-            return int(f.end.value) - int(f.begin.value)
-        return 0
-
-    def walk(s: L.Stmt | None, d: int) -> None:
-        nonlocal depth, width, par, local
-        if s is None:
-            return
-        if isinstance(s, L.For):
-            kinds[s.kind] = kinds.get(s.kind, 0) + 1
-            depth = max(depth, d + 1)
-            if s.kind == "vectorized":
-                width = max(width, extent(s))
-            if s.kind == "parallel":
-                par = max(par, extent(s))
-            walk(s.body, d + 1)
-        elif isinstance(s, L.Seq):
-            for x in s.stmts:
-                walk(x, d)
-        elif isinstance(s, L.If):
-            walk(s.then, d)
-            walk(s.orelse, d)
-        elif isinstance(s, L.Allocate):
-            local += s.buffer.size * (8 if s.buffer.dtype.endswith("64") else 4)
-            walk(s.body, d)
-
-    walk(func.body, 0)
+    totals = _LoopTotals()
+    totals.visit(func.body)
+    kinds = totals.kinds
     workspace = sum(b.size * 4 for b in func.params if "." in b.name)
     return [float(sum(kinds.values())), kinds["serial"], kinds["parallel"], kinds["vectorized"], kinds["unrolled"],
-            depth, width, par, _log(workspace + 1), local / 1024]
+            totals.depth, totals.width, totals.par, _log(workspace + 1), totals.local / 1024]
+
+
+class _LoopTotals(Visitor):
+    def __init__(self) -> None:
+        self.kinds = {"serial": 0, "parallel": 0, "vectorized": 0, "unrolled": 0}
+        self.depth = self.width = self.par = self.local = 0
+        self.level = 0  # loops around the node visited
+
+    def visit_For(self, s: L.For) -> None:
+        self.kinds[s.kind] = self.kinds.get(s.kind, 0) + 1
+        self.depth = max(self.depth, self.level + 1)
+        if s.kind == "vectorized":
+            self.width = max(self.width, _constant_extent(s))
+        if s.kind == "parallel":
+            self.par = max(self.par, _constant_extent(s))
+        self.level += 1
+        self.visit(s.body)
+        self.level -= 1
+
+    def visit_Allocate(self, s: L.Allocate) -> None:
+        self.local += s.buffer.size * (8 if s.buffer.dtype.endswith("64") else 4)
+        self.visit(s.body)
+
+    def visit_expr(self, e: L.Expr) -> None:
+        pass  # loops and allocations are statements
+
+
+def _constant_extent(f: L.For) -> int:
+    if isinstance(f.begin, L.Const) and isinstance(f.end, L.Const):
+        return int(f.end.value) - int(f.begin.value)
+    return 0
 
 
 KERNEL_NAMES = ("log_blocks", "threads", "shared_kib", "local_elems", "barriers", "loops")

@@ -12,7 +12,8 @@ them writes. We prove it per store, conservatively:
   iteration writes (read-modify-write updates such as ``O[t] = O[t] + v``).
 
 A store whose indices do not mention `p` at all is a reduction over `p` (the `k` loop
-of a matmul updating its accumulator) and is refused with that reason.
+of a matmul updating its accumulator) and is refused with that reason. A loop holding WMMA
+statements is refused too: their 16x16 windows are not analysed here.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from __future__ import annotations
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.printer import format_expr
-from tilec.ir.rewrite import extent_bound, mentions, walk
+from tilec.ir.rewrite import extent_bound, mentions
+from tilec.ir.visitor import walk
 
 Affine = dict[object, int]  # atom (a variable name or an opaque expression) -> coefficient; 1 -> constant
 
@@ -28,9 +30,15 @@ Affine = dict[object, int]  # atom (a variable name or an opaque expression) -> 
 def check_parallel(loop: L.For) -> None:
     """Raise ScheduleError unless the iterations of `loop` write disjoint elements."""
     p = loop.var
-    inner = {f.var: f for f in walk(loop.body) if isinstance(f, L.For)}
-    local = {a.buffer.name for a in walk(loop.body) if isinstance(a, L.Allocate)}
-    stores = [s for s in walk(loop.body) if isinstance(s, L.Store) and s.buffer not in local]
+    nodes = list(walk(loop.body))
+    wmma = [n for n in nodes if isinstance(n, L.WMMA_STMTS)]
+    if wmma:
+        raise ScheduleError(f"cannot parallelise loop {p}: it holds a warp-collective {type(wmma[0]).__name__} "
+                            f"statement, whose 16x16 windows this check does not analyse; only a tensor-core "
+                            f"template places (and binds) WMMA statements")
+    inner = {f.var: f for f in nodes if isinstance(f, L.For)}
+    local = {a.buffer.name for a in nodes if isinstance(a, L.Allocate)}
+    stores = [s for s in nodes if isinstance(s, L.Store) and s.buffer not in local]
     for s in stores:
         where = f"{s.buffer}[{', '.join(format_expr(i) for i in s.indices)}]"
         if not mentions(s.indices, {p}):
@@ -42,7 +50,7 @@ def check_parallel(loop: L.For) -> None:
     written: dict[str, set[tuple[L.Expr, ...]]] = {}
     for s in stores:
         written.setdefault(s.buffer, set()).add(s.indices)
-    for ld in walk(loop.body):
+    for ld in nodes:
         if isinstance(ld, L.Load) and ld.buffer in written and ld.indices not in written[ld.buffer]:
             where = f"{ld.buffer}[{', '.join(format_expr(i) for i in ld.indices)}]"
             raise ScheduleError(f"cannot parallelise loop {p}: it reads {where}, which other iterations may write")

@@ -1,102 +1,69 @@
-"""Loop-IR helpers the schedule primitives share: substitution, constant folding, bounds.
+"""Loop-IR helpers the schedule primitives and passes share: substitution, mapping a function
+over expressions, constant folding, bounds.
 
-Rewriters return the *same object* when nothing changes, so unchanged subtrees stay
-shared and `is` tells a caller whether a rewrite did anything.
+Substitution and `map_expr` / `map_stmt_exprs` are :class:`tilec.ir.visitor.Rewriter`s: they
+reach every node kind (the WMMA statements' expressions included), and return the *same object*
+when nothing changes, so unchanged subtrees stay shared and `is` tells a caller whether a
+rewrite did anything.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Callable, Iterator
+from typing import Callable
 
 from tilec.ir import loop as L
+from tilec.ir.visitor import Rewriter, walk
 
 # ------------------------------------------------------------------ substitution
 
 
+class _Substitute(Rewriter):
+    def __init__(self, mapping: dict[str, L.Expr]) -> None:
+        self.mapping = mapping
+
+    def rewrite_Var(self, e: L.Var) -> L.Expr:
+        return self.mapping.get(e.name, e)
+
+    def rewrite_Const(self, e: L.Const) -> L.Expr:
+        return e
+
+
 def substitute_expr(e: L.Expr, mapping: dict[str, L.Expr]) -> L.Expr:
     """`e` with every variable named in `mapping` replaced by its expression."""
-    if isinstance(e, L.Var):
-        return mapping.get(e.name, e)
-    if isinstance(e, L.Const):
-        return e
-    if isinstance(e, (L.Bin, L.Cmp)):
-        a, b = substitute_expr(e.a, mapping), substitute_expr(e.b, mapping)
-        return e if a is e.a and b is e.b else replace(e, a=a, b=b)
-    if isinstance(e, (L.Not, L.Cast)):
-        a = substitute_expr(e.a, mapping)
-        return e if a is e.a else replace(e, a=a)
-    if isinstance(e, L.Select):
-        c, a, b = (substitute_expr(x, mapping) for x in (e.cond, e.a, e.b))
-        return e if c is e.cond and a is e.a and b is e.b else L.Select(c, a, b)
-    if isinstance(e, L.Call):
-        args = _exprs(e.args, mapping)
-        return e if args is e.args else replace(e, args=args)
-    if isinstance(e, L.Load):
-        indices = _exprs(e.indices, mapping)
-        return e if indices is e.indices else replace(e, indices=indices)
-    raise TypeError(f"not a loop-IR expression: {e!r}")
-
-
-def _exprs(es: tuple[L.Expr, ...], mapping: dict[str, L.Expr]) -> tuple[L.Expr, ...]:
-    new = tuple(substitute_expr(x, mapping) for x in es)
-    return es if all(a is b for a, b in zip(new, es)) else new
-
-
-def child_stmts(s: L.Stmt) -> tuple[L.Stmt, ...]:
-    if isinstance(s, L.Seq):
-        return s.stmts
-    if isinstance(s, (L.For, L.Allocate)):
-        return (s.body,)
-    if isinstance(s, L.If):
-        return (s.then,) if s.orelse is None else (s.then, s.orelse)
-    return ()
-
-
-def map_children(s: L.Stmt, fn: Callable[[L.Stmt], L.Stmt]) -> L.Stmt:
-    """`s` with `fn` applied to each child statement (the same object if no child changed)."""
-    if isinstance(s, L.Seq):
-        stmts = tuple(fn(x) for x in s.stmts)
-        return s if all(a is b for a, b in zip(stmts, s.stmts)) else L.Seq(stmts)
-    if isinstance(s, (L.For, L.Allocate)):
-        body = fn(s.body)
-        return s if body is s.body else replace(s, body=body)
-    if isinstance(s, L.If):
-        then = fn(s.then)
-        orelse = None if s.orelse is None else fn(s.orelse)
-        return s if then is s.then and orelse is s.orelse else L.If(s.cond, then, orelse)
-    return s
+    return _Substitute(mapping).rewrite(e)
 
 
 def substitute(s: L.Stmt, mapping: dict[str, L.Expr]) -> L.Stmt:
-    """`s` with the variables in `mapping` replaced everywhere (loop bounds included)."""
-    if isinstance(s, L.Store):
-        indices = _exprs(s.indices, mapping)
-        value = substitute_expr(s.value, mapping)
-        return s if indices is s.indices and value is s.value else L.Store(s.buffer, indices, value)
-    if isinstance(s, L.For):
-        begin, end = substitute_expr(s.begin, mapping), substitute_expr(s.end, mapping)
-        body = substitute(s.body, mapping)
-        if begin is s.begin and end is s.end and body is s.body:
-            return s
-        return replace(s, begin=begin, end=end, body=body)
-    if isinstance(s, L.If):
-        cond = substitute_expr(s.cond, mapping)
-        out = map_children(s, lambda x: substitute(x, mapping))
-        return out if cond is s.cond else replace(out, cond=cond)  # type: ignore[arg-type]
-    return map_children(s, lambda x: substitute(x, mapping))
+    """`s` with the variables in `mapping` replaced everywhere: loop bounds, conditions, indices and
+    values, and the WMMA statements' indices, window origins and fill values."""
+    return _Substitute(mapping).rewrite(s)
+
+
+def map_expr(e: L.Expr, fn: Callable[[L.Expr], L.Expr]) -> L.Expr:
+    """`e` rebuilt bottom-up with `fn` applied to every node (the same object if nothing changed)."""
+    return _MapExprs(fn).rewrite(e)
+
+
+def map_stmt_exprs(s: L.Stmt, fn: Callable[[L.Expr], L.Expr],
+                   store: Callable[[L.Store], L.Stmt] | None = None) -> L.Stmt:
+    """`s` with :func:`map_expr` applied to every expression (those of WMMA statements included),
+    and `store` (if given) to every Store after."""
+    return _MapExprs(fn, store).rewrite(s)
+
+
+class _MapExprs(Rewriter):
+    def __init__(self, fn: Callable[[L.Expr], L.Expr], store: Callable[[L.Store], L.Stmt] | None = None) -> None:
+        self.fn, self.store = fn, store
+
+    def rewrite_expr(self, e: L.Expr) -> L.Expr:
+        return self.fn(self.rebuild(e))
+
+    def rewrite_Store(self, s: L.Store) -> L.Stmt:
+        out = self.rebuild(s)
+        return self.store(out) if self.store is not None else out
 
 
 # ------------------------------------------------------------------ queries
-
-
-def walk(node: object) -> Iterator[object]:
-    """Every loop-IR node under `node` (statements and expressions), pre-order."""
-    yield node
-    for value in getattr(node, "__dict__", {}).values():
-        for item in value if isinstance(value, tuple) else (value,):
-            if hasattr(item, "__dataclass_fields__") and not isinstance(item, L.Buffer):
-                yield from walk(item)
 
 
 def mentions(e: object, names: "set[str] | frozenset[str]") -> bool:
@@ -203,5 +170,5 @@ def extent_bound(loop: L.For) -> int | None:
     return None if hi is None or lo is None else max(hi - lo, 0)
 
 
-__all__ = ["child_stmts", "substitute", "substitute_expr", "map_children", "walk", "mentions", "loops_in", "minimum", "floordiv",
+__all__ = ["substitute", "substitute_expr", "map_expr", "map_stmt_exprs", "mentions", "loops_in", "minimum", "floordiv",
            "const_value", "extent", "constant_extent", "upper_bound", "lower_bound", "extent_bound"]

@@ -2,7 +2,8 @@
 
 Requires: a PrimFunc following the GPU conventions of :mod:`tilec.ir.loop` (each top-level
 statement a launch: block-bound loops around thread-bound loops; "shared" buffers allocated
-inside the block loops, "local" ones inside the thread loops; Barriers inside the thread loops).
+inside the block loops, "local" ones inside the thread loops; Barriers inside the thread loops)
+and no WMMA statements (:func:`tilec.passes.lower_wmma.lower_wmma` gives them their CPU meaning first).
 Guarantees: a PrimFunc with no GPU-bound loops, no Barrier and no "shared" buffer that computes
 what the GPU kernels compute when every block runs its threads to each barrier in turn:
 
@@ -27,14 +28,18 @@ from dataclasses import replace
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
 from tilec.ir.printer import format_expr
-from tilec.schedule.primitives.loops import map_stmt_exprs
-from tilec.ir.rewrite import const_value, map_children, mentions, walk
+from tilec.ir.rewrite import const_value, map_stmt_exprs, mentions
+from tilec.ir.visitor import map_child_stmts, walk
 
 PARALLEL_MIN_WORK = 1 << 15  # blocks x threads below which a launch's blocks run serially
 
 
 def emulate(func: L.PrimFunc) -> L.PrimFunc:
     """The CPU PrimFunc that computes what the GPU PrimFunc `func` computes (see the module doc)."""
+    wmma = next((n for n in walk(func.body) if isinstance(n, L.WMMA_STMTS)), None)
+    if wmma is not None:
+        raise CodegenError(f"the GPU emulator got a {type(wmma).__name__} statement; lower the WMMA statements "
+                           f"first (tilec.passes.lower_wmma.lower_wmma)")
     launches = func.body.stmts if isinstance(func.body, L.Seq) else (func.body,)
     body = L.seq(*(_launch(s, k) for k, s in enumerate(launches)))
     return replace(func, body=body)
@@ -60,7 +65,7 @@ def _launch(s: L.Stmt, index: int) -> L.Stmt:
             return L.Allocate(replace(st.buffer, scope="local"), visit(st.body))
         if isinstance(st, L.Barrier):
             return L.seq()  # outside thread loops there is one "thread": nothing to wait for
-        return map_children(st, visit)
+        return map_child_stmts(st, visit)
 
     return visit(s)
 

@@ -15,8 +15,9 @@ as they must on the GPU. The other lanes' copies stay unused.
 
 from __future__ import annotations
 
-from tilec.codegen.cuda import analysis as A
 from tilec.ir import loop as L
+from tilec.ir.launch import launch_extents
+from tilec.ir.visitor import Rewriter
 
 F32 = "float32"
 
@@ -25,40 +26,47 @@ def lower_wmma(func: L.PrimFunc) -> L.PrimFunc:
     stmts = func.body.stmts if isinstance(func.body, L.Seq) else (func.body,)
     out = []
     for stmt in stmts:
-        _, block = A.launch_shape(stmt)
-        out.append(_Rewriter(block).stmt(stmt, {}))
+        _, block = launch_extents(stmt)
+        out.append(_LowerWmma(block).rewrite(stmt))
     body = L.seq(*out)
     return func if body == func.body else L.PrimFunc(func.name, func.params, body)
 
 
-class _Rewriter:
+class _LowerWmma(Rewriter):
+    """One launch: fragments become local buffers, WMMA statements loops run by lane 0 of each warp."""
+
     def __init__(self, block: tuple[int, int, int]) -> None:
         self.block = block
         self.dtypes: dict[str, str] = {}  # fragment -> element dtype
+        self.threads: dict[str, str] = {}  # the variable of each enclosing thread loop, by axis
 
-    def stmt(self, s: L.Stmt, threads: dict[str, str]) -> L.Stmt:
-        """`threads`: the variable of each enclosing thread loop, by axis."""
-        if isinstance(s, L.Seq):
-            return L.Seq(tuple(self.stmt(st, threads) for st in s.stmts))
-        if isinstance(s, L.For):
-            inner = {**threads, s.kind: s.var} if s.kind in L.GPU_THREAD_AXES else threads
-            return L.For(s.var, s.begin, s.end, self.stmt(s.body, inner), s.kind)
-        if isinstance(s, L.If):
-            orelse = None if s.orelse is None else self.stmt(s.orelse, threads)
-            return L.If(s.cond, self.stmt(s.then, threads), orelse)
-        if isinstance(s, L.Allocate):
-            buf = s.buffer
-            if buf.scope in L.FRAGMENT_SCOPES:
-                self.dtypes[buf.name] = buf.dtype
-                buf = L.Buffer(buf.name, buf.dtype, buf.shape, "local")
-            return L.Allocate(buf, self.stmt(s.body, threads))
-        if isinstance(s, L.WMMA_STMTS):
-            return L.If(L.Cmp("eq", L.Bin("mod", self._linear_id(threads), L.const(32)), L.const(0)), _loops(s, self.dtypes))
-        return s
+    def rewrite_expr(self, e: L.Expr) -> L.Expr:
+        return e  # WMMA statements are statements: expressions hold none
 
-    def _linear_id(self, threads: dict[str, str]) -> L.Expr:
+    def rewrite_For(self, s: L.For) -> L.Stmt:
+        if s.kind not in L.GPU_THREAD_AXES:
+            return self.rebuild(s)
+        outer = self.threads
+        self.threads = {**outer, s.kind: s.var}
+        out = self.rebuild(s)
+        self.threads = outer
+        return out
+
+    def rewrite_Allocate(self, s: L.Allocate) -> L.Stmt:
+        buf = s.buffer
+        if buf.scope not in L.FRAGMENT_SCOPES:
+            return self.rebuild(s)
+        self.dtypes[buf.name] = buf.dtype
+        return L.Allocate(L.Buffer(buf.name, buf.dtype, buf.shape, "local"), self.rewrite(s.body))
+
+    def _lane_zero(self, s: L.Stmt) -> L.Stmt:
+        return L.If(L.Cmp("eq", L.Bin("mod", self._linear_id(), L.const(32)), L.const(0)), _loops(s, self.dtypes))
+
+    rewrite_WmmaFill = rewrite_WmmaLoad = rewrite_WmmaMma = rewrite_WmmaStore = _lane_zero
+
+    def _linear_id(self) -> L.Expr:
         def axis(k: int) -> L.Expr:
-            name = threads.get(L.GPU_THREAD_AXES[k])
+            name = self.threads.get(L.GPU_THREAD_AXES[k])
             return L.Var(name) if name is not None else L.const(0)
 
         bx, by, _ = self.block

@@ -1,20 +1,19 @@
 """Facts about GPU loop IR that the CUDA C renderer needs: launch shapes, index ranges, alignment.
 
 Pure functions over loop IR (:mod:`tilec.ir.loop`); nothing here renders text.
-- `launch_shape` finds a launch's grid and block extents from its GPU-bound loops and checks
-  the IR conventions for GPU kernels (constant extents from 0, no axis nested in itself,
-  block loops outside thread loops).
+- `launch_shape` is a launch's grid and block (tilec.ir.launch), checked against CUDA's limits.
 - `interval` bounds an index expression given the ranges of the loop variables in scope.
 - `affine` writes an index expression as ``sum(coeff * var) + const`` where it is affine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
+from tilec.ir.launch import launch_extents
+from tilec.ir.visitor import walk
 
 Interval = tuple[int, int]
 INT32_MAX = 2**31 - 1
@@ -23,52 +22,9 @@ _MAX_BLOCK = (1024, 1024, 64)
 _MAX_GRID = (2**31 - 1, 65535, 65535)
 
 
-def children(node: Any) -> Iterator[Any]:
-    """The loop-IR nodes directly inside `node` (expressions and statements, not Buffers)."""
-    for value in node.__dict__.values():
-        for item in value if isinstance(value, tuple) else (value,):
-            if hasattr(item, "__dataclass_fields__") and not isinstance(item, L.Buffer):
-                yield item
-
-
-def walk(node: Any) -> Iterator[Any]:
-    yield node
-    for c in children(node):
-        yield from walk(c)
-
-
-def gpu_extent(loop: L.For) -> int:
-    """The launch extent of a GPU-bound loop (convention: begin 0, constant end)."""
-    if not (isinstance(loop.begin, L.Const) and loop.begin.value == 0 and isinstance(loop.end, L.Const)):
-        raise CodegenError(f"GPU loop {loop.var} ({loop.kind}) must run over [0, constant); "
-                           f"got [{loop.begin}, {loop.end}]")
-    extent = int(loop.end.value)
-    if extent < 1:
-        raise CodegenError(f"GPU loop {loop.var} ({loop.kind}) has extent {extent}; it must be at least 1")
-    return extent
-
-
 def launch_shape(stmt: L.Stmt) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(grid, block) of one launch: per axis the largest extent of the loops bound to it."""
-    grid = [1, 1, 1]
-    block = [1, 1, 1]
-
-    def visit(node: Any, bound: tuple[str, ...]) -> None:
-        if isinstance(node, L.For) and node.kind in L.GPU_AXES:
-            if node.kind in bound:
-                raise CodegenError(f"loop {node.var} is bound to {node.kind} inside another {node.kind} loop")
-            if node.kind in L.GPU_BLOCK_AXES and any(a in L.GPU_THREAD_AXES for a in bound):
-                raise CodegenError(f"block loop {node.var} ({node.kind}) is nested inside a thread loop; "
-                                   "block loops must enclose thread loops")
-            extent = gpu_extent(node)
-            dims, axis = (grid, L.GPU_BLOCK_AXES.index(node.kind)) if node.kind in L.GPU_BLOCK_AXES \
-                else (block, L.GPU_THREAD_AXES.index(node.kind))
-            dims[axis] = max(dims[axis], extent)
-            bound = bound + (node.kind,)
-        for c in children(node):
-            visit(c, bound)
-
-    visit(stmt, ())
+    """(grid, block) of one launch (tilec.ir.launch), within CUDA's limits."""
+    grid, block = launch_extents(stmt)
     threads = block[0] * block[1] * block[2]
     if threads > MAX_THREADS_PER_BLOCK or any(b > m for b, m in zip(block, _MAX_BLOCK)):
         raise CodegenError(f"a block of {tuple(block)} threads exceeds CUDA's limits "
@@ -76,7 +32,7 @@ def launch_shape(stmt: L.Stmt) -> tuple[tuple[int, int, int], tuple[int, int, in
                            "bind fewer iterations to threadIdx")
     if any(g > m for g, m in zip(grid, _MAX_GRID)):
         raise CodegenError(f"a grid of {tuple(grid)} blocks exceeds CUDA's limits {_MAX_GRID}")
-    return (grid[0], grid[1], grid[2]), (block[0], block[1], block[2])
+    return grid, block
 
 
 def has_thread_loop(node: Any) -> bool:

@@ -20,6 +20,7 @@ from tilec.codegen.cuda import analysis as A
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
 from tilec.ir.dtypes import is_float
+from tilec.ir.visitor import walk
 
 _CTYPES = {"bool": "bool", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
            "float16": "__half", "float32": "float", "float64": "double"}
@@ -333,7 +334,7 @@ def _float4_plan(loop: L.For, buffers: dict[str, L.Buffer]) -> tuple[list[L.Load
         assert isinstance(s, L.Store)
         if not aligned_access(s.buffer, s.indices):
             return None
-        for node in A.walk(s.value):
+        for node in walk(s.value):
             if isinstance(node, L.Load) and A.uses_vars(node, {loop.var}):
                 if not aligned_access(node.buffer, node.indices):
                     return None
@@ -342,11 +343,11 @@ def _float4_plan(loop: L.For, buffers: dict[str, L.Buffer]) -> tuple[list[L.Load
     stored = {(s.buffer, s.indices) for s in stores}  # type: ignore[union-attr]
     if len({b for b, _ in stored}) != len(stored):
         return None
-    for node in (n for s in stores for n in A.walk(s)):
+    for node in (n for s in stores for n in walk(s)):
         if isinstance(node, L.Load) and any(b == node.buffer and i != node.indices for b, i in stored):
             return None
     if len(stores) > 1 and any(isinstance(n, L.Load) and n.buffer in {b for b, _ in stored}
-                               for s in stores for n in A.walk(s.value)):  # type: ignore[union-attr]
+                               for s in stores for n in walk(s.value)):  # type: ignore[union-attr]
         return None
     return loads, stores  # type: ignore[return-value]
 

@@ -1,7 +1,7 @@
 """The fixed head of every generated CUDA translation unit: includes and device helpers.
 
 Each helper gives one loop-IR operation its exact meaning (see tilec/ir/loop.py and the
-CPU reference, tilec/codegen/llvm/module.py): floor division and modulo with ``x // 0 == 0``
+CPU reference, tilec/codegen/llvm/scalar.py): floor division and modulo with ``x // 0 == 0``
 and no ``INT_MIN / -1`` trap, NaN-propagating min/max, floor modulo on floats, wrapping
 integer abs and power. Kept free of the C++ standard library so that NVRTC, which has
 no system headers, compiles it too.

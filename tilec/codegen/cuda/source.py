@@ -5,7 +5,7 @@ launch; loops bound to ``blockIdx.*`` / ``threadIdx.*`` run over ``[0, constant)
 Guarantees: `render_cuda` returns source that nvcc (or NVRTC) compiles as it stands, with
 one ``extern "C" __global__`` kernel per launch taking the parameters it uses, in
 parameter order, as ``__restrict__`` pointers (``const`` where only read). The kernels
-run the loop IR's semantics (the CPU backend, tilec/codegen/llvm/module.py, is the reference):
+run the loop IR's semantics (the CPU backend, tilec/codegen/llvm/scalar.py, is the reference):
 
 - a block or thread loop becomes its index; where its extent is smaller than the launch
   extent of its axis, a guard skips the excess blocks or threads;
@@ -35,6 +35,8 @@ from tilec.codegen.cuda.prelude import PRELUDE
 from tilec.codegen.cuda.wmma import fragment_declaration, render_wmma
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
+from tilec.ir.launch import gpu_extent
+from tilec.ir.visitor import children, is_stmt, walk
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,7 @@ class _Kernel:
     def _layout_shared(self) -> tuple[dict[str, int], int]:
         offsets: dict[str, int] = {}
         total = 0
-        for node in A.walk(self.stmt):
+        for node in walk(self.stmt):
             if isinstance(node, L.Allocate) and node.buffer.scope == "shared":
                 if node.buffer.name in offsets:
                     raise CodegenError(f"shared buffer {node.buffer.name} is allocated twice in kernel {self.name}")
@@ -225,7 +227,7 @@ class _Kernel:
         var = names.var(s.var)
         idx = self.exprs.index_type
         if s.kind in L.GPU_AXES:
-            extent = A.gpu_extent(s)
+            extent = gpu_extent(s)
             axis = s.kind.split(".")[1]
             is_thread = s.kind in L.GPU_THREAD_AXES
             launch = (self.block if is_thread else self.grid)["xyz".index(axis)]
@@ -261,7 +263,7 @@ class _Kernel:
 
     def _varies(self, e: L.Expr) -> bool:
         """Whether `e` may differ between the threads of a block (loads count as varying)."""
-        return any(isinstance(n, L.Load) for n in A.walk(e)) or A.uses_vars(e, self.varying)
+        return any(isinstance(n, L.Load) for n in walk(e)) or A.uses_vars(e, self.varying)
 
     @contextmanager
     def _in_loop(self, var: str, r: A.Interval | None) -> Iterator[None]:
@@ -293,7 +295,7 @@ def _itemsize(dtype: str) -> int:
 def _buffers_used(stmt: L.Stmt) -> tuple[set[str], set[str]]:
     used: set[str] = set()
     written: set[str] = set()
-    for node in A.walk(stmt):
+    for node in walk(stmt):
         if isinstance(node, (L.Load, L.Store)):
             used.add(node.buffer)
         if isinstance(node, L.Store):
@@ -312,7 +314,7 @@ def _needs_wide_index(stmt: L.Stmt, params: dict[str, L.Buffer]) -> bool:
 
     def check(e: L.Expr, ranges: dict[str, A.Interval]) -> None:
         nonlocal wide
-        for node in A.walk(e):
+        for node in walk(e):
             if isinstance(node, L.Load):
                 check_access(node.buffer, node.indices, ranges)
             elif node.dtype == L.INDEX and A.pure_index(node) and not A.fits_int32(A.interval(node, ranges)):
@@ -352,8 +354,8 @@ def _needs_wide_index(stmt: L.Stmt, params: dict[str, L.Buffer]) -> bool:
             buffers[s.buffer.name] = s.buffer
         if isinstance(s, L.Store):
             check_access(s.buffer, s.indices, ranges)
-        for c in A.children(s):
-            if isinstance(c, (L.Store, L.For, L.If, L.Seq, L.Allocate, L.Barrier) + L.WMMA_STMTS):
+        for c in children(s):
+            if is_stmt(c):
                 visit(c, ranges)
             else:
                 check(c, ranges)

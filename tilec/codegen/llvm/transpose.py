@@ -18,16 +18,13 @@ no load reads O.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import llvmlite.ir as ir
 
-from tilec.codegen.llvm.vector import (I64, VectorLoop, _align, _children, _single_store, _stride, _varies,
-                                       power_of_two_pieces, vectorizable)
+from tilec.codegen.llvm.scalar import ScalarEmitter
+from tilec.codegen.llvm.types import I64, alignment
+from tilec.codegen.llvm.vector import VectorLoop, element_stride, power_of_two_pieces, single_store, varies, vectorizable
 from tilec.ir import loop as L
-
-if TYPE_CHECKING:
-    from tilec.codegen.llvm.module import _BodyEmitter
+from tilec.ir.visitor import walk
 
 MAX_SIDE = 64  # lanes of a row or column: beyond this the register file spills anyway
 _DTYPES = {"float32", "float64", "int32", "int64"}
@@ -35,7 +32,7 @@ _DTYPES = {"float32", "float64", "int32", "int64"}
 
 def _loads(e: L.Expr) -> list[L.Load]:
     """Every load in `e`, those inside an index included."""
-    return ([e] if isinstance(e, L.Load) else []) + [x for c in _children(e) for x in _loads(c)]
+    return [n for n in walk(e) if isinstance(n, L.Load)]
 
 
 def _extent(loop: L.For) -> int | None:
@@ -52,27 +49,27 @@ def transposable(loop: L.For, buffers: dict[str, L.Buffer]) -> bool:
     m, n = _extent(loop), _extent(inner)
     if m is None or n is None or not (2 <= m <= MAX_SIDE and 2 <= n <= MAX_SIDE):
         return False
-    store = _single_store(inner.body)
+    store = single_store(inner.body)
     buf = buffers.get(store.buffer) if store is not None else None
     if store is None or buf is None or buf.dtype not in _DTYPES or not vectorizable(inner, buffers):
         return False
-    if _stride(buf, store.indices, loop.var) != 1 or _stride(buf, store.indices, inner.var) in (None, 0, 1):
+    if element_stride(buf, store.indices, loop.var) != 1 or element_stride(buf, store.indices, inner.var) in (None, 0, 1):
         return False
     if store.value.dtype != buf.dtype:
         return False
     for load in _loads(store.value):
         if load.buffer == store.buffer or buffers.get(load.buffer) is None:
             return False
-        if _varies(load, inner.var) and _stride(buffers[load.buffer], load.indices, inner.var) != 1:
+        if varies(load, inner.var) and element_stride(buffers[load.buffer], load.indices, inner.var) != 1:
             return False  # a gathered load: lane by lane anyway, nothing to gain
     return True
 
 
-def emit_transposed(em: "_BodyEmitter", loop: L.For) -> None:
+def emit_transposed(em: ScalarEmitter, loop: L.For) -> None:
     """Emit a `transposable` tile through the scalar emitter `em`."""
     inner = loop.body
     assert isinstance(inner, L.For)
-    store = _single_store(inner.body)
+    store = single_store(inner.body)
     assert store is not None
     buf = em.buffers[store.buffer]
     saved = {v: em.vars.get(v) for v in (loop.var, inner.var)}
@@ -92,9 +89,9 @@ def emit_transposed(em: "_BodyEmitter", loop: L.For) -> None:
             for k, column in enumerate(columns):
                 em.vars[inner.var] = ir.Constant(I64, b0 + k)
                 pointer = em.b.bitcast(em.address(buf, store.indices), ir.PointerType(column.type))
-                em.b.store(column, pointer, align=_align(buf.dtype))
+                em.b.store(column, pointer, align=alignment(buf.dtype))
     for v, value in saved.items():
-        em._restore_var(v, value)
+        em.restore_var(v, value)
 
 
 def transpose(b: ir.IRBuilder, rows: list[ir.Value], n: int) -> list[ir.Value]:

@@ -6,27 +6,25 @@ vector load or store, one that does not move is a scalar access, any other is do
 lane by lane. ``acc = acc + x * y`` becomes ``llvm.fmuladd`` (one FMA per lane).
 `vectorizable` says whether a loop body is within what this emitter handles; the
 backend falls back to a scalar loop (with LLVM's vectoriser hint) otherwise.
+
+Requires: `vectorizable(loop, buffers)`, and the scalar emitter (tilec.codegen.llvm.scalar) whose
+builder and state the vector code shares. Guarantees: the stores of the loop's iterations, in
+vector registers, with the lanes' values those iterations compute; masked-off lanes neither load
+memory their iteration would not have read nor store.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import llvmlite.ir as ir
 
+from tilec.codegen.llvm.scalar import ScalarEmitter
+from tilec.codegen.llvm.types import I64, alignment, declare_intrinsic, declare_masked, memory_type, value_type
 from tilec.ir import loop as L
 from tilec.ir.dtypes import is_float
+from tilec.ir.visitor import children, walk
 
-if TYPE_CHECKING:
-    from tilec.codegen.llvm.module import _BodyEmitter
-
-
-def declare_intrinsic(module: ir.Module, name: str, t: ir.Type, nargs: int) -> ir.Function:
-    from tilec.codegen.llvm.module import declare_intrinsic as declare
-
-    return declare(module, name, t, nargs)
-
-I64 = ir.IntType(64)
 # erf(x) / x as a polynomial in x^2 on [0, 1], and erfc(a) e^(a^2) / t as one in t = 1 / (1 + a/2) on [1, 4]
 _ERF_SMALL = (1.1283791659888347, -0.3761262771950353, 0.1128360747074919, -0.026854774262668385,
               0.005190202704224378, -0.0008027023985713588, 7.91047898367897e-05)
@@ -36,26 +34,14 @@ _SAFE_CALLS = {"exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "tanh", "pow
 _SAFE_BIN = {"add", "sub", "mul", "div", "min", "max", "and", "or"}
 
 
-def _varies(e: Any, var: str) -> bool:
-    if isinstance(e, L.Var):
-        return e.name == var
-    if isinstance(e, (L.Const, L.Buffer)):
-        return False
-    return any(_varies(c, var) for c in _children(e))
-
-
-def _children(e: Any) -> list[Any]:
-    out: list[Any] = []
-    for value in e.__dict__.values():
-        for item in value if isinstance(value, tuple) else (value,):
-            if hasattr(item, "__dataclass_fields__") and not isinstance(item, L.Buffer):
-                out.append(item)
-    return out
+def varies(e: Any, var: str) -> bool:
+    """Whether the value of `e` may differ between the lanes of the loop over `var`."""
+    return any(isinstance(n, L.Var) and n.name == var for n in walk(e))
 
 
 def _coefficient(e: L.Expr, var: str) -> int | None:
     """d e / d var for an affine index expression; None where it is not affine in var."""
-    if not _varies(e, var):
+    if not varies(e, var):
         return 0
     if isinstance(e, L.Var):
         return 1
@@ -74,7 +60,8 @@ def _coefficient(e: L.Expr, var: str) -> int | None:
     return None
 
 
-def _stride(buf: L.Buffer, indices: tuple[L.Expr, ...], var: str) -> int | None:
+def element_stride(buf: L.Buffer, indices: tuple[L.Expr, ...], var: str) -> int | None:
+    """How many elements of `buf` the access moves by per step of `var` (None where not affine)."""
     total, step = 0, 1
     for idx, n in zip(reversed(indices), reversed(buf.shape)):
         c = _coefficient(idx, var)
@@ -85,7 +72,7 @@ def _stride(buf: L.Buffer, indices: tuple[L.Expr, ...], var: str) -> int | None:
     return total
 
 
-def _single_store(s: L.Stmt | None) -> L.Store | None:
+def single_store(s: L.Stmt | None) -> L.Store | None:
     if isinstance(s, L.Seq) and len(s.stmts) == 1:
         s = s.stmts[0]
     return s if isinstance(s, L.Store) else None
@@ -107,9 +94,9 @@ def vectorizable(loop: L.For, buffers: dict[str, L.Buffer]) -> bool:
             buf = buffers.get(e.buffer)
             if buf is None:
                 return False
-            if buf.scope != "local" and _stride(buf, e.indices, var) != 1:
+            if buf.scope != "local" and element_stride(buf, e.indices, var) != 1:
                 return False  # a uniform or gathered load would run for masked-off lanes too
-        if not _varies(e, var):
+        if not varies(e, var):
             return True
         if isinstance(e, L.Bin) and (e.op not in _SAFE_BIN or (e.op == "div" and not is_float(e.dtype))):
             return False
@@ -120,24 +107,24 @@ def vectorizable(loop: L.For, buffers: dict[str, L.Buffer]) -> bool:
             return False
         if isinstance(e, L.Cast) and (e.dtype == "bool" or e.a.dtype == "bool"):
             return False  # conversions to and from bool use scalar constants
-        return all(expr_ok(c, masked) for c in _children(e))
+        return all(expr_ok(c, masked) for c in children(e))
 
     def store_ok(s: L.Store, masked: bool) -> bool:
         buf = buffers.get(s.buffer)
         if buf is None or buf.dtype == "bool" or not expr_ok(s.value, masked):
             return False
-        stride = _stride(buf, s.indices, var)
+        stride = element_stride(buf, s.indices, var)
         if masked:
-            return stride == 1 and all(not _varies(i, var) or _coefficient(i, var) is not None for i in s.indices)
-        return stride != 0 or not _varies(s.value, var)  # all lanes into one cell: a reduction
+            return stride == 1 and all(not varies(i, var) or _coefficient(i, var) is not None for i in s.indices)
+        return stride != 0 or not varies(s.value, var)  # all lanes into one cell: a reduction
 
     def stmt_ok(s: L.Stmt) -> bool:
         if isinstance(s, L.Seq):
             return all(stmt_ok(x) for x in s.stmts)
         if isinstance(s, L.If):
-            if not _varies(s.cond, var):
+            if not varies(s.cond, var):
                 return stmt_ok(s.then) and (s.orelse is None or stmt_ok(s.orelse))
-            then, orelse = _single_store(s.then), _single_store(s.orelse)
+            then, orelse = single_store(s.then), single_store(s.orelse)
             if not expr_ok(s.cond, False) or then is None:
                 return False
             if s.orelse is None:
@@ -169,7 +156,7 @@ def power_of_two_pieces(loop: L.For) -> list[L.For]:
 class VectorLoop:
     """Emits one vectorized loop through the scalar emitter `em` (sharing its builder and state)."""
 
-    def __init__(self, em: "_BodyEmitter", loop: L.For) -> None:
+    def __init__(self, em: ScalarEmitter, loop: L.For) -> None:
         self.em = em
         self.loop = loop
         self.var = loop.var
@@ -185,7 +172,7 @@ class VectorLoop:
         saved = self.em.vars.get(self.var)
         self.em.vars[self.var] = ir.Constant(I64, self.begin)  # addresses are taken at lane 0
         self.stmt(self.loop.body)
-        self.em._restore_var(self.var, saved)
+        self.em.restore_var(self.var, saved)
 
     # ------------------------------------------------------------ statements
 
@@ -193,7 +180,7 @@ class VectorLoop:
         if isinstance(s, L.Seq):
             for x in s.stmts:
                 self.stmt(x)
-        elif isinstance(s, L.If) and not _varies(s.cond, self.var):
+        elif isinstance(s, L.If) and not varies(s.cond, self.var):
             self.em.emit_if(s, self.stmt)
         elif isinstance(s, L.If):  # a lane mask: vectorizable() allowed only these two shapes
             self.masked_if(s)
@@ -202,7 +189,7 @@ class VectorLoop:
 
     def masked_if(self, s: L.If) -> None:
         mask = self.vector(s.cond)
-        then, orelse = _single_store(s.then), _single_store(s.orelse)
+        then, orelse = single_store(s.then), single_store(s.orelse)
         assert then is not None
         buf = self.em.buffers[then.buffer]
         saved = self.mask
@@ -211,22 +198,22 @@ class VectorLoop:
         if orelse is None:
             ptr = self.vector_pointer(buf, then.indices, value.type)
             store = declare_masked(self.em.module, "store", value.type)
-            self.b.call(store, [value, ptr, ir.Constant(ir.IntType(32), _align(buf.dtype)), mask])
+            self.b.call(store, [value, ptr, ir.Constant(ir.IntType(32), alignment(buf.dtype)), mask])
         else:
             self.mask = self.b.not_(mask)
             other = self.vector(orelse.value)
             self.b.store(self.b.select(mask, value, other), self.vector_pointer(buf, then.indices, value.type),
-                         align=_align(buf.dtype))
+                         align=alignment(buf.dtype))
         self.mask = saved
 
     def store(self, s: L.Store) -> None:
         buf = self.em.buffers[s.buffer]
         value = self.fused_update(s) or self.vector(s.value)
-        stride = _stride(buf, s.indices, self.var)
+        stride = element_stride(buf, s.indices, self.var)
         if stride == 0:  # the value is uniform (vectorizable() checked it): one scalar store
             self.b.store(self.em.expr(s.value), self.em.address(buf, s.indices))
         elif stride == 1:
-            self.b.store(value, self.vector_pointer(buf, s.indices, value.type), align=_align(buf.dtype))
+            self.b.store(value, self.vector_pointer(buf, s.indices, value.type), align=alignment(buf.dtype))
         else:
             for lane in range(self.lanes):
                 self.em.vars[self.var] = ir.Constant(I64, self.begin + lane)
@@ -249,7 +236,7 @@ class VectorLoop:
 
     def vector(self, e: L.Expr) -> ir.Value:
         """`e` as a vector of `lanes` values (uniform values splatted)."""
-        if not _varies(e, self.var):
+        if not varies(e, self.var):
             return self.splat(self.em.expr(e))
         if isinstance(e, L.Var):
             return ir.Constant(ir.VectorType(I64, self.lanes), [self.begin + k for k in range(self.lanes)])
@@ -262,8 +249,8 @@ class VectorLoop:
             if e.op == "or":
                 return self.b.or_(a, b)
             if is_float(e.dtype):
-                return self.em._float_bin(e.op, a, b, ())
-            return self.em._int_bin(e.op, a, b)
+                return self.em.float_bin(e.op, a, b, ())
+            return self.em.int_bin(e.op, a, b)
         if isinstance(e, L.Cmp):
             return self.em.compare(e.op, e.a.dtype, self.vector(e.a), self.vector(e.b))
         if isinstance(e, L.Not):
@@ -275,12 +262,12 @@ class VectorLoop:
         if isinstance(e, L.Call):
             args = [self.vector(a) for a in e.args]
             if e.func in ("max", "min"):
-                return self.em._float_bin(e.func, args[0], args[1], ())
+                return self.em.float_bin(e.func, args[0], args[1], ())
             if e.func == "exp" and e.dtype == "float32":
                 return self.exp_f32(args[0])
             if e.func == "erf" and e.dtype == "float32":
                 return self.erf_f32(args[0])
-            return self.em._float_call(e.func, args, args[0].type)
+            return self.em.float_call(e.func, args, args[0].type)
         raise AssertionError(f"vectorizable() let {type(e).__name__} through")
 
     def exp_f32(self, x: ir.Value) -> ir.Value:
@@ -344,8 +331,8 @@ class VectorLoop:
 
     def load(self, e: L.Load) -> ir.Value:
         buf = self.em.buffers[e.buffer]
-        stride = _stride(buf, e.indices, self.var)
-        elem = self.em.memory_type(buf.dtype)
+        stride = element_stride(buf, e.indices, self.var)
+        elem = memory_type(buf.dtype)
         if stride == 0:
             return self.splat(self.em.expr(e))
         if stride == 1:
@@ -353,14 +340,14 @@ class VectorLoop:
             if self.mask is not None and buf.scope != "local":  # lanes outside the mask may be out of bounds
                 load = declare_masked(self.em.module, "load", vt)
                 raw = self.b.call(load, [self.vector_pointer(buf, e.indices, vt),
-                                         ir.Constant(ir.IntType(32), _align(buf.dtype)), self.mask,
+                                         ir.Constant(ir.IntType(32), alignment(buf.dtype)), self.mask,
                                          ir.Constant(vt, None)])
             else:
-                raw = self.b.load(self.vector_pointer(buf, e.indices, vt), typ=vt, align=_align(buf.dtype))
+                raw = self.b.load(self.vector_pointer(buf, e.indices, vt), typ=vt, align=alignment(buf.dtype))
             if buf.dtype == "bool":
                 return self.b.icmp_unsigned("!=", raw, ir.Constant(raw.type, [0] * self.lanes))
             return raw
-        out = ir.Constant(ir.VectorType(self.em.value_type(buf.dtype), self.lanes), None)
+        out = ir.Constant(ir.VectorType(value_type(buf.dtype), self.lanes), None)
         for lane in range(self.lanes):
             self.em.vars[self.var] = ir.Constant(I64, self.begin + lane)
             out = self.b.insert_element(out, self.em.expr(e), ir.Constant(ir.IntType(32), lane))
@@ -378,21 +365,4 @@ class VectorLoop:
         return self.b.shuffle_vector(one, ir.Constant(vt, None), mask)
 
 
-def declare_masked(module: ir.Module, kind: str, vt: ir.VectorType) -> ir.Function:
-    """llvm.masked.load / llvm.masked.store for vectors of type `vt`."""
-    from tilec.codegen.llvm.module import _type_suffix
-
-    name = f"llvm.masked.{kind}.{_type_suffix(vt)}.p0"
-    existing = module.globals.get(name)
-    if existing is not None:
-        return existing
-    mask_t = ir.VectorType(ir.IntType(1), vt.count)
-    if kind == "load":
-        fnty = ir.FunctionType(vt, [ir.PointerType(vt), ir.IntType(32), mask_t, vt])
-    else:
-        fnty = ir.FunctionType(ir.VoidType(), [vt, ir.PointerType(vt), ir.IntType(32), mask_t])
-    return ir.Function(module, fnty, name)
-
-
-def _align(dtype: str) -> int:
-    return {"float16": 2, "float32": 4, "float64": 8, "int8": 1, "int16": 2, "int32": 4, "int64": 8}.get(dtype, 1)
+__all__ = ["VectorLoop", "element_stride", "power_of_two_pieces", "single_store", "varies", "vectorizable"]

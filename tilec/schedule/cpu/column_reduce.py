@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import LoweredGroup, combine, direct_output_vars, identity, index_expr, loop_nest
-from tilec.schedule.primitives.loops import map_expr
+from tilec.ir.rewrite import map_expr
 from tilec.schedule.templates.base import Choice, Context, Template
 from tilec.target import Target
 

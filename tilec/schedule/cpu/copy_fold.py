@@ -27,7 +27,7 @@ from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import LoweredGroup
 from tilec.schedule.patterns.dataflow import reads
 from tilec.schedule.patterns.layout_copy import Copy, match_copy
-from tilec.schedule.primitives.loops import map_stmt_exprs
+from tilec.ir.rewrite import map_stmt_exprs
 from tilec.schedule.templates.base import Choice, Context, Template
 
 

@@ -38,7 +38,7 @@ from tilec.ir.affine import IntAffine
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.elementwise import lower_expression
 from tilec.ir.lower import LoweredGroup, broadcast_indices, combine, identity, index_expr, loop_nest
-from tilec.schedule.primitives.loops import map_expr
+from tilec.ir.rewrite import map_expr
 from tilec.schedule.patterns.dataflow import reads
 from tilec.schedule.templates.base import Choice, Context, Template
 from tilec.target import Target

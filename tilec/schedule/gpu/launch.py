@@ -28,7 +28,8 @@ import math
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.legality import check_parallel
-from tilec.ir.rewrite import const_value, floordiv, substitute, walk
+from tilec.ir.rewrite import const_value, floordiv, substitute
+from tilec.ir.visitor import child_stmts, walk
 
 
 def bind_launches(func: L.PrimFunc, threads: int) -> L.PrimFunc:
@@ -120,10 +121,12 @@ def _check_block_body(s: L.Stmt, k: int) -> None:
     if isinstance(s, L.Store):
         raise ScheduleError(f"nest {k}: a store to {s.buffer} sits outside every thread loop (each thread "
                             f"would run it); bind a loop around it to a threadIdx axis or none in this nest")
+    if isinstance(s, L.WMMA_STMTS):
+        raise ScheduleError(f"nest {k}: a warp-collective {type(s).__name__} sits outside every thread loop; "
+                            f"the warps of a block run it, so put it inside the thread loops")
     if isinstance(s, L.Allocate) and s.buffer.scope == "local":
         raise ScheduleError(f"nest {k}: local buffer {s.buffer.name} is allocated outside the thread loops")
-    for child in (s.stmts if isinstance(s, L.Seq) else (s.body,) if isinstance(s, (L.For, L.Allocate))
-                  else (s.then,) + (() if s.orelse is None else (s.orelse,)) if isinstance(s, L.If) else ()):
+    for child in child_stmts(s):
         _check_block_body(child, k)
 
 

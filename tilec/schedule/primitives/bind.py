@@ -21,7 +21,8 @@ from tilec.ir import loop as L
 from tilec.ir.legality import check_parallel
 from tilec.schedule.primitives.loops import describe, find_loop, replace_loop
 from tilec.schedule.primitives.records import Bind
-from tilec.ir.rewrite import map_children, constant_extent, extent, extent_bound, loops_in, mentions, substitute
+from tilec.ir.rewrite import constant_extent, extent, extent_bound, loops_in, mentions, substitute
+from tilec.ir.visitor import map_child_stmts
 
 
 def bind(p: Bind, nest: L.Stmt) -> L.Stmt:
@@ -76,7 +77,7 @@ def sink_guards(s: L.Stmt) -> L.Stmt:
         if isinstance(inner, L.For) and inner.kind in L.GPU_AXES and not mentions(s.body.cond, {inner.var}):
             moved = L.For(inner.var, inner.begin, inner.end, L.If(s.body.cond, inner.body), inner.kind)
             return L.For(s.var, s.begin, s.end, sink_guards(moved), s.kind)
-    return map_children(s, sink_guards)
+    return map_child_stmts(s, sink_guards)
 
 
 __all__ = ["bind", "sink_guards"]

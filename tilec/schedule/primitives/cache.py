@@ -27,7 +27,8 @@ from tilec.ir import loop as L
 from tilec.schedule.primitives.loops import (accesses, allocated_in, box_nest, box_of, check_fresh, describe, find_loop,
                                   fresh_buffer, redirect, replace_loop)
 from tilec.schedule.primitives.records import CacheRead, CacheWrite
-from tilec.ir.rewrite import const_value, loops_in, walk
+from tilec.ir.rewrite import const_value, loops_in
+from tilec.ir.visitor import walk
 
 LOCAL_LIMIT = 64 * 1024  # bytes: a local buffer lives on the stack (or in registers)
 

@@ -16,9 +16,10 @@ from typing import Collection
 
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
-from tilec.schedule.primitives.loops import describe, map_stmt_exprs
+from tilec.schedule.primitives.loops import describe
 from tilec.schedule.primitives.records import ComputeInline
-from tilec.ir.rewrite import const_value, substitute_expr, walk
+from tilec.ir.rewrite import const_value, map_stmt_exprs, substitute_expr
+from tilec.ir.visitor import walk
 
 
 def producer(what: str, index: int, nests: tuple[L.Stmt, ...], func: L.PrimFunc,

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import math
 
-from dataclasses import replace
 from typing import Any, Callable, Iterable
 
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.printer import format_expr
 from tilec.ir.legality import affine
-from tilec.ir.rewrite import child_stmts, const_value, loops_in, map_children, mentions, walk
+from tilec.ir.rewrite import const_value, loops_in, mentions
+from tilec.ir.visitor import Rewriter, Visitor, children, is_stmt, map_child_stmts, walk
 
 
 def describe(p: Any) -> str:
@@ -24,18 +24,9 @@ def describe(p: Any) -> str:
 
 def find_loop(nest: L.Stmt, name: str, p: Any) -> tuple[L.For, list[L.For]]:
     """The loop called `name` in `nest` and its enclosing loops (outermost first)."""
-    found: list[tuple[L.For, list[L.For]]] = []
-
-    def visit(s: L.Stmt, outer: list[L.For]) -> None:
-        if isinstance(s, L.For):
-            if s.var == name:
-                found.append((s, outer))
-            visit(s.body, outer + [s])
-        else:
-            for c in child_stmts(s):
-                visit(c, outer)
-
-    visit(nest, [])
+    finder = _FindLoop(name)
+    finder.visit(nest)
+    found = finder.found
     if not found:
         names = ", ".join(f.var for f in loops_in(nest)) or "(none)"
         raise ScheduleError(f"{describe(p)}: no loop '{name}' in nest {p.nest}; its loops are {names}")
@@ -44,10 +35,29 @@ def find_loop(nest: L.Stmt, name: str, p: Any) -> tuple[L.For, list[L.For]]:
     return found[0]
 
 
+class _FindLoop(Visitor):
+    """The loops called `name`, each with the loops around it (outermost first)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.outer: list[L.For] = []
+        self.found: list[tuple[L.For, list[L.For]]] = []
+
+    def visit_For(self, s: L.For) -> None:
+        if s.var == self.name:
+            self.found.append((s, list(self.outer)))
+        self.outer.append(s)
+        self.visit(s.body)
+        self.outer.pop()
+
+    def visit_expr(self, e: L.Expr) -> None:
+        pass  # loops sit in statements only
+
+
 def replace_loop(nest: L.Stmt, old: L.Stmt, new: L.Stmt) -> L.Stmt:
     if nest is old:
         return new
-    return map_children(nest, lambda c: replace_loop(c, old, new))
+    return map_child_stmts(nest, lambda c: replace_loop(c, old, new))
 
 
 def check_fresh(nest: L.Stmt, names: Iterable[str], p: Any) -> None:
@@ -70,29 +80,34 @@ def fresh_buffer(base: str, taken: set[str]) -> str:
 
 
 def accesses(body: L.Stmt) -> list[tuple[L.Store | L.Load, tuple[L.Stmt, ...]]]:
-    """Every Store and Load under `body` with the For/If/Allocate statements enclosing it (outermost first)."""
-    out: list[tuple[L.Store | L.Load, tuple[L.Stmt, ...]]] = []
+    """Every Store and Load under `body` with the For/If/Allocate statements enclosing it (outermost
+    first), in pre-order; the loads in a statement's own expressions (a loop's bounds, an if's
+    condition, a WMMA statement's indices) are outside that statement."""
+    found = _Accesses()
+    found.visit(body)
+    return found.out
 
-    def exprs(e: object, path: tuple[L.Stmt, ...]) -> None:
-        out.extend((n, path) for n in walk(e) if isinstance(n, L.Load))
 
-    def visit(s: L.Stmt, path: tuple[L.Stmt, ...]) -> None:
-        if isinstance(s, L.Store):
-            out.append((s, path))
-            for i in s.indices:
-                exprs(i, path)
-            exprs(s.value, path)
-            return
-        if isinstance(s, L.For):
-            exprs(s.begin, path)
-            exprs(s.end, path)
-        if isinstance(s, L.If):
-            exprs(s.cond, path)
-        for c in child_stmts(s):
-            visit(c, path + ((s,) if isinstance(s, (L.For, L.If, L.Allocate)) else ()))
+class _Accesses(Visitor):
+    def __init__(self) -> None:
+        self.out: list[tuple[L.Store | L.Load, tuple[L.Stmt, ...]]] = []
+        self.path: tuple[L.Stmt, ...] = ()
 
-    visit(body, ())
-    return out
+    def visit_Load(self, e: L.Load) -> None:
+        self.out.append((e, self.path))
+        self.generic_visit(e)
+
+    def visit_Store(self, s: L.Store) -> None:
+        self.out.append((s, self.path))
+        self.generic_visit(s)
+
+    def visit_stmt(self, s: L.Stmt) -> None:
+        outer = self.path
+        inner = outer + (s,) if isinstance(s, (L.For, L.If, L.Allocate)) else outer
+        for c in children(s):
+            self.path = inner if is_stmt(c) else outer
+            self.visit(c)
+        self.path = outer
 
 
 # ------------------------------------------------------------------ boxes
@@ -187,82 +202,29 @@ def box_nest(prefix: str, shape: tuple[int, ...], body: Callable[[tuple[L.Expr, 
 
 
 
-def map_expr(e: L.Expr, fn: Callable[[L.Expr], L.Expr]) -> L.Expr:
-    """`e` rebuilt bottom-up with `fn` applied to every node (the same object if nothing changed)."""
-    if isinstance(e, (L.Bin, L.Cmp)):
-        a, b = map_expr(e.a, fn), map_expr(e.b, fn)
-        e = e if a is e.a and b is e.b else replace(e, a=a, b=b)
-    elif isinstance(e, (L.Not, L.Cast)):
-        a = map_expr(e.a, fn)
-        e = e if a is e.a else replace(e, a=a)
-    elif isinstance(e, L.Select):
-        c, a, b = (map_expr(x, fn) for x in (e.cond, e.a, e.b))
-        e = e if c is e.cond and a is e.a and b is e.b else L.Select(c, a, b)
-    elif isinstance(e, L.Call):
-        args = tuple(map_expr(x, fn) for x in e.args)
-        e = e if all(x is y for x, y in zip(args, e.args)) else replace(e, args=args)
-    elif isinstance(e, L.Load):
-        indices = tuple(map_expr(x, fn) for x in e.indices)
-        e = e if all(x is y for x, y in zip(indices, e.indices)) else replace(e, indices=indices)
-    return fn(e)
-
-
-def map_stmt_exprs(s: L.Stmt, fn: Callable[[L.Expr], L.Expr],
-                   store: Callable[[L.Store], L.Stmt] | None = None) -> L.Stmt:
-    """`s` with :func:`map_expr` applied to every expression, and `store` (if given) to every Store after."""
-    if isinstance(s, L.Store):
-        indices = tuple(map_expr(i, fn) for i in s.indices)
-        value = map_expr(s.value, fn)
-        same = value is s.value and all(a is b for a, b in zip(indices, s.indices))
-        out = s if same else L.Store(s.buffer, indices, value)
-        return store(out) if store is not None else out
-    if isinstance(s, L.For):
-        begin, end = map_expr(s.begin, fn), map_expr(s.end, fn)
-        body = map_stmt_exprs(s.body, fn, store)
-        return s if begin is s.begin and end is s.end and body is s.body else replace(s, begin=begin, end=end, body=body)
-    if isinstance(s, L.If):
-        cond = map_expr(s.cond, fn)
-        kept = map_children(s, lambda c: map_stmt_exprs(c, fn, store))
-        assert isinstance(kept, L.If)
-        return kept if cond is s.cond else replace(kept, cond=cond)
-    return map_children(s, lambda c: map_stmt_exprs(c, fn, store))
-
-
 def redirect(s: L.Stmt, buffer: str, new: str, relative: dict[tuple[L.Expr, ...], tuple[L.Expr, ...]]) -> L.Stmt:
     """`s` with every access ``buffer[idx]`` (idx a key of `relative`) made ``new[relative[idx]]``."""
-    def load(e: L.Expr) -> L.Expr:
-        if isinstance(e, L.Load) and e.buffer == buffer and e.indices in relative:
-            return L.Load(new, relative[e.indices], e.dtype)
+    return _Redirect(buffer, new, relative).rewrite(s)
+
+
+class _Redirect(Rewriter):
+    def __init__(self, buffer: str, new: str, relative: dict[tuple[L.Expr, ...], tuple[L.Expr, ...]]) -> None:
+        self.buffer, self.new, self.relative = buffer, new, relative
+
+    def rewrite_Load(self, e: L.Load) -> L.Expr:
+        e = self.rebuild(e)  # bottom-up: the loads inside the indices first
+        if e.buffer == self.buffer and e.indices in self.relative:
+            return L.Load(self.new, self.relative[e.indices], e.dtype)
         return e
 
-    def store(st: L.Store) -> L.Store:
-        if st.buffer == buffer and st.indices in relative:
-            return L.Store(new, relative[st.indices], st.value)
-        return st
-
-    # loads are rewritten bottom-up, so a store's own indices are matched before its loads change them
-    def visit(st: L.Stmt) -> L.Stmt:
-        if isinstance(st, L.Store):
-            moved = store(st)
-            value = map_expr(st.value, load)
-            return moved if value is st.value else L.Store(moved.buffer, moved.indices, value)
-        return map_stmt_exprs(st, load) if not isinstance(st, (L.Seq, L.For, L.If, L.Allocate)) else \
-            _redirect_children(st, visit, load)
-
-    return visit(s)
-
-
-def _redirect_children(s: L.Stmt, visit: Callable[[L.Stmt], L.Stmt], load: Callable[[L.Expr], L.Expr]) -> L.Stmt:
-    if isinstance(s, L.For):
-        begin, end = map_expr(s.begin, load), map_expr(s.end, load)
-        body = visit(s.body)
-        return s if begin is s.begin and end is s.end and body is s.body else replace(s, begin=begin, end=end, body=body)
-    if isinstance(s, L.If):
-        cond = map_expr(s.cond, load)
-        out = map_children(s, visit)
-        return out if cond is s.cond else replace(out, cond=cond)  # type: ignore[arg-type]
-    return map_children(s, visit)
+    def rewrite_Store(self, st: L.Store) -> L.Stmt:
+        # a store is matched by its own indices as written, which keep their loads; its value is rewritten
+        moved = st
+        if st.buffer == self.buffer and st.indices in self.relative:
+            moved = L.Store(self.new, self.relative[st.indices], st.value)
+        value = self.rewrite(st.value)
+        return moved if value is st.value else L.Store(moved.buffer, moved.indices, value)
 
 
 __all__ = ["describe", "find_loop", "replace_loop", "check_fresh", "allocated_in", "fresh_buffer", "accesses",
-           "Box", "box_of", "box_nest", "map_expr", "map_stmt_exprs", "redirect"]
+           "Box", "box_of", "box_nest", "redirect"]

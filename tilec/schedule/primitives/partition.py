@@ -23,9 +23,10 @@ from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.printer import format_expr
 from tilec.ir.legality import affine
-from tilec.schedule.primitives.loops import check_fresh, describe, find_loop, map_stmt_exprs, replace_loop
+from tilec.schedule.primitives.loops import check_fresh, describe, find_loop, replace_loop
 from tilec.schedule.primitives.records import Partition
-from tilec.ir.rewrite import const_value, loops_in, map_children, substitute, walk
+from tilec.ir.rewrite import const_value, loops_in, map_stmt_exprs, substitute
+from tilec.ir.visitor import map_child_stmts, walk
 
 Interval = tuple["int | None", "int | None"]  # [lo, hi), None: unbounded
 
@@ -154,7 +155,7 @@ def _drop_decided(s: L.Stmt) -> L.Stmt:
     if isinstance(s, L.If) and isinstance(s.cond, L.Const):
         chosen = s.then if s.cond.value else s.orelse
         return L.Seq(()) if chosen is None else _drop_decided(chosen)
-    return map_children(s, _drop_decided)
+    return map_child_stmts(s, _drop_decided)
 
 
 def _renamed(var: str, outer: str, part: str) -> str:
@@ -168,7 +169,7 @@ def _rename(target: L.For, part: str) -> L.Stmt:
     renamed = substitute(target, {n: L.Var(m) for n, m in new.items()})
 
     def loops(s: L.Stmt) -> L.Stmt:
-        s = map_children(s, loops)
+        s = map_child_stmts(s, loops)
         return replace(s, var=new[s.var]) if isinstance(s, L.For) and s.var in names else s
 
     return loops(renamed)

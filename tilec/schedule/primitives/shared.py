@@ -28,7 +28,8 @@ from tilec.schedule.primitives.cache import _check_path, _itemsize, _taken
 from tilec.schedule.primitives.loops import accesses, allocated_in, box_of, describe, find_loop, fresh_buffer, redirect, \
     replace_loop
 from tilec.schedule.primitives.records import CacheRead
-from tilec.ir.rewrite import const_value, floordiv, loops_in, mentions, walk
+from tilec.ir.rewrite import const_value, floordiv, loops_in, mentions
+from tilec.ir.visitor import child_stmts, walk
 
 def cache_read_shared(p: CacheRead, nest: L.Stmt, func: L.PrimFunc, shared_bytes: int) -> L.Stmt:
     """The tile in shared memory; `shared_bytes`: what a block may use on the target's GPU."""
@@ -89,9 +90,7 @@ def _check_uniform_path(band_end: L.For, loop: L.For, thread_vars: set[str], p: 
     def path(s: L.Stmt) -> list[L.Stmt] | None:
         if s is loop:
             return [s]
-        children = s.stmts if isinstance(s, L.Seq) else (s.body,) if isinstance(s, (L.For, L.Allocate)) else \
-            ((s.then,) + (() if s.orelse is None else (s.orelse,))) if isinstance(s, L.If) else ()
-        for c in children:
+        for c in child_stmts(s):
             found = path(c)
             if found is not None:
                 return [s] + found

@@ -1,0 +1,85 @@
+"""LLVM types of loop-IR dtypes, and the intrinsic declarations every LLVM emitter shares.
+
+Requires: llvmlite.ir. Guarantees: `value_type` is the type a dtype's values have in registers
+(bool is i1) and `memory_type` the one they have in buffers (bool is one byte, as numpy stores
+it); a dtype the backend does not support is a CodegenError. `declare_intrinsic` and
+`declare_masked` declare an LLVM intrinsic once per module, named after the (scalar or vector)
+type it works on.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from tilec.errors import CodegenError
+
+I64 = ir.IntType(64)
+PTR = ir.PointerType()
+VALUE_TYPES: dict[str, ir.Type] = {
+    "bool": ir.IntType(1), "int8": ir.IntType(8), "int16": ir.IntType(16), "int32": ir.IntType(32),
+    "int64": ir.IntType(64), "float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
+}
+MEMORY_TYPES: dict[str, ir.Type] = dict(VALUE_TYPES, bool=ir.IntType(8))  # numpy stores a bool in one byte
+_BITS = {"float16": 16, "float32": 32, "float64": 64, "int8": 8, "int16": 16, "int32": 32, "int64": 64}
+_ALIGNMENT = {"float16": 2, "float32": 4, "float64": 8, "int8": 1, "int16": 2, "int32": 4, "int64": 8}
+
+
+def value_type(dtype: str) -> ir.Type:
+    try:
+        return VALUE_TYPES[dtype]
+    except KeyError:
+        raise CodegenError(f"the LLVM backend does not support dtype {dtype}") from None
+
+
+def memory_type(dtype: str) -> ir.Type:
+    return MEMORY_TYPES[dtype]
+
+
+def bits(dtype: str) -> int:
+    """The width of a numeric dtype's values."""
+    return _BITS[dtype]
+
+
+def alignment(dtype: str) -> int:
+    """The alignment (bytes) of one element of a buffer of `dtype`."""
+    return _ALIGNMENT.get(dtype, 1)
+
+
+def i32(value: int) -> ir.Constant:
+    return ir.Constant(ir.IntType(32), value)
+
+
+def type_suffix(t: ir.Type) -> str:
+    """How LLVM's intrinsic names spell a type: ``f32``, ``i64``, ``v8f32``."""
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{type_suffix(t.element)}"
+    if isinstance(t, ir.IntType):
+        return f"i{t.width}"
+    return {ir.HalfType: "f16", ir.FloatType: "f32", ir.DoubleType: "f64"}[type(t)]
+
+
+def declare_intrinsic(module: ir.Module, name: str, t: ir.Type, nargs: int) -> ir.Function:
+    """``name.<suffix of t>`` taking `nargs` values of type `t` (scalar or vector) and returning one."""
+    full = f"{name}.{type_suffix(t)}"
+    existing = module.globals.get(full)
+    if existing is not None:
+        return existing
+    return ir.Function(module, ir.FunctionType(t, [t] * nargs), full)
+
+
+def declare_masked(module: ir.Module, kind: str, vt: ir.VectorType) -> ir.Function:
+    """llvm.masked.load / llvm.masked.store for vectors of type `vt`."""
+    name = f"llvm.masked.{kind}.{type_suffix(vt)}.p0"
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    mask_t = ir.VectorType(ir.IntType(1), vt.count)
+    if kind == "load":
+        fnty = ir.FunctionType(vt, [ir.PointerType(vt), ir.IntType(32), mask_t, vt])
+    else:
+        fnty = ir.FunctionType(ir.VoidType(), [vt, ir.PointerType(vt), ir.IntType(32), mask_t])
+    return ir.Function(module, fnty, name)
+
+
+__all__ = ["I64", "MEMORY_TYPES", "PTR", "VALUE_TYPES", "alignment", "bits", "declare_intrinsic", "declare_masked",
+           "i32", "memory_type", "type_suffix", "value_type"]
