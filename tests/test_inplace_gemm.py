@@ -1,4 +1,4 @@
-"""The in-place GEMM template (tilec/schedule/cpu/gemm/inplace.py): both operands read in place, the
+"""The in-place GEMM template (tilec/schedule/cpu/implicit_gemm/inplace.py): both operands read in place, the
 column where one operand is contiguous, tiles stored through the layout copy that reads them."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tilec.bench.ops import conv2d_source
 from tilec.errors import ScheduleError
 from tilec.ir.bounds import bind
 from tilec.schedule.patterns.layout_copy import output_copy
-from tilec.schedule.cpu.gemm import IMPLICIT_GEMM
+from tilec.schedule.cpu.implicit_gemm import IMPLICIT_GEMM
 from tilec.schedule.params import LoweringParams
 from tilec.schedule.templates.base import Choice, Context
 from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
@@ -159,7 +159,7 @@ def test_reduction_blocks_give_the_same_weight_gradient(shape, share, monkeypatc
 
 def test_reduction_blocks_split_the_loop_whose_inner_loops_fit():
     from tilec.ir import loop as L
-    from tilec.schedule.cpu.gemm import inplace as inplace_gemm
+    from tilec.schedule.cpu.implicit_gemm import inplace as inplace_gemm
 
     shape = dict(N=8, C=64, H=56, W=56, CO=64, KH=3, KW=3, stride=1, pad=1)
     bp = bind(tilec.parse(tilec.grad(conv2d_source(shape), wrt=["F"]).source),

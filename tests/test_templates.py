@@ -21,7 +21,7 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import bind
 from tilec.ir.verify import verify
 from tilec.schedule import params
-from tilec.schedule.cpu.gemm import IMPLICIT_GEMM, GemmKnobs
+from tilec.schedule.cpu.implicit_gemm import IMPLICIT_GEMM, GemmKnobs
 from tilec.schedule.templates.base import Context
 from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
 from tilec.target import host_target

@@ -2,7 +2,7 @@
 
 Two parts: (1) the template's own analytic features (its `features`, derived from the knobs and
 the plan's extents: register-block size and pressure, bytes per innermost iteration, buffers
-against the target's caches, padding waste, load balance; tilec.schedule.cpu.gemm.features, the
+against the target's caches, padding waste, load balance; tilec.schedule.cpu.implicit_gemm.features, the
 attention template's), or for templates without them, the knobs plus counts read off the lowered
 GPU kernel (`kernel_features`: launch shape, shared and local buffers, barriers, loops);
 (2) optionally, totals read off the lowered loop IR (loops of each kind, nesting depth, vector

@@ -13,7 +13,7 @@ from tilec.schedule.cpu.attention import ATTENTION
 from tilec.schedule.cpu.attention_backward import ATTENTION_BACKWARD
 from tilec.schedule.cpu.column_reduce import COLUMN_REDUCE
 from tilec.schedule.cpu.copy_fold import FOLDED_COPY, STORED_COPY
-from tilec.schedule.cpu.gemm import IMPLICIT_GEMM
+from tilec.schedule.cpu.implicit_gemm import IMPLICIT_GEMM
 from tilec.schedule.cpu.parallel_outer import PARALLEL_OUTER
 from tilec.schedule.cpu.permute import PERMUTE
 from tilec.schedule.cpu.rowwise import ROWWISE

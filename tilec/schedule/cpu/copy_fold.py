@@ -3,10 +3,10 @@
 Programs convert layouts with copy statements (tilec.schedule.patterns.layout_copy). When every
 reader of such a copy
 is a GEMM whose template only ever reads it while packing an operand (B always; A when A is
-packed, or copied into a zero-padded buffer by tilec.schedule.cpu.gemm.direct), the packing loop can
+packed, or copied into a zero-padded buffer by tilec.schedule.cpu.implicit_gemm.direct), the packing loop can
 read the source through the permutation instead: the pack is a copy either way, and the separate
 pass over memory (write the copy, read it back) disappears. The in-place template
-(tilec.schedule.cpu.gemm.inplace) copies B into panels and broadcasts A's elements, so it reads both
+(tilec.schedule.cpu.implicit_gemm.inplace) copies B into panels and broadcasts A's elements, so it reads both
 through. On the output side, a product that only a copy reads (the gradient's ``DF[co, c, i, j] =
 +(DK[i, j, c, co])``) can store its tiles straight into the copy's output (`output_copy`).
 

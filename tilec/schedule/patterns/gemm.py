@@ -64,7 +64,7 @@ def match(b: BoundContraction, dtypes: tuple[str, ...], col: str | None = None) 
     """The GEMM roles of `b`, or None if it is not a plain sum of products onto a direct output
     whose dtype is one of `dtypes` (the template's choice). The column is the output's innermost
     index, or the output index `col` when given (the in-place template,
-    tilec.schedule.cpu.gemm.inplace, puts it where B is contiguous)."""
+    tilec.schedule.cpu.implicit_gemm.inplace, puts it where B is contiguous)."""
     stmt = b.stmt
     if stmt.agg != "+" or stmt.combo != "mul" or stmt.default is not None or b.empty:
         return None

@@ -23,7 +23,7 @@ is the same algorithm with the roles exchanged (B's 2x2 tiles the "filter", the 
     O[taps, c, col] = (Gᵀ M[:, c, col] G)                                     # filter output
 
 The GEMMs go through the implicit-GEMM template's packed or direct variant
-(tilec.schedule.cpu.gemm) with this template's knobs (GemmKnobs: the 16 GEMMs'); the transforms
+(tilec.schedule.cpu.implicit_gemm) with this template's knobs (GemmKnobs: the 16 GEMMs'); the transforms
 (.transforms) run over tiles (or channels) split across the threads, vectorized along the channel
 or column, which must be the innermost index of the tensors they read. The pattern: .plan.
 
@@ -45,11 +45,11 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import BoundAccess, BoundContraction
 from tilec.ir.lower import LoweredGroup
 from tilec.schedule.cpu import copy_fold
-from tilec.schedule.cpu.gemm import DTYPES, packed_or_direct
-from tilec.schedule.cpu.gemm.direct import DirectPlan, padding
-from tilec.schedule.cpu.gemm.knobs import GemmKnobs, knob_problems, worthwhile
-from tilec.schedule.cpu.gemm.packed import PackedPlan
-from tilec.schedule.cpu.gemm.padding import Pads, padded_operand
+from tilec.schedule.cpu.implicit_gemm import DTYPES, packed_or_direct
+from tilec.schedule.cpu.implicit_gemm.direct import DirectPlan, padding
+from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, knob_problems, worthwhile
+from tilec.schedule.cpu.implicit_gemm.packed import PackedPlan
+from tilec.schedule.cpu.implicit_gemm.padding import Pads, padded_operand
 from tilec.schedule.cpu.winograd import plan
 from tilec.schedule.cpu.winograd.plan import POINTS, WinogradPlan, lone, workspace_names
 from tilec.schedule.cpu.winograd.transforms import (filter_column_inner, filter_output, filter_transform,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from tilec.ir.affine import IntAffine
 from tilec.ir.bounds import BoundAccess, BoundContraction, BoundProgram
-from tilec.schedule.cpu.gemm.padding import Pads, access_padding
+from tilec.schedule.cpu.implicit_gemm.padding import Pads, access_padding
 from tilec.schedule.params import LoweringParams
 from tilec.schedule.patterns.epilogue import Epilogue
 from tilec.schedule.patterns.gemm import GemmPlan, Range

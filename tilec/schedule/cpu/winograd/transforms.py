@@ -18,7 +18,7 @@ from tilec.ir.bounds import BoundAccess, BoundContraction, BoundProgram
 from tilec.ir.lower import index_expr
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.patterns.layout_copy import Copy
-from tilec.schedule.cpu.gemm.padding import padded_index
+from tilec.schedule.cpu.implicit_gemm.padding import padded_index
 from tilec.schedule.cpu.winograd.plan import (FILTER, INPUT_T, OUTPUT_T, PATCH, TAPS, TILE, Image, WinogradPlan,
                                               workspace_names)
 from tilec.schedule.nest import decompose, thread_share, threads_loop

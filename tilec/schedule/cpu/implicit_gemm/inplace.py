@@ -6,7 +6,7 @@ A weight gradient written onto the weights' own layout,
 
 is a GEMM whose usual column (the output's innermost index, j) is three wide. Taking as the column
 instead the innermost index of one operand (c, contiguous in I), that operand (B) is read in place a
-vector at a time, the other (A) is broadcast from memory as in tilec.schedule.cpu.gemm.direct, and the
+vector at a time, the other (A) is broadcast from memory as in tilec.schedule.cpu.implicit_gemm.direct, and the
 register tile is stored at whatever stride the output's layout gives the column (9 elements here):
 
     [Apad = A with zero borders]                     # only where A's accesses need padding
@@ -23,7 +23,7 @@ next to each other, so the reduction walks a panel the way a packed one is walke
 NR of its C columns from each row ran a quarter slower: 1 KiB strides defeat the prefetchers and
 the TLB). A program's layout copies feed it directly: A through the copy's source
 (tilec.schedule.cpu.copy_fold), B's panels gathered from the copy's source. Row indices of the last
-tile are clamped into range, as in direct_gemm; the column is whole panels (N a multiple of NR).
+tile are clamped into range, as in the direct variant; the column is whole panels (N a multiple of NR).
 
 A panel larger than L2 (the 56^2 convolution's is 6.9 MB) would be re-read from L3 by every row
 tile; then the reduction runs in blocks outside the units (`reduction_blocks`), each unit's sums
@@ -47,8 +47,8 @@ from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import index_expr, lone_output_vars
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.patterns.layout_copy import Copy
-from tilec.schedule.cpu.gemm.knobs import GemmKnobs, accumulators
-from tilec.schedule.cpu.gemm.padding import Pads, access_padding, gathered, padded_index, padded_operand, zero_slabs
+from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, accumulators
+from tilec.schedule.cpu.implicit_gemm.padding import Pads, access_padding, gathered, padded_index, padded_operand, zero_slabs
 from tilec.schedule.nest import decompose, thread_share, threads_loop
 from tilec.schedule.patterns import gemm as gemm_pattern
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value

@@ -2,7 +2,7 @@
 
 One template, three variants, each a module of its own with its plan type:
 
-* packed (tilec.schedule.cpu.gemm.packed): A and B packed into panels, the BLIS recipe;
+* packed (tilec.schedule.cpu.implicit_gemm.packed): A and B packed into panels, the BLIS recipe;
 * direct (.direct, knob pack_a=False): A read in place from a zero-padded copy, for few column
   panels (a convolution's output channels), where packing A costs more than it saves;
 * in-place (.inplace, knob pack_b=False): both operands read in place, the column where one of
@@ -28,12 +28,12 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction
 from tilec.ir.lower import LoweredGroup
 from tilec.schedule.cpu import copy_fold
-from tilec.schedule.cpu.gemm import inplace
-from tilec.schedule.cpu.gemm.direct import DirectPlan, padding
-from tilec.schedule.cpu.gemm.features import NAMES, gemm_features
-from tilec.schedule.cpu.gemm.knobs import GemmKnobs, default_knobs, knob_problems, worthwhile
-from tilec.schedule.cpu.gemm.packed import PackedPlan
-from tilec.schedule.cpu.gemm.space import gemm_space
+from tilec.schedule.cpu.implicit_gemm import inplace
+from tilec.schedule.cpu.implicit_gemm.direct import DirectPlan, padding
+from tilec.schedule.cpu.implicit_gemm.features import NAMES, gemm_features
+from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, default_knobs, knob_problems, worthwhile
+from tilec.schedule.cpu.implicit_gemm.packed import PackedPlan
+from tilec.schedule.cpu.implicit_gemm.space import gemm_space
 from tilec.schedule.patterns import gemm as gemm_pattern
 from tilec.schedule.patterns.epilogue import find_epilogue, fused_group
 from tilec.schedule.patterns.gemm import GemmPlan

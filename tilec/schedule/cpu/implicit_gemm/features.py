@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from tilec.schedule.cpu.gemm.knobs import itemsize
+from tilec.schedule.cpu.implicit_gemm.knobs import itemsize
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.base import Context
 

@@ -32,7 +32,7 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction
 from tilec.ir.lower import index_expr, zero_fill
 from tilec.ir.rewrite import substitute_expr
-from tilec.schedule.cpu.gemm.knobs import GemmKnobs, plan_threads
+from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, plan_threads
 from tilec.schedule.nest import decompose, guarded_store, thread_share, threads_loop
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
 from tilec.schedule.patterns.gemm import GemmPlan

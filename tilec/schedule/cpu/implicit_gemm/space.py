@@ -8,9 +8,9 @@ pressure from the target's register file, block sizes against its L2, the varian
 from __future__ import annotations
 
 from tilec.ir.bounds import BoundContraction
-from tilec.schedule.cpu.gemm.direct import padding
-from tilec.schedule.cpu.gemm.inplace import candidates
-from tilec.schedule.cpu.gemm.knobs import itemsize
+from tilec.schedule.cpu.implicit_gemm.direct import padding
+from tilec.schedule.cpu.implicit_gemm.inplace import candidates
+from tilec.schedule.cpu.implicit_gemm.knobs import itemsize
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.base import Context
 from tilec.schedule.templates.space import Config, Constraint, Knob, choices_with
@@ -85,7 +85,7 @@ def gemm_space(index: int, plan: GemmPlan, ctx: Context, default: Config) -> tup
     def direct_legal(c: Config) -> str | None:
         if c["pack_a"] or False in pack_as:
             return None
-        return "pack_a=False needs A's only guards to be its own bounds (tilec.schedule.cpu.gemm.direct.padding)"
+        return "pack_a=False needs A's only guards to be its own bounds (tilec.schedule.cpu.implicit_gemm.direct.padding)"
 
     constraints = (Constraint("registers", registers), Constraint("mc_multiple", mc_multiple),
                    Constraint("mc_rows", mc_rows), Constraint("b_panel", b_panel), Constraint("a_block", a_block),

@@ -31,9 +31,9 @@ class GemmKnobs:
     kc: int = knob(256, 1, 1 << 16, "reduction block (at most the reduction is used)")
     mc: int = knob(144, 1, 1 << 20, "rows packed at once, a multiple of mr")
     threads: int = knob(0, 0, MAX_THREADS, "threads sharing the work; 0: one per core")
-    pack_a: bool = knob(True, doc="False: read A in place (tilec.schedule.cpu.gemm.direct), for few column panels")
+    pack_a: bool = knob(True, doc="False: read A in place (tilec.schedule.cpu.implicit_gemm.direct), for few column panels")
     pack_b: bool = knob(True, doc="False: read B in place too, its innermost index the column "
-                                  "(tilec.schedule.cpu.gemm.inplace)")
+                                  "(tilec.schedule.cpu.implicit_gemm.inplace)")
 
 
 def itemsize(dtype: str) -> int:

@@ -1,6 +1,6 @@
 """Operands in other buffers: zero-padded copies, gathers through layout copies, zeroed borders.
 
-The GEMM templates that read an operand in place (tilec.schedule.cpu.gemm.direct, .inplace) and
+The GEMM templates that read an operand in place (tilec.schedule.cpu.implicit_gemm.direct, .inplace) and
 Winograd's transforms read it from a copy with zero borders wherever its accesses run past its
 bounds, so that the hot loops need no guard. When the operand is itself a folded layout copy
 (tilec.schedule.cpu.copy_fold), the padded buffer is gathered straight from the copy's source in
