@@ -94,26 +94,24 @@ def _child_fields(cls: type) -> tuple[_Field, ...]:
 
 def children(node: Node) -> tuple[Node, ...]:
     """The nodes directly inside `node` (see the module doc)."""
+    return _children(node, statements_only=False)
+
+
+def child_stmts(node: Node) -> tuple[L.Stmt, ...]:
+    """The statements directly inside `node` (a Seq's, a loop's body, an if's arms)."""
+    return _children(node, statements_only=True)  # type: ignore[return-value]
+
+
+def _children(node: Node, statements_only: bool) -> tuple[Node, ...]:
     out: list[Node] = []
     for f in _child_fields(type(node)):
+        if statements_only and not f.stmts:
+            continue
         value = getattr(node, f.name)
         if f.many:
             out.extend(value)
         elif value is not None:
             out.append(value)
-    return tuple(out)
-
-
-def child_stmts(node: Node) -> tuple[L.Stmt, ...]:
-    """The statements directly inside `node` (a Seq's, a loop's body, an if's arms)."""
-    out: list[L.Stmt] = []
-    for f in _child_fields(type(node)):
-        if f.stmts:
-            value = getattr(node, f.name)
-            if f.many:
-                out.extend(value)
-            elif value is not None:
-                out.append(value)
     return tuple(out)
 
 

@@ -250,6 +250,21 @@ class FusedGemmTemplate(Template):
     def launch(self, b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: Any) -> L.Stmt:
         raise NotImplementedError
 
+    def tile_problems(self, knobs: Any, plan: GemmPlan, gpu: GpuInfo) -> list[str]:
+        """What the block tile cannot do on `gpu` (threads, registers, shared memory)."""
+        raise NotImplementedError
+
+    def tile_columns(self, knobs: Any) -> int:
+        raise NotImplementedError
+
+    def problems(self, knobs: Any, plan: GemmPlan, ctx: Context) -> list[str]:
+        gpu = ctx.target.gpu
+        assert gpu is not None
+        problems = self.tile_problems(knobs, plan, gpu)
+        if not grid_fits(plan, self.tile_columns(knobs), gpu):
+            problems.append(f"more than {gpu.max_grid_yz} blocks along the batch or column axis; a wider tile")
+        return problems
+
     def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
         b = ctx.bp.statements[choice.index]
         assert isinstance(b, BoundContraction)
@@ -276,13 +291,11 @@ class GpuGemm(FusedGemmTemplate):
         assert ctx.target.gpu is not None
         return default_knobs(plan, ctx.target.gpu)
 
-    def problems(self, knobs: GpuGemmKnobs, plan: GemmPlan, ctx: Context) -> list[str]:
-        gpu = ctx.target.gpu
-        assert gpu is not None
-        problems = knobs.problems(gpu, itemsize(plan.dtype))
-        if not grid_fits(plan, knobs.bn, gpu):
-            problems.append(f"more than {gpu.max_grid_yz} blocks along the batch or column axis; raise bn")
-        return problems
+    def tile_problems(self, knobs: GpuGemmKnobs, plan: GemmPlan, gpu: GpuInfo) -> list[str]:
+        return knobs.problems(gpu, itemsize(plan.dtype))
+
+    def tile_columns(self, knobs: GpuGemmKnobs) -> int:
+        return knobs.bn
 
     def launch(self, b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GpuGemmKnobs) -> L.Stmt:
         return build(b, bp, plan, knobs, plan.epilogue)

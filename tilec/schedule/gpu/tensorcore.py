@@ -28,7 +28,7 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import index_expr
 from tilec.ir.rewrite import substitute_expr
-from tilec.schedule.gpu.gemm import FusedGemmTemplate, cooperative_copy, grid_fits, guard_edges, ragged_edges
+from tilec.schedule.gpu.gemm import FusedGemmTemplate, cooperative_copy, guard_edges, ragged_edges
 from tilec.schedule.gpu.tensorcore_knobs import WmmaGemmConfig
 from tilec.schedule.nest import decompose, guarded_store
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
@@ -154,13 +154,11 @@ class GpuTensorcore(FusedGemmTemplate):
         assert ctx.target.gpu is not None
         return default_config(plan, ctx.target.gpu)
 
-    def problems(self, knobs: WmmaGemmConfig, plan: GemmPlan, ctx: Context) -> list[str]:
-        gpu = ctx.target.gpu
-        assert gpu is not None
-        out = problems(knobs, gpu)
-        if not grid_fits(plan, knobs.block_n, gpu):
-            out.append(f"more than {gpu.max_grid_yz} blocks along the batch or column axis")
-        return out
+    def tile_problems(self, knobs: WmmaGemmConfig, plan: GemmPlan, gpu: GpuInfo) -> list[str]:
+        return problems(knobs, gpu)
+
+    def tile_columns(self, knobs: WmmaGemmConfig) -> int:
+        return knobs.block_n
 
     def launch(self, b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: WmmaGemmConfig) -> L.Stmt:
         return build(b, bp, plan, knobs, plan.epilogue)
