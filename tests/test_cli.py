@@ -236,3 +236,11 @@ def test_explain_stage_templates_names_the_template_of_every_statement(capsys):
     lines = out.strip().splitlines()
     assert [line.split()[1] for line in lines] == ["folded_copy", "folded_copy", "implicit_gemm[direct]", "permute"]
     assert "mr=" in lines[2] and "nr=" in lines[2]
+
+
+def test_every_backend_stage_is_a_stage_explain_accepts():
+    """`explain --stage` offers STAGES: it must name each backend's printable stages and views, no more."""
+    from tilec.pipeline import BACKENDS, STAGES
+
+    printable = {name for backend in BACKENDS.values() for name in backend.stage_names()}
+    assert set(STAGES) == printable and len(STAGES) == len(printable)

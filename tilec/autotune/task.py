@@ -129,7 +129,7 @@ class Task:
         backend = pipeline.backend_for(self.target)
         assert backend.cached is not None, f"target {self.target.name} builds in the measurement process"
         c = pipeline.compilation(self.program, self.signature, self.target, schedule)
-        key = pipeline.cache_key(self.program, self.signature, self.target, schedule, c.params, backend)
+        key = pipeline.kernel_key(c, backend)
         if disk_cache.load(key) is None:
             disk_cache.store(key, pipeline.run_stages(c, backend, backend.cached))
         return key

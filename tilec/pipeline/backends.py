@@ -8,7 +8,7 @@
 stage a backend names `cached` (keyed by everything that shapes it, the stage list included:
 tilec.pipeline.cache_key) and `load` turns the last stage's output into something that runs.
 `resolve_target` maps a target name to the Target its backend compiles for (target cuda asks
-the GPU, when one answers, for its architecture and SM count).
+the GPU, when one answers, for its architecture; the SM count comes from tilec.target's table).
 """
 
 from __future__ import annotations

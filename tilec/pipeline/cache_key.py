@@ -16,7 +16,6 @@ import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from tilec.ir.tensor import Program
 from tilec.pipeline.backends import Backend
@@ -50,15 +49,14 @@ def compiler_fingerprint() -> str:
     return f"{__version__}+{h.hexdigest()[:16]}"
 
 
-def schedule_identity(schedule: AnySchedule) -> Any:
-    """The schedule as the key sees it: the default (None: templates picked by the heuristic), a
-    TemplateSchedule's configs, or a user's Schedule's primitives (an empty one included)."""
+def schedule_identity(schedule: AnySchedule) -> str:
+    """The schedule as the key sees it: "default" (templates picked by the heuristic, which an
+    empty TemplateSchedule leaves alone), else the schedule's own key (a user's Schedule, an
+    empty one included, is never the default)."""
     if schedule is None:
         return "default"
-    if isinstance(schedule, TemplateSchedule):
-        return ["templates", schedule.to_json()] if schedule.configs else "default"
-    if isinstance(schedule, Schedule):
-        return ["schedule", schedule.to_json()]
+    if isinstance(schedule, (Schedule, TemplateSchedule)):
+        return schedule.key()
     raise TypeError(f"not a schedule: {schedule!r}")
 
 

@@ -96,12 +96,17 @@ def lower_program(program: Program, sig: Signature, schedule: AnySchedule = None
     return c.bound, func
 
 
-def build_kernel(program: Program, sig: Signature, target: Target, schedule: AnySchedule = None,
-                 params: LoweringParams | None = None) -> Kernel:
-    c = compilation(program, sig, target, schedule, params)
-    backend = backend_for(target)
+def kernel_key(c: Compilation, backend: Backend) -> str:
+    """The cache key of the kernel `c` compiles to on `backend` (tilec.pipeline.cache_key)."""
+    assert c.program is not None and c.sig is not None, "a compilation from a later stage has no cache key"
+    return cache_key(c.program, c.sig, c.target, c.schedule, c.params, backend)
+
+
+def build_kernel(c: Compilation, key: str | None = None) -> Kernel:
+    """The loaded kernel of `c` (`key`: its kernel_key, when the caller has it already)."""
+    backend = backend_for(c.target)
     func = run_stages(c, backend, backend.ir_stage)
-    key = cache_key(program, sig, target, c.schedule, c.params, backend)
+    key = key or kernel_key(c, backend)
     hit = disk_cache.load(key) if backend.cached is not None else None
     if hit is not None:
         stats.disk_hits += 1
@@ -123,4 +128,4 @@ def load_from(stage: str, value: Any, target: Target) -> tuple[Any, Invoke | Non
     return backend.load(run_stages(c, backend, backend.stages[-1].name), c)
 
 
-__all__ = ["Kernel", "Stats", "build_kernel", "compilation", "load_from", "lower_program", "run_stages", "stats"]
+__all__ = ["Kernel", "Stats", "build_kernel", "compilation", "kernel_key", "load_from", "lower_program", "run_stages", "stats"]

@@ -172,9 +172,9 @@ class Function:
         return self._recorded[sig]
 
     def _kernel(self, sig: Signature, schedule: "Schedule | TemplateSchedule | None") -> Kernel:
-        params = lowering_params.current()
-        key = pipeline.cache_key(self.program, sig, self.target, schedule, params, pipeline.backend_for(self.target))
-        return kernels.get(key, lambda: pipeline.build_kernel(self.program, sig, self.target, schedule, params))
+        c = pipeline.compilation(self.program, sig, self.target, schedule)
+        key = pipeline.kernel_key(c, pipeline.backend_for(self.target))
+        return kernels.get(key, lambda: pipeline.build_kernel(c, key))
 
     # ------------------------------------------------------------ inspection
 
