@@ -22,7 +22,7 @@ from tilec.autodiff.shapes import Shapes
 from tilec.errors import TilecError
 from tilec.ir.copies import eliminate_copies
 from tilec.ir.tensor import (Contraction, EBinary, EConst, EExpr, Elementwise, ETensor, Program, Statement,
-                             eexpr_tensors)
+                             statement_reads)
 
 
 def derive(program: Program, wrt: Sequence[str], keep_copies: bool = False) -> Program:
@@ -42,7 +42,7 @@ def _derive(program: Program, wrt: list[str]) -> Program:
     params = shapes.infer()
     needs = set(wrt)
     for st in program.statements:
-        if any(t in needs for t in reads(st)):
+        if any(t in needs for t in statement_reads(st)):
             needs.add(st.output)
     backward = Backward(shapes, needs)
     grad_params = []
@@ -67,13 +67,6 @@ def _derive(program: Program, wrt: list[str]) -> Program:
     return Program(params + tuple(grad_params), tuple(results), statements)
 
 
-def reads(st: Statement) -> list[str]:
-    """The tensors `st` reads."""
-    if isinstance(st, Elementwise):
-        return eexpr_tensors(st.expr)
-    return [a.tensor for a in st.operands] + ([st.default] if st.default else [])
-
-
 def _live(statements: tuple[Statement, ...], results: list[str]) -> tuple[Statement, ...]:
     """`statements` without those whose output nothing needed reads (forward values a linear
     backward does not use, such as the conv's own output when only its inputs' gradients are asked)."""
@@ -82,5 +75,5 @@ def _live(statements: tuple[Statement, ...], results: list[str]) -> tuple[Statem
     for st in reversed(statements):
         if st.output in needed:
             keep.append(st)
-            needed |= set(reads(st))
+            needed |= set(statement_reads(st))
     return tuple(reversed(keep))

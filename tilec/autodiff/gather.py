@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from tilec.autodiff.linear_forms import Linear, iexpr_of, linear_form, substitute
-from tilec.ir.tensor import Access, Constraint, Contraction, IConst, IVar, iexpr_names
+from tilec.autodiff.linear_forms import (Linear, fresh_index, iexpr_of, linear_form, lone_variable, operand_vars,
+                                         substitute)
+from tilec.ir.tensor import Access, Constraint, Contraction, IConst, IVar
 
 
 def gather_form(st: Contraction, grad: str | None = None, fractional: bool = False) -> Contraction:
@@ -39,18 +40,16 @@ def gather_form(st: Contraction, grad: str | None = None, fractional: bool = Fal
     forms = [f for f in maybe if f is not None]
     if len(forms) != len(maybe) or st.agg != "+":
         return st
-    lone = [next(iter(f))[0] for f in forms if len(f) == 1 and next(iter(f.items()))[1] == 1
-            and not next(iter(f))[1]]
-    if len(lone) == len(forms) and "" not in lone and len(set(lone)) == len(lone):
+    lone = [lone_variable(f) for f in forms]
+    if None not in lone and len(set(lone)) == len(lone):
         return st  # already direct
-    grad_vars = {v for a in st.operands if a.tensor == grad for i in a.indices for v in iexpr_names(i)[0]}
+    grad_vars = operand_vars(st, grad)
     subst: dict[str, Linear] = {}
     pinned: list[Constraint] = []  # a constant index k becomes a fresh variable u with u == k
     used = set(st.index_vars)
     for k, form in enumerate(forms):
         if not any(v for v, _ in form):
-            u = next(f"u{n}" for n in range(len(used) + 1) if f"u{n}" not in used)
-            used.add(u)
+            u = fresh_index("u", used)
             subst[u] = {(u, ()): Fraction(1)}
             pin = iexpr_of({(u, ()): Fraction(1), **{key: -c for key, c in form.items()}})
             pinned.append(Constraint(pin, IConst(1)))

@@ -2,7 +2,8 @@
 
 The gather and polyphase rewrites of a derived contraction solve its left-hand indices for
 index variables (``v = (v' - rest) / c``) and substitute the solution into every access and
-constraint; this module is the algebra they share.
+constraint; this module is the algebra they share, and the few questions both ask of the
+contraction (`operand_vars`, `lone_variable`, `fresh_index`).
 
 A `Linear` maps (index variable or "", sorted size symbols) to a nonzero Fraction. Requires of
 `linear_form`'s input: any index expression (it returns None for one that is not such a sum).
@@ -15,7 +16,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from tilec.ir.tensor import IBin, IConst, IExpr, INeg, ISize, IVar
+from tilec.ir.tensor import Contraction, IBin, IConst, IExpr, INeg, ISize, IVar, iexpr_names
 
 Linear = dict[tuple[str, tuple[str, ...]], Fraction]  # (index variable or "", size symbols) -> coefficient
 
@@ -91,3 +92,23 @@ def substitute(e: IExpr, subst: dict[str, Linear]) -> IExpr:
         else:
             out[(var, sizes)] = out.get((var, sizes), Fraction(0)) + coeff
     return iexpr_of({k: c for k, c in out.items() if c})
+
+
+def lone_variable(form: Linear) -> str | None:
+    """v where `form` is the lone index variable v (coefficient 1, no size symbol), else None."""
+    if len(form) != 1:
+        return None
+    (v, sizes), c = next(iter(form.items()))
+    return v if v and not sizes and c == 1 else None
+
+
+def operand_vars(st: Contraction, tensor: str | None) -> set[str]:
+    """The index variables in `st`'s accesses to `tensor`."""
+    return {v for a in st.operands if a.tensor == tensor for i in a.indices for v in iexpr_names(i)[0]}
+
+
+def fresh_index(base: str, used: set[str]) -> str:
+    """`base` + the first number that makes a name not in `used` (which then holds it)."""
+    name = next(f"{base}{n}" for n in range(len(used) + 1) if f"{base}{n}" not in used)
+    used.add(name)
+    return name

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from tilec.autodiff.linear_forms import Linear, iexpr_of, linear_form, substitute
-from tilec.ir.tensor import Access, Constraint, Contraction, IBin, IConst, IExpr, IVar, iexpr_names
+from tilec.autodiff.linear_forms import (Linear, fresh_index, iexpr_of, linear_form, lone_variable, operand_vars,
+                                         substitute)
+from tilec.ir.tensor import Access, Constraint, Contraction, IBin, IConst, IExpr, IVar
 
 
 def polyphase_form(st: Contraction, grad: str, phases: str) -> tuple[Contraction, Contraction] | None:
@@ -36,13 +37,8 @@ def polyphase_form(st: Contraction, grad: str, phases: str) -> tuple[Contraction
     forms = [linear_form(e) for e in st.indices]
     if any(f is None for f in forms):
         return None
-    grad_vars = {v for a in st.operands if a.tensor == grad for i in a.indices for v in iexpr_names(i)[0]}
+    grad_vars = operand_vars(st, grad)
     used = set(st.index_vars)
-
-    def fresh(base: str) -> str:
-        name = next(f"{base}{n}" for n in range(len(used) + 1) if f"{base}{n}" not in used)
-        used.add(name)
-        return name
 
     subst: dict[str, Linear] = {}
     phase_vars: list[str] = []
@@ -57,7 +53,7 @@ def polyphase_form(st: Contraction, grad: str, phases: str) -> tuple[Contraction
             counts[v] = counts.get(v, 0) + 1
     for e, f, size in zip(st.indices, forms, st.sizes):
         assert f is not None
-        if len(f) == 1 and next(iter(f.items()))[1] == 1 and next(iter(f))[0] and not next(iter(f))[1]:
+        if lone_variable(f) is not None:
             dims.append(e)
             sizes.append(size)
             lhs.append(e)
@@ -68,7 +64,7 @@ def polyphase_form(st: Contraction, grad: str, phases: str) -> tuple[Contraction
             (x, c_x), = terms.items()
             if c_x.denominator != 1 or c_x < 2 or x not in grad_vars or counts[x] != 1:
                 return None
-            c, k, u = int(c_x), int(const), fresh("u")
+            c, k, u = int(c_x), int(const), fresh_index("u", used)
             m = -(k // c)  # the least x whose index c*x + k is >= 0
             subst[x] = {(u, ()): Fraction(1), ("", ()): Fraction(m)} if m else {(u, ()): Fraction(1)}
             shift = k + c * m
@@ -83,7 +79,7 @@ def polyphase_form(st: Contraction, grad: str, phases: str) -> tuple[Contraction
         if len(strided) != 1 or len(taps) != 1 or counts[strided[0]] != 1 or counts[taps[0]] != 1:
             return None
         x, i, c, k = strided[0], taps[0], int(terms[strided[0]]), int(const)
-        t, z, u = fresh("t"), fresh("z"), fresh("u")
+        t, z, u = fresh_index("t", used), fresh_index("z", used), fresh_index("u", used)
         m = -((c - 1 + k) // c)  # ceil((1 - c - k) / c): the least u of any in-range tuple
         subst[i] = {(t, ()): Fraction(c), (z, ()): Fraction(1)}
         subst[x] = {(u, ()): Fraction(1), (t, ()): Fraction(-1), ("", ()): Fraction(m)} if m else \

@@ -18,7 +18,8 @@ from collections.abc import Iterable
 
 from tilec.errors import TilecError
 from tilec.ir.tensor import (Contraction, EBinary, ECompare, EConst, EExpr, Elementwise, ESelect, ETensor, EUnary,
-                             IBin, IConst, IExpr, INeg, ISize, IVar, Program, TensorParam, eexpr_tensors, iexpr_names)
+                             IBin, IConst, IExpr, INeg, ISize, IVar, Program, TensorParam, iexpr_names,
+                             statement_reads)
 
 Shape = tuple[IExpr, ...]
 ONE = IConst(1)
@@ -30,14 +31,11 @@ def used_names(program: Program) -> set[str]:
     exprs: list[IExpr] = [d for p in program.params for d in (p.dims or ())]
     for st in program.statements:
         used.add(st.output)
+        used.update(statement_reads(st))
         if isinstance(st, Elementwise):
-            used.update(eexpr_tensors(st.expr))
             continue
-        used.update(a.tensor for a in st.operands)
         exprs += list(st.indices) + list(st.sizes or ()) + [i for a in st.operands for i in a.indices]
         exprs += [e for c in st.constraints for e in (c.poly, c.bound)]
-        if st.default is not None:
-            used.add(st.default)
     for e in exprs:
         idx, sizes = iexpr_names(e)
         used |= idx | sizes

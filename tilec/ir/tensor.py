@@ -285,6 +285,14 @@ class Elementwise:
 Statement = Union[Contraction, Elementwise]
 
 
+def statement_reads(st: Statement) -> list[str]:
+    """The tensors `st` reads: a contraction's operands and its default, an elementwise
+    statement's tensors (in order of first appearance)."""
+    if isinstance(st, Elementwise):
+        return eexpr_tensors(st.expr)
+    return [a.tensor for a in st.operands] + ([st.default] if st.default else [])
+
+
 @dataclass(frozen=True)
 class TensorParam:
     """An input. `dims` is None when declared without brackets (any shape)."""

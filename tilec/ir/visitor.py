@@ -156,12 +156,18 @@ def map_child_stmts(node: Node, fn: Callable[[L.Stmt], L.Stmt]) -> Node:
 # ------------------------------------------------------------------ dispatch
 
 
-def _fallback(cls: type, prefix: str) -> str:
+def _method(owner: Any, cls: type, prefix: str) -> Callable[[Any, Node], Any]:
+    """The method of `owner` (a Visitor or Rewriter subclass) for nodes of class `cls`:
+    ``<prefix>_<Class>``, else the fallback for its kind of node; remembered in owner._dispatch."""
     if cls in EXPR_CLASSES:
-        return f"{prefix}_expr"
-    if cls in STMT_CLASSES:
-        return f"{prefix}_stmt"
-    return f"generic_{prefix}" if prefix == "visit" else "rebuild"
+        fallback = f"{prefix}_expr"
+    elif cls in STMT_CLASSES:
+        fallback = f"{prefix}_stmt"
+    else:
+        fallback = "generic_visit" if prefix == "visit" else "rebuild"
+    method = getattr(owner, f"{prefix}_{cls.__name__}", None) or getattr(owner, fallback)
+    owner._dispatch[cls] = method
+    return method  # type: ignore[no-any-return]
 
 
 class Visitor:
@@ -176,12 +182,8 @@ class Visitor:
         cls._dispatch = {}  # per subclass: methods differ
 
     def visit(self, node: Node) -> None:
-        method = self._dispatch.get(type(node))
-        if method is None:
-            cls = type(node)
-            method = getattr(type(self), f"visit_{cls.__name__}", None) or getattr(type(self), _fallback(cls, "visit"))
-            self._dispatch[cls] = method
-        method(self, node)
+        cls = type(node)
+        (self._dispatch.get(cls) or _method(type(self), cls, "visit"))(self, node)
 
     def generic_visit(self, node: Node) -> None:
         for c in children(node):
@@ -207,12 +209,8 @@ class Rewriter:
         cls._dispatch = {}
 
     def rewrite(self, node: Node) -> Node:
-        method = self._dispatch.get(type(node))
-        if method is None:
-            cls = type(node)
-            method = getattr(type(self), f"rewrite_{cls.__name__}", None) or getattr(type(self), _fallback(cls, "rewrite"))
-            self._dispatch[cls] = method
-        return method(self, node)
+        cls = type(node)
+        return (self._dispatch.get(cls) or _method(type(self), cls, "rewrite"))(self, node)
 
     def rebuild(self, node: Node) -> Node:
         return _rebuild(node, self.rewrite, False)

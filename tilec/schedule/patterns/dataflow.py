@@ -12,9 +12,7 @@ from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
 
 
 def reads(s: BoundContraction | BoundElementwise) -> list[str]:
-    if isinstance(s, BoundElementwise):
-        return list(T.eexpr_tensors(s.stmt.expr))
-    return [a.tensor for a in s.stmt.operands] + ([s.stmt.default] if s.stmt.default else [])
+    return T.statement_reads(s.stmt)
 
 
 def reader_counts(bp: BoundProgram) -> dict[str, int]:
