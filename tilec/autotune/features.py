@@ -25,13 +25,10 @@ from tilec.autotune.task import Task
 from tilec.errors import TilecError
 from tilec.ir import loop as L
 from tilec.ir.visitor import Visitor, walk
+from tilec.schedule.templates.space import log_feature
 
 IR_NAMES = ("loops", "serial", "parallel", "vectorized", "unrolled", "depth", "vector_width", "parallel_extent",
             "log_workspace_bytes", "local_bytes")
-
-
-def _log(x: float) -> float:
-    return math.log2(max(x, 1e-9))
 
 
 def loop_totals(func: L.PrimFunc) -> list[float]:
@@ -41,7 +38,7 @@ def loop_totals(func: L.PrimFunc) -> list[float]:
     kinds = totals.kinds
     workspace = sum(b.size * 4 for b in func.params if "." in b.name)
     return [float(sum(kinds.values())), kinds["serial"], kinds["parallel"], kinds["vectorized"], kinds["unrolled"],
-            totals.depth, totals.width, totals.par, _log(workspace + 1), totals.local / 1024]
+            totals.depth, totals.width, totals.par, log_feature(workspace + 1), totals.local / 1024]
 
 
 class _LoopTotals(Visitor):

@@ -27,7 +27,7 @@ from tilec.schedule.patterns import attention as pattern
 from tilec.schedule.patterns.attention import AttentionPlan
 from tilec.schedule.templates.base import Choice, Context, Template
 from tilec.schedule.templates.knobs import knob
-from tilec.schedule.templates.space import Config, Constraint, Knob, choices_with
+from tilec.schedule.templates.space import Config, Constraint, Knob, choices_with, log_feature
 from tilec.target import Target
 
 LANES = 16  # width of the partial row maxima and sums
@@ -47,7 +47,7 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: Attentio
     assert BK % LANES == 0, "bk must be a multiple of LANES"
     v, c, f32 = L.Var, L.const, "float32"
     name = plan.output
-    bh_n = math.prod(hi - lo + 1 for _, lo, hi in plan.batch)
+    bh_n = plan.batch_size
     tp = -(-plan.t // BK) * BK
     q_blocks = -(-plan.s // BQ)
     kt = L.Buffer(f"{name}.Kt", f32, (bh_n, plan.d, tp))
@@ -152,10 +152,6 @@ NAMES = ("log_bq", "log_bk", "reg_use", "log_block", "intensity", "q_waste", "t_
          "log_s", "log_t", "log_d", "causal", "kt_tile_l1")
 
 
-def _log(x: float) -> float:
-    return math.log2(max(x, 1e-9))
-
-
 class Attention(Template):
     name = "attention"
     kind = "cpu"
@@ -215,8 +211,8 @@ class Attention(Template):
         regs = (bq * vectors + vectors + 1) / t.host.vector_registers
         units = p.batch_size * -(-p.s // bq)
         per = -(-units // t.cores)
-        return [_log(bq), _log(bk), regs, _log(bq * bk), bq * bk / (bq + bk), -(-p.s // bq) * bq / p.s,
-                -(-p.t // bk) * bk / p.t, per * min(t.cores, units) / units, _log(p.s), _log(p.t), _log(p.d),
+        return [log_feature(bq), log_feature(bk), regs, log_feature(bq * bk), bq * bk / (bq + bk), -(-p.s // bq) * bq / p.s,
+                -(-p.t // bk) * bk / p.t, per * min(t.cores, units) / units, log_feature(p.s), log_feature(p.t), log_feature(p.d),
                 float(p.causal), p.d * bk * 4 / t.host.l1d_bytes]
 
     def flops(self, p: AttentionPlan) -> float:

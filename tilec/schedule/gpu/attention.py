@@ -71,10 +71,6 @@ class GpuAttentionKnobs:
         return out
 
 
-def _batch(plan: AttentionPlan) -> int:
-    return math.prod(hi - lo + 1 for _, lo, hi in plan.batch)
-
-
 def build(plan: AttentionPlan, bp: BoundProgram, knobs: GpuAttentionKnobs) -> LoweredGroup:
     """The launch (see the module doc); the template checked `knobs` and the batch."""
     bq, bk = knobs.bq, knobs.bk
@@ -155,7 +151,7 @@ def build(plan: AttentionPlan, bp: BoundProgram, knobs: GpuAttentionKnobs) -> Lo
     body: L.Stmt = L.For(t, c(0), c(bq), per_thread, "threadIdx.x")
     body = L.Allocate(sk, L.Allocate(sv, body))
     body = L.For(qb, c(0), c(-(-plan.s // bq)), body, "blockIdx.x")
-    body = L.For(bh, c(0), c(_batch(plan)), body, "blockIdx.y")
+    body = L.For(bh, c(0), c(plan.batch_size), body, "blockIdx.y")
     return LoweredGroup(body, (), plan.consumed, plan.elided)
 
 
@@ -173,7 +169,7 @@ class GpuAttention(Template):
         gpu = ctx.target.gpu
         assert gpu is not None
         plan = attention.match(index, ctx.bp, DTYPES)
-        if plan is None or GpuAttentionKnobs().problems(plan.d, plan.e, gpu) or _batch(plan) > gpu.max_grid_yz:
+        if plan is None or GpuAttentionKnobs().problems(plan.d, plan.e, gpu) or plan.batch_size > gpu.max_grid_yz:
             return None
         return plan
 

@@ -31,7 +31,6 @@ stages: the next tile is loaded while the current one is multiplied, one barrier
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -42,7 +41,7 @@ from tilec.ir.lower import LoweredGroup, index_expr
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.nest import decompose, guarded_store
 from tilec.schedule.patterns import gemm as gemm_pattern
-from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value, find_epilogue, fused_group
+from tilec.schedule.patterns.epilogue import Epilogue, covered, epilogue_value, find_epilogue, fused_group
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.base import Choice, Context, Template
 from tilec.schedule.templates.knobs import knob
@@ -96,7 +95,7 @@ _CANDIDATES = ((128, 128, 8, 8, 8), (64, 64, 16, 4, 4), (32, 32, 16, 2, 2))
 
 def default_knobs(plan: GemmPlan, gpu: GpuInfo) -> GpuGemmKnobs:
     """The biggest block tile that still gives every SM a block (big tiles reuse more per load)."""
-    n_outer = math.prod(r[2] - r[1] + 1 for r in plan.outer)
+    n_outer = plan.batch
     for bm, bn, bk, tm, tn in _CANDIDATES:
         if n_outer * -(-plan.m // bm) * -(-plan.n // bn) >= gpu.sms:
             return GpuGemmKnobs(bm, bn, bk, tm, tn, True)
@@ -192,7 +191,7 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: GpuGemmK
     per_thread = L.Allocate(acc, L.seq(zero, main, unrolled(i, tm, unrolled(j, tn, store))))
     body: L.Stmt = L.For(ty, c(0), c(ty_n), L.For(tx, c(0), c(tx_n), per_thread, "threadIdx.x"), "threadIdx.y")
     body = L.Allocate(sa, L.Allocate(sb, body))
-    n_outer = math.prod(r[2] - r[1] + 1 for r in plan.outer)
+    n_outer = plan.batch
     body = L.For(bx, c(0), c(-(-m // bm)), body, "blockIdx.x")
     body = L.For(by, c(0), c(-(-n // bn)), body, "blockIdx.y")
     return L.For(bz, c(0), c(n_outer), body, "blockIdx.z")
@@ -245,7 +244,7 @@ class FusedGemmTemplate(Template):
         return fused_gemm(index, ctx, self.dtypes)
 
     def consumed(self, plan: GemmPlan) -> int:
-        return 1 + (len(plan.epilogue.links) if plan.epilogue is not None else 0)
+        return covered(plan.epilogue)
 
     def launch(self, b: BoundContraction, bp: BoundProgram, plan: GemmPlan, knobs: Any) -> L.Stmt:
         raise NotImplementedError

@@ -22,7 +22,6 @@ shape works: the tiles are zero-padded in shared memory and only the cells insid
 
 from __future__ import annotations
 
-import math
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
@@ -55,7 +54,7 @@ def problems(cfg: WmmaGemmConfig, gpu: GpuInfo) -> list[str]:
 
 def default_config(plan: GemmPlan, gpu: GpuInfo) -> WmmaGemmConfig:
     """128x128 tiles of 8 warps where that still gives every SM a block, else 64x64 of 4 warps."""
-    n_outer = math.prod(r[2] - r[1] + 1 for r in plan.outer)
+    n_outer = plan.batch
     if n_outer * -(-plan.m // 128) * -(-plan.n // 128) >= gpu.sms:
         return WmmaGemmConfig(128, 128, 32, 2, 4)
     return WmmaGemmConfig(64, 64, 32, 2, 2)
@@ -68,7 +67,7 @@ def build(b: BoundContraction, bp: BoundProgram, plan: GemmPlan, cfg: WmmaGemmCo
     dest = epilogue.dest if epilogue is not None else out
     bm, bn, bk, wm, wn = cfg.block_m, cfg.block_n, cfg.block_k, cfg.warps_m, cfg.warps_n
     m, n, k = plan.m, plan.n, plan.k
-    n_outer = math.prod(r[2] - r[1] + 1 for r in plan.outer)
+    n_outer = plan.batch
     frag_m, frag_n = bm // (16 * wm), bn // (16 * wn)
     threads = 32 * wm * wn
     v, c = L.Var, L.const

@@ -29,6 +29,11 @@ class Epilogue:
         return self.links[-1].output
 
 
+def covered(epilogue: "Epilogue | None") -> int:
+    """Statements a contraction and its fused epilogue (if any) lower together."""
+    return 1 + (len(epilogue.links) if epilogue is not None else 0)
+
+
 def fused_group(stmt: L.Stmt, b: BoundContraction, epilogue: "Epilogue | None",
                 workspaces: tuple[L.Buffer, ...] = ()) -> LoweredGroup:
     """What a template made of contraction `b` and its fused epilogue: the group covers the epilogue's
@@ -36,7 +41,7 @@ def fused_group(stmt: L.Stmt, b: BoundContraction, epilogue: "Epilogue | None",
     if epilogue is None:
         return LoweredGroup(stmt, workspaces)
     elided = (b.output,) + tuple(link.output for link in epilogue.links[:-1])
-    return LoweredGroup(stmt, workspaces, 1 + len(epilogue.links), elided)
+    return LoweredGroup(stmt, workspaces, covered(epilogue), elided)
 
 
 def find_epilogue(index: int, bp: BoundProgram) -> Epilogue | None:

@@ -11,9 +11,10 @@ a ScheduleError naming the template and the knob, before anything is built.
 
 from __future__ import annotations
 
+import functools
 import typing
 from collections.abc import Iterable
-from dataclasses import MISSING, Field, field, fields
+from dataclasses import Field, field, fields
 from typing import Any
 
 import numpy as np
@@ -26,14 +27,15 @@ def knob(default: Any, lo: int | None = None, hi: int | None = None, doc: str = 
     return field(default=default, metadata={"lo": lo, "hi": hi, "doc": doc})
 
 
-def _kind(record: type, f: Field) -> type:
+@functools.cache
+def _kinds(record: type) -> dict[str, type]:
+    """Each knob's kind, bool or int (read off the record's annotations once)."""
     hints = typing.get_type_hints(record)
-    kind = hints.get(f.name, int)
-    return kind if kind in (int, bool) else int
+    return {f.name: bool if hints.get(f.name) is bool else int for f in fields(record)}
 
 
 def _coerce(template: str, record: type, f: Field, value: Any) -> Any:
-    kind = _kind(record, f)
+    kind = _kinds(record)[f.name]
     where = f"template '{template}': knob '{f.name}'"
     if kind is bool:
         if isinstance(value, (bool, np.bool_)):
@@ -70,13 +72,4 @@ def check_record(template: str, record: Any) -> None:
         _coerce(template, type(record), f, getattr(record, f.name))
 
 
-def knob_docs(record: type) -> dict[str, str]:
-    """What each knob means (for errors and documentation)."""
-    return {f.name: f.metadata.get("doc", "") for f in fields(record)}
-
-
-def knob_default(f: Field) -> Any:
-    return None if f.default is MISSING else f.default
-
-
-__all__ = ["check_record", "knob", "knob_default", "knob_docs", "make_record"]
+__all__ = ["check_record", "knob", "make_record"]

@@ -111,9 +111,14 @@ class Space:
         return near[int(rng.integers(len(near)))] if near else i
 
 
+def log_feature(x: float) -> float:
+    """log2 of a positive quantity, as the cost model's features take sizes (0 and below: -30)."""
+    return math.log2(max(x, 1e-9))
+
+
 def choices_with(choices: tuple[Any, ...], *extra: Any) -> tuple[Any, ...]:
     """`choices` and `extra` (the default's value, say), sorted, each once."""
     return tuple(sorted(set(choices) | set(extra), key=lambda v: (str(type(v)), v)))
 
 
-__all__ = ["Config", "Constraint", "Knob", "Space", "SpaceTooLarge", "choices_with"]
+__all__ = ["Config", "Constraint", "Knob", "Space", "SpaceTooLarge", "choices_with", "log_feature"]

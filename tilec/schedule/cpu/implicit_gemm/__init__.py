@@ -31,17 +31,16 @@ from tilec.schedule.cpu import copy_fold
 from tilec.schedule.cpu.implicit_gemm import inplace
 from tilec.schedule.cpu.implicit_gemm.direct import DirectPlan, padding
 from tilec.schedule.cpu.implicit_gemm.features import NAMES, gemm_features
-from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, default_knobs, knob_problems, worthwhile
+from tilec.schedule.cpu.implicit_gemm.knobs import DTYPES, GemmKnobs, default_knobs, knob_problems, worthwhile
 from tilec.schedule.cpu.implicit_gemm.packed import PackedPlan
 from tilec.schedule.cpu.implicit_gemm.space import gemm_space
 from tilec.schedule.patterns import gemm as gemm_pattern
-from tilec.schedule.patterns.epilogue import find_epilogue, fused_group
+from tilec.schedule.patterns.epilogue import covered, find_epilogue, fused_group
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.patterns.layout_copy import Copy, output_copy
 from tilec.schedule.templates.base import Choice, Context, Template
 from tilec.schedule.templates.space import Config, Constraint, Knob
 
-DTYPES = ("float32", "float64")
 VariantPlan = PackedPlan | DirectPlan | inplace.InplacePlan
 
 
@@ -120,8 +119,7 @@ class ImplicitGemm(Template):
             epilogue = None if plan.partial else find_epilogue(index, ctx.bp)  # f(0) need not be 0
             pads = padding(plan, ctx.bp)
             variant = PackedPlan(plan, epilogue) if knobs.pack_a else DirectPlan(plan, pads, epilogue)  # type: ignore[arg-type]
-        consumed = 1 + (len(variant.epilogue.links) if variant.epilogue is not None else 0)
-        return Choice(index, self, variant, knobs, consumed)
+        return Choice(index, self, variant, knobs, covered(variant.epilogue))
 
     def label(self, choice: Choice) -> str:
         return f"{self.name}[{choice.plan.variant}]"
@@ -151,7 +149,7 @@ class ImplicitGemm(Template):
         return gemm_features(index, plan, ctx, config)
 
     def flops(self, plan: GemmPlan) -> float:
-        return 2.0 * plan.m * plan.n * plan.k * math.prod(hi - lo + 1 for _, lo, hi in plan.outer)
+        return 2.0 * plan.m * plan.n * plan.k * plan.batch
 
 
 def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, a_in_place: bool) -> GemmKnobs:

@@ -8,26 +8,18 @@ shape transfers to others. Costs microseconds per candidate (nothing is lowered)
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
-from tilec.schedule.cpu.implicit_gemm.knobs import itemsize
+from tilec.schedule.cpu.implicit_gemm.knobs import itemsize, round_up
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.base import Context
+from tilec.schedule.templates.space import log_feature
 
 NAMES = ("log_mr", "log_nr", "vectors", "log_kc", "log_mc", "pack_a", "pack_b", "threads", "reg_use", "log_block",
          "intensity", "bytes_per_flop", "b_panel_l1", "a_block_l2", "b_all_l2", "m_waste", "n_waste",
          "mc_waste", "k_waste", "edge_tiles", "imbalance", "k_blocks", "row_blocks", "log_m", "log_n",
          "log_k", "a_reads_per_elem", "a_panel_l1", "kernel_l1", "a_block_l1", "log_mc_tiles", "acc_regs",
          "b_all_l1", "n_tiles", "k_tail", "m_tail")
-
-
-def _log(x: float) -> float:
-    return math.log2(max(x, 1e-9))
-
-
-def _up(x: int, m: int) -> int:
-    return -(-x // m) * m
 
 
 def gemm_features(index: int, p: GemmPlan, ctx: Context, c: Mapping[str, Any]) -> list[float]:
@@ -48,20 +40,20 @@ def gemm_features(index: int, p: GemmPlan, ctx: Context, c: Mapping[str, Any]) -
     imbalance = per_thread * min(threads, row_units) / row_units
     tiles_m, tiles_n = -(-m // mr), -(-n // nr)
     edge = ((m % mr != 0) * tiles_n + (n % nr != 0) * tiles_m) / (tiles_m * tiles_n)
-    return [_log(mr), _log(nr), vectors, _log(kc), _log(mc if pack else mr), float(pack), float(c.get("pack_b", True)),
+    return [log_feature(mr), log_feature(nr), vectors, log_feature(kc), log_feature(mc if pack else mr), float(pack), float(c.get("pack_b", True)),
             threads, regs,
-            _log(mr * nr), mr * nr / (mr + nr), (mr + nr) * size / (2 * mr * nr),
+            log_feature(mr * nr), mr * nr / (mr + nr), (mr + nr) * size / (2 * mr * nr),
             kc * nr * size / l1, (mc if pack else mr) * kc * size / l2,
-            kc * _up(n, nr) * size / l2, _up(m, mr) / m, _up(n, nr) / n,
-            _up(m, mc) / m if pack else 1.0, _up(k, kc) / k, edge, imbalance, _log(-(-k // kc)), _log(row_units),
-            _log(m), _log(n), _log(k), tiles_n if not pack else 1.0,
+            kc * round_up(n, nr) * size / l2, round_up(m, mr) / m, round_up(n, nr) / n,
+            round_up(m, mc) / m if pack else 1.0, round_up(k, kc) / k, edge, imbalance, log_feature(-(-k // kc)), log_feature(row_units),
+            log_feature(m), log_feature(n), log_feature(k), tiles_n if not pack else 1.0,
             # the micro-kernel's working set against L1: the A micro-panel (mr x kc), with the B
             # micro-panel (kc x nr), the packed A block (mc x kc) that every column panel re-reads
             mr * kc * size / l1, (mr + nr) * kc * size / l1,
             (mc if pack else mr) * kc * size / l1,
-            _log((mc if pack else mr) / mr),  # micro-tiles per packed A block (B micro-panel reuse)
+            log_feature((mc if pack else mr) / mr),  # micro-tiles per packed A block (B micro-panel reuse)
             mr * vectors,  # accumulator registers
-            kc * _up(n, nr) * size / l1, _log(tiles_n),
+            kc * round_up(n, nr) * size / l1, log_feature(tiles_n),
             (k % kc) / kc, (m % (mc if pack else mr)) / (mc if pack else mr)]  # partial last blocks
 
 

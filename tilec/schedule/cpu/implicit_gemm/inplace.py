@@ -47,7 +47,7 @@ from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import index_expr, lone_output_vars
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.patterns.layout_copy import Copy
-from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, accumulators
+from tilec.schedule.cpu.implicit_gemm.knobs import DTYPES, GemmKnobs, accumulators
 from tilec.schedule.cpu.implicit_gemm.padding import Pads, access_padding, gathered, padded_index, padded_operand, zero_slabs
 from tilec.schedule.nest import decompose, thread_share, threads_loop
 from tilec.schedule.patterns import gemm as gemm_pattern
@@ -55,8 +55,6 @@ from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.base import Context
 from tilec.target import Target
-
-DTYPES = ("float32", "float64")
 
 
 @dataclass(frozen=True)
@@ -170,7 +168,7 @@ def build(b: BoundContraction, ip: Candidate, knobs: GemmKnobs, ctx: Context, ep
     assert mr >= 1 and nr >= 1 and plan.n % nr == 0, "the template checks the knobs first"
     m, n = plan.m, plan.n
     panels, tiles = n // nr, -(-m // mr)
-    n_outer = math.prod(hi - lo + 1 for _, lo, hi in plan.outer)
+    n_outer = plan.batch
     units = n_outer * panels * tiles
     threads = max(1, min(knobs.threads or target.cores, units))
     out = b.output

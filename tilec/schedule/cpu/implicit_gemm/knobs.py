@@ -8,7 +8,6 @@ threads); `knob_problems` says why knobs cannot be built for a plan on a target.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +35,9 @@ class GemmKnobs:
                                   "(tilec.schedule.cpu.implicit_gemm.inplace)")
 
 
+DTYPES = ("float32", "float64")  # the dtypes the CPU GEMM templates take
+
+
 def itemsize(dtype: str) -> int:
     return np.dtype(dtype).itemsize
 
@@ -61,7 +63,7 @@ def default_knobs(plan: GemmPlan, dtype: str, target: Target, mc_rows: int) -> G
     mr = min(14, accumulators(target) // vectors)
     kc = min(plan.k, max(16, target.host.l1d_bytes // (nr * itemsize(dtype))))
     threads = target.cores
-    n_outer = math.prod(r[2] - r[1] + 1 for r in plan.outer)
+    n_outer = plan.batch
     share = 1 if n_outer >= threads else threads  # row blocks are split over threads only then
     blocks = share * -(-plan.m // (share * mc_rows))
     mc = round_up(-(-plan.m // blocks), mr)
@@ -76,7 +78,7 @@ def worthwhile(plan: GemmPlan, params: LoweringParams) -> bool:
 def plan_threads(plan: GemmPlan, knobs: GemmKnobs, target: Target, row_units: int) -> tuple[bool, int, int]:
     """(parallel over the outer loop?, threads, outer iterations): the outer (batch) loop when it
     has an iteration per thread, else `row_units` (row blocks or tiles) shared by the threads."""
-    n_outer = math.prod(r[2] - r[1] + 1 for r in plan.outer)
+    n_outer = plan.batch
     wanted = max(1, knobs.threads or target.cores)
     outer_parallel = n_outer >= wanted and wanted > 1
     return outer_parallel, wanted if outer_parallel else max(1, min(wanted, row_units)), n_outer
@@ -106,5 +108,5 @@ def knob_problems(knobs: GemmKnobs, plan: GemmPlan, dtype: str, target: Target) 
     return problems
 
 
-__all__ = ["GemmKnobs", "MAX_THREADS", "accumulators", "default_knobs", "itemsize", "knob_problems", "plan_threads",
+__all__ = ["DTYPES", "GemmKnobs", "MAX_THREADS", "accumulators", "default_knobs", "itemsize", "knob_problems", "plan_threads",
            "round_up", "worthwhile"]

@@ -55,7 +55,7 @@ from tilec.schedule.cpu.winograd.plan import POINTS, WinogradPlan, lone, workspa
 from tilec.schedule.cpu.winograd.transforms import (filter_column_inner, filter_output, filter_transform,
                                                     gradient_transform, input_transform, output_transform)
 from tilec.schedule.patterns import gemm as gemm_pattern
-from tilec.schedule.patterns.epilogue import find_epilogue, fused_group
+from tilec.schedule.patterns.epilogue import covered, find_epilogue, fused_group
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.base import Choice, Context, Template
 
@@ -141,7 +141,7 @@ class Winograd(Template):
         return problems
 
     def consumed(self, wp: WinogradPlan) -> int:
-        return 1 + (len(wp.epilogue.links) if wp.epilogue is not None else 0)
+        return covered(wp.epilogue)
 
     def reads_through(self, choice: Choice) -> frozenset[str]:
         """A is padded (or gathered) for the input transform, B transformed: copies of either fold in."""
