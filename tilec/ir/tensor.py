@@ -321,6 +321,30 @@ def statement_reads(st: Statement) -> list[str]:
     return [a.tensor for a in st.operands] + ([st.default] if st.default else [])
 
 
+def statement_sizes(st: Statement) -> set[str]:
+    """The size symbols `st` reads (in indices, sizes, constraints, or as values): a statement
+    computed from sizes that defines one of them must run before `st`."""
+    if isinstance(st, Elementwise):
+        found: set[str] = set()
+        stack: list[EExpr] = [st.expr]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, ESize):
+                found.add(e.name)
+            elif isinstance(e, EUnary):
+                stack.append(e.a)
+            elif isinstance(e, (EBinary, ECompare)):
+                stack += [e.a, e.b]
+            elif isinstance(e, ESelect):
+                stack += [e.cond, e.a, e.b]
+            elif isinstance(e, ECall):
+                stack += list(e.args)
+        return found
+    exprs = list(st.indices) + list(st.sizes or ()) + [i for a in st.operands for i in a.indices]
+    exprs += [x for c in st.constraints for x in (c.poly, c.bound)]
+    return {name for e in exprs for name in iexpr_names(e)[1]}
+
+
 @dataclass(frozen=True)
 class TensorParam:
     """An input. `dims` is None when declared without brackets (any shape)."""
