@@ -73,7 +73,7 @@ REFERENCES = {  # a word of the snippet -> numpy reference of its output from it
     "I[2x + i, 2y + j]": lambda a: a.reshape(2, 2, 2, 2).max(axis=(1, 3)),
     "i - k < N": lambda a: np.cumsum(a),
     "O[x + i]": lambda a, b: np.convolve(a, b),
-    "L[n] == R[c]": lambda l, r, v: np.array([v[r == x].sum() for x in l]),
+    "L[n] == R[c]": lambda labels, r, v: np.array([v[r == x].sum() for x in labels]),
     "E = exp(X - M)": lambda x: np.exp(x - x.max(1, keepdims=True)) / np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True),
 }
 
