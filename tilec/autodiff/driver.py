@@ -22,7 +22,7 @@ from tilec.autodiff.shapes import Shapes
 from tilec.errors import TilecError
 from tilec.ir.copies import eliminate_copies
 from tilec.ir.tensor import (Contraction, EBinary, EConst, EExpr, Elementwise, ETensor, Program, Statement,
-                             statement_reads)
+                             statement_reads, statement_sizes)
 
 
 def derive(program: Program, wrt: Sequence[str], keep_copies: bool = False) -> Program:
@@ -75,5 +75,5 @@ def _live(statements: tuple[Statement, ...], results: list[str]) -> tuple[Statem
     for st in reversed(statements):
         if st.output in needed:
             keep.append(st)
-            needed |= set(statement_reads(st))
+            needed |= set(statement_reads(st)) | statement_sizes(st)  # sizes computed by statements too
     return tuple(reversed(keep))

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tilec.errors import TilecError
-from tilec.ir.tensor import (Contraction, EBinary, ECompare, EConst, EExpr, Elementwise, ESelect, ETensor, EUnary,
+from tilec.ir.tensor import (Contraction, EBinary, ECompare, EConst, EExpr, ESize, Elementwise, ESelect, ETensor, EUnary,
                              IBin, IConst, IExpr, INeg, ISize, IVar, Program, TensorParam, iexpr_names,
                              statement_reads)
 
@@ -104,7 +104,7 @@ class Shapes:
     def eshape(self, e: EExpr, what: str) -> Shape:
         if isinstance(e, ETensor):
             return self.shape(e.name)
-        if isinstance(e, EConst):
+        if isinstance(e, (EConst, ESize)):
             return ()
         if isinstance(e, EUnary):
             return self.eshape(e.a, what)

@@ -90,20 +90,41 @@ class ConstraintNode:
 
 
 @dataclass(frozen=True)
+class ScalarOperandNode:
+    """A literal or size symbol combined with the one access: ``A[i] op value`` (or ``value op A[i]``
+    when `left`)."""
+
+    op: str  # + - * /
+    value: Expr
+    left: bool
+
+
+@dataclass(frozen=True)
+class AttributeNode:
+    """``[[name(param, ...)]]`` before a statement."""
+
+    name: Name
+    params: tuple[Name, ...]
+
+
+@dataclass(frozen=True)
 class ContractionNode:
     lhs: LhsNode
     agg: str
     combo: str
     operands: tuple[AccessNode, ...]
     constraints: tuple[ConstraintNode, ...]
-    default: Name | None
+    default: Expr | None  # a tensor's Name, or a literal
     no_defract: bool
+    scalar: ScalarOperandNode | None = None
+    attributes: tuple[AttributeNode, ...] = ()
 
 
 @dataclass(frozen=True)
 class ElementwiseNode:
     target: Name
     expr: Expr
+    attributes: tuple[AttributeNode, ...] = ()
 
 
 StatementNode = Union[ContractionNode, ElementwiseNode]

@@ -7,6 +7,7 @@ and deep nesting costs no Python recursion here. Every Lark error becomes a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,8 @@ _TERMINAL_TEXT = {
     "COMMA": "','", "SEMICOLON": "';'", "COLON": "':'", "EQUAL": "'='", "PLUS": "'+'",
     "MINUS": "'-'", "STAR": "'*'", "SLASH": "'/'", "MORETHAN": "'>'", "LESSTHAN": "'<'",
     "QMARK": "'?'", "DEFAULT": "'default'", "NO_DEFRACT": "'no_defract'", "FUNCTION": "'function'",
-    "__ANON_0": "'->'", "__ANON_1": "'=='", "$END": "end of input",
+    "__ANON_0": "'->'", "__ANON_1": "'=='", "$END": "end of input", "ATTR_OPEN": "'[['",
+    "ATTR_CLOSE": "']]'",
 }
 
 
@@ -59,6 +61,15 @@ class _ToAst(Transformer):
         stmts = tuple(s for s in items if isinstance(s, (ast.ContractionNode, ast.ElementwiseNode)))
         return ast.ProgramNode(params, outputs, stmts, single_statement=False)
 
+    def attributed(self, items: list) -> ast.StatementNode:
+        *attributes, stmt = items
+        return dataclasses.replace(stmt, attributes=tuple(attributes)) if attributes else stmt
+
+    def attribute(self, items: list) -> ast.AttributeNode:
+        name = _name(items[1])
+        params = tuple(_name(t) for t in items[2:-1] if isinstance(t, Token))
+        return ast.AttributeNode(name, params)
+
     def param_any(self, items: list) -> ast.ParamNode:
         return ast.ParamNode(_name(items[0]), None)
 
@@ -71,13 +82,17 @@ class _ToAst(Transformer):
     # -- contractions
     def contraction(self, items: list) -> ast.ContractionNode:
         lhs, agg, (combo, operands), *tails = items
+        scalar = None
+        if combo == "scalar":
+            scalar, operands = operands[1], (operands[0],)
+            combo = "single"
         constraints = tuple(t for t in tails if isinstance(t, ast.ConstraintNode))
-        defaults = [t for t in tails if isinstance(t, ast.Name)]
+        defaults = [t for t in tails if isinstance(t, tuple)]
         if len(defaults) > 1:
-            raise TileSyntaxError("'default' given twice", "", *defaults[1].pos)
+            raise TileSyntaxError("'default' given twice", "", *defaults[1][0].pos)
         no_defract = any(t == "no_defract" for t in tails)
         return ast.ContractionNode(lhs, agg, combo, operands, constraints,
-                                   defaults[0] if defaults else None, no_defract)
+                                   defaults[0][0] if defaults else None, no_defract, scalar)
 
     def lhs_scalar(self, items: list) -> ast.LhsNode:
         return ast.LhsNode(_name(items[0]), (), ())
@@ -121,6 +136,23 @@ class _ToAst(Transformer):
     def combo_cond(self, items: list) -> tuple:
         return ("cond", tuple(items))
 
+    def combo_scalar_right(self, items: list) -> tuple:
+        access, op, value = items
+        return ("scalar", (access, ast.ScalarOperandNode(str(op), value, left=False)))
+
+    def combo_scalar_left(self, items: list) -> tuple:
+        value, op, access = items
+        return ("scalar", (access, ast.ScalarOperandNode(str(op), value, left=True)))
+
+    def scalar_op(self, items: list) -> str:
+        return str(items[0])
+
+    def neg_int(self, items: list) -> ast.Int:
+        return ast.Int(-int(items[0]), _pos(items[0]))
+
+    def neg_float(self, items: list) -> ast.Float:
+        return ast.Float(-float(items[0]), _pos(items[0]))
+
     def access_scalar(self, items: list) -> ast.AccessNode:
         return ast.AccessNode(_name(items[0]), ())
 
@@ -130,8 +162,11 @@ class _ToAst(Transformer):
     def tail_constraint(self, items: list) -> ast.ConstraintNode:
         return ast.ConstraintNode(items[0], items[1])
 
-    def tail_default(self, items: list) -> ast.Name:
-        return _name(items[-1])
+    def tail_default(self, items: list) -> tuple:
+        return (_name(items[-1]),)  # a 1-tuple: told apart from the other tails by its type
+
+    def tail_default_literal(self, items: list) -> tuple:
+        return (items[-1],)
 
     def tail_no_defract(self, _: list) -> str:
         return "no_defract"
@@ -146,6 +181,10 @@ class _ToAst(Transformer):
     def i_juxtaposed(self, items: list) -> ast.Bin:
         coeff, var = items
         return ast.Bin("*", ast.Int(int(coeff), _pos(coeff)), _name(var), _pos(coeff))
+
+    def i_call(self, items: list) -> ast.Call:
+        func = _name(items[0])
+        return ast.Call(func, tuple(items[1:]), func.pos)
 
     def i_neg(self, items: list) -> ast.Neg:
         return ast.Neg(items[0], _pos(items[0]))

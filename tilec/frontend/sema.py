@@ -9,13 +9,15 @@ and its position.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from collections.abc import Iterable
 
 from tilec.errors import SemanticError, caret_snippet
 from tilec.frontend import ast
 from tilec.ir import tensor as T
 from tilec.ir.builtins import BUILTINS
+from tilec.ir.size_values import SIZE_FUNCTIONS, is_size_expr
 
 
 def is_capitalised(name: str) -> bool:
@@ -28,6 +30,16 @@ class _Scope:
     sizes: set[str]  # size symbols known so far (declared dims, output sizes, keywords)
     ranks: dict[str, int | None] = field(default_factory=dict)  # defined tensors -> rank
     inputs: set[str] = field(default_factory=set)
+    taken: set[str] = field(default_factory=set)  # every name in the source: temporaries avoid them
+
+    def fresh(self, base: str) -> str:
+        """A tensor name for a desugaring temporary that no source name uses."""
+        name, k = base, 1
+        while name in self.taken or name in self.ranks or name in self.sizes:
+            k += 1
+            name = f"{base}{k}"
+        self.taken.add(name)
+        return name
 
     def error(self, message: str, pos: ast.Pos) -> SemanticError:
         line, col = pos
@@ -37,11 +49,11 @@ class _Scope:
 
 def analyse(node: ast.ProgramNode, source: str = "", size_names: Iterable[str] = ()) -> T.Program:
     """Check `node` and build its tensor IR. `size_names` are sizes given by keyword."""
-    scope = _Scope(source, set(size_names))
+    scope = _Scope(source, set(size_names), taken=set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", source)))
     if node.single_statement:
         node = _as_function(node)
     params = tuple(_param(p, scope) for p in node.params)
-    statements = tuple(_statement(s, scope) for s in node.statements)
+    statements = tuple(out for s in node.statements for out in _statement(s, scope))
     outputs: list[str] = []
     for out in node.outputs:
         if out.name in scope.inputs:
@@ -62,7 +74,7 @@ def _as_function(node: ast.ProgramNode) -> ast.ProgramNode:
     read: list[ast.Name] = []
     if isinstance(stmt, ast.ContractionNode):
         read = [a.tensor for a in stmt.operands]
-        if stmt.default is not None:
+        if isinstance(stmt.default, ast.Name):
             read.append(stmt.default)
         target = stmt.lhs.tensor
     else:
@@ -113,7 +125,39 @@ def _param(p: ast.ParamNode, scope: _Scope) -> T.TensorParam:
     return T.TensorParam(name.name, dims)
 
 
-def _statement(s: ast.StatementNode, scope: _Scope) -> T.Statement:
+def _statement(s: ast.StatementNode, scope: _Scope) -> list[T.Statement]:
+    """The statement's tensor IR, after the temporaries its scalar operands desugar to."""
+    attributes = tuple(T.Attribute(a.name.name, tuple(p.name for p in a.params)) for a in s.attributes)
+    if isinstance(s, ast.ContractionNode):
+        before, s = _desugar_scalars(s, scope)
+        return before + [replace(_plain_statement(s, scope), attributes=attributes)]
+    return [replace(_plain_statement(s, scope), attributes=attributes)]
+
+
+def _desugar_scalars(s: ast.ContractionNode, scope: _Scope) -> tuple[list[T.Statement], ast.ContractionNode]:
+    """A scalar combined with the access (`+(A[i] * 0.125)`) becomes an elementwise temporary over the
+    whole tensor (`T = A * 0.125; +(T[i])`), and a literal default a 0-d temporary: the rest of the
+    compiler (templates, autodiff) sees plain contractions. Exact for every dtype, since the
+    elementwise statement applies the same operation to each element the access reads."""
+    before: list[T.Statement] = []
+    if s.scalar is not None:
+        access = s.operands[0]
+        _check_defined(access.tensor, scope)
+        tensor, value = T.ETensor(access.tensor.name), _eexpr(s.scalar.value, scope)
+        a, b = (value, tensor) if s.scalar.left else (tensor, value)
+        name = scope.fresh(f"{s.lhs.tensor.name}_Operand")
+        before.append(T.Elementwise(name, T.EBinary(s.scalar.op, a, b)))
+        scope.ranks[name] = scope.ranks[access.tensor.name]
+        s = replace(s, operands=(replace(access, tensor=ast.Name(name, access.tensor.pos)),), scalar=None)
+    if s.default is not None and not isinstance(s.default, ast.Name):
+        name = scope.fresh(f"{s.lhs.tensor.name}_Default")
+        before.append(T.Elementwise(name, _eexpr(s.default, scope)))
+        scope.ranks[name] = 0
+        s = replace(s, default=ast.Name(name, ast.expr_pos(s.default)))
+    return before, s
+
+
+def _plain_statement(s: ast.StatementNode, scope: _Scope) -> T.Statement:
     target = s.lhs.tensor if isinstance(s, ast.ContractionNode) else s.target
     if not is_capitalised(target.name):
         raise scope.error(f"'{target.name}' cannot be assigned: tensor names start with an upper-case letter", target.pos)
@@ -129,6 +173,8 @@ def _statement(s: ast.StatementNode, scope: _Scope) -> T.Statement:
         return contraction
     expr = _eexpr(s.expr, scope)
     scope.ranks[target.name] = _elementwise_rank(expr, scope)
+    if is_size_expr(expr):  # an integer computed from sizes: also a size (tilec.ir.size_values)
+        scope.sizes.add(target.name)
     return T.Elementwise(target.name, expr)
 
 
@@ -163,6 +209,7 @@ def _contraction(s: ast.ContractionNode, scope: _Scope) -> T.Contraction:
         for c in s.constraints)
     default = None
     if s.default is not None:
+        assert isinstance(s.default, ast.Name), "literal defaults are desugared first"
         _check_defined(s.default, scope)
         rank = scope.ranks[s.default.name]
         if rank is not None and rank > len(indices):
@@ -211,6 +258,9 @@ def _iexpr(e: ast.Expr, scope: _Scope, allow_vars: bool, what: str) -> T.IExpr:
         if is_capitalised(e.name):
             if e.name in scope.sizes:
                 return T.ISize(e.name)
+            if e.name in scope.inputs and scope.ranks[e.name] in (0, None):
+                scope.ranks[e.name] = 0  # a scalar input read as a size: bound from its value per call
+                return T.ISize(e.name)
             if allow_vars:
                 raise scope.error(
                     f"index variable '{e.name}' is upper-case: upper-case names are size symbols and no size "
@@ -225,10 +275,20 @@ def _iexpr(e: ast.Expr, scope: _Scope, allow_vars: bool, what: str) -> T.IExpr:
         return T.INeg(_iexpr(e.a, scope, allow_vars, what))
     if isinstance(e, ast.Bin):
         return T.IBin(e.op, _iexpr(e.a, scope, allow_vars, what), _iexpr(e.b, scope, allow_vars, what))
+    if isinstance(e, ast.Call):
+        if e.func.name not in SIZE_FUNCTIONS or len(e.args) != 2:
+            raise scope.error(f"'{e.func.name}' cannot appear in a {what}: the functions allowed there are "
+                              f"max(a, b) and min(a, b)", e.func.pos)
+        a, b = (_iexpr(x, scope, allow_vars, what) for x in e.args)
+        if T.iexpr_names(a)[0] or T.iexpr_names(b)[0]:
+            raise scope.error(f"'{e.func.name}' of index variables is not affine; use it on sizes only", e.func.pos)
+        return T.IBin(e.func.name, a, b)
     raise scope.error(f"a {what} must be an integer expression", ast.expr_pos(e))
 
 
 def _check_affine(e: T.IExpr, node: ast.Expr, scope: _Scope) -> None:
+    if isinstance(e, T.IBin) and e.op in SIZE_FUNCTIONS:
+        return  # max/min of sizes: checked by _iexpr
     if isinstance(e, T.IBin):
         _check_affine(e.a, node.a, scope)  # type: ignore[union-attr]
         _check_affine(e.b, node.b, scope)  # type: ignore[union-attr]
@@ -258,10 +318,10 @@ def _eexpr(e: ast.Expr, scope: _Scope) -> T.EExpr:
             raise scope.error(
                 f"'{e.name}' is lower-case: elementwise statements work on whole tensors (capitalised names) and take "
                 f"no index variables; use a contraction 'O[i, ...] = ...' for indexed access", e.pos)
+        if e.name in scope.sizes:  # sizes are integer values (statements computed from sizes included)
+            return T.ESize(e.name)
         if e.name in scope.ranks:
             return T.ETensor(e.name)
-        if e.name in scope.sizes:
-            raise scope.error(f"size symbol '{e.name}' cannot be used as a value in an elementwise statement", e.pos)
         _check_defined(e, scope)
     if isinstance(e, ast.Neg):
         inner = _eexpr(e.a, scope)

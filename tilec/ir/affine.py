@@ -105,6 +105,8 @@ def evaluate_size(e: T.IExpr, sizes: dict[str, int], what: str) -> int:
             return a - b
         if e.op == "*":
             return a * b
+        if e.op in ("max", "min"):
+            return max(a, b) if e.op == "max" else min(a, b)
         if b == 0:
             raise BindError(f"division by zero in {what}")
         return a // b
@@ -122,6 +124,8 @@ def to_affine(e: T.IExpr, sizes: dict[str, int], what: str) -> Affine:
     if isinstance(e, T.INeg):
         return to_affine(e.a, sizes, what).scale(Fraction(-1))
     assert isinstance(e, T.IBin)
+    if e.op in ("max", "min"):  # sema allows them over sizes only
+        return Affine.make({}, Fraction(evaluate_size(e, sizes, what)))
     a, b = to_affine(e.a, sizes, what), to_affine(e.b, sizes, what)
     if e.op == "+":
         return a.add(b)

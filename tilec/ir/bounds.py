@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Union
 
@@ -23,7 +23,8 @@ import numpy as np
 from tilec.errors import BindError, SemanticError, TilecWarning
 from tilec.ir import tensor as T
 from tilec.ir.affine import INF, IntAffine, evaluate_size, to_affine
-from tilec.ir.dtypes import contraction_dtype, elementwise_dtype
+from tilec.ir.dtypes import contraction_dtype, elementwise_dtype, expr_type
+from tilec.ir import size_values
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class _Env:
     sizes: dict[str, int]
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
+    weak: set[str] = field(default_factory=set)  # 0-d results of literal-only statements (a literal default)
 
 
 def bind(program: T.Program, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str],
@@ -244,7 +246,7 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
         except ValueError:
             raise BindError(f"default tensor '{stmt.default}' has shape {dshape}, which does not broadcast to "
                             f"output '{stmt.output}' of shape {shape}") from None
-        default_dtype = env.dtypes[stmt.default]
+        default_dtype = None if stmt.default in env.weak else env.dtypes[stmt.default]
     dtype = contraction_dtype(stmt.combo, [env.dtypes[a.tensor] for a in stmt.operands], default_dtype)
     return BoundContraction(stmt, shape, dtype, out_idx, tuple(operands), int_ranges, guards, empty)
 
@@ -361,6 +363,20 @@ def _check_single_assignment(stmt: T.Contraction, out_idx: tuple[IntAffine, ...]
 
 
 def _bind_elementwise(stmt: T.Elementwise, env: _Env) -> BoundElementwise:
+    """A statement computed from sizes defines a size too (PlaidML's rounding: tilec.ir.size_values);
+    sizes read as values become integer literals."""
+    what = f"statement '{stmt}'"
+    if size_values.is_size_expr(stmt.expr):
+        value = size_values.evaluate(stmt.expr, env.sizes, what)
+        known = env.sizes.get(stmt.output)
+        if known is not None and known != value:
+            raise BindError(f"size '{stmt.output}' is given as {known} but {what} computes {value}")
+        env.sizes[stmt.output] = value
+        stmt = replace(stmt, expr=T.EConst(value))
+    else:
+        stmt = replace(stmt, expr=size_values.substitute(stmt.expr, env.sizes, what))
+    if isinstance(expr_type(stmt.expr, env.dtypes), type):
+        env.weak.add(stmt.output)
     names = T.eexpr_tensors(stmt.expr)
     try:
         shape = tuple(np.broadcast_shapes(*[env.shapes[n] for n in names])) if names else ()

@@ -53,6 +53,9 @@ def expr_type(e: T.EExpr, tensor_dtypes: dict[str, str]) -> Typed:
         return tensor_dtypes[e.name]
     if isinstance(e, T.EConst):
         return type(e.value)
+    if isinstance(e, T.ESize):
+        return int  # a size read as a value: an integer literal once bound
+
     if isinstance(e, T.ECompare):
         return "bool"
     if isinstance(e, T.EUnary):

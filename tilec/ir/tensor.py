@@ -35,7 +35,7 @@ class IVar:
 
 @dataclass(frozen=True)
 class IBin:
-    """``a op b`` with op in ``+ - * /``.
+    """``a op b`` with op in ``+ - * /``, or ``max(a, b)`` / ``min(a, b)`` (size expressions only).
 
     In an index polynomial ``/`` is exact rational division by a constant (a tuple
     whose index is not an integer does not contribute); in a size expression it is
@@ -64,6 +64,8 @@ def format_iexpr(e: IExpr, parent_prec: int = 0, right: bool = False) -> str:
         return e.name
     if isinstance(e, INeg):
         return f"-{format_iexpr(e.a, 3)}"
+    if e.op in ("max", "min"):
+        return f"{e.op}({format_iexpr(e.a)}, {format_iexpr(e.b)})"
     prec = _IPREC[e.op]
     text = f"{format_iexpr(e.a, prec)} {e.op} {format_iexpr(e.b, prec, right=True)}"
     if prec < parent_prec or (right and prec == parent_prec):
@@ -105,6 +107,14 @@ class EConst:
 
 
 @dataclass(frozen=True)
+class ESize:
+    """A size symbol used as a value: an integer, known once sizes are bound
+    (:func:`tilec.ir.size_values.substitute` replaces it by its value in bind)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class EUnary:
     op: str  # "-"
     a: "EExpr"
@@ -137,13 +147,13 @@ class ECall:
     args: tuple["EExpr", ...]
 
 
-EExpr = Union[ETensor, EConst, EUnary, EBinary, ECompare, ESelect, ECall]
+EExpr = Union[ETensor, EConst, ESize, EUnary, EBinary, ECompare, ESelect, ECall]
 
 _EPREC = {"?": 1, "cmp": 2, "+": 3, "-": 3, "*": 4, "/": 4, "neg": 5}
 
 
 def format_eexpr(e: EExpr, parent_prec: int = 0, right: bool = False) -> str:
-    if isinstance(e, ETensor):
+    if isinstance(e, (ETensor, ESize)):
         return e.name
     if isinstance(e, EConst):
         text = repr(e.value)
@@ -193,6 +203,22 @@ def eexpr_tensors(e: EExpr) -> list[str]:
 
 # ---------------------------------------------------------------- statements
 
+@dataclass(frozen=True)
+class Attribute:
+    """A statement attribute ``[[name(param, ...)]]`` (PlaidML's syntax, tile/lang/tile.y in
+    plaidml/plaidml: `attribute_list stmt`); kept for `explain`, otherwise ignored."""
+
+    name: str
+    params: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"[[{self.name}({', '.join(self.params)})]]" if self.params else f"[[{self.name}]]"
+
+
+def format_attributes(attributes: tuple[Attribute, ...]) -> str:
+    return "".join(f"{a} " for a in attributes)
+
+
 AGGREGATIONS = {"+": "sum", "*": "product", ">": "max", "<": "min", "=": "assign"}
 COMBINATIONS = {"single": 1, "mul": 2, "add": 2, "eq": 2, "cond": 3}
 
@@ -228,6 +254,7 @@ class Contraction:
     constraints: tuple[Constraint, ...] = ()
     default: str | None = None
     no_defract: bool = False
+    attributes: tuple[Attribute, ...] = ()
 
     def __str__(self) -> str:
         idx = ", ".join(format_iexpr(i) for i in self.indices)
@@ -241,7 +268,7 @@ class Contraction:
             "eq": lambda: f"{ops[0]} == {ops[1]}",
             "cond": lambda: f"{ops[0]} == {ops[1]} ? {ops[2]}",
         }[self.combo]()
-        text = f"{self.output}[{idx}] = {self.agg}({body})"
+        text = f"{format_attributes(self.attributes)}{self.output}[{idx}] = {self.agg}({body})"
         for c in self.constraints:
             text += f", {c}"
         if self.default is not None:
@@ -277,9 +304,10 @@ def _ordered_vars(e: IExpr) -> list[str]:
 class Elementwise:
     output: str
     expr: EExpr
+    attributes: tuple[Attribute, ...] = ()
 
     def __str__(self) -> str:
-        return f"{self.output} = {format_eexpr(self.expr)}"
+        return f"{format_attributes(self.attributes)}{self.output} = {format_eexpr(self.expr)}"
 
 
 Statement = Union[Contraction, Elementwise]
@@ -291,6 +319,30 @@ def statement_reads(st: Statement) -> list[str]:
     if isinstance(st, Elementwise):
         return eexpr_tensors(st.expr)
     return [a.tensor for a in st.operands] + ([st.default] if st.default else [])
+
+
+def statement_sizes(st: Statement) -> set[str]:
+    """The size symbols `st` reads (in indices, sizes, constraints, or as values): a statement
+    computed from sizes that defines one of them must run before `st`."""
+    if isinstance(st, Elementwise):
+        found: set[str] = set()
+        stack: list[EExpr] = [st.expr]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, ESize):
+                found.add(e.name)
+            elif isinstance(e, EUnary):
+                stack.append(e.a)
+            elif isinstance(e, (EBinary, ECompare)):
+                stack += [e.a, e.b]
+            elif isinstance(e, ESelect):
+                stack += [e.cond, e.a, e.b]
+            elif isinstance(e, ECall):
+                stack += list(e.args)
+        return found
+    exprs = list(st.indices) + list(st.sizes or ()) + [i for a in st.operands for i in a.indices]
+    exprs += [x for c in st.constraints for x in (c.poly, c.bound)]
+    return {name for e in exprs for name in iexpr_names(e)[1]}
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from tilec.runtime import memory, torch_cuda
 from tilec.errors import BindError, TilecError, TilecWarning
 from tilec.frontend import parse
 from tilec.ir.dtypes import check_supported
+from tilec.ir.size_values import size_inputs
 from tilec.records import recorded_schedule
 from tilec.runtime.kernels import kernels
 from tilec.schedule import params as lowering_params
@@ -43,6 +44,9 @@ class Function:
         self.target = resolve_target(target)
         self.inputs: tuple[str, ...] = self.program.input_names
         self.outputs: tuple[str, ...] = self.program.outputs
+        # scalar inputs read as sizes (`function (I[N], S[]) -> ... I[x * S]`): each call binds the size
+        # from the argument's value, so the kernel is specialised (and cached) per value
+        self.size_inputs: tuple[str, ...] = size_inputs(self.program)
         self.schedule: "Schedule | TemplateSchedule | None" = None  # None: the heuristic's templates
         self._by_signature: dict[tuple, Kernel] = {}
         self._recorded: dict[Signature, "TemplateSchedule | None"] = {}
@@ -79,7 +83,8 @@ class Function:
             return self._call_on_device(args, kwargs)
         arrays = self._arguments(args, kwargs)
         # the lowering parameters in force are part of what a kernel is (tilec.schedule.params)
-        sig_key = (lowering_params.current(), tuple((a.shape, a.dtype.char) for a in arrays))
+        sig_key = (lowering_params.current(), tuple((a.shape, a.dtype.char) for a in arrays),
+                   tuple(self._size_values(arrays)))
         kernel = self._by_signature.get(sig_key)
         if kernel is None:
             kernel = self.kernel(self._signature(arrays))
@@ -139,11 +144,27 @@ class Function:
             raise BindError(f"missing argument(s) {', '.join(missing)}; the inputs are {', '.join(self.inputs)}")
         return {name: values[name] for name in self.inputs}
 
+    def _size_values(self, arrays: list[np.ndarray]) -> list[tuple[str, int]]:
+        """(name, value) of each scalar integer input read as a size."""
+        out = []
+        for name in self.size_inputs:
+            a = arrays[self.inputs.index(name)]
+            if a.shape != () or a.dtype.kind not in "iu":
+                raise BindError(f"argument '{name}' is used as a size, so it must be an integer scalar; got "
+                                f"{a.dtype.name} of shape {a.shape}")
+            out.append((name, int(a)))
+        return out
+
     def _signature(self, arrays: list[np.ndarray]) -> Signature:
+        sizes = dict(self.sizes)
+        for name, value in self._size_values(arrays):
+            if sizes.get(name, value) != value:
+                raise BindError(f"argument '{name}' is {value} but the keyword {name}={sizes[name]} was given")
+            sizes[name] = value
         return Signature(
             shapes=tuple((n, tuple(a.shape)) for n, a in zip(self.inputs, arrays)),
             dtypes=tuple((n, check_supported(n, a.dtype)) for n, a in zip(self.inputs, arrays)),
-            sizes=tuple(sorted(self.sizes.items())),
+            sizes=tuple(sorted(sizes.items())),
         )
 
     def kernel(self, sig: Signature) -> Kernel:
