@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from tilec.errors import SemanticError, caret_snippet
 from tilec.frontend import ast
+from tilec.frontend.intrinsics import STATEMENT_INTRINSICS, Hooks, analyse_intrinsic, is_statement_intrinsic
 from tilec.ir import tensor as T
 from tilec.ir.builtins import BUILTINS
 
@@ -41,7 +42,7 @@ def analyse(node: ast.ProgramNode, source: str = "", size_names: Iterable[str] =
     if node.single_statement:
         node = _as_function(node)
     params = tuple(_param(p, scope) for p in node.params)
-    statements = tuple(_statement(s, scope) for s in node.statements)
+    statements = tuple(st for s in node.statements for st in _statement(s, scope))
     outputs: list[str] = []
     for out in node.outputs:
         if out.name in scope.inputs:
@@ -113,7 +114,7 @@ def _param(p: ast.ParamNode, scope: _Scope) -> T.TensorParam:
     return T.TensorParam(name.name, dims)
 
 
-def _statement(s: ast.StatementNode, scope: _Scope) -> T.Statement:
+def _statement(s: ast.StatementNode, scope: _Scope) -> tuple[T.Statement, ...]:
     target = s.lhs.tensor if isinstance(s, ast.ContractionNode) else s.target
     if not is_capitalised(target.name):
         raise scope.error(f"'{target.name}' cannot be assigned: tensor names start with an upper-case letter", target.pos)
@@ -126,10 +127,22 @@ def _statement(s: ast.StatementNode, scope: _Scope) -> T.Statement:
     if isinstance(s, ast.ContractionNode):
         contraction = _contraction(s, scope)
         scope.ranks[target.name] = len(contraction.indices)
-        return contraction
+        return (contraction,)
+    if is_statement_intrinsic(s.expr):
+        return _intrinsic(s, scope)
     expr = _eexpr(s.expr, scope)
     scope.ranks[target.name] = _elementwise_rank(expr, scope)
-    return T.Elementwise(target.name, expr)
+    return (T.Elementwise(target.name, expr),)
+
+
+def _intrinsic(s: ast.ElementwiseNode, scope: _Scope) -> tuple[T.Statement, ...]:
+    """A statement whose right-hand side is one intrinsic call (tilec.frontend.intrinsics)."""
+    assert isinstance(s.expr, ast.Call)
+    hooks = Hooks(scope.error, scope.ranks, scope.sizes, scope.source, lambda n: _check_defined(n, scope),
+                  lambda e, what: _size_expr(e, scope, what))
+    statements, rank = analyse_intrinsic(s.target, s.expr, hooks)
+    scope.ranks[s.target.name] = rank
+    return statements
 
 
 def _elementwise_rank(expr: T.EExpr, scope: _Scope) -> int | None:
@@ -275,6 +288,9 @@ def _eexpr(e: ast.Expr, scope: _Scope) -> T.EExpr:
     if isinstance(e, ast.Select):
         return T.ESelect(_eexpr(e.cond, scope), _eexpr(e.a, scope), _eexpr(e.b, scope))
     if isinstance(e, ast.Call):
+        if e.func.name in STATEMENT_INTRINSICS:
+            raise scope.error(f"'{e.func.name}' must be the whole right-hand side of its own statement, e.g. "
+                              f"'X = {e.func.name}(...);', then use X here", e.func.pos)
         builtin = BUILTINS.get(e.func.name)
         if builtin is None:
             raise scope.error(f"unknown function '{e.func.name}'; builtins are {', '.join(sorted(BUILTINS))}", e.func.pos)
