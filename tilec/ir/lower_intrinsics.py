@@ -4,7 +4,8 @@ Requires: a BoundIntrinsic and the BoundProgram's shapes and dtypes. Guarantees:
 computes the intrinsic's meaning (see tilec.ir.intrinsics) with plain serial loops: one nest per
 output cell for index, shape, reshape and gather (each cell stored once, so the parallel legality
 check may spread the outer loop); scatter zero-fills its output, then adds every value into the
-row its index names, a nest the legality check keeps serial (the rows are data-dependent).
+row its index names: the loops over the index dimensions stay serial (the rows are data-dependent),
+the loops over the rows' own dimensions run outside them and may be spread.
 """
 
 from __future__ import annotations
@@ -49,15 +50,19 @@ def _scatter(b: BoundIntrinsic, shapes: dict[str, tuple[int, ...]], dtypes: dict
     target = (row, *src[rank:])
     value = L.cast(dt, L.Load(values, tuple(src), dtypes[values]))
     add = L.Bin("or", L.Load(out, target, dt), value) if dt == "bool" else L.Bin("add", L.Load(out, target, dt), value)
-    return L.seq(zero, _nest(shapes[values], f"{out}.s", L.Store(out, target, add)))
+    # The loops over the row's own dimensions go outermost: their iterations write disjoint
+    # elements, so the parallel legality check lets the CPU and GPU spread them.
+    order = list(range(rank, len(src))) + list(range(rank))
+    return L.seq(zero, _nest(shapes[values], f"{out}.s", L.Store(out, target, add), order))
 
 
 def _cells(shape: tuple[int, ...], prefix: str) -> list[L.Expr]:
     return [L.Var(f"{prefix}{k}") for k in range(len(shape))]
 
 
-def _nest(shape: tuple[int, ...], prefix: str, body: L.Stmt) -> L.Stmt:
-    for k in reversed(range(len(shape))):
+def _nest(shape: tuple[int, ...], prefix: str, body: L.Stmt, order: list[int] | None = None) -> L.Stmt:
+    """Loops ``prefix<k>`` over each dimension k of `shape` around `body`, in `order` (outermost first)."""
+    for k in reversed(order if order is not None else range(len(shape))):
         body = L.For(f"{prefix}{k}", L.const(0), L.const(shape[k]), body)
     return body
 
