@@ -141,6 +141,15 @@ def test_reshape_of_a_temporary_then_a_contraction() -> None:
     np.testing.assert_allclose(out, data.reshape(6, 2).sum(axis=0))
 
 
+def test_single_statement_form_takes_only_the_tensor_arguments_as_inputs() -> None:
+    data = RNG.standard_normal((3, 2))
+    f = tilec.compile("O = reshape(A, N, 1)", N=6)
+    assert list(f.inputs) == ["A"]
+    np.testing.assert_array_equal(f(data), data.reshape(6, 1))
+    soft = tilec.compile("O = builtin_softmax(A, N, M)", N=3, M=2)(data)
+    np.testing.assert_allclose(soft, _softmax(data))
+
+
 # ------------------------------------------------------------------ builtin_* library
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from tilec.errors import SemanticError
 from tilec.frontend import ast
@@ -44,8 +45,16 @@ class Hooks:
     size_expr: Callable[[ast.Expr, str], T.IExpr]
 
 
-def is_statement_intrinsic(expr: ast.Expr) -> bool:
+def is_statement_intrinsic(expr: ast.Expr) -> TypeGuard[ast.Call]:
     return isinstance(expr, ast.Call) and expr.func.name in STATEMENT_INTRINSICS
+
+
+def tensor_arguments(call: ast.Call) -> list[ast.Name]:
+    """The arguments of a statement intrinsic that name tensors (the single-statement form's inputs):
+    not the dimensions of index and reshape, nor the sizes the builtin_* functions take."""
+    name = call.func.name
+    count = 2 if name == "builtin_binary_crossentropy" else 1 if name in LIBRARY else SIGNATURES[name][0]
+    return [a for a in call.args[:count] if isinstance(a, ast.Name)]
 
 
 def analyse_intrinsic(target: ast.Name, call: ast.Call, hooks: Hooks) -> tuple[tuple[T.Statement, ...], int | None]:
@@ -147,4 +156,4 @@ def _library(out: str, call: ast.Call, hooks: Hooks) -> tuple[tuple[T.Statement,
     return (row_max, shifted, row_sum, T.Elementwise(out, result)), 2
 
 
-__all__ = ["LIBRARY", "STATEMENT_INTRINSICS", "Hooks", "analyse_intrinsic", "is_statement_intrinsic"]
+__all__ = ["LIBRARY", "STATEMENT_INTRINSICS", "Hooks", "analyse_intrinsic", "is_statement_intrinsic", "tensor_arguments"]

@@ -14,7 +14,8 @@ from collections.abc import Iterable
 
 from tilec.errors import SemanticError, caret_snippet
 from tilec.frontend import ast
-from tilec.frontend.intrinsics import STATEMENT_INTRINSICS, Hooks, analyse_intrinsic, is_statement_intrinsic
+from tilec.frontend.intrinsics import (STATEMENT_INTRINSICS, Hooks, analyse_intrinsic, is_statement_intrinsic,
+                                      tensor_arguments)
 from tilec.ir import tensor as T
 from tilec.ir.builtins import BUILTINS
 
@@ -67,7 +68,8 @@ def _as_function(node: ast.ProgramNode) -> ast.ProgramNode:
             read.append(stmt.default)
         target = stmt.lhs.tensor
     else:
-        read = [n for n in _walk_names(stmt.expr) if is_capitalised(n.name)]
+        names = tensor_arguments(stmt.expr) if is_statement_intrinsic(stmt.expr) else _walk_names(stmt.expr)
+        read = [n for n in names if is_capitalised(n.name)]
         target = stmt.target
     params: list[ast.ParamNode] = []
     for name in read:
