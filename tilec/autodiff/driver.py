@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from tilec.autodiff.backward import Backward, add_terms
 from tilec.autodiff.contraction_rules import contraction_gradient
 from tilec.autodiff.elementwise_rules import elementwise_gradient
+from tilec.autodiff.intrinsic_rules import intrinsic_gradient
 from tilec.autodiff.shapes import Shapes
 from tilec.errors import TilecError
 from tilec.ir.copies import eliminate_copies
-from tilec.ir.tensor import (Contraction, EBinary, EConst, EExpr, Elementwise, ETensor, Program, Statement,
-                             statement_reads, statement_sizes)
+from tilec.ir.tensor import (Contraction, EBinary, EConst, EExpr, Elementwise, ETensor, Intrinsic, Program,
+                             Statement, statement_reads, statement_sizes)
 
 
 def derive(program: Program, wrt: Sequence[str], keep_copies: bool = False) -> Program:
@@ -57,6 +58,8 @@ def _derive(program: Program, wrt: list[str]) -> Program:
             continue
         if isinstance(st, Contraction):
             contraction_gradient(backward, st, g)
+        elif isinstance(st, Intrinsic):
+            intrinsic_gradient(backward, st, g)
         else:
             elementwise_gradient(backward, st, g)
     for w, name in zip(wrt, results):

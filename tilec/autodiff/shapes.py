@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from tilec.errors import TilecError
 from tilec.ir.tensor import (Contraction, EBinary, ECompare, EConst, EExpr, ESize, Elementwise, ESelect, ETensor, EUnary,
-                             IBin, IConst, IExpr, INeg, ISize, IVar, Program, TensorParam, iexpr_names,
+                             IBin, IConst, IExpr, INeg, Intrinsic, ISize, IVar, Program, TensorParam, iexpr_names,
                              statement_reads)
 
 Shape = tuple[IExpr, ...]
@@ -32,7 +32,9 @@ def used_names(program: Program) -> set[str]:
     for st in program.statements:
         used.add(st.output)
         used.update(statement_reads(st))
-        if isinstance(st, Elementwise):
+        if isinstance(st, Intrinsic):
+            exprs += list(st.params)
+        if not isinstance(st, Contraction):
             continue
         exprs += list(st.indices) + list(st.sizes or ()) + [i for a in st.operands for i in a.indices]
         exprs += [e for c in st.constraints for e in (c.poly, c.bound)]
@@ -134,11 +136,26 @@ class Shapes:
                 raise TilecError(f"grad: tensor '{st.output}' is assigned more than once")
             if isinstance(st, Elementwise):
                 self.shapes[st.output] = self.eshape(st.expr, f"'{st.output}'")
+            elif isinstance(st, Intrinsic):
+                self.shapes[st.output] = self.intrinsic_shape(st)
             elif st.sizes is not None:
                 self.shapes[st.output] = st.sizes
             else:
                 self.shapes[st.output] = tuple(self.contraction_dim(st, i) for i in st.indices)
         return tuple(self.param(name, self.shape(name)) for name in params)
+
+    def intrinsic_shape(self, st: Intrinsic) -> Shape:
+        """The result shape of a structural intrinsic (tilec.ir.intrinsics) from its arguments'."""
+        args = [self.shape(t) for t in st.tensors]
+        if st.func == "index":
+            return args[0]
+        if st.func == "shape":
+            return (IConst(len(args[0])),)
+        if st.func == "reshape":
+            return st.params
+        if st.func == "gather":
+            return args[1] + args[0][1:]
+        return args[2][:1] + args[0][len(args[1]):]  # scatter
 
     def param(self, name: str, shape: Shape) -> TensorParam:
         """An input declaration: dims that are expressions become fresh size symbols (bound by the argument)."""

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 
 from tilec.errors import SemanticError, caret_snippet
 from tilec.frontend import ast
+from tilec.frontend.intrinsics import (STATEMENT_INTRINSICS, Hooks, analyse_intrinsic, is_statement_intrinsic,
+                                      tensor_arguments)
 from tilec.ir import tensor as T
 from tilec.ir.builtins import BUILTINS
 from tilec.ir.size_values import SIZE_FUNCTIONS, is_size_expr
@@ -78,7 +80,8 @@ def _as_function(node: ast.ProgramNode) -> ast.ProgramNode:
             read.append(stmt.default)
         target = stmt.lhs.tensor
     else:
-        read = [n for n in _walk_names(stmt.expr) if is_capitalised(n.name)]
+        names = tensor_arguments(stmt.expr) if is_statement_intrinsic(stmt.expr) else _walk_names(stmt.expr)
+        read = [n for n in names if is_capitalised(n.name)]
         target = stmt.target
     params: list[ast.ParamNode] = []
     for name in read:
@@ -130,8 +133,10 @@ def _statement(s: ast.StatementNode, scope: _Scope) -> list[T.Statement]:
     attributes = tuple(T.Attribute(a.name.name, tuple(p.name for p in a.params)) for a in s.attributes)
     if isinstance(s, ast.ContractionNode):
         before, s = _desugar_scalars(s, scope)
-        return before + [replace(_plain_statement(s, scope), attributes=attributes)]
-    return [replace(_plain_statement(s, scope), attributes=attributes)]
+    else:
+        before = []
+    *produced, last = _plain_statement(s, scope)
+    return before + produced + [replace(last, attributes=attributes)]
 
 
 def _desugar_scalars(s: ast.ContractionNode, scope: _Scope) -> tuple[list[T.Statement], ast.ContractionNode]:
@@ -157,7 +162,7 @@ def _desugar_scalars(s: ast.ContractionNode, scope: _Scope) -> tuple[list[T.Stat
     return before, s
 
 
-def _plain_statement(s: ast.StatementNode, scope: _Scope) -> T.Statement:
+def _plain_statement(s: ast.StatementNode, scope: _Scope) -> tuple[T.Statement, ...]:
     target = s.lhs.tensor if isinstance(s, ast.ContractionNode) else s.target
     if not is_capitalised(target.name):
         raise scope.error(f"'{target.name}' cannot be assigned: tensor names start with an upper-case letter", target.pos)
@@ -170,12 +175,24 @@ def _plain_statement(s: ast.StatementNode, scope: _Scope) -> T.Statement:
     if isinstance(s, ast.ContractionNode):
         contraction = _contraction(s, scope)
         scope.ranks[target.name] = len(contraction.indices)
-        return contraction
+        return (contraction,)
+    if is_statement_intrinsic(s.expr):
+        return _intrinsic(s, scope)
     expr = _eexpr(s.expr, scope)
     scope.ranks[target.name] = _elementwise_rank(expr, scope)
     if is_size_expr(expr):  # an integer computed from sizes: also a size (tilec.ir.size_values)
         scope.sizes.add(target.name)
-    return T.Elementwise(target.name, expr)
+    return (T.Elementwise(target.name, expr),)
+
+
+def _intrinsic(s: ast.ElementwiseNode, scope: _Scope) -> tuple[T.Statement, ...]:
+    """A statement whose right-hand side is one intrinsic call (tilec.frontend.intrinsics)."""
+    assert isinstance(s.expr, ast.Call)
+    hooks = Hooks(scope.error, scope.ranks, scope.sizes, scope.source, lambda n: _check_defined(n, scope),
+                  lambda e, what: _size_expr(e, scope, what))
+    statements, rank = analyse_intrinsic(s.target, s.expr, hooks)
+    scope.ranks[s.target.name] = rank
+    return statements
 
 
 def _elementwise_rank(expr: T.EExpr, scope: _Scope) -> int | None:
@@ -335,6 +352,9 @@ def _eexpr(e: ast.Expr, scope: _Scope) -> T.EExpr:
     if isinstance(e, ast.Select):
         return T.ESelect(_eexpr(e.cond, scope), _eexpr(e.a, scope), _eexpr(e.b, scope))
     if isinstance(e, ast.Call):
+        if e.func.name in STATEMENT_INTRINSICS:
+            raise scope.error(f"'{e.func.name}' must be the whole right-hand side of its own statement, e.g. "
+                              f"'X = {e.func.name}(...);', then use X here", e.func.pos)
         builtin = BUILTINS.get(e.func.name)
         if builtin is None:
             raise scope.error(f"unknown function '{e.func.name}'; builtins are {', '.join(sorted(BUILTINS))}", e.func.pos)

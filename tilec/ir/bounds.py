@@ -25,6 +25,7 @@ from tilec.ir import tensor as T
 from tilec.ir.affine import INF, IntAffine, evaluate_size, to_affine
 from tilec.ir.dtypes import contraction_dtype, elementwise_dtype, expr_type
 from tilec.ir import size_values
+from tilec.ir.intrinsics import BoundIntrinsic, bind_intrinsic
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class BoundElementwise:
         return self.stmt.output
 
 
-BoundStatement = Union[BoundContraction, BoundElementwise]
+BoundStatement = Union[BoundContraction, BoundElementwise, BoundIntrinsic]
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,13 @@ def bind(program: T.Program, shapes: dict[str, tuple[int, ...]], dtypes: dict[st
         env.dtypes[param.name] = dtypes[param.name]
     bound: list[BoundStatement] = []
     for stmt in program.statements:
-        b = _bind_contraction(stmt, env) if isinstance(stmt, T.Contraction) else _bind_elementwise(stmt, env)
+        b: BoundStatement
+        if isinstance(stmt, T.Contraction):
+            b = _bind_contraction(stmt, env)
+        elif isinstance(stmt, T.Intrinsic):
+            b = bind_intrinsic(stmt, env.shapes, env.dtypes, env.sizes)
+        else:
+            b = _bind_elementwise(stmt, env)
         env.shapes[stmt.output] = b.shape
         env.dtypes[stmt.output] = b.dtype
         bound.append(b)
@@ -394,4 +401,4 @@ def describe(b: BoundContraction) -> str:
     return f"ranges: {ranges or '(scalar)'}; guards: {guards}"
 
 
-__all__ = ["bind", "BoundProgram", "BoundContraction", "BoundElementwise", "BoundAccess", "Condition", "describe"]
+__all__ = ["bind", "BoundProgram", "BoundContraction", "BoundElementwise", "BoundIntrinsic", "BoundAccess", "Condition", "describe"]

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from tilec.ir.tensor import EBinary, ECall, ECompare, EExpr, Elementwise, ESelect, ETensor, EUnary, Program, Statement
+from tilec.ir.tensor import (EBinary, ECall, ECompare, EExpr, Elementwise, ESelect, ETensor, EUnary, Intrinsic,
+                             Program, Statement)
 
 
 def eliminate_copies(program: Program) -> Program:
@@ -50,6 +51,8 @@ def _rename(st: Statement, old: str, new: str) -> Statement:
 
     if isinstance(st, Elementwise):
         return Elementwise(name(st.output), _rename_expr(st.expr, old, new))
+    if isinstance(st, Intrinsic):
+        return replace(st, output=name(st.output), tensors=tuple(name(t) for t in st.tensors))
     operands = tuple(a if a.tensor != old else replace(a, tensor=new) for a in st.operands)
     default = st.default if st.default is None else name(st.default)
     if operands == st.operands and default == st.default and st.output != old:

@@ -29,8 +29,10 @@ import numpy as np
 from tilec.errors import BindError
 from tilec.ir import loop as L
 from tilec.ir.affine import INF, IntAffine
-from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram, Condition
+from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram, BoundStatement, Condition
 from tilec.ir.elementwise import lower_expression
+from tilec.ir.intrinsics import BoundIntrinsic
+from tilec.ir.lower_intrinsics import lower_intrinsic
 from tilec.ir.dtypes import is_float
 
 KERNEL_NAME = "tilec_kernel"
@@ -203,10 +205,12 @@ def _default_value(b: BoundContraction, bp: BoundProgram, cell: list[L.Expr]) ->
     return L.cast(b.dtype, L.Load(d, broadcast_indices(bp.shapes[d], b.shape, cell), bp.dtypes[d]))
 
 
-def lower_statement(s: BoundContraction | BoundElementwise, bp: BoundProgram, workspaces: list[L.Buffer]) -> L.Stmt:
+def lower_statement(s: BoundStatement, bp: BoundProgram, workspaces: list[L.Buffer]) -> L.Stmt:
     """The default loop nest of one statement (appending any workspace it needs)."""
     if isinstance(s, BoundElementwise):
         return _lower_elementwise(s, bp)
+    if isinstance(s, BoundIntrinsic):
+        return lower_intrinsic(s, bp.shapes, bp.dtypes)
     return _lower_contraction(s, bp, workspaces)
 
 

@@ -310,14 +310,36 @@ class Elementwise:
         return f"{format_attributes(self.attributes)}{self.output} = {format_eexpr(self.expr)}"
 
 
-Statement = Union[Contraction, Elementwise]
+@dataclass(frozen=True)
+class Intrinsic:
+    """``O = func(T, ..., p, ...)``: a structural intrinsic of PlaidML (see tilec.ir.intrinsics).
+
+    `tensors` are its tensor arguments (index, reshape, shape: one; gather: data, indices;
+    scatter: values, indices, the tensor whose first dimension sizes the result); `params` its
+    integer arguments (index: the dimension, a literal; reshape: the new dims, size expressions).
+    """
+
+    output: str
+    func: str
+    tensors: tuple[str, ...]
+    params: tuple[IExpr, ...] = ()
+    attributes: tuple[Attribute, ...] = ()
+
+    def __str__(self) -> str:
+        args = list(self.tensors) + [format_iexpr(p) for p in self.params]
+        return f"{format_attributes(self.attributes)}{self.output} = {self.func}({', '.join(args)})"
+
+
+Statement = Union[Contraction, Elementwise, Intrinsic]
 
 
 def statement_reads(st: Statement) -> list[str]:
     """The tensors `st` reads: a contraction's operands and its default, an elementwise
-    statement's tensors (in order of first appearance)."""
+    statement's or an intrinsic's tensors (in order of first appearance)."""
     if isinstance(st, Elementwise):
         return eexpr_tensors(st.expr)
+    if isinstance(st, Intrinsic):
+        return list(dict.fromkeys(st.tensors))
     return [a.tensor for a in st.operands] + ([st.default] if st.default else [])
 
 
@@ -340,6 +362,8 @@ def statement_sizes(st: Statement) -> set[str]:
             elif isinstance(e, ECall):
                 stack += list(e.args)
         return found
+    if isinstance(st, Intrinsic):
+        return {name for e in st.params for name in iexpr_names(e)[1]}
     exprs = list(st.indices) + list(st.sizes or ()) + [i for a in st.operands for i in a.indices]
     exprs += [x for c in st.constraints for x in (c.poly, c.bound)]
     return {name for e in exprs for name in iexpr_names(e)[1]}

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
-from tilec.ir.bounds import BoundContraction, BoundElementwise
+from tilec.ir.bounds import BoundContraction, BoundStatement
 from tilec.ir.legality import check_parallel
 from tilec.ir.lower import LoweredGroup, lower_statement
 from tilec.schedule.templates.base import Choice, Context, Template
@@ -44,8 +44,8 @@ class ParallelOuter(Template):
         return LoweredGroup(L.seq(*changed), tuple(workspaces))
 
 
-def _work(b: BoundContraction | BoundElementwise) -> int:
-    if isinstance(b, BoundElementwise):
+def _work(b: BoundStatement) -> int:
+    if not isinstance(b, BoundContraction):  # elementwise, intrinsic: one iteration per output cell
         return math.prod(b.shape)
     return math.prod(hi - lo + 1 for _, lo, hi in b.ranges)
 

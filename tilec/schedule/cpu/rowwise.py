@@ -35,7 +35,7 @@ import numpy as np
 from tilec.ir import loop as L
 from tilec.ir import tensor as T
 from tilec.ir.affine import IntAffine
-from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
+from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundIntrinsic, BoundProgram, BoundStatement
 from tilec.ir.elementwise import lower_expression
 from tilec.ir.lower import LoweredGroup, broadcast_indices, combine, identity, index_expr, loop_nest
 from tilec.ir.rewrite import map_expr
@@ -129,8 +129,11 @@ def _elementwise_member(index: int, b: BoundElementwise, shape: tuple[int, ...],
     return None
 
 
-def _space(b: BoundContraction | BoundElementwise) -> tuple[int, ...] | None:
-    """The iteration space a group starting at `b` covers: its shape, or a row reduction's input shape."""
+def _space(b: BoundStatement) -> tuple[int, ...] | None:
+    """The iteration space a group starting at `b` covers: its shape, or a row reduction's input shape
+    (None for an intrinsic: it keeps its default nest)."""
+    if isinstance(b, BoundIntrinsic):
+        return None
     if isinstance(b, BoundElementwise) or not b.shape:
         return b.shape
     out = {e.lone_var for e in b.out_indices}
@@ -149,6 +152,8 @@ def match(index: int, bp: BoundProgram) -> FusionPlan | None:
     members: list[Member] = []
     for k in range(index, len(bp.statements)):
         s = bp.statements[k]
+        if isinstance(s, BoundIntrinsic):
+            break
         m = _elementwise_member(k, s, shape, kinds) if isinstance(s, BoundElementwise) else \
             _contraction_member(k, s, shape, kinds)
         if m is None or (not members and m.kind == ROW):
@@ -246,6 +251,7 @@ class _Builder:
 
         if isinstance(s, BoundElementwise):
             return lower_expression(s.stmt.expr, self.bp.dtypes, load, s.dtype), None
+        assert isinstance(s, BoundContraction), "match() stops at intrinsics"
         place = dict(m.places)
         where = {v: (j if p == "j" else L.const(0) if p == "0" else self.rows[int(p[1:])]) for v, p in place.items()}
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilec.ir import tensor as T
-from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
+from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundIntrinsic, BoundProgram
 from tilec.schedule.patterns.attention import SoftmaxChain, causal_guard, match_softmax
 from tilec.schedule.patterns.dataflow import reads
 from tilec.schedule.nest import Range
 
-BoundStatement = BoundContraction | BoundElementwise
+BoundStatement = BoundContraction | BoundElementwise | BoundIntrinsic
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,8 @@ class _Matcher:
         return self.batch_sig + tail
 
     def role(self, b: BoundStatement) -> str | None:
+        if isinstance(b, BoundIntrinsic):
+            return None
         return self._elementwise(b) if isinstance(b, BoundElementwise) else self._contraction(b)
 
     def _elementwise(self, b: BoundElementwise) -> str | None:

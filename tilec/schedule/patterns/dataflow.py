@@ -8,10 +8,10 @@ the number of statements reading each tensor (a statement reading a tensor twice
 from __future__ import annotations
 
 from tilec.ir import tensor as T
-from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
+from tilec.ir.bounds import BoundProgram, BoundStatement
 
 
-def reads(s: BoundContraction | BoundElementwise) -> list[str]:
+def reads(s: BoundStatement) -> list[str]:
     return T.statement_reads(s.stmt)
 
 
