@@ -1,4 +1,5 @@
-"""Every snippet of the README runs as written: the Python blocks, and the `tilec` command lines."""
+"""Every snippet of the README and of docs/*.md runs as written: the Python blocks, the `tilec` command
+lines and the Tile blocks."""
 
 from __future__ import annotations
 
@@ -23,6 +24,31 @@ def test_the_readme_has_snippets():
 @pytest.mark.parametrize("code", PYTHON, ids=[f"python{k}" for k in range(len(PYTHON))])
 def test_python_snippet_runs(code: str, capsys: pytest.CaptureFixture[str]):
     exec(compile(code, str(README), "exec"), {})  # each block stands alone
+
+
+def _doc_python_blocks() -> list[tuple[str, str]]:
+    """(id, code) of every ```python block of docs/*.md; the id names the file and the block's first line."""
+    blocks = []
+    for doc in sorted((README.parent / "docs").glob("*.md")):
+        text = doc.read_text()
+        for match in re.finditer(r"```python\n(.*?)```", text, re.S):
+            line = text.count("\n", 0, match.start()) + 2
+            blocks.append((f"{doc.name}:{line}", match.group(1)))
+    return blocks
+
+
+DOC_PYTHON = _doc_python_blocks()
+
+
+def test_the_language_reference_has_examples():
+    assert sum(name.startswith("LANGUAGE.md") for name, _ in DOC_PYTHON) >= 30
+
+
+@pytest.mark.parametrize("name, code", DOC_PYTHON, ids=[name for name, _ in DOC_PYTHON])
+def test_docs_python_snippet_runs(name: str, code: str, capsys: pytest.CaptureFixture[str]):
+    """Each block stands alone, its line numbers those of the document (tracebacks point into it)."""
+    doc, line = name.split(":")
+    exec(compile("\n" * (int(line) - 1) + code, str(README.parent / "docs" / doc), "exec"), {})
 
 
 @pytest.mark.parametrize("command", COMMANDS)
