@@ -10,7 +10,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's tilec, and the corpus beside this file
 
 import tilec  # noqa: E402
 from plaidml_corpus import NEGATIVES, PROGRAMS, arguments, mismatch, names_culprit, run  # noqa: E402
@@ -41,6 +42,7 @@ def judge_negative(negative) -> tuple[str, str]:
 
 
 def main(verbose: bool) -> None:
+    print(f"tilec from {Path(tilec.__file__).parent}\n")
     totals: Counter[str] = Counter()
     for kind, entries, judge in (("program", PROGRAMS, judge_program), ("negative", NEGATIVES, judge_negative)):
         for entry in entries:
