@@ -3,8 +3,8 @@ tag 0.7.0), each with its citation, its arguments and a numpy reference; and Pla
 programs, which must be refused with a TilecError naming the culprit.
 
 The programs live in plaidml_corpus_lang.py (tutorial, tile/lang tests, builtins, C++/Python API
-tests), plaidml_corpus_ops.py (op library, value operators) and plaidml_corpus_keras.py (Keras
-backend, EDSL tests' printed Tile). This module gathers them and says how one is run and judged;
+tests), plaidml_corpus_ops.py (op library, value operators), plaidml_corpus_keras.py (Keras
+backend, EDSL tests' printed Tile) and plaidml_corpus_early.py (the 0.1.3 Keras backend, Winograd). This module gathers them and says how one is run and judged;
 tests/test_plaidml_corpus.py and tests/plaidml_corpus_report.py both use it.
 """
 
@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from plaidml_corpus_base import Arg, Negative, Program, f32, ints
+from plaidml_corpus_early import PROGRAMS as EARLY_PROGRAMS
 from plaidml_corpus_keras import PROGRAMS as KERAS_PROGRAMS
 from plaidml_corpus_lang import PROGRAMS as LANG_PROGRAMS
 from plaidml_corpus_ops import PROGRAMS as OP_PROGRAMS
@@ -30,7 +31,7 @@ def _variant(program_id: str, new_id: str, note: str, dtype: str | None = None, 
 DTYPE_VARIANTS: list[Program] = [
     _variant("ctest_add", "ctest_add_float32_float64", "float32 + float64 of 64x55 promotes to float64", "float64",
              A=f32(64, 55), B=Arg((64, 55), "float64")),
-    _variant("ctest_add", "ctest_add_float32_int32", "float32 + int32 promotes to float32", "float32",
+    _variant("ctest_add", "ctest_add_float32_int32", "float32 + int32 promotes to float32 (the float side wins)", "float32",
              A=f32(64, 55), B=ints(64, 55)),
     _variant("ctest_add", "ctest_add_uint32_uint32", "uint32 + uint32", "uint32",
              A=ints(8, 9, dtype="uint32", lo=0, hi=10**9), B=ints(8, 9, dtype="uint32", lo=0, hi=10**9)),
@@ -44,12 +45,13 @@ DTYPE_VARIANTS: list[Program] = [
              I=ints(4, 5, dtype="int8", lo=-3, hi=3)),
     _variant("tut_max_over_axis", "tut_max_over_axis_uint16", "uint16 max", "uint16",
              I=ints(6, 5, dtype="uint16", lo=0, hi=60000)),
-    _variant("lang_type_checking", "lang_type_checking_int64_biases", "int64 biases with float32 weights", "float32",
+    _variant("lang_type_checking", "lang_type_checking_int64_biases", "int64 biases with float32 weights: PlaidML's CommonSupertype "
+             "(tile/base/shape.cc @ 0.7.0) picks the float type whenever one side is float", "float32",
              Biases=ints(5, dtype="int64")),
     _variant("tut_cumsum", "tut_cumsum_float64", "float64 cumulative sum", "float64", I=Arg((9,), "float64")),
 ]
 
-PROGRAMS: list[Program] = [*LANG_PROGRAMS, *OP_PROGRAMS, *KERAS_PROGRAMS, *DTYPE_VARIANTS]
+PROGRAMS: list[Program] = [*LANG_PROGRAMS, *OP_PROGRAMS, *KERAS_PROGRAMS, *EARLY_PROGRAMS, *DTYPE_VARIANTS]
 
 TYPE_CC = "plaidml/plaidml: tile/lang/type.cc @ 0.7.0"
 
