@@ -4,7 +4,7 @@ programs, which must be refused with a TilecError naming the culprit.
 
 The programs live in plaidml_corpus_lang.py (tutorial, tile/lang tests, builtins, C++/Python API
 tests), plaidml_corpus_ops.py (op library, value operators), plaidml_corpus_keras.py (Keras
-backend, EDSL tests' printed Tile) and plaidml_corpus_early.py (the 0.1.3 Keras backend, Winograd). This module gathers them and says how one is run and judged;
+backend), plaidml_corpus_edsl*.py (EDSL tests' printed Tile) and plaidml_corpus_early.py (the 0.1.3 Keras backend, Winograd). This module gathers them and says how one is run and judged;
 tests/test_plaidml_corpus.py and tests/plaidml_corpus_report.py both use it.
 """
 
@@ -18,6 +18,8 @@ import numpy as np
 
 from plaidml_corpus_base import Arg, Negative, Program, f32, ints
 from plaidml_corpus_early import PROGRAMS as EARLY_PROGRAMS
+from plaidml_corpus_edsl import PROGRAMS as EDSL_PROGRAMS
+from plaidml_corpus_edsl_py import PROGRAMS as EDSL_PY_PROGRAMS
 from plaidml_corpus_keras import PROGRAMS as KERAS_PROGRAMS
 from plaidml_corpus_lang import PROGRAMS as LANG_PROGRAMS
 from plaidml_corpus_ops import PROGRAMS as OP_PROGRAMS
@@ -51,7 +53,7 @@ DTYPE_VARIANTS: list[Program] = [
     _variant("tut_cumsum", "tut_cumsum_float64", "float64 cumulative sum", "float64", I=Arg((9,), "float64")),
 ]
 
-PROGRAMS: list[Program] = [*LANG_PROGRAMS, *OP_PROGRAMS, *KERAS_PROGRAMS, *EARLY_PROGRAMS, *DTYPE_VARIANTS]
+PROGRAMS: list[Program] = [*LANG_PROGRAMS, *OP_PROGRAMS, *KERAS_PROGRAMS, *EDSL_PROGRAMS, *EDSL_PY_PROGRAMS, *EARLY_PROGRAMS, *DTYPE_VARIANTS]
 
 TYPE_CC = "plaidml/plaidml: tile/lang/type.cc @ 0.7.0"
 
