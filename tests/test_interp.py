@@ -134,11 +134,13 @@ def test_binding_errors_like_a_compiled_function():
 
 def test_refusals_are_tilec_errors():
     with pytest.raises(TilecError, match="candidate tuples"):
+        interp("O[i: 400] = +(A[i, j, k])")(np.ones((400, 300, 300), np.float32))
+    with pytest.raises(TilecError, match="too large for the interpreter"):
         interp("O[i, j, k: 400, 400, 400] = +(A[i])")(np.ones(400, np.float32))
     with pytest.raises(SemanticError, match="more than once"):
         interp("O[i: 2] = =(A[i + j])")(np.ones(4, np.float32))
     with pytest.raises(SemanticError, match="unbounded"):
-        interp("O[i: 3] = +(A[i + j])")(np.ones(4, np.float32))
+        interp("O[i: 3] = +(A[i + j - k])")(np.ones(4, np.float32))
 
 
 @settings(max_examples=40, deadline=None)
