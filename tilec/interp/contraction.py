@@ -9,8 +9,13 @@ no tuple writes hold 0, or the `default` tensor's value onto which the contribut
 Output sizes that are omitted, or a lone size symbol not bound yet over a lone index variable, are
 inferred: 1 + the largest value the output index takes over the integer tuples of the variables
 linked to it (through the accesses, constraints and explicit output sizes) that meet every condition
-on those variables; 0 when no such tuple exists. A variable that no condition links to the output
-index does not shrink it (``O[i] = +(A[i, j])`` on A of shape (3, 0) has shape (3,), like numpy).
+on those variables; 0 when no such tuple exists. Conditions on variables not linked to the output
+index, and conditions without variables (``B[3]``, ``3 < 0``), do not shrink it: ``O[i] = +(A[i, j])``
+on A of shape (3, 0) has shape (3,), like numpy.
+
+A statement whose candidate tuples have no rational solution needs no ranges: its output is 0 (or
+the default) even where a variable would be unbounded; a variable unbounded over a non-empty
+solution set is a SemanticError.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ def _infer_extent(out: Form, variables: tuple[str, ...], conds: list[Condition],
         if comp & group:
             group |= comp
     linked = tuple(v for v in variables if v in group)
-    mine = [c for c in conds if set(c.form.vars) <= group]
+    mine = [c for c in conds if c.form.vars and set(c.form.vars) <= group]
     box = rational_box(linked, mine)
     if box is None:
         raise SemanticError(f"cannot infer dimension {axis} of the output in '{stmt}': its index is unbounded; "
@@ -110,7 +115,7 @@ def _shape(stmt: T.Contraction, outs: list[Form], variables: tuple[str, ...], co
     shape = tuple({**known, **inferred}[a] for a in range(len(outs)))
     if any(n < 0 for n in shape):
         raise BindError(f"output '{stmt.output}' would have negative shape {shape} in '{stmt}'")
-    if math.prod(shape) > MAX_TUPLES:
+    if math.prod(shape) > MAX_TUPLES or any(n > MAX_TUPLES for n in shape):
         raise TilecError(f"output '{stmt.output}' would have shape {shape} in '{stmt}': too large for the "
                          f"interpreter (over {MAX_TUPLES} cells)")
     return shape

@@ -43,7 +43,7 @@ def _fits_int64(box: Box, conds: list[Condition]) -> bool:
     reach = max((max(abs(lo), abs(hi)) for lo, hi in box.values()), default=0)
     for cond in conds:
         denom, coeffs, const = integer_form(cond.form)
-        worst = sum(abs(c) for _, c in coeffs) * reach + abs(const)
+        worst = sum(abs(c) for _, c in coeffs) * max(reach, 1) + abs(const)  # also bounds each coefficient
         if worst >= _SAFE or denom * (abs(cond.extent) + 1) >= _SAFE:
             return False
     return reach < _SAFE
