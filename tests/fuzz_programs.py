@@ -20,7 +20,10 @@ from tilec.ir.dtypes import SUPPORTED
 
 INPUTS = ("A", "B", "C", "D")
 VARIABLES = ("i", "j", "k", "l")
-HUGE = (2305843009213693952, 9007199254740993, 9007199254740992, 2**62, 2**63, 18446744073709551616)
+# large coefficients: exact-float64 neighbours, powers of two, and ~2**64 / 5 and / 6, whose multiples
+# by small differences wrap around 64 bits onto small in-range indices
+HUGE = (2305843009213693952, 9007199254740993, 9007199254740992, 3689348814741910324, 3074457345618258603,
+        2**62, 2**63, 18446744073709551616)
 AGGREGATIONS = ("+", "*", ">", "<", "=")
 COMBINATIONS = ("single", "mul", "add", "eq", "cond")
 
@@ -54,8 +57,9 @@ def affine(draw: st.DrawFn, variables: tuple[str, ...], sizes: tuple[str, ...]) 
     if kind == "const":
         return str(draw(st.integers(0, 3)))
     used = draw(st.lists(st.sampled_from(variables), min_size=1, max_size=3, unique=True))
-    if kind == "huge":
-        terms = [_term(draw(st.sampled_from(HUGE)) * draw(st.sampled_from([1, -1])), v) for v in used]
+    if kind == "huge":  # often one magnitude with both signs: c*i - c*j is small only near i == j
+        same = draw(st.sampled_from(HUGE)) if draw(st.booleans()) else None
+        terms = [_term((same or draw(st.sampled_from(HUGE))) * (-1) ** k, v) for k, v in enumerate(used)]
     else:
         terms = [_term(draw(st.sampled_from([1, 1, 2, 3, -1, -2])), v) for v in used]
     const = draw(st.integers(-2, 2))
@@ -73,7 +77,7 @@ def affine(draw: st.DrawFn, variables: tuple[str, ...], sizes: tuple[str, ...]) 
 def size_expr(draw: st.DrawFn, sizes: tuple[str, ...]) -> str:
     kind = draw(st.sampled_from(["literal", "literal", "symbol", "sum"]))
     if kind == "literal" or not sizes:
-        return str(draw(st.integers(0, 5)))
+        return str(draw(st.integers(0, 5) | st.integers(6, 8)))
     symbol = draw(st.sampled_from(sizes))
     return symbol if kind == "symbol" else f"{symbol} + {draw(st.integers(1, 2))}"
 

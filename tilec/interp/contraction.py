@@ -2,7 +2,7 @@
 
 Requires the values, shapes and dtypes of every tensor the statement reads, and the bound sizes
 (which it extends with the output sizes it infers). Guarantees the language's meaning (the
-README and docs/DESIGN.md section 2): a tuple of index values contributes exactly when every index
+README's tour of the language): a tuple of index values contributes exactly when every index
 of every access, left and right, is an integer inside its tensor and every constraint holds; cells
 no tuple writes hold 0, or the `default` tensor's value onto which the contributions aggregate.
 
