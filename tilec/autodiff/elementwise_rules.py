@@ -14,6 +14,8 @@ with no derivative rule is a TilecError ("not differentiable: ...").
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tilec.autodiff.backward import Backward, add_terms
 from tilec.errors import TilecError
 from tilec.ir.tensor import (EBinary, ECall, ECompare, EConst, EExpr, Elementwise, ESelect, ETensor, EUnary,
@@ -67,7 +69,7 @@ def _square(x: EExpr) -> EExpr:
 
 
 # d/dx f(x) for one-argument functions, as the adjoint of x given `g` (a: the argument, y: f(a))
-_UNARY_RULES = {
+_UNARY_RULES: dict[str, Callable[[EExpr, EExpr, EExpr], EExpr]] = {
     "tan": lambda a, y, g: EBinary("*", g, EBinary("+", EConst(1), _square(y))),
     "asin": lambda a, y, g: EBinary("/", g, _sqrt(EBinary("-", EConst(1), _square(a)))),
     "acos": lambda a, y, g: EUnary("-", EBinary("/", g, _sqrt(EBinary("-", EConst(1), _square(a))))),
