@@ -181,3 +181,37 @@ def test_integer_contractions_accumulate_in_their_type(dtype: str, agg: str, ref
 def test_unsupported_dtype_is_a_bind_error() -> None:
     with pytest.raises(TilecError, match="complex64"):
         tilec.compile("O = A + 1")(np.ones(3, np.complex64))
+
+
+CONTRACTION_DTYPES = ["bool", "int8", "int32", "uint8", "uint32", "uint64", "float16", "float32", "float64"]
+
+
+@pytest.mark.parametrize("a", CONTRACTION_DTYPES)
+def test_mixed_type_contractions(a: str) -> None:
+    """A matmul (the GEMM templates) and a max over a sum, for every pair of types."""
+    mm = tilec.compile("C[i, j: M, N] = +(A[i, k] * B[k, j])")
+    mx = tilec.compile("function (A[M, K], B[K]) -> (C) { C[i: M] = >(A[i, k] + B[k]); }")
+    r = np.random.default_rng(6)
+    for b in CONTRACTION_DTYPES:
+        x, y, v = _values(r, a, (64, 55), False), _values(r, b, (55, 33), False), _values(r, b, (55,), False)
+        t = plaidml_type(a, b)
+        xt, yt, vt = x.astype(t), y.astype(t), v.astype(t)
+        if t.startswith("float"):
+            tol = {"float16": 3e-2, "float32": 1e-4, "float64": 1e-12}[t]
+            out = mm(x, y)
+            assert out.dtype == np.dtype(t)
+            np.testing.assert_allclose(out.astype(float), xt.astype(float) @ yt.astype(float), rtol=tol, atol=50 * tol)
+        elif t == "bool":
+            _check(mm(x, y), (x.astype(int) @ y.astype(int)) > 0, f"bool matmul {a} {b}")
+        else:
+            _check(mm(x, y), (xt[:, :, None] * yt[None]).sum(1, dtype=t), f"matmul {a} {b}")
+        _check(mx(x, v), (xt | vt[None]).max(1) if t == "bool" else (xt + vt[None]).max(1), f"max of sums {a} {b}")
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint32"])
+def test_integers_compare_exactly_with_float_literals(dtype: str) -> None:
+    x = np.array([16777217, 16777216, 3, 0], dtype)
+    f = tilec.compile("function (A) -> (L, E) { L = A <= 16777216.5; E = A == 16777217.0; }")
+    lt, eq = f(x)
+    _check(lt, x <= 16777216.5, "<= float literal")
+    _check(eq, x == 16777217.0, "== float literal")

@@ -85,7 +85,12 @@ class _Lowerer:
             return L.Bin(_ARITH[e.op], a, b)
         if isinstance(e, T.ECompare):
             ta, tb = self.type_of(e.a), self.type_of(e.b)
-            ct = compare_dtype(ta, tb) if isinstance(ta, str) and isinstance(tb, str) else strong(binary(ta, tb))
+            if isinstance(ta, str) and isinstance(tb, str):
+                ct = compare_dtype(ta, tb)
+            elif float in (ta, tb) and not any(isinstance(x, str) and is_float(x) for x in (ta, tb)):
+                ct = "float64"  # an integer against a float literal: compared exactly, as numpy does
+            else:
+                ct = strong(binary(ta, tb))
             return L.Cmp(_CMP[e.op], _to(ct, self.lower(e.a)), _to(ct, self.lower(e.b)))
         if isinstance(e, T.ESelect):
             cond = self.lower(e.cond)
