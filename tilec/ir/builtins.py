@@ -30,10 +30,6 @@ class Builtin:
     group: str  # how the list of known functions is grouped in error messages
     numpy: str  # the numpy equivalent, for the reader and the tests
 
-    @property
-    def float_only(self) -> bool:
-        return self.kind == "float"
-
 
 def _table(group: str, kind: str, arity: int, entries: list[tuple[str, str]]) -> list[Builtin]:
     return [Builtin(name, arity, kind, group, ref) for name, ref in entries]
