@@ -28,7 +28,8 @@ _TERMINAL_TEXT = {
     "MINUS": "'-'", "STAR": "'*'", "SLASH": "'/'", "MORETHAN": "'>'", "LESSTHAN": "'<'",
     "QMARK": "'?'", "DEFAULT": "'default'", "NO_DEFRACT": "'no_defract'", "FUNCTION": "'function'",
     "__ANON_0": "'->'", "__ANON_1": "'=='", "$END": "end of input", "ATTR_OPEN": "'[['",
-    "ATTR_CLOSE": "']]'",
+    "ATTR_CLOSE": "']]'", "SHIFT_LEFT": "'<<'", "SHIFT_RIGHT": "'>>'", "TILDE": "'~'", "CIRCUMFLEX": "'^'",
+    "VBAR": "'|'", "AMPERSAND": "'&'",
 }
 
 
@@ -221,6 +222,29 @@ class _ToAst(Transformer):
     e_neg = i_neg
     e_int = i_int
     e_name = i_name
+
+    def _bit_call(self, func: str, items: list) -> ast.Call:
+        args = tuple(a for a in items if not isinstance(a, Token))
+        pos = _pos(args[0])
+        return ast.Call(ast.Name(func, pos), args, pos)
+
+    def e_bit_xor(self, items: list) -> ast.Call:
+        return self._bit_call("bit_xor", items)
+
+    def e_bit_or(self, items: list) -> ast.Call:
+        return self._bit_call("bit_or", items)
+
+    def e_bit_and(self, items: list) -> ast.Call:
+        return self._bit_call("bit_and", items)
+
+    def e_bit_left(self, items: list) -> ast.Call:
+        return self._bit_call("bit_left", items)
+
+    def e_bit_right(self, items: list) -> ast.Call:
+        return self._bit_call("bit_right", items)
+
+    def e_bit_not(self, items: list) -> ast.Call:
+        return self._bit_call("bit_not", items)
 
     def e_float(self, items: list) -> ast.Float:
         return ast.Float(float(items[0]), _pos(items[0]))
