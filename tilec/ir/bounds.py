@@ -15,35 +15,16 @@ import math
 import os
 import warnings
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Union
 
 import numpy as np
 
 from tilec.errors import BindError, SemanticError, TilecWarning
 from tilec.ir import tensor as T
-from tilec.ir.affine import INF, IntAffine, evaluate_size, to_affine
+from tilec.ir import index_width
+from tilec.ir.affine import IntAffine, evaluate_size, to_affine
+from tilec.ir.conditions import Condition, Ranges, guards, infer_ranges, is_empty, normalise
 from tilec.ir.dtypes import contraction_dtype, elementwise_dtype
-
-
-@dataclass(frozen=True)
-class Condition:
-    """``lo <= expr.numerator <= hi`` and ``expr.divisor`` divides the numerator."""
-
-    expr: IntAffine
-    lo: float
-    hi: float
-
-    def __str__(self) -> str:
-        num = IntAffine(self.expr.coeffs, self.expr.const)
-        parts = []
-        if self.lo != -INF:
-            parts.append(f"{num} >= {int(self.lo)}")
-        if self.hi != INF:
-            parts.append(f"{num} <= {int(self.hi)}")
-        if self.expr.divisor != 1:
-            parts.append(f"{num} % {self.expr.divisor} == 0")
-        return " && ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -175,11 +156,13 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
     what = f"statement '{stmt}'"
     operands = []
     conds: list[Condition] = []
+    extents: list[tuple[IntAffine, int]] = []  # every access index with its dimension, for the width proof
     for access in stmt.operands:
         shape = _check_rank(access, env)
         idx = tuple(to_affine(e, env.sizes, what).to_int() for e in access.indices)
         operands.append(BoundAccess(access.tensor, idx))
         conds += _access_conditions(idx, shape)
+        extents += zip(idx, shape)
     _check_lone_extents(stmt, operands, env)
     for c in stmt.constraints:
         bound = evaluate_size(c.bound, env.sizes, f"constraint '{c}'")
@@ -200,41 +183,34 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
         conds.append(Condition(out_idx[axis], 0, out_idx[axis].divisor * (n - 1)))
 
     variables = stmt.index_vars
-    _check_index_width(conds + [Condition(e, -INF, INF) for e in out_idx], what)
-    ranges = _propagate(conds, variables)
+    conds = [normalise(c) for c in conds]
+    ranges = infer_ranges(conds, variables)
     if deferred:
-        shape_fix = {}
+        known_dims.update(_infer_dims(stmt, deferred, out_idx, conds, ranges, env, what))
         for axis in deferred:
-            lo, hi = out_idx[axis].interval(ranges)
-            if any(ranges[v][0] > ranges[v][1] for v in variables):
-                hi = -1  # no tuple at all: the inferred dimension is empty
-            elif hi == INF:
-                raise SemanticError(f"cannot infer dimension {axis} of output '{stmt.output}' in {what}: its index "
-                                    f"is unbounded; give the output sizes explicitly")
-            n = max(0, int(hi) // out_idx[axis].divisor + 1)
-            shape_fix[axis] = n
-            size_expr = stmt.sizes[axis] if stmt.sizes is not None else None
-            if isinstance(size_expr, T.ISize):
-                env.sizes[size_expr.name] = n
-            conds.append(Condition(out_idx[axis], 0, out_idx[axis].divisor * (n - 1)))
-        known_dims.update(shape_fix)
-        ranges = _propagate(conds, variables)
+            conds.append(normalise(Condition(out_idx[axis], 0, out_idx[axis].divisor * (known_dims[axis] - 1))))
+        ranges = infer_ranges(conds, variables)
     shape = tuple(known_dims[a] for a in range(len(out_idx)))
     if any(n >= _INDEX_LIMIT for n in shape):
-        raise BindError(f"output '{stmt.output}' would have shape {shape} in {what}: too large to index")
+        raise BindError(f"index arithmetic exceeds 64 bits in {what}: output '{stmt.output}' would have shape "
+                        f"{shape}, too large to index")
     if any(n < 0 for n in shape):
         raise BindError(f"output '{stmt.output}' would have negative shape {shape} in {what}")
+    extents += zip(out_idx, shape)
 
-    for v in variables:
+    empty = any(is_empty(r) for r in ranges.values()) or 0 in shape
+    for v in variables:  # an empty output needs no ranges
         lo, hi = ranges[v]
-        if lo == -INF or hi == INF:
+        if not empty and (lo is None or hi is None):
             raise SemanticError(f"index variable '{v}' is unbounded in {what}: no access or constraint limits its "
                                 f"range; index a tensor with it or add a constraint like '{v} < N'")
-    empty = any(ranges[v][0] > ranges[v][1] for v in variables) or 0 in shape
-    guards = () if empty else _guards(conds, ranges)
-    int_ranges = tuple((v, int(ranges[v][0]), int(ranges[v][1])) for v in variables)
+    kept = () if empty else guards(conds, ranges)
+    int_ranges = tuple((v, lo, hi) if lo is not None and hi is not None and not empty else (v, 0, -1)
+                       for v, (lo, hi) in ((v, ranges[v]) for v in variables))
+    if not empty:
+        index_width.check(extents, kept, {v: (lo, hi) for v, lo, hi in int_ranges}, what)
     if stmt.agg == "=" and not empty:
-        _check_single_assignment(stmt, out_idx, int_ranges, guards)
+        _check_single_assignment(stmt, out_idx, int_ranges, kept)
 
     default_dtype = None
     if stmt.default is not None:
@@ -246,7 +222,36 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
                             f"output '{stmt.output}' of shape {shape}") from None
         default_dtype = env.dtypes[stmt.default]
     dtype = contraction_dtype(stmt.combo, [env.dtypes[a.tensor] for a in stmt.operands], default_dtype)
-    return BoundContraction(stmt, shape, dtype, out_idx, tuple(operands), int_ranges, guards, empty)
+    return BoundContraction(stmt, shape, dtype, out_idx, tuple(operands), int_ranges, kept, empty)
+
+
+def _infer_dims(stmt: T.Contraction, deferred: list[int], out_idx: tuple[IntAffine, ...], conds: list[Condition],
+                ranges: Ranges, env: _Env, what: str) -> dict[int, int]:
+    """The extents of the output dimensions without a known size, from their indices' ranges (the
+    ranges beside any empty variable's: a dimension indexed by an empty variable is 0), binding a
+    lone size symbol given for one."""
+    dead: set[str] = set()
+    if any(is_empty(r) for r in ranges.values()):
+        ranges, dead = _ranges_beside_empty(conds, stmt.index_vars)
+    dims: dict[int, int] = {}
+    for axis in deferred:
+        e = out_idx[axis]
+        if set(e.vars) & dead:
+            n = 0
+        else:
+            lo, hi = e.interval(ranges)
+            if hi is None:
+                if dead:  # the statement has no tuple at all
+                    hi = -1
+                else:
+                    raise SemanticError(f"cannot infer dimension {axis} of output '{stmt.output}' in {what}: its "
+                                        f"index is unbounded; give the output sizes explicitly")
+            n = max(0, hi // e.divisor + 1)
+        dims[axis] = n
+        size_expr = stmt.sizes[axis] if stmt.sizes is not None else None
+        if isinstance(size_expr, T.ISize):
+            env.sizes[size_expr.name] = n
+    return dims
 
 
 def _check_lone_extents(stmt: T.Contraction, operands: list[BoundAccess], env: _Env) -> None:
@@ -273,16 +278,7 @@ def _check_lone_extents(stmt: T.Contraction, operands: list[BoundAccess], env: _
                 return
 
 
-_INDEX_LIMIT = 2**62  # index arithmetic is int64; leave headroom for sums of terms
-
-
-def _check_index_width(conds: list[Condition], what: str) -> None:
-    for cond in conds:
-        values = [float(abs(c)) for _, c in cond.expr.coeffs] + [float(abs(cond.expr.const))]
-        values += [abs(b) for b in (cond.lo, cond.hi) if b not in (INF, -INF)]
-        if max(values) >= _INDEX_LIMIT:
-            raise BindError(f"index arithmetic in {what} exceeds 64 bits (a coefficient, offset or size of "
-                            f"{max(values)}); use smaller sizes")
+_INDEX_LIMIT = 2**62  # output dimensions at or above this cannot be indexed
 
 
 def _is_bound(size: T.IExpr, sizes: dict[str, int]) -> bool:
@@ -293,56 +289,22 @@ def _inferable(size: T.IExpr, index: T.IExpr) -> bool:
     return isinstance(size, T.ISize) and isinstance(index, T.IVar)
 
 
-def _floor_div(x: float, c: int) -> float:
-    return x / c if x in (INF, -INF) else Fraction(int(x), c).__floor__() if c else x
-
-
-def _ceil_div(x: float, c: int) -> float:
-    return x / c if x in (INF, -INF) else Fraction(int(x), c).__ceil__() if c else x
-
-
-def _propagate(conds: list[Condition], variables: tuple[str, ...]) -> dict[str, tuple[float, float]]:
-    """Tighten each variable's interval from every condition until nothing changes."""
-    ranges: dict[str, tuple[float, float]] = {v: (-INF, INF) for v in variables}
-    for _ in range(64):  # bounded: pathological systems stop with a sound (looser) box
-        changed = False
-        for cond in conds:
-            for v, c in cond.expr.coeffs:
-                rest = IntAffine(tuple(t for t in cond.expr.coeffs if t[0] != v), cond.expr.const)
-                rlo, rhi = rest.interval(ranges)
-                num_lo, num_hi = cond.lo - rhi, cond.hi - rlo  # c*v in [num_lo, num_hi]
-                if c > 0:
-                    new_lo, new_hi = _ceil_div(num_lo, c), _floor_div(num_hi, c)
-                else:
-                    new_lo, new_hi = _ceil_div(num_hi, c), _floor_div(num_lo, c)
-                lo, hi = ranges[v]
-                lo2, hi2 = max(lo, new_lo), min(hi, new_hi)
-                if (lo2, hi2) != (lo, hi):
-                    ranges[v] = (lo2, hi2)
-                    changed = True
-        if not changed or any(lo > hi for lo, hi in ranges.values()):
-            break
-    return ranges
-
-
-def _guards(conds: list[Condition], ranges: dict[str, tuple[float, float]]) -> tuple[Condition, ...]:
-    """The conditions the ranges do not already imply, deduplicated."""
-    out: dict[tuple, Condition] = {}
-    for cond in conds:
-        lo, hi = cond.expr.interval(ranges)
-        divisible = all(c % cond.expr.divisor == 0 for _, c in cond.expr.coeffs) and \
-            cond.expr.const % cond.expr.divisor == 0
-        need_lo, need_hi = lo < cond.lo, hi > cond.hi
-        if not (need_lo or need_hi or not divisible):
-            continue
-        key = (cond.expr.coeffs, cond.expr.const, cond.expr.divisor)
-        prev = out.get(key)
-        new_lo = cond.lo if need_lo else -INF
-        new_hi = cond.hi if need_hi else INF
-        if prev is not None:
-            new_lo, new_hi = max(prev.lo, new_lo), min(prev.hi, new_hi)
-        out[key] = Condition(cond.expr, new_lo, new_hi)
-    return tuple(out.values())
+def _ranges_beside_empty(conds: list[Condition], variables: tuple[str, ...]) -> tuple[Ranges, set[str]]:
+    """When some variable's range is empty, the ranges the other variables get from the conditions
+    that do not mention an empty one (an output dimension takes its variable's range even when
+    another variable has none), and the empty variables."""
+    dead: set[str] = set()
+    active = conds
+    while True:
+        ranges = infer_ranges(active, variables)
+        now = {v for v in variables if is_empty(ranges[v])}
+        if not now:
+            return ranges, dead
+        dead |= now
+        keep = [c for c in active if not set(c.expr.vars) & dead]
+        if len(keep) == len(active):
+            return ranges, dead
+        active = keep
 
 
 def _check_single_assignment(stmt: T.Contraction, out_idx: tuple[IntAffine, ...],

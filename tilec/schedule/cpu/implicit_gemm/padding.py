@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from tilec.ir import loop as L
-from tilec.ir.affine import INF, IntAffine
+from tilec.ir.affine import IntAffine
 from tilec.ir.bounds import BoundAccess, Condition
 from tilec.ir.lower import affine_expr
 from tilec.ir.rewrite import substitute_expr
@@ -38,13 +38,14 @@ def access_padding(access: BoundAccess, guards: tuple[Condition, ...], box: Mapp
     if any(e.divisor != 1 for e in access.indices):
         return None
     for g in guards:
-        if not any(g.expr == e and g.lo in (0, -INF) and g.hi in (n - 1, INF)
+        if not any(g.expr == e and g.lo in (0, None) and g.hi in (n - 1, None)
                    for e, n in zip(access.indices, shape)):
             return None
     pads = []
     for e, n in zip(access.indices, shape):
         lo, hi = e.interval(box)
-        pads.append((max(0, int(-lo)), max(0, int(hi) - (n - 1))))
+        assert lo is not None and hi is not None  # the box is bounded
+        pads.append((max(0, -lo), max(0, hi - (n - 1))))
     return tuple(pads)
 
 
