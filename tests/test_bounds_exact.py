@@ -175,3 +175,70 @@ def test_random_large_coefficient_statements_match_the_oracle(stmt, seed):
         assert max(abs(c) * max(n, 0) for c, n in zip(coeffs, box)) + abs(const) >= 2**62, (src, err)
         return
     np.testing.assert_array_equal(out, _oracle(sizes, a, b, coeffs, const, agg).astype(F32), err_msg=src)
+
+
+# ------------------------------------------------------------------ limits are TilecErrors, not crashes
+
+
+ONES = np.ones(3, F32)
+
+
+@pytest.mark.parametrize("src", [
+    "O = " + "-" * 500 + "A",
+    "O = A" + " + A" * 500,
+    "O[i: 3] = +(A[" + "-" * 500 + "i])",
+    "O[i: 3] = +(A[i" + " + 1" * 500 + "])",
+])
+def test_deep_nesting_is_a_syntax_error_with_a_position(src):
+    with pytest.raises(tilec.TileSyntaxError, match="nested more than 256 levels") as err:
+        run(src, ONES)
+    assert err.value.line == 1 and err.value.column > 1
+
+
+def test_nesting_up_to_the_limit_compiles():
+    np.testing.assert_array_equal(run("O = " + "-" * 254 + "A", ONES), ONES)
+    np.testing.assert_array_equal(run("O = A" + " + A" * 200, ONES), ONES * 201)
+
+
+def test_five_hundred_chained_statements():
+    body = "".join(f" B{k}[i: N] = +(B{k - 1}[i]);\n" if k % 2 else f" B{k} = B{k - 1} + 1;\n" for k in range(1, 500))
+    src = "function (A[N]) -> (B499) {\n B0 = A;\n" + body + "}"
+    np.testing.assert_array_equal(run(src, ONES), ONES + 249)
+
+
+BIG_INT = "1" * 400
+
+
+@pytest.mark.parametrize("src, error", [
+    (f"O = A + {BIG_INT}", tilec.BindError),
+    (f"O = A * -{BIG_INT}", tilec.BindError),
+    (f"O = A < {BIG_INT} ? A : 0", tilec.BindError),
+    (f"O = A + {BIG_INT}.5", tilec.TileSyntaxError),
+    ("O = A + 1e400", tilec.TileSyntaxError),
+    (f"O[i: {BIG_INT}] = +(A[i])", tilec.BindError),
+    (f"O[i: 3] = +(A[{BIG_INT} * i])", tilec.BindError),
+    ("O[i: 3] = +(A[i + " + "1" * 5000 + "])", tilec.TileSyntaxError),
+])
+def test_huge_literals_are_tilec_errors(src, error):
+    with pytest.raises(error) as err:
+        run(src, ONES)
+    assert len(getattr(err.value, "reason", str(err.value))) < 600  # the literal is abbreviated
+
+
+def test_huge_literals_where_they_are_exact():
+    np.testing.assert_array_equal(run(f"O[i: 3] = +(A[i + {BIG_INT}])", ONES), np.zeros(3))  # never inside A
+    np.testing.assert_array_equal(run(f"O[i: 3] = +(A[i]), i < {BIG_INT}", ONES), ONES)
+
+
+@pytest.mark.parametrize("length", [1000, 5000])
+def test_long_identifiers(length):
+    u, lo = "X" * length, "x" * length
+    a = np.arange(12, dtype=F32).reshape(3, 4)
+    for src, want in [
+        (f"function ({u}[N, M]) -> ({u}O) {{ {u}O[i: N] = +({u}[i, {lo}]); }}", a.sum(1)),
+        (f"function (A[N, M]) -> ({u}) {{ {u}[i: N] = >(A[i, {lo}]); }}", a.max(1)),
+        (f"function (A[N, M]) -> (O) {{ {u} = exp(A); O[i: N] = +({u}[i, j]); }}", np.exp(a).sum(1)),
+        (f"function (A[N, M]) -> ({u}) {{ {u}[i + j: N + M - 1] = +(A[i, j]); }}",
+         np.array([np.trace(a[::-1], offset=k) for k in range(-2, 4)])),
+    ]:
+        np.testing.assert_allclose(run(src, a), want, rtol=1e-5)

@@ -192,8 +192,9 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
         ranges = infer_ranges(conds, variables)
     shape = tuple(known_dims[a] for a in range(len(out_idx)))
     if any(n >= _INDEX_LIMIT for n in shape):
-        raise BindError(f"index arithmetic exceeds 64 bits in {what}: output '{stmt.output}' would have shape "
-                        f"{shape}, too large to index")
+        raise BindError(index_width.abbreviate_numbers(
+            f"index arithmetic exceeds 64 bits in {what}: output '{stmt.output}' would have shape {shape}, too large "
+            f"to index"))
     if any(n < 0 for n in shape):
         raise BindError(f"output '{stmt.output}' would have negative shape {shape} in {what}")
     extents += zip(out_idx, shape)

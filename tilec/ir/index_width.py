@@ -15,6 +15,7 @@ a 3-element tensor safely (it is ``2**61 * (i - j)`` with ``i - j`` in [0, 0] wh
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 from tilec.errors import BindError
@@ -22,6 +23,11 @@ from tilec.ir.affine import Interval, IntAffine, ceil_div, floor_div, scale_inte
 from tilec.ir.conditions import Condition
 
 INT64_MAX = 2**63 - 1
+
+
+def abbreviate_numbers(text: str) -> str:
+    """`text` with every number of more than 30 digits shortened to its ends and digit count."""
+    return re.sub(r"\d{31,}", lambda m: f"{m[0][:12]}...{m[0][-6:]} ({len(m[0])} digits)", text)
 
 
 class _TooWide(Exception):
@@ -101,10 +107,10 @@ def check(indices: Sequence[tuple[IntAffine, int]], guards: Sequence[Condition],
             _check_guard(g, box)
     except _TooWide as err:
         reach = "[" + ", ".join("unbounded" if b is None else str(b) for b in err.iv) + "]"
-        raise BindError(f"index arithmetic exceeds 64 bits in {what}: {err.what} reaches "
-                        f"{reach} over the index ranges "
-                        f"{', '.join(f'{v} in [{a}, {b}]' for v, (a, b) in ranges.items())}; "
-                        f"use smaller coefficients or sizes") from None
+        box_text = ", ".join(f"{v} in [{a}, {b}]" for v, (a, b) in ranges.items())
+        raise BindError(abbreviate_numbers(f"index arithmetic exceeds 64 bits in {what}: {err.what} reaches {reach} "
+                                           f"over the index ranges {box_text}; use smaller coefficients or sizes")) \
+            from None
 
 
-__all__ = ["check", "affine_interval", "INT64_MAX"]
+__all__ = ["check", "affine_interval", "abbreviate_numbers", "INT64_MAX"]
