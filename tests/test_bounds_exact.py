@@ -242,3 +242,39 @@ def test_long_identifiers(length):
          np.array([np.trace(a[::-1], offset=k) for k in range(-2, 4)])),
     ]:
         np.testing.assert_allclose(run(src, a), want, rtol=1e-5)
+
+
+@st.composite
+def scatters(draw):
+    """O[affine(i, k): S] = agg(A[i] * B[k]): a complex left-hand side with large coefficients."""
+    n_i, n_k, s = draw(st.integers(0, 4)), draw(st.integers(0, 4)), draw(st.integers(0, 5))
+    scale = draw(st.sampled_from([1, 2**33, 2**60]))
+    coeffs = [draw(coefficient) * scale for _ in range(2)]
+    at = [draw(st.integers(0, max(n - 1, 0))) for n in (n_i, n_k)]
+    const = draw(st.integers(0, max(s - 1, 0))) - sum(c * x for c, x in zip(coeffs, at))
+    return n_i, n_k, s, coeffs, const, draw(st.sampled_from(["+", ">", "<"]))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scatters(), st.integers(0, 2**32 - 1))
+def test_random_scatter_statements_match_the_oracle(stmt, seed):
+    n_i, n_k, s, coeffs, const, agg = stmt
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(-9, 10, n_i).astype(F32), rng.integers(-9, 10, n_k).astype(F32)
+    src = f"function (A[I], B[K]) -> (O) {{ O[{coeffs[0]}*i + {coeffs[1]}*k + {const}: S] = {agg}(A[i] * B[k]); }}"
+    want = np.zeros(s, np.float64)
+    written = np.zeros(s, bool)
+    for i, k in itertools.product(range(n_i), range(n_k)):
+        idx = coeffs[0] * i + coeffs[1] * k + const
+        if 0 <= idx < s:
+            v = float(a[i]) * float(b[k])
+            want[idx] = v if not written[idx] else want[idx] + v if agg == "+" else \
+                max(want[idx], v) if agg == ">" else min(want[idx], v)
+            written[idx] = True
+    try:
+        out = run(src, a, b, S=s)
+    except tilec.BindError as err:
+        assert "exceeds 64 bits" in str(err)
+        assert max(abs(c) * max(n - 1, 0) for c, n in zip(coeffs, (n_i, n_k))) + abs(const) >= 2**62, (src, err)
+        return
+    np.testing.assert_array_equal(out, want.astype(F32), err_msg=src)

@@ -2,11 +2,15 @@
 
 Semantics (the README's tour of the language): a tuple of index values contributes exactly when every
 access index (left and right) is inside its tensor and every constraint holds.
-Each index variable gets an integer range implied by those conditions (interval
-propagation to a fixpoint, which is sound: it never drops a valid tuple); the
-conditions the ranges do not already imply become guards. Output sizes that are
+Each index variable gets an integer range implied by those conditions, computed in exact
+Python-int arithmetic over the whole statement (tilec.ir.conditions: gcd-normalised conditions,
+interval propagation and Fourier–Motzkin projection; sound: it never drops a valid tuple); the
+conditions the ranges do not already imply become guards, and tilec.ir.index_width proves the
+index arithmetic lowering emits fits int64 (or refuses the statement). Output sizes that are
 a lone unbound size symbol over a lone index variable are bound from that
-variable's range; omitted output sizes are inferred the same way.
+variable's range; omitted output sizes are inferred the same way, beside any variable whose
+range is empty (such a dimension keeps its extent; the output is then all default). An empty
+output needs no ranges.
 """
 
 from __future__ import annotations
