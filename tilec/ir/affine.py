@@ -75,6 +75,11 @@ class IntAffine:
         """The gcd of the coefficients (0 for a constant)."""
         return math.gcd(*(c for _, c in self.coeffs))
 
+    def substitute(self, values: Mapping[str, int]) -> "IntAffine":
+        """The form with the variables in `values` replaced by those integers."""
+        const = self.const + sum(c * values[v] for v, c in self.coeffs if v in values)
+        return IntAffine(tuple((v, c) for v, c in self.coeffs if v not in values), const, self.divisor)
+
     def interval(self, ranges: Mapping[str, Interval]) -> Interval:
         """Exact range of the numerator (sum + const) over the box `ranges` (None: unbounded).
         Requires every box interval to be non-empty."""

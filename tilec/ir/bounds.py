@@ -27,7 +27,7 @@ from tilec.errors import BindError, SemanticError, TilecWarning
 from tilec.ir import tensor as T
 from tilec.ir import index_width
 from tilec.ir.affine import IntAffine, evaluate_size, to_affine
-from tilec.ir.conditions import Condition, Ranges, guards, infer_ranges, is_empty, normalise
+from tilec.ir.conditions import Condition, Ranges, guards, infer_ranges, is_empty, normalise, propagate
 from tilec.ir.dtypes import contraction_dtype, elementwise_dtype
 
 
@@ -160,13 +160,11 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
     what = f"statement '{stmt}'"
     operands = []
     conds: list[Condition] = []
-    extents: list[tuple[IntAffine, int]] = []  # every access index with its dimension, for the width proof
     for access in stmt.operands:
         shape = _check_rank(access, env)
         idx = tuple(to_affine(e, env.sizes, what).to_int() for e in access.indices)
         operands.append(BoundAccess(access.tensor, idx))
         conds += _access_conditions(idx, shape)
-        extents += zip(idx, shape)
     _check_lone_extents(stmt, operands, env)
     for c in stmt.constraints:
         bound = evaluate_size(c.bound, env.sizes, f"constraint '{c}'")
@@ -201,7 +199,6 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
             f"to index"))
     if any(n < 0 for n in shape):
         raise BindError(f"output '{stmt.output}' would have negative shape {shape} in {what}")
-    extents += zip(out_idx, shape)
 
     empty = any(is_empty(r) for r in ranges.values()) or 0 in shape
     for v in variables:  # an empty output needs no ranges
@@ -213,7 +210,7 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
     int_ranges = tuple((v, lo, hi) if lo is not None and hi is not None and not empty else (v, 0, -1)
                        for v, (lo, hi) in ((v, ranges[v]) for v in variables))
     if not empty:
-        index_width.check(extents, kept, {v: (lo, hi) for v, lo, hi in int_ranges}, what)
+        operands, out_idx, kept = _fit_index_width(operands, out_idx, shape, kept, int_ranges, env, what)
     if stmt.agg == "=" and not empty:
         _check_single_assignment(stmt, out_idx, int_ranges, kept)
 
@@ -236,7 +233,8 @@ def _infer_dims(stmt: T.Contraction, deferred: list[int], out_idx: tuple[IntAffi
     ranges beside any empty variable's: a dimension indexed by an empty variable is 0), binding a
     lone size symbol given for one."""
     dead: set[str] = set()
-    if any(is_empty(r) for r in ranges.values()):
+    no_tuple = any(is_empty(r) for r in ranges.values())
+    if no_tuple:
         ranges, dead = _ranges_beside_empty(conds, stmt.index_vars)
     dims: dict[int, int] = {}
     for axis in deferred:
@@ -246,7 +244,7 @@ def _infer_dims(stmt: T.Contraction, deferred: list[int], out_idx: tuple[IntAffi
         else:
             lo, hi = e.interval(ranges)
             if hi is None:
-                if dead:  # the statement has no tuple at all
+                if no_tuple:  # nothing bounds it, and nothing is written anyway
                     hi = -1
                 else:
                     raise SemanticError(f"cannot infer dimension {axis} of output '{stmt.output}' in {what}: its "
@@ -294,22 +292,43 @@ def _inferable(size: T.IExpr, index: T.IExpr) -> bool:
     return isinstance(size, T.ISize) and isinstance(index, T.IVar)
 
 
+def _fit_index_width(operands: list[BoundAccess], out_idx: tuple[IntAffine, ...], shape: tuple[int, ...],
+                     kept: tuple[Condition, ...], ranges: tuple[tuple[str, int, int], ...], env: _Env,
+                     what: str) -> tuple[list[BoundAccess], tuple[IntAffine, ...], tuple[Condition, ...]]:
+    """The accesses, output indices and guards, proven to fit int64 (tilec.ir.index_width); where they
+    do not as written, the same with every variable that takes a single value replaced by it (an
+    enormous coefficient times a variable fixed at 0 is just 0), or a BindError."""
+    box = {v: (lo, hi) for v, lo, hi in ranges}
+
+    def extents(ops: list[BoundAccess], out: tuple[IntAffine, ...]) -> list[tuple[IntAffine, int]]:
+        pairs = [(e, n) for a in ops for e, n in zip(a.indices, env.shapes[a.tensor])]
+        return pairs + list(zip(out, shape))
+
+    try:
+        index_width.check(extents(operands, out_idx), kept, box, what)
+        return operands, out_idx, kept
+    except BindError:
+        points = {v: lo for v, lo, hi in ranges if lo == hi}
+        if not points:
+            raise
+    ops = [BoundAccess(a.tensor, tuple(e.substitute(points) for e in a.indices)) for a in operands]
+    out = tuple(e.substitute(points) for e in out_idx)
+    fixed = tuple(normalise(Condition(g.expr.substitute(points), g.lo, g.hi)) for g in kept)
+    index_width.check(extents(ops, out), fixed, box, what)
+    return ops, out, fixed
+
+
 def _ranges_beside_empty(conds: list[Condition], variables: tuple[str, ...]) -> tuple[Ranges, set[str]]:
-    """When some variable's range is empty, the ranges the other variables get from the conditions
-    that do not mention an empty one (an output dimension takes its variable's range even when
-    another variable has none), and the empty variables."""
-    dead: set[str] = set()
-    active = conds
-    while True:
-        ranges = infer_ranges(active, variables)
-        now = {v for v in variables if is_empty(ranges[v])}
-        if not now:
-            return ranges, dead
-        dead |= now
-        keep = [c for c in active if not set(c.expr.vars) & dead]
-        if len(keep) == len(active):
-            return ranges, dead
-        active = keep
+    """For a statement without any tuple: the variables whose own (single-variable) conditions are
+    empty, and the ranges the others get from the conditions that do not mention those (an output
+    dimension takes its variable's range even when another variable has none); where the rest
+    still contradict each other, each variable's own range. Deterministic, order-free."""
+    own = propagate([c for c in conds if len(c.expr.coeffs) == 1], variables)
+    dead = {v for v in variables if is_empty(own[v])}
+    ranges = infer_ranges([c for c in conds if not set(c.expr.vars) & dead], variables)
+    if any(is_empty(ranges[v]) for v in variables if v not in dead):
+        ranges = own
+    return ranges, dead
 
 
 def _check_single_assignment(stmt: T.Contraction, out_idx: tuple[IntAffine, ...],
