@@ -13,8 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilec
+from tilec.errors import BindError
+from tilec.ir import loop as L
 from tilec.ir.affine import IntAffine
 from tilec.ir.conditions import Condition, infer_ranges, is_empty, normalise
+from tilec.ir.index_width import INT64_MAX, affine_interval
+from tilec.ir.lower import affine_expr
 
 F32 = np.float32
 BIG = 2**62
@@ -286,3 +290,55 @@ def test_inferred_dimension_beside_contradictory_constraints():
     np.testing.assert_array_equal(out, np.zeros(3))
     out = run("O[i] = +(A[i] * B[j]), i + j < 2", np.ones(3, F32), np.ones(2, F32))
     np.testing.assert_array_equal(out, [2, 1])  # with tuples, i's range is the tuples'
+
+
+def _holds(cond: Condition, env: dict[str, int]) -> bool:
+    num = sum(c * env[v] for v, c in cond.expr.coeffs) + cond.expr.const
+    return ((cond.lo is None or num >= cond.lo) and (cond.hi is None or num <= cond.hi)
+            and num % cond.expr.divisor == 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(-12, 12), st.integers(-12, 12), st.integers(-20, 20), st.integers(1, 12),
+       st.one_of(st.none(), st.integers(-30, 30)), st.one_of(st.none(), st.integers(-30, 30)))
+def test_normalise_keeps_exactly_the_same_tuples(ci, cj, const, divisor, lo, hi):
+    cond = Condition(IntAffine(tuple((v, c) for v, c in (("i", ci), ("j", cj)) if c), const, divisor), lo, hi)
+    norm = normalise(cond)
+    for i, j in itertools.product(range(-8, 9), repeat=2):
+        env = {"i": i, "j": j}
+        assert _holds(cond, env) == _holds(norm, env), (cond, norm, env)
+
+
+def _intermediates(e: L.Expr, env: dict[str, int], out: list[int]) -> int:
+    """Value of a lowered integer expression at `env`, appending every sub-expression's value."""
+    if isinstance(e, L.Const):
+        value = int(e.value)
+    elif isinstance(e, L.Var):
+        value = env[e.name]
+    else:
+        assert isinstance(e, L.Bin) and e.op in ("add", "sub", "mul"), e
+        a, b = _intermediates(e.a, env, out), _intermediates(e.b, env, out)
+        value = a + b if e.op == "add" else a - b if e.op == "sub" else a * b
+    out.append(value)
+    return value
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(coefficient, min_size=1, max_size=3), st.one_of(st.integers(-4, 4), st.integers(-BIG, BIG)),
+       st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 3)), min_size=3, max_size=3), st.integers(1, 6))
+def test_the_width_proof_matches_what_lowering_emits(coeffs, const, boxes, extent):
+    """Where index_width accepts a form, no sub-expression lower.affine_expr emits leaves int64."""
+    names = ("i", "j", "k")
+    e = IntAffine(tuple((v, c) for v, c in zip(names, coeffs) if c), const)
+    box = {v: (lo, lo + w) for v, (lo, w) in zip(names, boxes)}
+    for where in (None, (0, extent - 1)):  # anywhere, or only where the index is inside a tensor
+        try:
+            affine_interval(e, box, where)
+        except Exception as err:  # the private _TooWide: refused
+            assert not isinstance(err, BindError)
+            continue
+        for point in itertools.product(*(range(lo, hi + 1) for lo, hi in box.values())):
+            values: list[int] = []
+            value = _intermediates(affine_expr(e), dict(zip(names, point)), values)
+            if where is None or where[0] <= value <= where[1]:
+                assert all(abs(v) <= INT64_MAX for v in values), (e, point, where)
