@@ -5,9 +5,10 @@ Guarantees: `check` returns only when every sub-expression of every index, guard
 that tilec.ir.lower emits, evaluated the way it emits them, has a magnitude below 2**63 over the
 variables' ranges; otherwise it raises BindError "index arithmetic exceeds 64 bits in ...".
 
-How lowering evaluates an affine form ``g * (sum of (c/g) * v) + const`` (g the gcd of the
-coefficients, see tilec.ir.lower.affine_expr): the terms ``(c/g) * v`` and their partial sums
-over the box, then the product by g, then the constant. An access index is only evaluated where
+How lowering evaluates an affine form (see tilec.ir.lower.affine_expr): with coefficients whose
+gcd g is 1, the constant plus each term in turn; otherwise ``g * (sum of (c/g) * v) + const``,
+the terms ``(c/g) * v`` and their partial sums over the box, then the product by g, then the
+constant. An access index is only evaluated where
 its tuple contributes (inside every guard), so its value there lies in the tensor's bounds: the
 inner sum is then limited by that condition too, which is what lets ``2**61*i - 2**61*j`` index
 a 3-element tensor safely (it is ``2**61 * (i - j)`` with ``i - j`` in [0, 0] where it runs).
@@ -54,11 +55,13 @@ def affine_interval(e: IntAffine, box: Mapping[str, Interval], where: Interval |
     g = e.content or 1
     _fit((-g, g), f"coefficient factor {g} of {e}")
     _fit((-abs(e.const), abs(e.const)), f"constant {e.const} of {e}")
-    total: Interval = (0, 0)
+    total: Interval = (e.const, e.const) if g == 1 else (0, 0)  # g == 1: the constant comes first
     for v, c in e.coeffs:
         _fit((-abs(c // g), abs(c // g)), f"coefficient {c} of {e}")
         total = _fit(_add(total, _fit(scale_interval(box[v], c // g), f"term {c}*{v} of {e}")), f"{e}")
-    if where is not None and e.coeffs:  # the inner sum is limited by the value's own range there
+    if g == 1:
+        return total
+    if where is not None:  # the inner sum is limited by the value's own range there
         lo, hi = where
         inner_lo = total[0] if lo is None else max(total[0], ceil_div(lo - e.const, g))  # type: ignore[type-var]
         inner_hi = total[1] if hi is None else min(total[1], floor_div(hi - e.const, g))  # type: ignore[type-var]

@@ -76,17 +76,17 @@ def lower(bp: BoundProgram, groups: Mapping[int, LoweredGroup] | None = None, na
 
 
 def affine_expr(e: IntAffine) -> L.Expr:
-    """The integer numerator of `e` as an int64 expression, evaluated as ``g * (sum of (c/g) * v) +
-    const`` with g the gcd of the coefficients: the order tilec.ir.index_width proves free of
-    overflow (keep the two in step)."""
+    """The integer numerator of `e` as an int64 expression: the constant plus each term in turn, or
+    with g > 1 the gcd of the coefficients, ``g * (sum of (c/g) * v) + const``. That is the order
+    tilec.ir.index_width proves free of overflow (keep the two in step)."""
     g = e.content or 1
-    inner: L.Expr | None = None
+    out: L.Expr = L.const(e.const if g == 1 else 0)
     for v, c in e.coeffs:
         term = L.mul(L.const(c // g), L.Var(v))
-        inner = term if inner is None else L.add(inner, term)
-    if inner is None:
-        return L.const(e.const)
-    return L.add(L.mul(L.const(g), inner), L.const(e.const))
+        out = L.add(term, out) if not (isinstance(out, L.Const) and out.value == 0) else term
+    if g == 1:
+        return out
+    return L.add(L.mul(L.const(g), out), L.const(e.const))
 
 
 def index_expr(e: IntAffine) -> L.Expr:
