@@ -104,11 +104,11 @@ def test_normalise_divides_by_the_gcd():
     assert (c.expr.coeffs, c.expr.const, c.lo, c.hi) == ((("i", 1), ("j", -1)), 0, 0, 0)
 
 
-small_coeff = st.integers(-3, 3)
+fm_coeff = st.one_of(st.integers(-3, 3), st.sampled_from([2**61, -(2**61), 2**62 - 1]))
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(small_coeff, small_coeff, small_coeff, st.integers(-6, 6), st.integers(0, 8)),
+@given(st.lists(st.tuples(fm_coeff, fm_coeff, fm_coeff, st.integers(-6, 6), st.integers(0, 8)),
                 min_size=1, max_size=4))
 def test_fourier_motzkin_ranges_are_sound(rows):
     names = ("i", "j", "k")
