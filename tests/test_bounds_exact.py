@@ -342,3 +342,17 @@ def test_the_width_proof_matches_what_lowering_emits(coeffs, const, boxes, exten
             value = _intermediates(affine_expr(e), dict(zip(names, point)), values)
             if where is None or where[0] <= value <= where[1]:
                 assert all(abs(v) <= INT64_MAX for v in values), (e, point, where)
+
+
+def test_convolution_whose_index_coefficients_share_a_factor():
+    """Stride 2 and dilation 2: 2x + 2i - 2 normalises to x + i - 1 in its guard; the padded
+    implicit-GEMM path must still see that guard as the image's own bound."""
+    rng = np.random.default_rng(7)
+    img, ker = rng.standard_normal((1, 12, 12, 4)).astype(F32), rng.standard_normal((3, 3, 4, 8)).astype(F32)
+    src = ("function (I[N, X, Y, CI], K[KX, KY, CI, CO]) -> (O) { O[n, x, y, co: N, X / 2, Y / 2, CO] = "
+           "+(I[n, 2*x + 2*i - 2, 2*y + 2*j - 2, ci] * K[i, j, ci, co]); }")
+    want = np.zeros((1, 6, 6, 8), np.float64)
+    padded = np.pad(img.astype(np.float64), ((0, 0), (2, 2), (2, 2), (0, 0)))
+    for i, j in itertools.product(range(3), range(3)):
+        want += np.einsum("nxyc,cd->nxyd", padded[:, 2 * i:2 * i + 12:2, 2 * j:2 * j + 12:2, :], ker[i, j])
+    np.testing.assert_allclose(run(src, img, ker), want, rtol=1e-4, atol=1e-4)
