@@ -30,6 +30,16 @@ _CMP = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
 _ARITH = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
 
 
+def _fold_pow(x: Weak, y: Weak) -> Weak:
+    """x ** y, exactly for small integers; as float64 where an exact power would be enormous."""
+    if isinstance(x, int) and isinstance(y, int) and y >= 0 and abs(x) > 1 and y * abs(x).bit_length() > 256:
+        try:
+            return math.pow(x, y)
+        except OverflowError:
+            return math.inf if x > 0 or y % 2 == 0 else -math.inf
+    return x ** y
+
+
 def lower_expression(expr: T.EExpr, dtypes: dict[str, str], load: Callable[[str], L.Expr], out_dtype: str) -> L.Expr:
     lowered = _Lowerer(dtypes, load).lower(expr)
     return _to(out_dtype, lowered)
@@ -40,15 +50,26 @@ def _to(dtype: str, value: Union[L.Expr, Weak]) -> L.Expr:
         if dtype == "bool":
             return L.Const(bool(value), "bool")
         if is_float(dtype):
-            return L.Const(float(value), dtype)
+            try:
+                return L.Const(float(value), dtype)
+            except OverflowError:
+                raise BindError(f"the literal {_digits(value)} is beyond the {dtype} range (numpy raises "
+                                f"OverflowError here too)") from None
         if isinstance(value, float):  # a weak float met an integer: only reachable via select folding
+            if not math.isfinite(value):
+                raise BindError(f"the value {value} has no {dtype} representation")
             value = int(value)
         info = np.iinfo(dtype)
         if not info.min <= value <= info.max:
-            raise BindError(f"the literal {value} does not fit in {dtype} (numpy raises OverflowError here too); "
-                            f"write it as a float or use a wider input dtype")
+            raise BindError(f"the literal {_digits(value)} does not fit in {dtype} (numpy raises OverflowError here "
+                            f"too); write it as a float or use a wider input dtype")
         return L.Const(int(value), dtype)
     return L.cast(dtype, value)
+
+
+def _digits(value: Weak) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-10:]} ({len(text)} digits)"
 
 
 def _truth(value: L.Expr) -> L.Expr:
@@ -158,7 +179,12 @@ def _fold(e: T.EExpr) -> Weak:
             return a * b
         if isinstance(a, int) and isinstance(b, int):
             return 0 if b == 0 else a // b
-        return a / b if b != 0 else math.copysign(math.inf, a) if a != 0 else math.nan
+        if b == 0:
+            return math.copysign(math.inf, a) if a != 0 else math.nan
+        try:
+            return a / b
+        except OverflowError:  # an integer quotient beyond float64: the nearest float64 is infinite
+            return math.copysign(math.inf, a) * math.copysign(1, b)
     if isinstance(e, T.ECompare):
         a, b = _fold(e.a), _fold(e.b)
         return int({"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b, "!=": a != b}[e.op])
@@ -217,7 +243,7 @@ _FOLD: dict[str, Callable[..., Weak]] = {
     "asin": math.asin, "acos": math.acos, "atan": math.atan, "sinh": math.sinh, "cosh": math.cosh,
     "tanh": math.tanh, "asinh": math.asinh, "acosh": math.acosh, "atanh": math.atanh,
     "floor": _floor, "ceil": _ceil, "round": _round_half_even, "abs": abs, "sign": _sign_of,
-    "relu": lambda x: _nan_max(x, 0 if isinstance(x, int) else 0.0), "pow": lambda x, y: x ** y,
+    "relu": lambda x: _nan_max(x, 0 if isinstance(x, int) else 0.0), "pow": _fold_pow,
     "max": _nan_max, "min": _nan_min,
     "bit_and": lambda a, b: a & b, "bit_or": lambda a, b: a | b, "bit_xor": lambda a, b: a ^ b,
     "bit_not": lambda a: ~a, "bit_left": _shift_left, "bit_right": _shift_right,

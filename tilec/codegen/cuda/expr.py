@@ -9,6 +9,7 @@ type: ``int`` where the renderer proved they fit, else ``long long``. Also rende
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import struct
@@ -46,6 +47,8 @@ def ctype(dtype: str) -> str:
 def identifier(name: str, taken: set[str]) -> str:
     """A C identifier for an IR name, distinct from every name in `taken` (which it joins)."""
     base = re.sub(r"\W", "_", name) or "v"
+    if len(base) > 48:  # keep sources readable and inside every C compiler's identifier limits
+        base = f"{base[:24]}_{hashlib.sha1(base.encode()).hexdigest()[:16]}"
     if base[0].isdigit() or base in _RESERVED or base.startswith(("tilec_", "__")):
         base = "v_" + base
     out, k = base, 1

@@ -9,6 +9,8 @@ type it works on.
 
 from __future__ import annotations
 
+import hashlib
+
 import llvmlite.ir as ir
 
 from tilec.errors import CodegenError
@@ -24,6 +26,16 @@ MEMORY_TYPES: dict[str, ir.Type] = dict(VALUE_TYPES, bool=ir.IntType(8))  # nump
 _BITS = {"float16": 16, "float32": 32, "float64": 64, "int8": 8, "int16": 16, "int32": 32, "int64": 64,
          "uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64}
 _ALIGNMENT = {name: bits // 8 for name, bits in _BITS.items()}
+
+
+def value_name(name: str) -> str:
+    """A readable LLVM value or block name for an IR name: dots become underscores, and a long name
+    (Tile identifiers have no length limit, LLVM's textual IR and llvmlite's name scopes do) keeps
+    its first characters plus a hash of the whole, so distinct names stay distinct."""
+    name = name.replace(".", "_")
+    if len(name) <= 48:
+        return name
+    return f"{name[:24]}_{hashlib.sha1(name.encode()).hexdigest()[:16]}"
 
 
 def value_type(dtype: str) -> ir.Type:
