@@ -118,4 +118,7 @@ def size_inputs(program: T.Program) -> tuple[str, ...]:
     used: set[str] = set()
     for e in _iexprs(program):
         used |= T.iexpr_names(e)[1]
-    return tuple(p.name for p in program.params if p.name in used and (p.dims is None or p.dims == ()))
+    indexed = {a.tensor for st in program.statements if isinstance(st, T.Contraction) for a in st.operands
+               if a.indices}  # a tensor input also named as an inferred output size (`C[b: B] = +(B[b])`)
+    return tuple(p.name for p in program.params
+                 if p.name in used and p.name not in indexed and (p.dims is None or p.dims == ()))
