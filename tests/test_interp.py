@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 import tilec
 from tilec.errors import BindError, SemanticError, TilecError
+from tilec.interp.builtins import IMPLEMENTATIONS
+from tilec.ir.builtins import BUILTINS
 
 RNG = np.random.default_rng(15)
 
@@ -151,3 +153,150 @@ def test_shifted_strided_window_matches_numpy(n: int, m: int, shift: int, stride
     got = interp(f"function (I[N]) -> (O) {{ O[x: 4] = +(I[{stride}*x + k + ({shift})]), k < {m}; }}")(data)
     want = [sum(data[p] for k in range(m) if 0 <= (p := stride * x + k + shift) < n) for x in range(4)]
     np.testing.assert_allclose(got, want)
+
+
+# ------------------------------------------------------------------ sizes as values
+
+
+def test_a_size_read_as_a_value_gives_the_mean():
+    x = RNG.random((4, 5))
+    got = interp("function (I[X, Y]) -> (O) { S[] = +(I[x, y]); O = S / (X * Y); }")(x)
+    np.testing.assert_allclose(got, x.mean())
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 9), k=st.integers(1, 5))
+def test_padding_statement_over_sizes_gives_a_same_convolution(n: int, k: int):
+    """P = (K - 1) / 2 (a size statement) used in an index: numpy's 'same' correlation."""
+    x, w = RNG.random(n), RNG.random(k)
+    src = "function (I[N], K[KN]) -> (O) { P = (KN - 1) / 2; O[x: N] = +(I[x + k - P] * K[k]); }"
+    pad = (k - 1) // 2
+    padded = np.pad(x, (pad, k))
+    want = np.array([sum(padded[i + j] * w[j] for j in range(k)) for i in range(n)])
+    np.testing.assert_allclose(interp(src)(x, w), want)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 12])
+def test_size_statements_truncate_toward_zero_and_take_max_and_min(n: int):
+    """PlaidML folds integer statements in double precision cast to int64: `/` rounds toward zero."""
+    src = """function (I[N]) -> (P, Q, O, R) {
+        P = (N - 7) / 2;
+        Q = max(0, min(N - 3, 5));
+        O[i: N + P + 4] = +(I[i]);
+        R[i: max(N, 3)] = +(I[i - Q]);
+    }"""
+    x = RNG.random(n)
+    p, q, o, r = interp(src)(x)
+    want_p = int((n - 7) / 2)  # toward zero
+    assert p.dtype == np.int32 and p.shape == () and int(p) == want_p
+    assert int(q) == max(0, min(n - 3, 5))
+    np.testing.assert_array_equal(o, np.concatenate([x, np.zeros(max(0, want_p + 4))])[:n + want_p + 4])
+    want_r = np.zeros(max(n, 3))
+    want_r[int(q):int(q) + n] = x[:max(n, 3) - int(q)]
+    np.testing.assert_array_equal(r, want_r)
+
+
+def test_a_size_statement_is_also_an_integer_tensor():
+    x = np.arange(5, dtype=np.int8)
+    got = interp("function (I[N]) -> (O) { P = N * 2; O = I + P; }")(x)
+    assert got.dtype == np.int8  # P is a weak integer where it is read as a size
+    np.testing.assert_array_equal(got, x + 10)
+
+
+def test_size_statement_errors_name_the_statement():
+    with pytest.raises(SemanticError, match="'P' is a size symbol"):  # sema: a keyword size is taken
+        interp("function (I[N]) -> (O) { P = N - 1; O[i: P] = +(I[i]); }", P=4)
+    with pytest.raises(BindError, match="division by zero in statement 'P = 3 / \\(N - 3\\)'"):
+        interp("function (I[N]) -> (O) { P = 3 / (N - 3); O[i: P] = +(I[i]); }")(np.ones(3))
+
+
+def test_scalar_integer_inputs_are_sizes_per_call():
+    src = "function (I[N], S[], C) -> (O) { O[i: C] = +(I[S * i]); }"
+    f = interp(src)
+    x = RNG.random(10)
+    np.testing.assert_array_equal(f(x, np.int32(3), np.int64(4)), x[::3][:4])
+    np.testing.assert_array_equal(f(x, np.int32(2), np.int64(6)), np.concatenate([x[::2], [0.0]]))
+    with pytest.raises(BindError, match="'S' is used as a size"):
+        f(x, np.float32(2.0), np.int64(4))
+    with pytest.raises(BindError, match="keyword C=5"):
+        interp(src, C=5)(x, np.int32(1), np.int64(4))
+
+
+# ------------------------------------------------------------------ desugared forms
+
+
+def test_literal_operands_literal_defaults_and_attributes():
+    a = (RNG.random(6) * 4).astype(np.float16)
+    src = """function (A[N]) -> (O, P, Q) {
+        [[pid(scale)]] O[i: N] = +(A[i] * 0.5);
+        P[i: N] = +(2 * A[i]);
+        Q[i: N] = >(A[i - 1]) default -1e30;
+    }"""
+    o, p, q = interp(src)(a)
+    assert o.dtype == p.dtype == q.dtype == np.float16  # the literals are weak, the default too
+    np.testing.assert_array_equal(o, a * np.float16(0.5))
+    np.testing.assert_array_equal(p, a * np.float16(2))
+    np.testing.assert_array_equal(q, np.concatenate([[np.float16(-np.inf)], a[:-1]]))
+
+
+# ------------------------------------------------------------------ structural intrinsics
+
+
+def test_index_and_shape():
+    x = RNG.random((2, 3, 4))
+    i0, i2, s = interp("function (A) -> (I0, I2, S) { I0 = index(A, 0); I2 = index(A, 2); S = shape(A); }")(x)
+    assert i0.dtype == i2.dtype == s.dtype == np.int32
+    np.testing.assert_array_equal(i0, np.indices(x.shape)[0])
+    np.testing.assert_array_equal(i2, np.indices(x.shape)[2])
+    np.testing.assert_array_equal(s, [2, 3, 4])
+    with pytest.raises(BindError, match="dimension 3 is out of range"):
+        interp("function (A) -> (O) { O = index(A, 3); }")(x)
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 5), cols=st.integers(0, 3), picks=st.lists(st.integers(-8, 8), max_size=7),
+       dtype=st.sampled_from(["int8", "int32", "int64"]))
+def test_gather_clamps_and_scatter_sums_like_numpy(rows: int, cols: int, picks: list[int], dtype: str):
+    data = RNG.random((rows, cols))
+    idx = np.array(picks, dtype)
+    clamped = np.clip(idx.astype(np.int64), 0, rows - 1)
+    gathered = interp("function (T, I) -> (O) { O = gather(T, I); }")(data, idx)
+    np.testing.assert_array_equal(gathered, data[clamped])
+    values = RNG.random((len(picks), cols))
+    scattered = interp("function (T, I, U) -> (O) { O = scatter(T, I, U); }")(values, idx, np.zeros((rows, 2)))
+    want = np.zeros((rows, cols))
+    np.add.at(want, clamped, values)
+    np.testing.assert_allclose(scattered, want)
+
+
+def test_intrinsic_misuse_is_a_bind_error():
+    with pytest.raises(BindError, match="integer indices"):
+        interp("function (T, I) -> (O) { O = gather(T, I); }")(np.ones((3, 2)), np.ones(2))
+    with pytest.raises(BindError, match="no rows to gather from"):
+        interp("function (T, I) -> (O) { O = gather(T, I); }")(np.ones((0, 2)), np.zeros(2, np.int32))
+    with pytest.raises(BindError, match="must start with the shape"):
+        interp("function (T, I, U) -> (O) { O = scatter(T, I, U); }")(np.ones((3, 2)), np.zeros(2, np.int32),
+                                                                      np.ones(4))
+    with pytest.raises(BindError, match="cannot reshape"):
+        interp("function (T[N, M]) -> (O) { O = reshape(T, N, N); }")(np.ones((2, 3)))
+
+
+def test_reshape_is_row_major_with_size_expressions():
+    x = RNG.random((2, 3, 4))
+    got = interp("function (T[A, B, C]) -> (O) { O = reshape(T, B, A * C); }")(x)
+    np.testing.assert_array_equal(got, x.reshape(3, 8))
+
+
+def test_builtin_library_functions():
+    x = RNG.random((3, 4)).astype(np.float32)
+    soft, logsoft = interp("function (X) -> (S, L) { S = builtin_softmax(X, 3, 4); L = builtin_logsoftmax(X, 3, 4); }")(x)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(soft, e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(logsoft, np.log(e / e.sum(axis=1, keepdims=True)), rtol=1e-5, atol=1e-6)
+
+
+def test_every_builtin_has_an_interpretation():
+    """A builtin the language gains needs a numpy equivalent in tilec.interp.builtins (aliases are
+    rewritten into operators by sema and need none)."""
+    missing = [name for name, b in BUILTINS.items() if getattr(b, "kind", "") != "alias" and name not in IMPLEMENTATIONS]
+    assert not missing, missing

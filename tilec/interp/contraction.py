@@ -149,8 +149,12 @@ def _tuple_values(stmt: T.Contraction, loaded: list[np.ndarray], dtype: np.dtype
     raise TilecError(f"the interpreter does not know the combination '{combo}' in '{stmt}'")
 
 
-def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: dict[str, int]) -> np.ndarray:
-    """The output of `stmt` given the arrays it reads (by name); binds the size symbols it infers."""
+def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: dict[str, int],
+                    weak_default: bool = False) -> np.ndarray:
+    """The output of `stmt` given the arrays it reads (by name); binds the size symbols it infers.
+
+    `weak_default`: the default is a literal's 0-d result, whose type does not take part in the
+    output's (it is converted to the type of the combination, as a weak literal is)."""
     what = f"'{stmt}'"
     conds: list[Condition] = []
     for access in stmt.operands:
@@ -165,10 +169,11 @@ def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: d
 
     default = values[stmt.default] if stmt.default is not None else None
     dtype = np.dtype(contraction_dtype(stmt.combo, [values[a.tensor].dtype.name for a in stmt.operands],
-                                       default.dtype.name if default is not None else None))
+                                       None if default is None or weak_default else default.dtype.name))
     if default is not None:
         try:
-            out = np.array(np.broadcast_to(default, shape), dtype=dtype)
+            with np.errstate(all="ignore"):  # a float default out of range becomes infinite
+                out = np.array(np.broadcast_to(default, shape), dtype=dtype)
         except ValueError:
             raise BindError(f"default tensor '{stmt.default}' has shape {default.shape}, which does not broadcast "
                             f"to output '{stmt.output}' of shape {shape}") from None

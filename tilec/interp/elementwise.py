@@ -10,28 +10,17 @@ booleans are ``or`` and ``and``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any, Union
 
 import numpy as np
 
 from tilec.errors import BindError, TilecError
+from tilec.interp.builtins import IMPLEMENTATIONS
+from tilec.interp.sizes import size_of
 from tilec.ir import tensor as T
 from tilec.ir.dtypes import elementwise_dtype, expr_type
 
 Value = Union[np.ndarray, int, float]
-
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
-
-
-FUNCTIONS: dict[str, Callable[..., np.ndarray]] = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
-    "sigmoid": lambda x: (1 / (1 + np.exp(-x))).astype(x.dtype), "erf": _erf,
-    "floor": np.floor, "ceil": np.ceil, "abs": np.abs, "relu": lambda x: np.maximum(x, x.dtype.type(0)),
-    "pow": np.power, "max": np.maximum, "min": np.minimum,
-}
 
 
 def _cast(dtype: str, value: Value) -> np.ndarray:
@@ -51,8 +40,10 @@ def _cast(dtype: str, value: Value) -> np.ndarray:
 
 
 class _Evaluator:
-    def __init__(self, values: dict[str, np.ndarray]) -> None:
+    def __init__(self, values: dict[str, np.ndarray], sizes: dict[str, int], what: str) -> None:
         self.values = values
+        self.sizes = sizes
+        self.what = what
         self.dtypes = {n: a.dtype.name for n, a in values.items()}
 
     def eval(self, e: T.EExpr) -> Value:
@@ -86,7 +77,7 @@ class _Evaluator:
             truth = np.asarray(cond) != 0
             return np.where(truth, _cast(t, self.eval(e.a)), _cast(t, self.eval(e.b)))
         if isinstance(e, T.ECall):
-            fn = FUNCTIONS.get(e.func)
+            fn = IMPLEMENTATIONS.get(e.func)
             if fn is None:
                 raise TilecError(f"the interpreter has no implementation of '{e.func}'")
             args = [_cast(t, self.eval(a)) for a in e.args]
@@ -107,6 +98,8 @@ def _literal(e: T.EExpr, ev: _Evaluator) -> Union[int, float]:
     """A literal-only subexpression with Python numbers (ints stay exact)."""
     if isinstance(e, T.EConst):
         return e.value
+    if isinstance(e, T.ESize):
+        return size_of(e, ev.sizes, ev.what)
     if isinstance(e, T.EUnary):
         return -_literal(e.a, ev)
     if isinstance(e, T.EBinary):
@@ -123,7 +116,7 @@ def _literal(e: T.EExpr, ev: _Evaluator) -> Union[int, float]:
         return _literal(e.a, ev) if _literal(e.cond, ev) else _literal(e.b, ev)
     if not isinstance(e, T.ECall):
         raise TilecError(f"the interpreter does not know the expression {e!r}")
-    fn = FUNCTIONS.get(e.func)
+    fn = IMPLEMENTATIONS.get(e.func)
     if fn is None:
         raise TilecError(f"the interpreter has no implementation of '{e.func}'")
     args = [_literal(a, ev) for a in e.args]
@@ -137,8 +130,9 @@ def _literal(e: T.EExpr, ev: _Evaluator) -> Union[int, float]:
     return float(value) if kind is float else int(value)
 
 
-def run_elementwise(stmt: T.Elementwise, values: dict[str, np.ndarray]) -> np.ndarray:
-    """The value of `stmt` (broadcast to its tensors' common shape, in its dtype)."""
+def run_elementwise(stmt: T.Elementwise, values: dict[str, np.ndarray], sizes: dict[str, int]) -> np.ndarray:
+    """The value of `stmt` (broadcast to its tensors' common shape, in its dtype); size symbols
+    read as values are weak integer literals with their bound values."""
     names = T.eexpr_tensors(stmt.expr)
     try:
         shape = np.broadcast_shapes(*[values[n].shape for n in names]) if names else ()
@@ -147,8 +141,8 @@ def run_elementwise(stmt: T.Elementwise, values: dict[str, np.ndarray]) -> np.nd
         raise BindError(f"shapes do not broadcast in '{stmt}': {listing}") from None
     dtype = elementwise_dtype(stmt.expr, {n: values[n].dtype.name for n in names})
     with np.errstate(all="ignore"):
-        result = _cast(dtype, _Evaluator({n: values[n] for n in names}).eval(stmt.expr))
+        result = _cast(dtype, _Evaluator({n: values[n] for n in names}, sizes, f"'{stmt}'").eval(stmt.expr))
     return np.array(np.broadcast_to(result, shape), dtype=dtype)
 
 
-__all__ = ["FUNCTIONS", "run_elementwise"]
+__all__ = ["run_elementwise"]
