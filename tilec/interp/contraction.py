@@ -171,6 +171,8 @@ def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: d
     dtype = np.dtype(contraction_dtype(stmt.combo, [values[a.tensor].dtype.name for a in stmt.operands],
                                        None if default is None or weak_default else default.dtype.name))
     if default is not None:
+        if weak_default:
+            _check_literal_default(stmt, default, dtype)
         try:
             with np.errstate(all="ignore"):  # a float default out of range becomes infinite
                 out = np.array(np.broadcast_to(default, shape), dtype=dtype)
@@ -199,6 +201,18 @@ def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: d
     if default is None:
         flat_out[~written] = 0
     return out
+
+
+def _check_literal_default(stmt: T.Contraction, default: np.ndarray, dtype: np.dtype) -> None:
+    """A literal default takes the output's integer type only where its value (truncated toward
+    zero) is one of that type's: outside, the conversion has no meaning (a BindError, not a guess)."""
+    if dtype.kind not in "iu":
+        return
+    value = default.item()
+    info = np.iinfo(dtype)
+    if isinstance(value, float) and not math.isfinite(value) or not info.min <= int(value) <= info.max:
+        raise BindError(f"the default {value} of '{stmt}' does not fit in its output type {dtype.name} "
+                        f"({info.min} to {info.max}); give a default in range, or a tensor default")
 
 
 def _aggregate(stmt: T.Contraction, flat_out: np.ndarray, written: np.ndarray, cells: np.ndarray,
