@@ -18,7 +18,7 @@ from tilec.frontend import ast
 from tilec.frontend.intrinsics import (STATEMENT_INTRINSICS, Hooks, analyse_intrinsic, is_statement_intrinsic,
                                       tensor_arguments)
 from tilec.ir import tensor as T
-from tilec.ir.builtins import BUILTINS
+from tilec.ir.builtins import BUILTINS, CAST_WIDTHS, known_functions
 from tilec.ir.size_values import SIZE_FUNCTIONS, is_size_expr
 
 
@@ -355,10 +355,39 @@ def _eexpr(e: ast.Expr, scope: _Scope) -> T.EExpr:
         if e.func.name in STATEMENT_INTRINSICS:
             raise scope.error(f"'{e.func.name}' must be the whole right-hand side of its own statement, e.g. "
                               f"'X = {e.func.name}(...);', then use X here", e.func.pos)
-        builtin = BUILTINS.get(e.func.name)
-        if builtin is None:
-            raise scope.error(f"unknown function '{e.func.name}'; builtins are {', '.join(sorted(BUILTINS))}", e.func.pos)
-        if len(e.args) != builtin.arity:
-            raise scope.error(f"'{e.func.name}' takes {builtin.arity} argument(s), got {len(e.args)}", e.func.pos)
-        return T.ECall(e.func.name, tuple(_eexpr(a, scope) for a in e.args))
+        return _call(e, scope)
     raise scope.error("unsupported expression", ast.expr_pos(e))
+
+
+_OPERATOR_ALIASES = {"cmp_eq": "==", "cmp_ne": "!=", "cmp_lt": "<", "cmp_le": "<=", "cmp_gt": ">", "cmp_ge": ">=",
+                     "add": "+", "sub": "-", "mul": "*", "div": "/"}
+
+
+def _call(e: ast.Call, scope: _Scope) -> T.EExpr:
+    """A builtin call; PlaidML's names for operators become those operators."""
+    name = e.func.name
+    builtin = BUILTINS.get(name)
+    if builtin is None:
+        raise scope.error(f"unknown function '{name}'; the known functions are:\n{known_functions()}\n"
+                          f"and, each as the whole right-hand side of its own statement: "
+                          f"{', '.join(sorted(STATEMENT_INTRINSICS))}", e.func.pos)
+    if len(e.args) != builtin.arity:
+        raise scope.error(f"'{name}' takes {builtin.arity} argument(s), got {len(e.args)}", e.func.pos)
+    if name in CAST_WIDTHS:
+        width = e.args[1]
+        if not (isinstance(width, ast.Int) and width.value in CAST_WIDTHS[name]):
+            allowed = ", ".join(map(str, CAST_WIDTHS[name]))
+            raise scope.error(f"the bit width of '{name}' must be an integer literal, one of {allowed}",
+                              ast.expr_pos(width))
+        return T.ECall(name, (_eexpr(e.args[0], scope), T.EConst(width.value)))
+    args = tuple(_eexpr(a, scope) for a in e.args)
+    if name in _OPERATOR_ALIASES:
+        op = _OPERATOR_ALIASES[name]
+        return T.ECompare(op, *args) if op in ("==", "!=", "<", "<=", ">", ">=") else T.EBinary(op, *args)
+    if name in ("cond", "select"):
+        return T.ESelect(*args)
+    if name == "neg":
+        return T.EConst(-args[0].value) if isinstance(args[0], T.EConst) else T.EUnary("-", args[0])
+    if name == "ident":
+        return args[0]
+    return T.ECall(name, args)
