@@ -301,3 +301,82 @@ def test_every_builtin_has_an_interpretation():
     rewritten into operators by sema and need none)."""
     missing = [name for name, b in BUILTINS.items() if getattr(b, "kind", "") != "alias" and name not in IMPLEMENTATIONS]
     assert not missing, missing
+
+
+# ------------------------------------------------------------------ PlaidML's elementwise intrinsics and types
+
+
+FLOAT_REFERENCES = {
+    "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
+    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "recip": np.reciprocal, "round": np.round,
+    "sign": np.sign, "exp": np.exp, "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+}
+
+
+@pytest.mark.parametrize("func", sorted(FLOAT_REFERENCES))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_builtins_match_numpy(func: str, dtype: str):
+    x = RNG.uniform(-0.95, 0.95, 9).astype(dtype)
+    x[:3] = [0.5, -0.5, 2.5] if func == "round" else x[:3]
+    if func == "acosh":
+        x = 1 + np.abs(x)
+    got = interp(f"O = {func}(A)")(x)
+    assert got.dtype == np.dtype(dtype)
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(got, FLOAT_REFERENCES[func](x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "uint8", "uint64"])
+def test_integer_builtins_bits_and_conversions(dtype: str):
+    info = np.iinfo(dtype)
+    x = RNG.integers(max(info.min, -50), min(info.max, 50), 11, endpoint=True).astype(dtype)
+    y = RNG.integers(0, 4, 11).astype(dtype)
+    x[:2] = [info.min, info.max]
+    src = """function (A, B) -> (P, Q, N, L, R, X, F, S, U) {
+        P = pow(A, B); Q = A & B | ~A; N = bit_xor(A, B); L = A << B; R = A >> B; X = sign(A);
+        F = as_float(A, 64); S = as_int(A, 8); U = as_uint(A, 16);
+    }"""
+    p, q, n, left, right, sign, f, s, u = interp(src)(x, y)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(p, np.power(x, y))
+    np.testing.assert_array_equal(q, (x & y) | ~x)
+    np.testing.assert_array_equal(n, x ^ y)
+    np.testing.assert_array_equal(left, np.left_shift(x, y))
+    np.testing.assert_array_equal(right, np.right_shift(x, y))
+    np.testing.assert_array_equal(sign, np.sign(x))
+    assert (f.dtype, s.dtype, u.dtype) == (np.float64, np.int8, np.uint16)
+    np.testing.assert_array_equal(f, x.astype(np.float64))
+    np.testing.assert_array_equal(s, x.astype(np.int8))
+    np.testing.assert_array_equal(u, x.astype(np.uint16))
+
+
+def test_integer_pow_with_negative_exponents_is_zero_and_booleans_are_refused():
+    x, y = np.array([2, -3, 5, 7], np.int32), np.array([-1, -2, 0, 2], np.int32)
+    np.testing.assert_array_equal(interp("O = pow(A, B)")(x, y), [0, 0, 1, 49])
+    with pytest.raises(BindError, match="'pow' is not defined on booleans"):
+        interp("O = pow(A, B)")(x > 0, y > 0)
+    with pytest.raises(BindError, match="'bit_left' shifts integers"):
+        interp("O = A << B")(x > 0, y > 0)
+
+
+def test_float_to_integer_conversions_truncate_and_refuse_nan():
+    x = np.array([-3.7, 3.7, 300.0, -0.5], np.float32)
+    np.testing.assert_array_equal(interp("O = as_int(A, 32)")(x), [-3, 3, 300, 0])
+    np.testing.assert_array_equal(interp("O = as_int(A, 8)")(x), x.astype(np.int8))  # wraps, as numpy's astype
+    with pytest.raises(BindError, match="converts nan to int16"):
+        interp("O = as_int(A, 16)")(np.array([1.0, np.nan], np.float32))
+
+
+def test_plaidml_promotion_in_elementwise_and_comparisons():
+    a, b = np.array([100, -100], np.int8), np.array([200, 3], np.uint8)
+    got = interp("function (A, B) -> (S, C, F) { S = A + B; C = A < B; F = A * 0.5; }")(a, b)
+    assert [o.dtype for o in got] == [np.int8, np.bool_, np.float32]  # the first operand wins a tie of widths
+    np.testing.assert_array_equal(got[0], (a.astype(np.int64) + b).astype(np.int8))
+    np.testing.assert_array_equal(got[1], [True, True])  # compared exactly, not wrapped
+    np.testing.assert_array_equal(got[2], [50.0, -50.0])
+
+
+def test_a_literal_default_out_of_range_of_an_integer_output_is_refused():
+    with pytest.raises(BindError, match="does not fit in its output type int8"):
+        interp("function (A[N]) -> (O) { O[] = <(A[i]) default -1e30; }")(np.array([2], np.int8))
+    assert int(interp("function (A[N]) -> (O) { O[] = <(A[i]) default 2.5; }")(np.array([9], np.int8))) == 2
