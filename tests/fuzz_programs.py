@@ -8,7 +8,8 @@ output sizes; contractions with every aggregation and combination, affine indice
 variables (small, huge and rational coefficients), complex left-hand sides, constraints,
 `default` (a tensor or a literal), literal and size operands (``+(A[i] * 0.5)``, ``+(2 * A[i])``),
 explicit, omitted and inferred output sizes; elementwise statements with literals, sizes as
-values, comparisons, selects and builtins; the structural intrinsics (index, gather, scatter,
+values, comparisons, selects, builtins, bit operations and conversions to float and bool (every
+dtype, unsigned included); the structural intrinsics (index, gather, scatter,
 reshape, shape); statement attributes. Later statements may read earlier results (chaining).
 """
 
@@ -27,6 +28,7 @@ INPUTS = ("A", "B", "C", "D")
 EXTRA_INPUTS = ("S", "G", "K")  # a scalar of any dtype, integer indices, an integer scalar read as a size
 INDEX_DTYPES = ("int8", "int32", "int64")
 LITERALS = ("0.5", "2", "-3", "1.5", "0")
+TWO_ARGUMENTS = ("max", "min", "pow", "bit_and", "bit_or", "bit_xor", "bit_left", "bit_right")
 ATTRIBUTES = ("[[pid(fuzz)]] ", "[[hint]] ", "[[pid(a, b)]] ")
 VARIABLES = ("i", "j", "k", "l")
 # large coefficients: exact-float64 neighbours, powers of two, and ~2**64 / 5 and / 6, whose multiples
@@ -151,8 +153,12 @@ def elementwise(draw: st.DrawFn, out: str, tensors: dict[str, int], sizes: tuple
         compare = st.builds(lambda a, op, b: f"({a} {op} {b})", inner, st.sampled_from(["<", ">", "==", "!=", "<=", ">="]),
                             inner)
         select = st.builds(lambda c, a, b: f"({c} ? {a} : {b})", inner, inner, inner)
-        call2 = st.builds(lambda f, a, b: f"{f}({a}, {b})", st.sampled_from(["max", "min", "pow"]), inner, inner)
-        return st.one_of(binary, unary, compare, select, call2, st.builds(lambda a: f"-{a}", inner))
+        call2 = st.builds(lambda f, a, b: f"{f}({a}, {b})", st.sampled_from(TWO_ARGUMENTS), inner, inner)
+        # conversions to float and bool only: a NaN converted to an integer has no value (the
+        # interpreter refuses it; the compiled code gives an arbitrary one, a reported bug)
+        cast = st.builds(lambda f, a: f.format(a), st.sampled_from(["as_float({}, 16)", "as_float({}, 32)",
+                                                                    "as_float({}, 64)", "as_bool({})"]), inner)
+        return st.one_of(binary, unary, compare, select, call2, cast, st.builds(lambda a: f"-{a}", inner))
 
     expr = draw(st.recursive(leaves, extend, max_leaves=5))
     if not re.search(rf"\b{name}\b", expr):  # (B0, a size read as a value, is not B)
