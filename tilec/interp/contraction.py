@@ -149,8 +149,12 @@ def _tuple_values(stmt: T.Contraction, loaded: list[np.ndarray], dtype: np.dtype
     raise TilecError(f"the interpreter does not know the combination '{combo}' in '{stmt}'")
 
 
-def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: dict[str, int]) -> np.ndarray:
-    """The output of `stmt` given the arrays it reads (by name); binds the size symbols it infers."""
+def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: dict[str, int],
+                    weak_default: bool = False) -> np.ndarray:
+    """The output of `stmt` given the arrays it reads (by name); binds the size symbols it infers.
+
+    `weak_default`: the default is a literal's 0-d result, whose type does not take part in the
+    output's (it is converted to the type of the combination, as a weak literal is)."""
     what = f"'{stmt}'"
     conds: list[Condition] = []
     for access in stmt.operands:
@@ -165,10 +169,13 @@ def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: d
 
     default = values[stmt.default] if stmt.default is not None else None
     dtype = np.dtype(contraction_dtype(stmt.combo, [values[a.tensor].dtype.name for a in stmt.operands],
-                                       default.dtype.name if default is not None else None))
+                                       None if default is None or weak_default else default.dtype.name))
     if default is not None:
+        if weak_default:
+            _check_literal_default(stmt, default, dtype)
         try:
-            out = np.array(np.broadcast_to(default, shape), dtype=dtype)
+            with np.errstate(all="ignore"):  # a float default out of range becomes infinite
+                out = np.array(np.broadcast_to(default, shape), dtype=dtype)
         except ValueError:
             raise BindError(f"default tensor '{stmt.default}' has shape {default.shape}, which does not broadcast "
                             f"to output '{stmt.output}' of shape {shape}") from None
@@ -194,6 +201,18 @@ def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: d
     if default is None:
         flat_out[~written] = 0
     return out
+
+
+def _check_literal_default(stmt: T.Contraction, default: np.ndarray, dtype: np.dtype) -> None:
+    """A literal default takes the output's integer type only where its value (truncated toward
+    zero) is one of that type's: outside, the conversion has no meaning (a BindError, not a guess)."""
+    if dtype.kind not in "iu":
+        return
+    value = default.item()
+    info = np.iinfo(dtype)
+    if isinstance(value, float) and not math.isfinite(value) or not info.min <= int(value) <= info.max:
+        raise BindError(f"the default {value} of '{stmt}' does not fit in its output type {dtype.name} "
+                        f"({info.min} to {info.max}); give a default in range, or a tensor default")
 
 
 def _aggregate(stmt: T.Contraction, flat_out: np.ndarray, written: np.ndarray, cells: np.ndarray,

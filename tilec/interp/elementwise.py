@@ -10,49 +10,47 @@ booleans are ``or`` and ``and``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any, Union
 
 import numpy as np
 
 from tilec.errors import BindError, TilecError
+from tilec.interp.builtins import IMPLEMENTATIONS
+from tilec.interp.sizes import size_of
 from tilec.ir import tensor as T
-from tilec.ir.dtypes import elementwise_dtype, expr_type
+from tilec.ir.builtins import BUILTINS
+from tilec.ir.dtypes import binary, compare_dtype, elementwise_dtype, expr_type, is_float, strong
 
 Value = Union[np.ndarray, int, float]
 
 
-def _erf(x: np.ndarray) -> np.ndarray:
-    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
-
-
-FUNCTIONS: dict[str, Callable[..., np.ndarray]] = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
-    "sigmoid": lambda x: (1 / (1 + np.exp(-x))).astype(x.dtype), "erf": _erf,
-    "floor": np.floor, "ceil": np.ceil, "abs": np.abs, "relu": lambda x: np.maximum(x, x.dtype.type(0)),
-    "pow": np.power, "max": np.maximum, "min": np.minimum,
-}
-
-
 def _cast(dtype: str, value: Value) -> np.ndarray:
-    """`value` as an array of `dtype`; a weak integer literal must fit, as numpy requires."""
+    """`value` as an array of `dtype`. A weak literal must have a value of `dtype`: an integer in
+    range (a float truncated toward zero first), a float within the float type's range."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if isinstance(value, int) and np.dtype(dtype).kind in "iu":
+        kind = np.dtype(dtype).kind
+        if kind == "b":
+            return np.asarray(bool(value))
+        if kind in "iu":
+            if isinstance(value, float) and not math.isfinite(value):
+                raise BindError(f"the value {value} has no {dtype} representation")
             info = np.iinfo(dtype)
-            if not info.min <= value <= info.max:
+            if not info.min <= int(value) <= info.max:
                 raise BindError(f"the literal {value} does not fit in {dtype}; write it as a float or use a "
                                 f"wider input dtype")
-        if np.dtype(dtype) == np.bool_:
-            return np.asarray(bool(value))
-        if np.dtype(dtype).kind in "iu" and isinstance(value, float):
-            value = int(value) if math.isfinite(value) else 0
-        return np.asarray(value, dtype=dtype)
+            return np.asarray(int(value), dtype=dtype)
+        try:
+            return np.asarray(float(value), dtype=dtype)
+        except OverflowError:
+            raise BindError(f"the literal {value} is beyond the {dtype} range") from None
     return np.asarray(value).astype(dtype)
 
 
 class _Evaluator:
-    def __init__(self, values: dict[str, np.ndarray]) -> None:
+    def __init__(self, values: dict[str, np.ndarray], sizes: dict[str, int], what: str) -> None:
         self.values = values
+        self.sizes = sizes
+        self.what = what
         self.dtypes = {n: a.dtype.name for n, a in values.items()}
 
     def eval(self, e: T.EExpr) -> Value:
@@ -86,10 +84,13 @@ class _Evaluator:
             truth = np.asarray(cond) != 0
             return np.where(truth, _cast(t, self.eval(e.a)), _cast(t, self.eval(e.b)))
         if isinstance(e, T.ECall):
-            fn = FUNCTIONS.get(e.func)
+            fn = IMPLEMENTATIONS.get(e.func)
             if fn is None:
                 raise TilecError(f"the interpreter has no implementation of '{e.func}'")
-            args = [_cast(t, self.eval(a)) for a in e.args]
+            values = [self.eval(a) for a in e.args]
+            if BUILTINS[e.func].kind == "cast":
+                _check_conversion(e.func, values[0], t)
+            args = [_cast(t, v) for v in values]
             try:
                 return np.asarray(fn(*args)).astype(t)
             except ValueError as err:  # integers to negative integer powers
@@ -97,16 +98,35 @@ class _Evaluator:
         raise TilecError(f"the interpreter does not know the expression {e!r}")
 
 
+def _check_conversion(func: str, value: Value, dtype: str) -> None:
+    """A float converts to an integer type by truncation toward zero, wrapping into the type (numpy's
+    astype); NaN, infinities and values beyond 64 bits have no integer value: a BindError."""
+    array = np.asarray(value)
+    if array.dtype.kind != "f" or np.dtype(dtype).kind not in "iu":
+        return
+    with np.errstate(all="ignore"):
+        bad = ~np.isfinite(array) | (np.abs(array.astype(np.float64)) >= 2.0**63)
+    if bad.any():
+        raise BindError(f"'{func}' converts {array[bad].flat[0]} to {dtype}: NaN, infinities and values beyond "
+                        f"64 bits have no integer value")
+
+
 def _common(a: Any, b: Any) -> str:
-    if isinstance(a, type) and isinstance(b, type):
-        return "float64" if float in (a, b) else "int64"
-    return np.result_type(*[np.dtype(x) if isinstance(x, str) else x(0) for x in (a, b)]).name
+    """The type a comparison converts both operands to (tilec.ir.dtypes): compare_dtype for two
+    tensors; an integer against a float literal exactly, in float64; else the operation's type."""
+    if isinstance(a, str) and isinstance(b, str):
+        return compare_dtype(a, b)
+    if float in (a, b) and not any(isinstance(x, str) and is_float(x) for x in (a, b)):
+        return "float64"
+    return strong(binary(a, b))
 
 
 def _literal(e: T.EExpr, ev: _Evaluator) -> Union[int, float]:
     """A literal-only subexpression with Python numbers (ints stay exact)."""
     if isinstance(e, T.EConst):
         return e.value
+    if isinstance(e, T.ESize):
+        return size_of(e, ev.sizes, ev.what)
     if isinstance(e, T.EUnary):
         return -_literal(e.a, ev)
     if isinstance(e, T.EBinary):
@@ -123,7 +143,7 @@ def _literal(e: T.EExpr, ev: _Evaluator) -> Union[int, float]:
         return _literal(e.a, ev) if _literal(e.cond, ev) else _literal(e.b, ev)
     if not isinstance(e, T.ECall):
         raise TilecError(f"the interpreter does not know the expression {e!r}")
-    fn = FUNCTIONS.get(e.func)
+    fn = IMPLEMENTATIONS.get(e.func)
     if fn is None:
         raise TilecError(f"the interpreter has no implementation of '{e.func}'")
     args = [_literal(a, ev) for a in e.args]
@@ -137,8 +157,9 @@ def _literal(e: T.EExpr, ev: _Evaluator) -> Union[int, float]:
     return float(value) if kind is float else int(value)
 
 
-def run_elementwise(stmt: T.Elementwise, values: dict[str, np.ndarray]) -> np.ndarray:
-    """The value of `stmt` (broadcast to its tensors' common shape, in its dtype)."""
+def run_elementwise(stmt: T.Elementwise, values: dict[str, np.ndarray], sizes: dict[str, int]) -> np.ndarray:
+    """The value of `stmt` (broadcast to its tensors' common shape, in its dtype); size symbols
+    read as values are weak integer literals with their bound values."""
     names = T.eexpr_tensors(stmt.expr)
     try:
         shape = np.broadcast_shapes(*[values[n].shape for n in names]) if names else ()
@@ -147,8 +168,8 @@ def run_elementwise(stmt: T.Elementwise, values: dict[str, np.ndarray]) -> np.nd
         raise BindError(f"shapes do not broadcast in '{stmt}': {listing}") from None
     dtype = elementwise_dtype(stmt.expr, {n: values[n].dtype.name for n in names})
     with np.errstate(all="ignore"):
-        result = _cast(dtype, _Evaluator({n: values[n] for n in names}).eval(stmt.expr))
+        result = _cast(dtype, _Evaluator({n: values[n] for n in names}, sizes, f"'{stmt}'").eval(stmt.expr))
     return np.array(np.broadcast_to(result, shape), dtype=dtype)
 
 
-__all__ = ["FUNCTIONS", "run_elementwise"]
+__all__ = ["run_elementwise"]

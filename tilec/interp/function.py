@@ -14,8 +14,11 @@ import numpy as np
 from tilec.errors import BindError, TilecError
 from tilec.interp.contraction import run_contraction
 from tilec.interp.elementwise import run_elementwise
+from tilec.interp.intrinsics import run_intrinsic
+from tilec.interp.sizes import bind_size_inputs, define_size
 from tilec.ir import tensor as T
-from tilec.ir.dtypes import check_supported
+from tilec.ir.dtypes import check_supported, expr_type
+from tilec.ir.size_values import is_size_expr
 from tilec.runtime.function import Function, _as_array
 
 
@@ -55,10 +58,12 @@ class InterpretedFunction(Function):
         for name, array in values.items():
             check_supported(name, array.dtype)
         sizes = dict(self.sizes)
+        bind_size_inputs(self.size_inputs, values, sizes)
         for param in self.program.params:
             _bind_param(param, values[param.name].shape, sizes)
+        weak: set[str] = set()
         for stmt in self.program.statements:
-            values[stmt.output] = run_statement(stmt, values, sizes)
+            values[stmt.output] = run_statement(stmt, values, sizes, weak)
             if self.log is not None:
                 self.log(f"{stmt};  ->  {summary(values[stmt.output])}")
         return values
@@ -77,13 +82,26 @@ class InterpretedFunction(Function):
         raise TilecError("the interpreter (target 'interp') takes no schedule")
 
 
-def run_statement(stmt: T.Statement, values: dict[str, np.ndarray], sizes: dict[str, int]) -> np.ndarray:
-    """The result of one statement over the arrays computed so far."""
+def run_statement(stmt: T.Statement, values: dict[str, np.ndarray], sizes: dict[str, int],
+                  weak: set[str]) -> np.ndarray:
+    """The result of one statement over the arrays computed so far.
+
+    `sizes` gains the sizes the statement binds (inferred output sizes, integer statements over
+    sizes); `weak` names the 0-d results of literal-only statements (a literal ``default``, which
+    takes the contraction's type rather than promoting it) and gains this statement's output if so.
+    """
     if isinstance(stmt, T.Contraction):
-        return run_contraction(stmt, values, sizes)
-    if isinstance(stmt, T.Elementwise):
-        return run_elementwise(stmt, values)
-    raise TilecError(f"the interpreter does not know the statement '{stmt}'")
+        return run_contraction(stmt, values, sizes, stmt.default in weak)
+    if isinstance(stmt, T.Intrinsic):
+        return run_intrinsic(stmt, values, sizes)
+    if not isinstance(stmt, T.Elementwise):
+        raise TilecError(f"the interpreter does not know the statement '{stmt}'")
+    if is_size_expr(stmt.expr):
+        weak.add(stmt.output)
+        return define_size(stmt, sizes)
+    if isinstance(expr_type(stmt.expr, {n: values[n].dtype.name for n in T.eexpr_tensors(stmt.expr)}), type):
+        weak.add(stmt.output)
+    return run_elementwise(stmt, values, sizes)
 
 
 def summary(array: np.ndarray) -> str:

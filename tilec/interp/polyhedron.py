@@ -51,7 +51,7 @@ class Form:
 
 
 def size_value(e: T.IExpr, sizes: dict[str, int], what: str) -> int:
-    """A size expression's value: Python ints, ``/`` is floor division."""
+    """A size expression's value: Python ints, ``/`` is floor division, ``max`` and ``min``."""
     if isinstance(e, T.IConst):
         return e.value
     if isinstance(e, T.ISize):
@@ -63,6 +63,8 @@ def size_value(e: T.IExpr, sizes: dict[str, int], what: str) -> int:
         return -size_value(e.a, sizes, what)
     if isinstance(e, T.IBin):
         a, b = size_value(e.a, sizes, what), size_value(e.b, sizes, what)
+        if e.op in ("max", "min"):
+            return max(a, b) if e.op == "max" else min(a, b)
         if e.op == "/":
             if b == 0:
                 raise BindError(f"division by zero in {what}")
@@ -81,6 +83,8 @@ def form_of(e: T.IExpr, sizes: dict[str, int], what: str) -> Form:
         return form_of(e.a, sizes, what).times(Fraction(-1))
     if not isinstance(e, T.IBin):
         raise TilecError(f"the interpreter does not know the index expression {e!r} in {what}")
+    if e.op in ("max", "min"):  # over sizes only (sema)
+        return Form.make({}, Fraction(size_value(e, sizes, what)))
     a, b = form_of(e.a, sizes, what), form_of(e.b, sizes, what)
     if e.op in "+-":
         return a.plus(b, 1 if e.op == "+" else -1)
