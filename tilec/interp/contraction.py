@@ -6,12 +6,12 @@ README's tour of the language): a tuple of index values contributes exactly when
 of every access, left and right, is an integer inside its tensor and every constraint holds; cells
 no tuple writes hold 0, or the `default` tensor's value onto which the contributions aggregate.
 
-Output sizes that are omitted, or a lone size symbol not bound yet over a lone index variable, are
-inferred: 1 + the largest value the output index takes over the integer tuples of the variables
-linked to it (through the accesses, constraints and explicit output sizes) that meet every condition
-on those variables; 0 when no such tuple exists. Conditions on variables not linked to the output
-index, and conditions without variables (``B[3]``, ``3 < 0``), do not shrink it: ``O[i] = +(A[i, j])``
-on A of shape (3, 0) has shape (3,), like numpy.
+Output shapes follow the language's shape rule, which the interpreter takes from
+:func:`tilec.ir.bounds.contraction_shape` (explicit sizes evaluated; an omitted size, or a lone
+size symbol not bound yet over a lone index variable, is 1 + the largest value its index takes over
+the variables' inferred ranges; 0 beside an empty range, so ``O[i] = +(A[i, j])`` on A of shape
+(3, 0) has shape (3,), like numpy). That rule is the one thing shared with the compiler: which
+tuples contribute and every value are computed here, independently, by exact enumeration.
 
 A statement whose candidate tuples have no rational solution needs no ranges: its output is 0 (or
 the default) even where a variable would be unbounded; a variable unbounded over a non-empty
@@ -25,9 +25,10 @@ import math
 import numpy as np
 
 from tilec.errors import BindError, SemanticError, TilecError
-from tilec.interp.polyhedron import Condition, Form, components, form_of, rational_box, size_value
+from tilec.interp.polyhedron import Condition, Form, form_of, rational_box, size_value
 from tilec.interp.tuples import MAX_TUPLES, integer_form, valid_tuples
 from tilec.ir import tensor as T
+from tilec.ir.bounds import contraction_shape
 from tilec.ir.dtypes import contraction_dtype
 
 _AT = {"+": np.add, "*": np.multiply, ">": np.maximum, "<": np.minimum}
@@ -41,35 +42,6 @@ def _access_conditions(access: T.Access, shape: tuple[int, ...], sizes: dict[str
                         f"as {access} (rank {len(access.indices)})")
     return [Condition(form_of(e, sizes, what), n, f"{access.tensor} dimension {k}")
             for k, (e, n) in enumerate(zip(access.indices, shape))]
-
-
-def _deferred(stmt: T.Contraction, axis: int, sizes: dict[str, int]) -> bool:
-    """Whether output dimension `axis` is inferred rather than evaluated."""
-    if stmt.sizes is None:
-        return True
-    size = stmt.sizes[axis]
-    return isinstance(size, T.ISize) and size.name not in sizes and isinstance(stmt.indices[axis], T.IVar)
-
-
-def _infer_extent(out: Form, variables: tuple[str, ...], conds: list[Condition], stmt: str, axis: int) -> int:
-    """1 + the largest integer value of `out` over the linked variables' valid tuples (0 if none)."""
-    group: set[str] = set(out.vars)
-    for comp in components(variables, conds):
-        if comp & group:
-            group |= comp
-    linked = tuple(v for v in variables if v in group)
-    mine = [c for c in conds if c.form.vars and set(c.form.vars) <= group]
-    box = rational_box(linked, mine)
-    if box is None:
-        raise SemanticError(f"cannot infer dimension {axis} of the output in '{stmt}': its index is unbounded; "
-                            f"give the output sizes explicitly")
-    best = -1
-    for chunk in valid_tuples(linked, box, mine, f"'{stmt}'"):
-        num, denom = numerators(out, chunk)
-        integral = num[num % denom == 0]
-        if len(integral):
-            best = max(best, int(integral.max()) // denom)
-    return max(0, best + 1)
 
 
 def numerators(f: Form, chunk: dict[str, np.ndarray]) -> tuple[np.ndarray, int]:
@@ -96,25 +68,10 @@ def _identity(agg: str, dtype: np.dtype) -> object:
     return info.min if agg == ">" else info.max
 
 
-def _shape(stmt: T.Contraction, outs: list[Form], variables: tuple[str, ...], conds: list[Condition],
-           sizes: dict[str, int]) -> tuple[int, ...]:
-    """The output shape: explicit sizes evaluated, the others inferred (binding their size symbols)."""
-    what = f"the size of output '{stmt.output}'"
-    known: dict[int, int] = {}
-    deferred = [axis for axis in range(len(outs)) if _deferred(stmt, axis, sizes)]
-    for axis in range(len(outs)):
-        if axis not in deferred:
-            assert stmt.sizes is not None
-            known[axis] = size_value(stmt.sizes[axis], sizes, what)
-    limits = conds + [Condition(outs[a], n, f"output dimension {a}") for a, n in known.items()]
-    inferred = {a: _infer_extent(outs[a], variables, limits, str(stmt), a) for a in deferred}
-    for axis, n in inferred.items():
-        size = stmt.sizes[axis] if stmt.sizes is not None else None
-        if isinstance(size, T.ISize):
-            sizes[size.name] = n
-    shape = tuple({**known, **inferred}[a] for a in range(len(outs)))
-    if any(n < 0 for n in shape):
-        raise BindError(f"output '{stmt.output}' would have negative shape {shape} in '{stmt}'")
+def _shape(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: dict[str, int]) -> tuple[int, ...]:
+    """The output shape by the language's shape rule (binding the size symbols it infers)."""
+    shape = contraction_shape(stmt, {n: v.shape for n, v in values.items()},
+                              {n: v.dtype.name for n, v in values.items()}, sizes)
     if math.prod(shape) > MAX_TUPLES or any(n > MAX_TUPLES for n in shape):
         raise TilecError(f"output '{stmt.output}' would have shape {shape} in '{stmt}': too large for the "
                          f"interpreter (over {MAX_TUPLES} cells)")
@@ -164,7 +121,7 @@ def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: d
                                f"constraint '{c}'"))
     outs = [form_of(e, sizes, what) for e in stmt.indices]
     variables = stmt.index_vars
-    shape = _shape(stmt, outs, variables, conds, sizes)
+    shape = _shape(stmt, values, sizes)
     conds += [Condition(f, n, f"output dimension {a}") for a, (f, n) in enumerate(zip(outs, shape))]
 
     default = values[stmt.default] if stmt.default is not None else None

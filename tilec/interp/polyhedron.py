@@ -113,26 +113,6 @@ class Condition:
         return [self.form, upper]
 
 
-def components(variables: tuple[str, ...], conditions: list[Condition]) -> list[set[str]]:
-    """The variables grouped by the conditions that link them (connected components)."""
-    parent = {v: v for v in variables}
-
-    def root(v: str) -> str:
-        while parent[v] != v:
-            parent[v] = parent[parent[v]]
-            v = parent[v]
-        return v
-
-    for cond in conditions:
-        vs = cond.form.vars
-        for v in vs[1:]:
-            parent[root(v)] = root(vs[0])
-    groups: dict[str, set[str]] = {}
-    for v in variables:
-        groups.setdefault(root(v), set()).add(v)
-    return list(groups.values())
-
-
 def _normalised(f: Form) -> Form:
     """The same half-space ``f >= 0`` scaled so that its first coefficient is +-1 (for deduplication)."""
     if not f.coeffs:
@@ -194,4 +174,4 @@ def box_size(box: Box) -> int:
     return math.prod(max(0, hi - lo + 1) for lo, hi in box.values())
 
 
-__all__ = ["Box", "Condition", "Form", "box_size", "components", "form_of", "rational_box", "size_value"]
+__all__ = ["Box", "Condition", "Form", "box_size", "form_of", "rational_box", "size_value"]

@@ -235,6 +235,14 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
     return BoundContraction(stmt, shape, dtype, out_idx, tuple(operands), int_ranges, kept, empty)
 
 
+def contraction_shape(stmt: T.Contraction, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str],
+                      sizes: dict[str, int]) -> tuple[int, ...]:
+    """The output shape of `stmt` over tensors of these shapes, by the language's shape rule (explicit
+    sizes evaluated, the others inferred from the index ranges); binds the size symbols it infers
+    into `sizes`. For the reference interpreter, which computes every value itself."""
+    return _bind_contraction(stmt, _Env(sizes, dict(shapes), dict(dtypes))).shape
+
+
 def _infer_dims(stmt: T.Contraction, deferred: list[int], out_idx: tuple[IntAffine, ...], conds: list[Condition],
                 ranges: Ranges, env: _Env, what: str) -> dict[int, int]:
     """The extents of the output dimensions without a known size, from their indices' ranges (the
@@ -386,4 +394,4 @@ def describe(b: BoundContraction) -> str:
     return f"ranges: {ranges or '(scalar)'}; guards: {guards}"
 
 
-__all__ = ["bind", "BoundProgram", "BoundContraction", "BoundElementwise", "BoundIntrinsic", "BoundAccess", "Condition", "describe"]
+__all__ = ["bind", "contraction_shape", "BoundProgram", "BoundContraction", "BoundElementwise", "BoundIntrinsic", "BoundAccess", "Condition", "describe"]

@@ -32,6 +32,8 @@ _ARITH = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
 
 def _fold_pow(x: Weak, y: Weak) -> Weak:
     """x ** y, exactly for small integers; as float64 where an exact power would be enormous."""
+    if isinstance(x, int) and isinstance(y, int) and y < 0:
+        return 0  # integer powers with a negative exponent give 0 (the builtin's rule, as compiled code does)
     if isinstance(x, int) and isinstance(y, int) and y >= 0 and abs(x) > 1 and y * abs(x).bit_length() > 256:
         try:
             return math.pow(x, y)
@@ -194,8 +196,9 @@ def _fold(e: T.EExpr) -> Weak:
     args = [_fold(a) for a in e.args]
     try:
         result = _FOLD[e.func](*args)
-    except (ValueError, OverflowError, ZeroDivisionError):
-        return math.nan
+    except (ValueError, OverflowError, ZeroDivisionError):  # a domain edge: numpy's float64 answer (inf, nan)
+        with np.errstate(all="ignore"):
+            return float(_EDGE.get(e.func, lambda *a: math.nan)(*[np.float64(a) for a in args]))
     if BUILTINS[e.func].kind == "float":
         return float(result)
     return result
@@ -234,6 +237,14 @@ def _nan_max(a: Weak, b: Weak) -> Weak:
 
 def _nan_min(a: Weak, b: Weak) -> Weak:
     return a if (a != a or a < b) else b
+
+
+# Where Python's math raises (log(0), atanh(1), 1/0, exp(1000)), numpy's float64 gives inf or nan.
+_EDGE: dict[str, Callable[..., float]] = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "recip": np.reciprocal, "tan": np.tan, "sin": np.sin,
+    "cos": np.cos, "asin": np.arcsin, "acos": np.arccos, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh,
+    "acosh": np.arccosh, "atanh": np.arctanh, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "pow": np.power,
+}
 
 
 # Literal-only calls, with Python numbers (ints stay ints where the builtin keeps the type).
