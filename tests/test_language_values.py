@@ -210,3 +210,27 @@ def test_gradients_of_the_new_forms(src: str, wrt: list[str]):
 def test_printed_programs_parse_back_equal(src: str):
     program = parse(src)
     assert parse(str(program)) == program
+
+
+# ---------------------------------------------------------------- PlaidML's reverse_grad and assert_*
+
+
+def test_reverse_grad_is_the_identity_whose_gradient_is_reversed_and_scaled():
+    rng = np.random.default_rng(3)
+    l, r = rng.standard_normal((3, 4)).astype(np.float32), np.float32(0.5)
+    src = "function (L[M, N], R[]) -> (O) { O = reverse_grad(L, R); }"
+    np.testing.assert_array_equal(tilec.compile(src)(l, r), l)
+    np.testing.assert_array_equal(tilec.compile(src, target="interp")(l, r), l)
+    g = tilec.grad("function (L[M, N], R[]) -> (O) { T = reverse_grad(L, R); O = T * T; }", wrt=["L"])
+    np.testing.assert_allclose(g(l, r, np.ones_like(l)), -r * 2 * l, rtol=1e-6)
+
+
+def test_assertions_over_sizes_hold_or_name_the_failed_condition():
+    src = "function (I[N, X], K[KX]) -> (O) { Ok = assert_fits(KX <= X); O[n, x: N, X - KX + 1] = +(I[n, x + k] * K[k]); }"
+    i, k = np.ones((2, 5), np.float32), np.arange(3, dtype=np.float32)
+    np.testing.assert_allclose(tilec.compile(src)(i, k), np.full((2, 3), 3.0))
+    for target in ("llvm", "interp"):
+        with pytest.raises(tilec.BindError, match=r"assert_fits failed .*KX <= X does not hold"):
+            tilec.compile(src, target=target)(np.ones((2, 2), np.float32), k)
+    with pytest.raises(tilec.SemanticError, match="condition on sizes"):
+        tilec.compile("function (A) -> (O) { O = assert_positive(A > 0); }")

@@ -101,6 +101,8 @@ def call_adjoints(e: ECall, g: EExpr) -> list[EExpr | None]:
 
     zero, one = EConst(0), EConst(1)
     f = e.func
+    if f == "reverse_grad":  # the value is the first argument; its gradient is reversed and scaled
+        return [EUnary("-", mul(e.args[1])), None]
     if f == "exp":
         return [mul(e)]
     if f == "log":

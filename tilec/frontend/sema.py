@@ -19,7 +19,7 @@ from tilec.frontend.intrinsics import (STATEMENT_INTRINSICS, Hooks, analyse_intr
                                       tensor_arguments)
 from tilec.ir import tensor as T
 from tilec.ir.builtins import BUILTINS, CAST_WIDTHS, known_functions
-from tilec.ir.size_values import SIZE_FUNCTIONS, is_size_expr
+from tilec.ir.size_values import SIZE_FUNCTIONS, is_assertion, is_size_expr
 
 
 def is_capitalised(name: str) -> bool:
@@ -366,6 +366,14 @@ _OPERATOR_ALIASES = {"cmp_eq": "==", "cmp_ne": "!=", "cmp_lt": "<", "cmp_le": "<
 def _call(e: ast.Call, scope: _Scope) -> T.EExpr:
     """A builtin call; PlaidML's names for operators become those operators."""
     name = e.func.name
+    if is_assertion(name):
+        if len(e.args) != 1:
+            raise scope.error(f"'{name}' takes one argument, a condition on sizes, got {len(e.args)}", e.func.pos)
+        call = T.ECall(name, (_eexpr(e.args[0], scope),))
+        if not is_size_expr(call):
+            raise scope.error(f"'{name}' is an assertion: its argument must be a condition on sizes and integers "
+                              f"(e.g. {name}(N > 0)), checked when the sizes are bound", e.func.pos)
+        return call
     builtin = BUILTINS.get(name)
     if builtin is None:
         raise scope.error(f"unknown function '{name}'; the known functions are:\n{known_functions()}\n"

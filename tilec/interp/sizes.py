@@ -39,6 +39,10 @@ def size_of(e: T.EExpr, sizes: dict[str, int], what: str) -> int:
         return size_of(e.a, sizes, what) if size_of(e.cond, sizes, what) != 0 else size_of(e.b, sizes, what)
     if isinstance(e, T.ECall):
         args = [size_of(a, sizes, what) for a in e.args]
+        if e.func.startswith("assert_"):  # PlaidML's assertions over sizes: 1, or an error when false
+            if args[0] == 0:
+                raise BindError(f"{e.func} failed in {what}: {T.format_eexpr(e.args[0])} does not hold")
+            return 1
         return {"max": max, "min": min}[e.func](args)
     assert isinstance(e, T.EBinary), e
     a, b = size_of(e.a, sizes, what), size_of(e.b, sizes, what)

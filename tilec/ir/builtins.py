@@ -12,6 +12,8 @@ equivalent. Kinds and their dtype rules (tilec.ir.dtypes):
 - ``cast``: the type the function names: ``as_float(x, 16|32|64)``, ``as_int(x, 8|16|32|64)``,
   ``as_uint(x, 8|16|32|64)`` (the width is an integer literal), ``as_bool(x)`` (x != 0; NaN is
   true); conversions from float to integer truncate toward zero (numpy's ``astype``);
+- ``first``: the type of the first argument; ``reverse_grad(x, l)`` is ``x``, whose gradient is
+  ``-l`` times the incoming one (PlaidML's gradient reversal; ``l`` matters to autodiff only);
 - ``alias``: another spelling of an operator, rewritten by sema into that operator
   (``cmp_lt(a, b)`` is ``a < b``, ``cond(c, a, b)`` and ``select(c, a, b)`` are ``c ? a : b``,
   ``neg(x)`` is ``-x``, ``add/sub/mul/div`` are ``+ - * /``, ``ident(x)`` is ``x``).
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 class Builtin:
     name: str
     arity: int
-    kind: str  # float | same | bits | cast | alias (see the module doc)
+    kind: str  # float | same | bits | cast | first | alias (see the module doc)
     group: str  # how the list of known functions is grouped in error messages
     numpy: str  # the numpy equivalent, for the reader and the tests
 
@@ -74,6 +76,7 @@ _ENTRIES = (
     ])
     + _table("operators by name", "alias", 3, [("cond", "numpy.where(c, a, b)"), ("select", "numpy.where(c, a, b)")])
     + _table("operators by name", "alias", 1, [("neg", "-x"), ("ident", "x")])
+    + _table("gradient control", "first", 2, [("reverse_grad", "x; its gradient is -l * the incoming gradient")])
 )
 
 BUILTINS: dict[str, Builtin] = {b.name: b for b in _ENTRIES}

@@ -132,6 +132,8 @@ def expr_type(e: T.EExpr, tensor_dtypes: dict[str, str]) -> Typed:
         return cast_dtype(e)
     args = [expr_type(a, tensor_dtypes) for a in e.args]
     result = args[0]
+    if builtin.kind == "first":
+        return result
     for other in args[1:]:
         result = binary(result, other)
     if builtin.kind == "float":

@@ -125,7 +125,7 @@ class _Lowerer:
 
     def call(self, e: T.ECall, t: str) -> L.Expr:
         kind = BUILTINS[e.func].kind
-        if kind == "cast":
+        if kind in ("cast", "first"):  # a conversion, or reverse_grad's value: its first argument
             return _to(t, self.lower(e.args[0]))
         args = [_to(t, self.lower(a)) for a in e.args]
         if kind == "bits":
@@ -257,5 +257,5 @@ _FOLD: dict[str, Callable[..., Weak]] = {
     "relu": lambda x: _nan_max(x, 0 if isinstance(x, int) else 0.0), "pow": _fold_pow,
     "max": _nan_max, "min": _nan_min,
     "bit_and": lambda a, b: a & b, "bit_or": lambda a, b: a | b, "bit_xor": lambda a, b: a ^ b,
-    "bit_not": lambda a: ~a, "bit_left": _shift_left, "bit_right": _shift_right,
+    "bit_not": lambda a: ~a, "reverse_grad": lambda x, _: x, "bit_left": _shift_left, "bit_right": _shift_right,
 }

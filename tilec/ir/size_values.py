@@ -10,7 +10,8 @@ zero. This module follows that, in exact integer arithmetic.
 Requires: expressions from semantic analysis (:mod:`tilec.frontend.sema`).
 Guarantees:
 - `is_size_expr(e)`: `e` reads no tensor and only integer literals, size symbols, ``+ - * /``,
-  unary minus, comparisons, ``?:`` and ``max``/``min``; such a statement defines a size.
+  unary minus, comparisons, ``?:``, ``max``/``min`` and assertions (`is_assertion`); such a
+  statement defines a size.
 - `evaluate(e, sizes, what)`: its integer value (BindError naming `what` for an unbound symbol
   or a division by zero).
 - `substitute(e, sizes, what)`: `e` with every size symbol replaced by its integer literal.
@@ -26,6 +27,13 @@ from tilec.errors import BindError
 from tilec.ir import tensor as T
 
 SIZE_FUNCTIONS = ("max", "min")
+
+
+def is_assertion(name: str) -> bool:
+    """PlaidML's assertions over sizes: any function named ``assert_...`` of one condition
+    (``Ok = assert_winograd_valid(BI - CI + 1 == BO);``); its value is 1, or a BindError when the
+    condition is false for the bound sizes."""
+    return name.startswith("assert_")
 _COMPARE = {"<": int.__lt__, "<=": int.__le__, ">": int.__gt__, ">=": int.__ge__, "==": int.__eq__,
             "!=": int.__ne__}
 
@@ -43,7 +51,8 @@ def is_size_expr(e: T.EExpr) -> bool:
     if isinstance(e, T.ESelect):
         return is_size_expr(e.cond) and is_size_expr(e.a) and is_size_expr(e.b)
     if isinstance(e, T.ECall):
-        return e.func in SIZE_FUNCTIONS and all(is_size_expr(a) for a in e.args)
+        known = e.func in SIZE_FUNCTIONS or (is_assertion(e.func) and len(e.args) == 1)
+        return known and all(is_size_expr(a) for a in e.args)
     return False
 
 
@@ -72,6 +81,11 @@ def evaluate(e: T.EExpr, sizes: dict[str, int], what: str) -> int:
         return evaluate(e.a if evaluate(e.cond, sizes, what) else e.b, sizes, what)
     if isinstance(e, T.ECall):
         values = [evaluate(a, sizes, what) for a in e.args]
+        if is_assertion(e.func):
+            if values[0] == 0:
+                bound = ", ".join(f"{n} = {sizes[n]}" for n in sorted(_size_names(e)) if n in sizes)
+                raise BindError(f"{e.func} failed in {what}: {T.format_eexpr(e.args[0])} does not hold ({bound})")
+            return 1
         return max(values) if e.func == "max" else min(values)
     assert isinstance(e, T.EBinary), e
     a, b = evaluate(e.a, sizes, what), evaluate(e.b, sizes, what)
@@ -82,6 +96,20 @@ def evaluate(e: T.EExpr, sizes: dict[str, int], what: str) -> int:
     if e.op == "*":
         return a * b
     return truncating_division(a, b, what)
+
+
+def _size_names(e: T.EExpr) -> set[str]:
+    if isinstance(e, T.ESize):
+        return {e.name}
+    if isinstance(e, T.EUnary):
+        return _size_names(e.a)
+    if isinstance(e, (T.EBinary, T.ECompare)):
+        return _size_names(e.a) | _size_names(e.b)
+    if isinstance(e, T.ESelect):
+        return _size_names(e.cond) | _size_names(e.a) | _size_names(e.b)
+    if isinstance(e, T.ECall):
+        return set().union(*[_size_names(a) for a in e.args])
+    return set()
 
 
 def substitute(e: T.EExpr, sizes: dict[str, int], what: str) -> T.EExpr:
