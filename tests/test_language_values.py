@@ -210,3 +210,23 @@ def test_gradients_of_the_new_forms(src: str, wrt: list[str]):
 def test_printed_programs_parse_back_equal(src: str):
     program = parse(src)
     assert parse(str(program)) == program
+
+
+@pytest.mark.parametrize("combination,reference", [
+    ("+(A[i, k] * N)", lambda a: (a * a.shape[1]).sum(1)),
+    ("+(A[i, k] + N)", lambda a: (a + a.shape[1]).sum(1)),
+    ("+(A[i, k] - N)", lambda a: (a - a.shape[1]).sum(1)),
+    ("+(A[i, k] / N)", lambda a: a.mean(1)),
+    ("+(N * A[i, k])", lambda a: (a * a.shape[1]).sum(1)),
+    ("+(A[i, k] * 3)", lambda a: (a * 3).sum(1)),
+    ("+(A[i, k] + 2.5)", lambda a: (a + 2.5).sum(1)),
+    ("+(A[i, k] * B[i, k])", lambda a: (a * a).sum(1)),
+    ("+(A[i, k] + B[i, k])", lambda a: (a + a).sum(1)),
+])
+def test_a_size_or_literal_on_either_side_of_the_access(combination: str, reference):
+    # `+(A[i] * N)` used to stop with "expected '['": the operator was one rule shared with `A * B`
+    a = rand(4, 6)
+    args = (a, a) if "B[" in combination else (a,)
+    params = "A[M, N], B[M, N]" if "B[" in combination else "A[M, N]"
+    out = tilec.compile(f"function ({params}) -> (O) {{ O[i: M] = {combination}; }}")(*args)
+    np.testing.assert_allclose(out, reference(a), rtol=1e-5, atol=1e-5)
