@@ -230,3 +230,34 @@ def test_a_size_or_literal_on_either_side_of_the_access(combination: str, refere
     params = "A[M, N], B[M, N]" if "B[" in combination else "A[M, N]"
     out = tilec.compile(f"function ({params}) -> (O) {{ O[i: M] = {combination}; }}")(*args)
     np.testing.assert_allclose(out, reference(a), rtol=1e-5, atol=1e-5)
+
+
+def test_names_as_plaidml_prints_them():
+    # PlaidML's EDSL prints tensors `_X0` and index variables `x0` (plaidml/plaidml: plaidml/edsl tests);
+    # the case is that of the first letter after the underscores, so `_x1` is an index variable
+    src = """function (_X0[_X0_0, _X0_1], _X1[_X1_0, _X1_1]) -> (_X3) {
+      _X2[x0, _x1 : _X0_0, _X1_1] = +(_X0[x0, __k] * _X1[__k, _x1]);
+      _X3 = _X2 * _X0_1;
+    }"""
+    a, b = rand(3, 4), rand(4, 5)
+    np.testing.assert_allclose(tilec.compile(src)(a, b), (a @ b) * 4, rtol=1e-5)
+
+
+def test_temporaries_never_collide_with_source_names_or_each_other():
+    # desugaring (`O_Operand`) and builtin_softmax (`S_max`, `S_exp`, `S_sum`) take fresh names: the
+    # source's own `O_Operand`, `S_max` and `S_exp2` stay what they are
+    src = """function (A[M, N]) -> (O, S, O_Operand, S_max, S_exp2) {
+      S = builtin_softmax(A, M, N);
+      S_max = A + 1;
+      S_exp2 = A * 2;
+      O_Operand = A - 1;
+      O[i: M] = +(A[i, j] * 3);
+    }"""
+    a = rand(3, 4)
+    o, s, operand, smax, sexp = tilec.compile(src)(a)
+    e = np.exp(a - a.max(1, keepdims=True))
+    np.testing.assert_allclose(s, e / e.sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(o, (a * 3).sum(1), rtol=1e-5)
+    np.testing.assert_allclose(operand, a - 1)
+    np.testing.assert_allclose(smax, a + 1)
+    np.testing.assert_allclose(sexp, a * 2)

@@ -9,21 +9,17 @@ and its position.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from collections.abc import Iterable
 
 from tilec.errors import SemanticError, caret_snippet
 from tilec.frontend import ast
+from tilec.frontend.names import IDENTIFIER, fresh_name, is_capitalised
 from tilec.frontend.intrinsics import (STATEMENT_INTRINSICS, Hooks, analyse_intrinsic, is_statement_intrinsic,
                                       tensor_arguments)
 from tilec.ir import tensor as T
 from tilec.ir.builtins import BUILTINS
 from tilec.ir.size_values import SIZE_FUNCTIONS, is_size_expr
-
-
-def is_capitalised(name: str) -> bool:
-    return name[:1].isupper()
 
 
 @dataclass
@@ -35,11 +31,9 @@ class _Scope:
     taken: set[str] = field(default_factory=set)  # every name in the source: temporaries avoid them
 
     def fresh(self, base: str) -> str:
-        """A tensor name for a desugaring temporary that no source name uses."""
-        name, k = base, 1
-        while name in self.taken or name in self.ranks or name in self.sizes:
-            k += 1
-            name = f"{base}{k}"
+        """A tensor name for a temporary (desugaring, intrinsics) that no source name and no earlier
+        temporary uses."""
+        name = fresh_name(base, self.taken, self.ranks, self.sizes)
         self.taken.add(name)
         return name
 
@@ -51,7 +45,7 @@ class _Scope:
 
 def analyse(node: ast.ProgramNode, source: str = "", size_names: Iterable[str] = ()) -> T.Program:
     """Check `node` and build its tensor IR. `size_names` are sizes given by keyword."""
-    scope = _Scope(source, set(size_names), taken=set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", source)))
+    scope = _Scope(source, set(size_names), taken=set(IDENTIFIER.findall(source)))
     if node.single_statement:
         node = _as_function(node)
     params = tuple(_param(p, scope) for p in node.params)
@@ -188,7 +182,7 @@ def _plain_statement(s: ast.StatementNode, scope: _Scope) -> tuple[T.Statement, 
 def _intrinsic(s: ast.ElementwiseNode, scope: _Scope) -> tuple[T.Statement, ...]:
     """A statement whose right-hand side is one intrinsic call (tilec.frontend.intrinsics)."""
     assert isinstance(s.expr, ast.Call)
-    hooks = Hooks(scope.error, scope.ranks, scope.sizes, scope.source, lambda n: _check_defined(n, scope),
+    hooks = Hooks(scope.error, scope.ranks, scope.sizes, scope.fresh, lambda n: _check_defined(n, scope),
                   lambda e, what: _size_expr(e, scope, what))
     statements, rank = analyse_intrinsic(s.target, s.expr, hooks)
     scope.ranks[s.target.name] = rank
