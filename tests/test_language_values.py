@@ -261,3 +261,29 @@ def test_temporaries_never_collide_with_source_names_or_each_other():
     np.testing.assert_allclose(operand, a - 1)
     np.testing.assert_allclose(smax, a + 1)
     np.testing.assert_allclose(sexp, a * 2)
+
+
+@given(n=st.integers(1, 12), stride=st.integers(1, 4))
+@settings(max_examples=15, deadline=None)
+def test_statements_computed_from_a_scalar_size_input_are_sizes(n: int, stride: int):
+    # S is read as a size in the index, so `PX = ... / S` (before that use) is an integer size statement
+    f = tilec.compile("function (I[N], S[]) -> (O) { PX = max(0, (N - 1) / S); O[x: N] = +(I[S*x - PX]); }")
+    x = rand(n)
+    px = max(0, (n - 1) // stride)
+    want = np.array([x[stride * o - px] if 0 <= stride * o - px < n else 0 for o in range(n)], np.float32)
+    np.testing.assert_array_equal(f(x, np.int32(stride)), want)
+
+
+def test_a_scalar_input_used_only_through_a_statement_is_a_size():
+    f = tilec.compile("function (I[N], S) -> (O) { P = S / 2; O[x: N - P] = +(I[x + P]); }")
+    x = rand(10)
+    for s in (0, 3, 5):
+        np.testing.assert_array_equal(f(x, np.int64(s)), x[s // 2:])
+
+
+def test_reshape_to_a_scalar_input_size():
+    # PlaidML's op library passes reshape's sizes as scalar inputs (plaidml/plaidml: plaidml/op.py, reshape)
+    f = tilec.compile("function (I, D0) -> (O) { O = reshape(I, D0, 12); }")
+    x = rand(4, 6)
+    for d0 in (2, 1):
+        np.testing.assert_array_equal(f(x[:d0 * 2], np.int32(d0)), x[:d0 * 2].reshape(d0, 12))

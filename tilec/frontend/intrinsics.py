@@ -52,9 +52,18 @@ def is_statement_intrinsic(expr: ast.Expr) -> TypeGuard[ast.Call]:
 def tensor_arguments(call: ast.Call) -> list[ast.Name]:
     """The arguments of a statement intrinsic that name tensors (the single-statement form's inputs):
     not the dimensions of index and reshape, nor the sizes the builtin_* functions take."""
+    return [a for a in call.args[:_tensor_count(call)] if isinstance(a, ast.Name)]
+
+
+def size_arguments(call: ast.Call) -> tuple[ast.Expr, ...]:
+    """The arguments of a statement intrinsic that are sizes (index's dimension, reshape's
+    dimensions, the builtin_* functions' row and column counts)."""
+    return call.args[_tensor_count(call):]
+
+
+def _tensor_count(call: ast.Call) -> int:
     name = call.func.name
-    count = 2 if name == "builtin_binary_crossentropy" else 1 if name in LIBRARY else SIGNATURES[name][0]
-    return [a for a in call.args[:count] if isinstance(a, ast.Name)]
+    return 2 if name == "builtin_binary_crossentropy" else 1 if name in LIBRARY else SIGNATURES[name][0]
 
 
 def analyse_intrinsic(target: ast.Name, call: ast.Call, hooks: Hooks) -> tuple[tuple[T.Statement, ...], int | None]:
@@ -146,4 +155,5 @@ def _library(out: str, call: ast.Call, hooks: Hooks) -> tuple[tuple[T.Statement,
     return (row_max, shifted, row_sum, T.Elementwise(out, result)), 2
 
 
-__all__ = ["LIBRARY", "STATEMENT_INTRINSICS", "Hooks", "analyse_intrinsic", "is_statement_intrinsic", "tensor_arguments"]
+__all__ = ["LIBRARY", "STATEMENT_INTRINSICS", "Hooks", "analyse_intrinsic", "is_statement_intrinsic", "size_arguments",
+           "tensor_arguments"]

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from tilec.errors import SemanticError, caret_snippet
 from tilec.frontend import ast
+from tilec.frontend.size_uses import expr_names, names_used_as_sizes
 from tilec.frontend.names import IDENTIFIER, fresh_name, is_capitalised
 from tilec.frontend.intrinsics import (STATEMENT_INTRINSICS, Hooks, analyse_intrinsic, is_statement_intrinsic,
                                       tensor_arguments)
@@ -49,6 +50,10 @@ def analyse(node: ast.ProgramNode, source: str = "", size_names: Iterable[str] =
     if node.single_statement:
         node = _as_function(node)
     params = tuple(_param(p, scope) for p in node.params)
+    for p in node.params:  # a scalar input read as a size anywhere is a size everywhere
+        if p.dims in (None, ()) and p.name.name in names_used_as_sizes(node):
+            scope.sizes.add(p.name.name)
+            scope.ranks[p.name.name] = 0
     statements = tuple(out for s in node.statements for out in _statement(s, scope))
     outputs: list[str] = []
     for out in node.outputs:
@@ -74,7 +79,7 @@ def _as_function(node: ast.ProgramNode) -> ast.ProgramNode:
             read.append(stmt.default)
         target = stmt.lhs.tensor
     else:
-        names = tensor_arguments(stmt.expr) if is_statement_intrinsic(stmt.expr) else _walk_names(stmt.expr)
+        names = tensor_arguments(stmt.expr) if is_statement_intrinsic(stmt.expr) else expr_names([stmt.expr])
         read = [n for n in names if is_capitalised(n.name)]
         target = stmt.target
     params: list[ast.ParamNode] = []
@@ -82,20 +87,6 @@ def _as_function(node: ast.ProgramNode) -> ast.ProgramNode:
         if name.name != target.name and all(p.name.name != name.name for p in params):
             params.append(ast.ParamNode(name, None))
     return ast.ProgramNode(tuple(params), (target,), node.statements, single_statement=False)
-
-
-def _walk_names(e: ast.Expr) -> list[ast.Name]:
-    if isinstance(e, ast.Name):
-        return [e]
-    if isinstance(e, (ast.Bin, ast.Compare)):
-        return _walk_names(e.a) + _walk_names(e.b)
-    if isinstance(e, ast.Neg):
-        return _walk_names(e.a)
-    if isinstance(e, ast.Select):
-        return _walk_names(e.cond) + _walk_names(e.a) + _walk_names(e.b)
-    if isinstance(e, ast.Call):
-        return [n for a in e.args for n in _walk_names(a)]
-    return []
 
 
 def _param(p: ast.ParamNode, scope: _Scope) -> T.TensorParam:

@@ -14,8 +14,8 @@ Guarantees:
 - `evaluate(e, sizes, what)`: its integer value (BindError naming `what` for an unbound symbol
   or a division by zero).
 - `substitute(e, sizes, what)`: `e` with every size symbol replaced by its integer literal.
-- `size_inputs(program)`: the inputs (declared ``S[]`` or without dims) read as sizes in
-  index expressions, constraints or output sizes; their values are bound at call time.
+- `size_inputs(program)`: the inputs (declared ``S[]`` or without dims) read as sizes anywhere
+  (sema makes such an input a size in every statement); their values are bound at call time.
 """
 
 from __future__ import annotations
@@ -103,19 +103,10 @@ def substitute(e: T.EExpr, sizes: dict[str, int], what: str) -> T.EExpr:
     return e
 
 
-def _iexprs(program: T.Program) -> list[T.IExpr]:
-    out: list[T.IExpr] = []
-    for st in program.statements:
-        if isinstance(st, T.Contraction):
-            out += list(st.indices) + list(st.sizes or ())
-            out += [i for a in st.operands for i in a.indices]
-            out += [x for c in st.constraints for x in (c.poly, c.bound)]
-    return out
-
-
 def size_inputs(program: T.Program) -> tuple[str, ...]:
-    """Scalar inputs read as sizes, in input order; the kernel is specialised per value."""
+    """Scalar inputs read as sizes (in indices, output sizes, constraints, intrinsics' sizes, or as
+    values in statements), in input order; the kernel is specialised per value."""
     used: set[str] = set()
-    for e in _iexprs(program):
-        used |= T.iexpr_names(e)[1]
+    for st in program.statements:
+        used |= T.statement_sizes(st)
     return tuple(p.name for p in program.params if p.name in used and (p.dims is None or p.dims == ()))

@@ -1,0 +1,58 @@
+"""Which names a program uses as sizes, found before semantic analysis reads any statement.
+
+A scalar input (``S[]``, or an input without dims) read as a size anywhere -- in an index, an
+output size, a constraint, an intrinsic's size argument, or in an integer statement whose result
+is used so -- is a size everywhere, also in the statements before that use
+(``PX = max(0, (N - 1) / S); O[x: ...] = +(I[S*x - PX])``). Sema must know it when it reads the
+first statement, so this pass looks at the whole program first.
+
+Requires: a syntax tree from the parser. Guarantees: `names_used_as_sizes` returns every
+capitalised name in a size position, closed backwards over elementwise statements (the names a
+statement reads when its own result is used as a size); iterative, so deep nesting costs no
+Python recursion.
+"""
+
+from __future__ import annotations
+
+from tilec.frontend import ast
+from tilec.frontend.intrinsics import is_statement_intrinsic, size_arguments
+from tilec.frontend.names import is_capitalised
+
+
+def expr_names(exprs: "list[ast.Expr] | tuple[ast.Expr, ...]") -> list[ast.Name]:
+    """Every name in `exprs` (function names excluded), in source order."""
+    out: list[ast.Name] = []
+    stack = list(reversed(exprs))
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ast.Name):
+            out.append(e)
+        elif isinstance(e, (ast.Bin, ast.Compare)):
+            stack += [e.b, e.a]
+        elif isinstance(e, ast.Neg):
+            stack.append(e.a)
+        elif isinstance(e, ast.Select):
+            stack += [e.b, e.a, e.cond]
+        elif isinstance(e, ast.Call):
+            stack += reversed(e.args)
+    return out
+
+
+def _size_positions(s: ast.StatementNode) -> list[ast.Expr]:
+    if isinstance(s, ast.ContractionNode):
+        out = list(s.lhs.indices) + list(s.lhs.sizes or ())
+        out += [e for a in s.operands for e in a.indices]
+        out += [e for c in s.constraints for e in (c.poly, c.bound)]
+        return out
+    if is_statement_intrinsic(s.expr):
+        return list(size_arguments(s.expr))
+    return []
+
+
+def names_used_as_sizes(node: ast.ProgramNode) -> set[str]:
+    """The capitalised names `node` reads as sizes, directly or through integer statements."""
+    used = {n.name for s in node.statements for n in expr_names(_size_positions(s)) if is_capitalised(n.name)}
+    for s in reversed(node.statements):
+        if isinstance(s, ast.ElementwiseNode) and s.target.name in used and not is_statement_intrinsic(s.expr):
+            used |= {n.name for n in expr_names([s.expr]) if is_capitalised(n.name)}
+    return used
