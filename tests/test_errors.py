@@ -350,3 +350,21 @@ def test_function_still_works_after_bind_error():
 def test_keyword_size_agreeing_with_input_is_fine():
     f = tilec.compile("function (Vec[N]) -> (O) { O = Vec * 2; }", N=4)
     np.testing.assert_array_equal(f(np.ones(4, np.float32)), np.full(4, 2, np.float32))
+
+
+# --------------------------------------------------------------------------- a combination's scalar
+
+
+@pytest.mark.parametrize("combination", ["+(A[i] / N)", "+(N * A[i])", "<(A[i] - N)"])
+def test_combination_scalar_bound_only_by_its_own_statement(combination):
+    # N is bound from i's range by this very statement; the scalar is applied before: refused, saying how
+    src = f"function (A[M]) -> (O) {{\n  O[i: N] = {combination};\n}}"
+    with pytest.raises(tilec.SemanticError, match=r"size 'N' is bound by this statement's own output range.*"
+                                                  r"input's dimension.*\(line 2, column \d+\)"):
+        tilec.parse(src)
+    # declared as the input's dimension, the same statement runs
+    a = randn(rng(3), 5)
+    out = tilec.compile(f"function (A[N]) -> (O) {{ O[i: N] = {combination}; }}")(a)
+    n = 5
+    want = {"+(A[i] / N)": a / n, "+(N * A[i])": n * a, "<(A[i] - N)": a - n}[combination]
+    np.testing.assert_allclose(out, want, rtol=1e-6)

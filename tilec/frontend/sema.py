@@ -131,6 +131,7 @@ def _desugar_scalars(s: ast.ContractionNode, scope: _Scope) -> tuple[list[T.Stat
     elementwise statement applies the same operation to each element the access reads."""
     before: list[T.Statement] = []
     if s.scalar is not None:
+        _check_scalar_is_bound(s, scope)
         access = s.operands[0]
         _check_defined(access.tensor, scope)
         tensor, value = T.ETensor(access.tensor.name), _eexpr(s.scalar.value, scope)
@@ -145,6 +146,28 @@ def _desugar_scalars(s: ast.ContractionNode, scope: _Scope) -> tuple[list[T.Stat
         scope.ranks[name] = 0
         s = replace(s, default=ast.Name(name, ast.expr_pos(s.default)))
     return before, s
+
+
+def _bound_by_own_range(s: ast.ContractionNode, scope: _Scope) -> set[str]:
+    """The new size symbols that `s` binds from its own index ranges (`O[i: N]`, N not yet known)."""
+    if s.lhs.sizes is None:
+        return set()
+    return {e.name for index, e in zip(s.lhs.indices, s.lhs.sizes)
+            if isinstance(e, ast.Name) and is_capitalised(e.name) and e.name not in scope.sizes
+            and isinstance(index, ast.Name) and not is_capitalised(index.name)}
+
+
+def _check_scalar_is_bound(s: ast.ContractionNode, scope: _Scope) -> None:
+    """The scalar of `+(A[i] / N)` is applied to A before the statement runs, so it cannot read a size
+    the statement itself binds from its range: that size is known only once the statement is bound."""
+    assert s.scalar is not None
+    own = _bound_by_own_range(s, scope)
+    for name in expr_names([s.scalar.value]):
+        if name.name in own:
+            raise scope.error(
+                f"size '{name.name}' is bound by this statement's own output range, so it is not known yet where "
+                f"the combination uses it (the combination is applied first); name it as an input's dimension "
+                f"(e.g. 'A[{name.name}]'), or pass it as a keyword (tilec.compile(..., {name.name}=...))", name.pos)
 
 
 def _plain_statement(s: ast.StatementNode, scope: _Scope) -> tuple[T.Statement, ...]:
