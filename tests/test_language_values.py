@@ -287,3 +287,30 @@ def test_reshape_to_a_scalar_input_size():
     x = rand(4, 6)
     for d0 in (2, 1):
         np.testing.assert_array_equal(f(x[:d0 * 2], np.int32(d0)), x[:d0 * 2].reshape(d0, 12))
+
+
+def test_kernel_for_binds_scalar_size_inputs():
+    from tilec.runtime.function import pointer_runner
+
+    f = tilec.compile("function (I[N], S[]) -> (O) { OX = (N - 1) / S + 1; O[x: OX] = =(I[S * x]); }")
+    x = rand(10)
+    for stride in (2, 3):
+        kernel = f.kernel_for(((10,), ()), ("float32", "int32"), {"S": stride})
+        s = np.array(stride, np.int32)
+        out = np.empty(kernel.params[2].shape, np.float32)
+        pointer_runner(kernel, 3)([x.ctypes.data, s.ctypes.data, out.ctypes.data])
+        np.testing.assert_array_equal(out, x[::stride])
+    with pytest.raises(tilec.BindError, match="reads the input.* S as sizes; pass exactly their values"):
+        f.kernel_for(((10,), ()), ("float32", "int32"))
+    with pytest.raises(tilec.BindError, match="must be an integer"):
+        f.kernel_for(((10,), ()), ("float32", "int32"), {"S": 2.0})
+
+
+def test_torch_size_value_reads_an_integer_scalar_tensor():
+    import torch
+    from tilec.runtime.torch_cuda import size_value
+
+    assert size_value("S", torch.tensor(3, dtype=torch.int64)) == 3
+    for bad in (torch.tensor(3.0), torch.tensor([3]), torch.tensor(True)):
+        with pytest.raises(tilec.BindError, match="'S' is used as a size"):
+            size_value("S", bad)
