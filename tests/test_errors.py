@@ -368,3 +368,33 @@ def test_combination_scalar_bound_only_by_its_own_statement(combination):
     n = 5
     want = {"+(A[i] / N)": a / n, "+(N * A[i])": n * a, "<(A[i] - N)": a - n}[combination]
     np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
+# --------------------------------------------------------------------------- deep nesting (front end)
+
+
+@pytest.mark.parametrize("body", [
+    "O = " + "-" * 500 + "A",                      # 500 nested unary minus
+    "O = " + "(" * 500 + "A" + ")" * 500,          # 500 nested parentheses
+    "O = A" + " + A" * 500,                         # a 500-term chain
+    "O[i: N] = +(A[" + "-" * 500 + "i])",           # a 500-deep index expression
+], ids=["minus", "parentheses", "chain", "index"])
+def test_front_end_takes_500_levels_of_nesting(body):
+    # parse, check and print 500 levels without RecursionError, and the printed program parses back
+    program = tilec.parse(f"function (A[N]) -> (O) {{ {body}; }}")
+    assert str(tilec.parse(str(program))) == str(program)
+
+
+def test_front_end_takes_500_chained_statements():
+    stmts = "".join(f"T{i} = T{i - 1} + 1; " for i in range(1, 500))
+    src = f"function (T0[N]) -> (T499) {{ {stmts}}}"
+    program = tilec.parse(src)
+    assert len(program.statements) == 499 and str(tilec.parse(str(program))) == str(program)
+    a = randn(rng(4), 3)
+    np.testing.assert_allclose(tilec.compile(src)(a), a + 499, rtol=1e-5)
+
+
+@pytest.mark.parametrize("body", ["O = " + "-" * 5000 + "A", "O = A" + " + A" * 5000], ids=["minus", "chain"])
+def test_deeper_nesting_is_a_tilec_error(body):
+    with pytest.raises(tilec.TilecError, match="nested too deeply"):
+        tilec.parse(f"function (A[N]) -> (O) {{ {body}; }}")
