@@ -66,7 +66,7 @@ def analyse(node: ast.ProgramNode, source: str = "", size_names: Iterable[str] =
         outputs.append(out.name)
     if not outputs:
         raise SemanticError("the function has no outputs; list them after '->', e.g. '-> (C)'")
-    return T.Program(params, tuple(outputs), statements)
+    return T.Program(params, tuple(outputs), statements, source)
 
 
 def _as_function(node: ast.ProgramNode) -> ast.ProgramNode:
@@ -110,7 +110,7 @@ def _param(p: ast.ParamNode, scope: _Scope) -> T.TensorParam:
         dims = tuple(out)
     scope.ranks[name.name] = None if dims is None else len(dims)
     scope.inputs.add(name.name)
-    return T.TensorParam(name.name, dims)
+    return T.TensorParam(name.name, dims, name.pos)
 
 
 def _statement(s: ast.StatementNode, scope: _Scope) -> list[T.Statement]:
@@ -121,7 +121,8 @@ def _statement(s: ast.StatementNode, scope: _Scope) -> list[T.Statement]:
     else:
         before = []
     *produced, last = _plain_statement(s, scope)
-    return before + produced + [replace(last, attributes=attributes)]
+    pos = s.lhs.tensor.pos if isinstance(s, ast.ContractionNode) else s.target.pos
+    return [replace(st, pos=pos) for st in before + produced] + [replace(last, attributes=attributes, pos=pos)]
 
 
 def _desugar_scalars(s: ast.ContractionNode, scope: _Scope) -> tuple[list[T.Statement], ast.ContractionNode]:

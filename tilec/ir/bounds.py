@@ -20,7 +20,7 @@ from typing import Union
 
 import numpy as np
 
-from tilec.errors import BindError, SemanticError, TilecWarning
+from tilec.errors import BindError, SemanticError, TilecWarning, located
 from tilec.ir import tensor as T
 from tilec.ir.affine import INF, IntAffine, evaluate_size, to_affine
 from tilec.ir.dtypes import contraction_dtype, elementwise_dtype, expr_type
@@ -111,18 +111,20 @@ def bind(program: T.Program, shapes: dict[str, tuple[int, ...]], dtypes: dict[st
     """Bind every size symbol and infer every statement's shape, dtype, ranges and guards."""
     env = _Env(dict(sizes or {}))
     for param in program.params:
-        _bind_param(param, tuple(shapes[param.name]), env)
+        with located(param.pos, program.source):  # call-time errors say where the input is declared
+            _bind_param(param, tuple(shapes[param.name]), env)
         env.shapes[param.name] = tuple(shapes[param.name])
         env.dtypes[param.name] = dtypes[param.name]
     bound: list[BoundStatement] = []
     for stmt in program.statements:
         b: BoundStatement
-        if isinstance(stmt, T.Contraction):
-            b = _bind_contraction(stmt, env)
-        elif isinstance(stmt, T.Intrinsic):
-            b = bind_intrinsic(stmt, env.shapes, env.dtypes, env.sizes)
-        else:
-            b = _bind_elementwise(stmt, env)
+        with located(stmt.pos, program.source):  # ... and where the statement is
+            if isinstance(stmt, T.Contraction):
+                b = _bind_contraction(stmt, env)
+            elif isinstance(stmt, T.Intrinsic):
+                b = bind_intrinsic(stmt, env.shapes, env.dtypes, env.sizes)
+            else:
+                b = _bind_elementwise(stmt, env)
         env.shapes[stmt.output] = b.shape
         env.dtypes[stmt.output] = b.dtype
         bound.append(b)

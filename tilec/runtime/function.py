@@ -18,7 +18,7 @@ import numpy as np
 from tilec import pipeline
 from tilec.pipeline import Kernel, Signature, resolve_target
 from tilec.runtime import memory, torch_cuda
-from tilec.errors import BindError, TilecError, TilecWarning
+from tilec.errors import BindError, TilecError, TilecWarning, located
 from tilec.frontend import parse
 from tilec.ir.dtypes import check_supported
 from tilec.ir.size_values import size_inputs
@@ -163,8 +163,9 @@ class Function:
         for name in self.size_inputs:
             a = arrays[self.inputs.index(name)]
             if a.shape != () or a.dtype.kind not in "iu":
-                raise BindError(f"argument '{name}' is used as a size, so it must be an integer scalar; got "
-                                f"{a.dtype.name} of shape {a.shape}")
+                with located(self.program.params[self.inputs.index(name)].pos, self.source):
+                    raise BindError(f"argument '{name}' is used as a size, so it must be an integer scalar; got "
+                                    f"{a.dtype.name} of shape {a.shape}")
             out.append((name, int(a)))
         return out
 
