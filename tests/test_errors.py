@@ -449,3 +449,59 @@ def test_call_time_errors_without_positions_still_raise():
     with pytest.raises(tilec.BindError) as info:
         bind(bare, {"A": (3, 4), "B": (5,)}, {"A": "float32", "B": "float32"})
     assert "line" not in str(info.value)
+
+
+# --------------------------------------------------------------------------- PlaidML's own negative tests
+# Each program is transcribed from a PlaidML source that expects it to fail (cited per case; the
+# tests/plaidml_corpus.py NEGATIVES hold more of them). tilec must refuse it with a TilecError that
+# names the culprit and gives the line and column where it is written.
+
+F32 = np.float32
+PLAIDML_NEGATIVES = [
+    ("tile/lang/lang_test.cc @ 0.7.0 (NoRedeclare)",
+     "function (X[N]) -> (X) { X = 2*X; }", lambda: [np.ones(4, F32)], "X", 1, 26),
+    ("tile/lang/lang_test.cc @ 0.7.0 (Basic Infeasible Constraints)",
+     "function (I[N]) -> (O) {O[2*i] = +(I[4*i]), i - 100 < 50; }", lambda: [np.ones(50, F32)], "O", 1, 25),
+    ("plaidml/keras/backend_test.py @ 0.7.0 (testAssignmentExceptions: 'Multiple assignment')",
+     "function (A[L, M], B[M, N]) -> (O) {\n    O[i, k: L, N] = =(A[i, j] * B[j, k]);\n}",
+     lambda: [np.ones((1, 5), F32), np.ones((5, 1), F32)], "O", 2, 5),
+    ("plaidml2/edsl/edsl_test.py @ 0.7.0 (test_assignment_exceptions, the program as the EDSL prints it)",
+     "function (\n  A[A_0, A_1],\n  B[B_0, B_1]\n) -> (\n  _X0\n) {\n  _X0[x0, x2 : 5, 5] = =(A[x0, x1] * B[x1, x2]);\n}",
+     lambda: [np.ones((1, 5), F32), np.ones((5, 1), F32)], "_X0", 7, 3),
+    ("plaidml2/edsl/edsl_test.py @ 0.7.0 (test_invalid_shape_error: 'Cannot compute shape')",
+     "function (I[N]) -> (O) {\n  O[x0, x1, x2 : X, Y, Z] = +(I[x0]);\n}", lambda: [np.ones(3, F32)], "O", 2, 3),
+    ("plaidml/keras/backend_test.py @ 0.7.0 (testConvParameterRankExceptions: a rank-4 kernel to a 1-D conv)",
+     "function (I[N, X, CI], K[KX, CI, CO]) -> (O) {\n  O[n, x, co: N, X - KX + 1, CO] = +(I[n, x + k, ci] * K[k, ci, co]);\n}",
+     lambda: [np.ones((2, 3, 1), F32), np.ones((2, 2, 2, 1), F32)], "K", 1, 24),
+    ("tile/lang/type.cc @ 0.7.0 ('Reassignment to %s')",
+     "function (I[N]) -> (O) {\n  O[i: N] = +(I[i]);\n  O = I;\n}", lambda: [np.ones(3, F32)], "O", 3, 3),
+    ("tile/lang/type.cc @ 0.7.0 ('Non tensor binding passed to tensor input %s')",
+     "function (I[N]) -> (O) {\n  O[i: N] = +(I[i]);\n}", lambda: [F32(3)], "I", 1, 11),
+    ("tile/lang/type.cc @ 0.7.0 ('Variable %s used in a context which requires it to be a constant integer')",
+     "function (I[N], S) -> (O) {\n  O[i: N] = +(I[S * i]);\n}", lambda: [np.ones(4, F32), F32(1)], "S", 1, 17),
+    ("tile/lang/type.cc @ 0.7.0 ('Datatype for index input to scatter must be INT32')",
+     "function (U, I, T) -> (O) {\n  O = scatter(U, I, T);\n}",
+     lambda: [np.ones((4, 3), F32), np.ones(4, F32), np.ones((5, 3), F32)], "I", 2, 3),
+    ("tile/lang/type.cc @ 0.7.0 ('Data input to gather must have at least 1 dimension')",
+     "function (V[], I) -> (O) {\n  O = gather(V, I);\n}", lambda: [F32(1), np.zeros(2, np.int32)], "V", 2, 14),
+    ("tile/lang/type.cc @ 0.7.0 ('Additional parameters to reshape call must be constant integers')",
+     "function (I, X[]) -> (O) {\n  O = reshape(I, X, 3);\n}", lambda: [np.ones(6, F32), F32(2)], "X", 1, 14),
+    ("tile/lang/type.cc @ 0.7.0 ('Shape requires one input that is a tensor')",
+     "function (I) -> (O) {\n  O = shape(3);\n}", lambda: [np.ones(3, F32)], "shape", 2, 13),
+    ("tile/lang/type.cc @ 0.7.0 (output sizes and output indices disagree in number)",
+     "function (I[N]) -> (O) {\n  O[i, j: N] = +(I[i]);\n}", lambda: [np.ones(3, F32)], "O", 2, 3),
+    ("tile/lang/type.cc @ 0.7.0 ('Op is using undefined input: %s'): an output nothing computes",
+     "function (I) -> (O) {\n  P = I;\n}", lambda: [np.ones(3, F32)], "O", 1, 18),
+    ("tile/lang/tile.y @ 0.7.0 (a function lists its outputs)",
+     "function (I) -> () {\n  O = I;\n}", lambda: [np.ones(3, F32)], "outputs", 1, 14),
+]
+
+
+@pytest.mark.parametrize("source,program,arrays,culprit,line,column", PLAIDML_NEGATIVES,
+                         ids=[f"{i}-{c[0].split(' ')[0].split('/')[-1]}" for i, c in enumerate(PLAIDML_NEGATIVES)])
+def test_plaidml_negative_programs_are_refused_where_written(source, program, arrays, culprit, line, column):
+    with pytest.raises(tilec.TilecError) as info:
+        tilec.compile(program)(*arrays())
+    message = str(info.value)
+    assert names(message, culprit), f"{culprit!r} not named ({source}): {message}"
+    assert f"(line {line}, column {column})" in message, f"{source}: {message}"

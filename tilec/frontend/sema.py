@@ -65,7 +65,10 @@ def analyse(node: ast.ProgramNode, source: str = "", size_names: Iterable[str] =
             raise scope.error(f"output '{out.name}' is listed twice", out.pos)
         outputs.append(out.name)
     if not outputs:
-        raise SemanticError("the function has no outputs; list them after '->', e.g. '-> (C)'")
+        arrow = source.find("->")  # the empty output list has no node: point at the arrow before it
+        line = source.count("\n", 0, arrow) + 1
+        raise scope.error("the function has no outputs; list them after '->', e.g. '-> (C)'",
+                          (line, arrow - source.rfind("\n", 0, arrow)) if arrow >= 0 else (1, 1))
     return T.Program(params, tuple(outputs), statements, source)
 
 

@@ -218,7 +218,8 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
         for axis in deferred:
             lo, hi = out_idx[axis].interval(ranges)
             if any(ranges[v][0] > ranges[v][1] for v in variables):
-                hi = -1  # no tuple at all: the inferred dimension is empty
+                _check_feasible(stmt, operands, env, ranges, what)
+                hi = -1  # no tuple at all (an input is empty): the inferred dimension is empty
             elif hi == INF:
                 raise SemanticError(f"cannot infer dimension {axis} of output '{stmt.output}' in {what}: its index "
                                     f"is unbounded; give the output sizes explicitly")
@@ -258,6 +259,18 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
         default_dtype = None if stmt.default in env.weak else env.dtypes[stmt.default]
     dtype = contraction_dtype(stmt.combo, [env.dtypes[a.tensor] for a in stmt.operands], default_dtype)
     return BoundContraction(stmt, shape, dtype, out_idx, tuple(operands), int_ranges, guards, empty)
+
+
+def _check_feasible(stmt: T.Contraction, operands: list[BoundAccess], env: _Env,
+                    ranges: dict[str, tuple[float, float]], what: str) -> None:
+    """PlaidML refuses a contraction whose constraints no index value satisfies (lang_test.cc in
+    plaidml/plaidml, "Basic Infeasible Constraints"): its output has no size. Inferring an empty
+    dimension is right only when a tensor read is empty."""
+    if all(math.prod(env.shapes[a.tensor]) > 0 for a in operands):
+        empty = [v for v, (lo, hi) in ranges.items() if lo > hi]
+        raise SemanticError(f"cannot infer the sizes of output '{stmt.output}' in {what}: no value of index "
+                            f"variable(s) {', '.join(repr(v) for v in empty) or 'the statement'} satisfies "
+                            f"the constraints and the input extents together")
 
 
 def _check_lone_extents(stmt: T.Contraction, operands: list[BoundAccess], env: _Env) -> None:
