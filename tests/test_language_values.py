@@ -137,7 +137,7 @@ def test_integer_literal_combination_keeps_integer_type():
     a = RNG.integers(-9, 9, (4, 3)).astype(np.int32)
     out = tilec.compile("function (A[M, K]) -> (O) { O[i: M] = +(A[i, k] / 2); }")(a)
     assert out.dtype == np.int32
-    np.testing.assert_array_equal(out, (a // 2).sum(1))  # tilec's integer '/' on tensors floors
+    np.testing.assert_array_equal(out, np.trunc(a / 2).astype(np.int32).sum(1))  # integer '/' truncates
 
 
 @pytest.mark.parametrize("default,fill", [("-1e30", -1e30), ("0", 0.0), ("2.5", 2.5), ("-7", -7.0)])
@@ -314,3 +314,25 @@ def test_torch_size_value_reads_an_integer_scalar_tensor():
     for bad in (torch.tensor(3.0), torch.tensor([3]), torch.tensor(True)):
         with pytest.raises(tilec.BindError, match="'S' is used as a size"):
             size_value("S", bad)
+
+
+@given(a=st.integers(-50, 50), b=st.integers(-9, 9).filter(bool), n=st.integers(0, 30))
+@settings(max_examples=25, deadline=None)
+def test_every_integer_division_rounds_toward_zero(a: int, b: int, n: int):
+    # PlaidML folds size statements, output sizes and constraint bounds with a double quotient cast to
+    # int64 (tile/lang/type.cc, ConstantPropagate), and divides integer tensors with C's '/'
+    def trunc(x: int, y: int) -> int:
+        return abs(x) // abs(y) * (1 if (x >= 0) == (y > 0) else -1)
+
+    f = tilec.compile(f"""function (X[N], A, B) -> (P, Q, O, C) {{
+      P = (N - {-a}) / {b};
+      Q = A / B;
+      O[i: max(0, (N - {-a}) / {b}) + 1] = +(X[i]);
+      C[i: N] = +(X[i]), i < max(0, (N - {-a}) / {b});
+    }}""")
+    x = rand(n)
+    p, q, o, c = f(x, np.int32(a), np.int32(b))
+    want = trunc(n + a, b)
+    assert int(p) == want and int(q) == trunc(a, b)
+    assert o.shape == (max(0, want) + 1,)
+    np.testing.assert_array_equal(c, np.where(np.arange(n) < max(0, want), x, 0))

@@ -43,8 +43,8 @@ class IBin:
     """``a op b`` with op in ``+ - * /``, or ``max(a, b)`` / ``min(a, b)`` (size expressions only).
 
     In an index polynomial ``/`` is exact rational division by a constant (a tuple
-    whose index is not an integer does not contribute); in a size expression it is
-    floor division.
+    whose index is not an integer does not contribute); in a size expression it rounds
+    toward zero, as PlaidML folds sizes.
     """
 
     op: str
