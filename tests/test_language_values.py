@@ -336,3 +336,18 @@ def test_every_integer_division_rounds_toward_zero(a: int, b: int, n: int):
     assert int(p) == want and int(q) == trunc(a, b)
     assert o.shape == (max(0, want) + 1,)
     np.testing.assert_array_equal(c, np.where(np.arange(n) < max(0, want), x, 0))
+
+
+def test_index_dimension_given_by_a_constant_statement():
+    # PlaidML's EDSL prints `_X4 = 0; _X5 = index(_X3, _X4);` (plaidml/plaidml: plaidml2/edsl/edsl_test.py, arg_max)
+    src = """function (_X0[_X0_0, _X0_1]) -> (_X5, _X6) {
+      _X4 = 1;
+      _X5 = index(_X0, _X4);
+      _X6 = index(_X0, _X4 - 1);
+    }"""
+    with pytest.raises(tilec.SemanticError, match="integer literal"):
+        tilec.parse(src)  # an expression is not a constant statement
+    f = tilec.compile(src.replace("_X6 = index(_X0, _X4 - 1);", "_X6 = _X4 * 2;"))
+    cols, two = f(rand(3, 4))
+    np.testing.assert_array_equal(cols, np.broadcast_to(np.arange(4), (3, 4)))
+    assert int(two) == 2

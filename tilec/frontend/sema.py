@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from collections.abc import Iterable
 
-from tilec.errors import SemanticError, caret_snippet
+from tilec.errors import BindError, SemanticError, caret_snippet
 from tilec.frontend import ast
 from tilec.frontend.size_uses import expr_names, names_used_as_sizes
 from tilec.frontend.names import IDENTIFIER, fresh_name, is_capitalised
@@ -20,6 +20,7 @@ from tilec.frontend.intrinsics import (STATEMENT_INTRINSICS, Hooks, analyse_intr
                                       tensor_arguments)
 from tilec.ir import tensor as T
 from tilec.ir.builtins import BUILTINS
+from tilec.ir import size_values
 from tilec.ir.size_values import SIZE_FUNCTIONS, is_size_expr
 
 
@@ -30,6 +31,7 @@ class _Scope:
     ranks: dict[str, int | None] = field(default_factory=dict)  # defined tensors -> rank
     inputs: set[str] = field(default_factory=set)
     taken: set[str] = field(default_factory=set)  # every name in the source: temporaries avoid them
+    constants: dict[str, int] = field(default_factory=dict)  # size statements of literals only (`D = 0;`)
 
     def fresh(self, base: str) -> str:
         """A tensor name for a temporary (desugaring, intrinsics) that no source name and no earlier
@@ -194,15 +196,25 @@ def _plain_statement(s: ast.StatementNode, scope: _Scope) -> tuple[T.Statement, 
     scope.ranks[target.name] = _elementwise_rank(expr, scope)
     if is_size_expr(expr):  # an integer computed from sizes: also a size (tilec.ir.size_values)
         scope.sizes.add(target.name)
+        if not T.statement_sizes(T.Elementwise(target.name, expr)):  # literals only: known now
+            try:
+                scope.constants[target.name] = size_values.evaluate(expr, {}, f"statement '{target.name}'")
+            except BindError:  # a division by zero: reported when the program is bound
+                pass
     return (T.Elementwise(target.name, expr),)
 
 
 def _intrinsic(s: ast.ElementwiseNode, scope: _Scope) -> tuple[T.Statement, ...]:
     """A statement whose right-hand side is one intrinsic call (tilec.frontend.intrinsics)."""
-    assert isinstance(s.expr, ast.Call)
+    call = s.expr
+    assert isinstance(call, ast.Call)
+    if call.func.name == "index":  # the dimension may be a constant statement (`_X4 = 0; index(_X3, _X4)`)
+        call = replace(call, args=tuple(
+            ast.Int(scope.constants[a.name], a.pos) if isinstance(a, ast.Name) and a.name in scope.constants and k
+            else a for k, a in enumerate(call.args)))
     hooks = Hooks(scope.error, scope.ranks, scope.sizes, scope.fresh, lambda n: _check_defined(n, scope),
                   lambda e, what: _size_expr(e, scope, what))
-    statements, rank = analyse_intrinsic(s.target, s.expr, hooks)
+    statements, rank = analyse_intrinsic(s.target, call, hooks)
     scope.ranks[s.target.name] = rank
     return statements
 
