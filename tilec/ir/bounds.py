@@ -21,6 +21,7 @@ from typing import Union
 import numpy as np
 
 from tilec.errors import BindError, SemanticError, TilecWarning, located
+from tilec.ir.feasibility import check_feasible
 from tilec.ir import tensor as T
 from tilec.ir.affine import INF, IntAffine, evaluate_size, to_affine
 from tilec.ir.dtypes import contraction_dtype, elementwise_dtype, expr_type
@@ -218,7 +219,7 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
         for axis in deferred:
             lo, hi = out_idx[axis].interval(ranges)
             if any(ranges[v][0] > ranges[v][1] for v in variables):
-                _check_feasible(stmt, operands, env, ranges, what)
+                check_feasible(stmt.output, [env.shapes[a.tensor] for a in operands], ranges, what)
                 hi = -1  # no tuple at all (an input is empty): the inferred dimension is empty
             elif hi == INF:
                 raise SemanticError(f"cannot infer dimension {axis} of output '{stmt.output}' in {what}: its index "
@@ -259,18 +260,6 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
         default_dtype = None if stmt.default in env.weak else env.dtypes[stmt.default]
     dtype = contraction_dtype(stmt.combo, [env.dtypes[a.tensor] for a in stmt.operands], default_dtype)
     return BoundContraction(stmt, shape, dtype, out_idx, tuple(operands), int_ranges, guards, empty)
-
-
-def _check_feasible(stmt: T.Contraction, operands: list[BoundAccess], env: _Env,
-                    ranges: dict[str, tuple[float, float]], what: str) -> None:
-    """PlaidML refuses a contraction whose constraints no index value satisfies (lang_test.cc in
-    plaidml/plaidml, "Basic Infeasible Constraints"): its output has no size. Inferring an empty
-    dimension is right only when a tensor read is empty."""
-    if all(math.prod(env.shapes[a.tensor]) > 0 for a in operands):
-        empty = [v for v, (lo, hi) in ranges.items() if lo > hi]
-        raise SemanticError(f"cannot infer the sizes of output '{stmt.output}' in {what}: no value of index "
-                            f"variable(s) {', '.join(repr(v) for v in empty) or 'the statement'} satisfies "
-                            f"the constraints and the input extents together")
 
 
 def _check_lone_extents(stmt: T.Contraction, operands: list[BoundAccess], env: _Env) -> None:
