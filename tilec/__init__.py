@@ -11,6 +11,7 @@ from typing import Any
 
 from tilec.errors import BindError, CodegenError, ScheduleError, SemanticError, TilecError, TilecWarning, TileSyntaxError
 from tilec.frontend import parse
+from tilec.pipeline.backends import is_interpreted
 from tilec.runtime.function import Function
 from tilec.schedule.primitives.records import Schedule
 from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
@@ -20,14 +21,21 @@ from tilec.autodiff import grad
 
 
 def compile(source: str, target: "str | Target" = "llvm", **sizes: int) -> Function:  # noqa: A001
-    """Compile Tile source; size symbols not bound by input shapes can be given as keywords."""
+    """Compile Tile source; size symbols not bound by input shapes can be given as keywords.
+
+    ``target="interp"`` returns the reference interpreter's function instead (tilec.interp): the
+    same calling conventions, numpy executing the tensor IR, ``trace`` for every intermediate."""
+    if is_interpreted(target):
+        from tilec.interp import InterpretedFunction
+
+        return InterpretedFunction(source, **sizes)
     return Function(source, target, **sizes)
 
 
 def explain(source: str, shapes: dict[str, Any], dtypes: dict[str, str] | None = None,
             stage: str | None = None, target: "str | Target" = "llvm", **sizes: int) -> str:
     """Every compilation stage (tensor IR, loop IR, LLVM IR) for the given input shapes, or one `stage`."""
-    return Function(source, target, **sizes).explain(shapes, dtypes, stage)
+    return compile(source, target, **sizes).explain(shapes, dtypes, stage)
 
 
 __all__ = ["compile", "explain", "grad", "parse", "Function", "Schedule", "TemplateSchedule", "TemplateConfig", "Target",

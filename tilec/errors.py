@@ -68,6 +68,18 @@ def located(pos: tuple[int, int] | None, source: str) -> Iterator[None]:
         message = str(err)
         if pos is not None and not _POSITION.search(message):
             line, column = pos
-            snippet = caret_snippet(source, line, column) if source else ""
+            snippet = _short_snippet(source, line, column) if source else ""
             err.args = (f"{message} (line {line}, column {column})\n{snippet}".rstrip(),)
         raise
+
+
+def _short_snippet(source: str, line: int, column: int, width: int = 100) -> str:
+    """`caret_snippet`, the line cut to `width` characters around `column` (a call-time message
+    quotes the program, whose lines may be long: a 400-digit literal)."""
+    lines = source.splitlines() or [""]
+    text = lines[max(1, min(line, len(lines))) - 1].expandtabs(1)
+    start = max(0, min(column - 1 - width // 2, len(text) - width))
+    if start == 0 and len(text) <= width:
+        return caret_snippet(source, line, column)
+    shown = ("..." if start else "") + text[start:start + width] + ("..." if start + width < len(text) else "")
+    return f"    {shown}\n    {' ' * (column - 1 - start + (3 if start else 0))}^"

@@ -2,7 +2,9 @@
 
 Each needed tensor in the expression receives the adjoint of its occurrence; several
 occurrences are added up. Builtins have their derivative rules here (`call_adjoints`); floor,
-ceil, comparisons and constants have zero gradient, and max/min give ties to the first argument.
+ceil, round, sign, integer conversions, bit operations, comparisons and constants have zero
+gradient (as in PlaidML), as_float passes the gradient on, and max/min give ties to the first
+argument.
 
 Requires: `g` names the whole gradient of the statement's output (Backward.total). Guarantees:
 one elementwise statement per needed tensor of the expression, contributed through
@@ -11,6 +13,8 @@ with no derivative rule is a TilecError ("not differentiable: ...").
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from tilec.autodiff.backward import Backward, add_terms
 from tilec.errors import TilecError
@@ -56,6 +60,32 @@ def _adjoints(needs: set[str], e: EExpr, g: EExpr, found: dict[str, list[EExpr]]
     # ECompare and constants: zero gradient
 
 
+def _sqrt(x: EExpr) -> EExpr:
+    return ECall("sqrt", (x,))
+
+
+def _square(x: EExpr) -> EExpr:
+    return EBinary("*", x, x)
+
+
+# d/dx f(x) for one-argument functions, as the adjoint of x given `g` (a: the argument, y: f(a))
+_UNARY_RULES: dict[str, Callable[[EExpr, EExpr, EExpr], EExpr]] = {
+    "tan": lambda a, y, g: EBinary("*", g, EBinary("+", EConst(1), _square(y))),
+    "asin": lambda a, y, g: EBinary("/", g, _sqrt(EBinary("-", EConst(1), _square(a)))),
+    "acos": lambda a, y, g: EUnary("-", EBinary("/", g, _sqrt(EBinary("-", EConst(1), _square(a))))),
+    "atan": lambda a, y, g: EBinary("/", g, EBinary("+", EConst(1), _square(a))),
+    "sinh": lambda a, y, g: EBinary("*", g, ECall("cosh", (a,))),
+    "cosh": lambda a, y, g: EBinary("*", g, ECall("sinh", (a,))),
+    "asinh": lambda a, y, g: EBinary("/", g, _sqrt(EBinary("+", _square(a), EConst(1)))),
+    "acosh": lambda a, y, g: EBinary("/", g, _sqrt(EBinary("-", _square(a), EConst(1)))),
+    "atanh": lambda a, y, g: EBinary("/", g, EBinary("-", EConst(1), _square(a))),
+    "recip": lambda a, y, g: EUnary("-", EBinary("*", g, _square(y))),
+}
+# piecewise constant (or integer-valued) functions: zero gradient, as PlaidML has it
+_ZERO_GRADIENT = {"floor", "ceil", "round", "sign", "as_int", "as_uint", "as_bool",
+                  "bit_and", "bit_or", "bit_xor", "bit_not", "bit_left", "bit_right"}
+
+
 def call_adjoints(e: ECall, g: EExpr) -> list[EExpr | None]:
     """The adjoint of each argument of a builtin call, given the adjoint `g` of the call."""
     a = e.args[0]
@@ -87,8 +117,12 @@ def call_adjoints(e: ECall, g: EExpr) -> list[EExpr | None]:
         return [EUnary("-", mul(ECall("sin", (a,))))]
     if f == "erf":
         return [mul(EConst(1.1283791670955126), ECall("exp", (EUnary("-", EBinary("*", a, a)),)))]
-    if f in ("floor", "ceil"):
-        return [None]
+    if f in _UNARY_RULES:
+        return [_UNARY_RULES[f](a, e, g)]
+    if f in _ZERO_GRADIENT:
+        return [None] * len(e.args)
+    if f == "as_float":  # a float-to-float conversion passes the gradient on (integers have none)
+        return [g, None]
     if f == "abs":
         return [ESelect(ECompare(">", a, zero), g, ESelect(ECompare("<", a, zero), EUnary("-", g), zero))]
     if f == "relu":

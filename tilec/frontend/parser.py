@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ _TERMINAL_TEXT = {
     "MINUS": "'-'", "STAR": "'*'", "SLASH": "'/'", "MORETHAN": "'>'", "LESSTHAN": "'<'",
     "QMARK": "'?'", "DEFAULT": "'default'", "NO_DEFRACT": "'no_defract'", "FUNCTION": "'function'",
     "__ANON_0": "'->'", "__ANON_1": "'=='", "$END": "end of input", "ATTR_OPEN": "'[['",
-    "ATTR_CLOSE": "']]'",
+    "ATTR_CLOSE": "']]'", "SHIFT_LEFT": "'<<'", "SHIFT_RIGHT": "'>>'", "TILDE": "'~'", "CIRCUMFLEX": "'^'",
+    "VBAR": "'|'", "AMPERSAND": "'&'",
 }
 
 
@@ -186,14 +188,14 @@ class _ToAst(Transformer):
 
     # -- index expressions
     def i_int(self, items: list) -> ast.Int:
-        return ast.Int(int(items[0]), _pos(items[0]))
+        return ast.Int(_int_literal(items[0]), _pos(items[0]))
 
     def i_name(self, items: list) -> ast.Name:
         return _name(items[0])
 
     def i_juxtaposed(self, items: list) -> ast.Bin:
         coeff, var = items
-        return ast.Bin("*", ast.Int(int(coeff), _pos(coeff)), _name(var), _pos(coeff))
+        return ast.Bin("*", ast.Int(_int_literal(coeff), _pos(coeff)), _name(var), _pos(coeff))
 
     def i_call(self, items: list) -> ast.Call:
         func = _name(items[0])
@@ -235,13 +237,92 @@ class _ToAst(Transformer):
     e_int = i_int
     e_name = i_name
 
+    def _bit_call(self, func: str, items: list) -> ast.Call:
+        args = tuple(a for a in items if not isinstance(a, Token))
+        pos = _pos(args[0])
+        return ast.Call(ast.Name(func, pos), args, pos)
+
+    def e_bit_xor(self, items: list) -> ast.Call:
+        return self._bit_call("bit_xor", items)
+
+    def e_bit_or(self, items: list) -> ast.Call:
+        return self._bit_call("bit_or", items)
+
+    def e_bit_and(self, items: list) -> ast.Call:
+        return self._bit_call("bit_and", items)
+
+    def e_bit_left(self, items: list) -> ast.Call:
+        return self._bit_call("bit_left", items)
+
+    def e_bit_right(self, items: list) -> ast.Call:
+        return self._bit_call("bit_right", items)
+
+    def e_bit_not(self, items: list) -> ast.Call:
+        return self._bit_call("bit_not", items)
+
     def e_float(self, items: list) -> ast.Float:
-        return ast.Float(float(items[0]), _pos(items[0]))
+        value = float(items[0])
+        if math.isinf(value):
+            raise TileSyntaxError(f"the number {_short(str(items[0]))} is beyond the float64 range (about 1.8e308)",
+                                  "", *_pos(items[0]))
+        return ast.Float(value, _pos(items[0]))
 
     def e_call(self, items: list) -> ast.Call:
         func = _name(items[0])
         args = tuple(a for a in items[1:] if a is not None)
         return ast.Call(func, args, func.pos)
+
+
+MAX_LITERAL_DIGITS = 1000  # integer literals are exact Python ints, up to this many digits
+MAX_NESTING = 256  # expression depth every later pass handles without exhausting Python's stack
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-10:]} ({len(text)} characters)"
+
+
+def _int_literal(tok: Token) -> int:
+    text = str(tok)
+    if len(text) > MAX_LITERAL_DIGITS:
+        raise TileSyntaxError(f"the integer {_short(text)} has {len(text)} digits; tilec accepts at most "
+                              f"{MAX_LITERAL_DIGITS}", "", *_pos(tok))
+    return int(text)
+
+
+def _children(node: Any) -> tuple:
+    if isinstance(node, (ast.Bin, ast.Compare)):
+        return node.a, node.b
+    if isinstance(node, ast.Neg):
+        return (node.a,)
+    if isinstance(node, ast.Select):
+        return node.cond, node.a, node.b
+    if isinstance(node, ast.Call):
+        return node.args
+    return ()
+
+
+def _expression_roots(program: ast.ProgramNode) -> list:
+    roots: list = [d for p in program.params for d in (p.dims or ())]
+    for s in program.statements:
+        if isinstance(s, ast.ElementwiseNode):
+            roots.append(s.expr)
+            continue
+        roots += list(s.lhs.indices) + list(s.lhs.sizes or ())
+        roots += [i for a in s.operands for i in a.indices]
+        roots += [e for c in s.constraints for e in (c.poly, c.bound)]
+    return roots
+
+
+def check_nesting(program: ast.ProgramNode, source: str) -> None:
+    """Refuse expressions nested deeper than MAX_NESTING (walked without recursion)."""
+    stack = [(root, 1) for root in _expression_roots(program)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            line, column = _pos(node)
+            raise TileSyntaxError(f"expression nested more than {MAX_NESTING} levels deep; split it into several "
+                                  f"statements", source, line, column)
+        stack += [(child, depth + 1) for child in _children(node)]
 
 
 @functools.lru_cache(maxsize=1)
@@ -264,6 +345,7 @@ def parse_source(source: str) -> ast.ProgramNode:
     try:
         tree = _parser().parse(source)
         assert isinstance(tree, ast.ProgramNode)
+        check_nesting(tree, source)
         return tree
     except TileSyntaxError as err:
         raise TileSyntaxError(err.reason, source, err.line, err.column) from None

@@ -12,16 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from collections.abc import Iterable
 
-from tilec.errors import BindError, SemanticError, caret_snippet
+from tilec.errors import SemanticError, caret_snippet
 from tilec.frontend import ast
-from tilec.frontend.size_uses import expr_names, names_used_as_sizes
+from tilec.frontend.size_uses import expr_names, scalar_bound_by_own_range, scalar_size_inputs
 from tilec.frontend.names import IDENTIFIER, fresh_name, is_capitalised
 from tilec.frontend.intrinsics import (STATEMENT_INTRINSICS, Hooks, analyse_intrinsic, is_statement_intrinsic,
                                       tensor_arguments)
 from tilec.ir import tensor as T
-from tilec.ir.builtins import BUILTINS
-from tilec.ir import size_values
-from tilec.ir.size_values import SIZE_FUNCTIONS, is_size_expr
+from tilec.ir.builtins import BUILTINS, CAST_WIDTHS, known_functions
+from tilec.ir.size_values import SIZE_FUNCTIONS, constant_value, is_size_expr
 
 
 @dataclass
@@ -52,10 +51,9 @@ def analyse(node: ast.ProgramNode, source: str = "", size_names: Iterable[str] =
     if node.single_statement:
         node = _as_function(node)
     params = tuple(_param(p, scope) for p in node.params)
-    for p in node.params:  # a scalar input read as a size anywhere is a size everywhere
-        if p.dims in (None, ()) and p.name.name in names_used_as_sizes(node):
-            scope.sizes.add(p.name.name)
-            scope.ranks[p.name.name] = 0
+    for name in scalar_size_inputs(node):  # a scalar input read as a size anywhere is a size everywhere
+        scope.sizes.add(name)
+        scope.ranks[name] = 0
     statements = tuple(out for s in node.statements for out in _statement(s, scope))
     outputs: list[str] = []
     for out in node.outputs:
@@ -66,11 +64,10 @@ def analyse(node: ast.ProgramNode, source: str = "", size_names: Iterable[str] =
         if out.name in outputs:
             raise scope.error(f"output '{out.name}' is listed twice", out.pos)
         outputs.append(out.name)
-    if not outputs:
-        arrow = source.find("->")  # the empty output list has no node: point at the arrow before it
-        line = source.count("\n", 0, arrow) + 1
+    if not outputs:  # the empty output list has no node: point at the arrow before it
+        at = max(source.find("->"), 0)
         raise scope.error("the function has no outputs; list them after '->', e.g. '-> (C)'",
-                          (line, arrow - source.rfind("\n", 0, arrow)) if arrow >= 0 else (1, 1))
+                          (source.count("\n", 0, at) + 1, at - source.rfind("\n", 0, at)))
     return T.Program(params, tuple(outputs), statements, source)
 
 
@@ -154,26 +151,13 @@ def _desugar_scalars(s: ast.ContractionNode, scope: _Scope) -> tuple[list[T.Stat
     return before, s
 
 
-def _bound_by_own_range(s: ast.ContractionNode, scope: _Scope) -> set[str]:
-    """The new size symbols that `s` binds from its own index ranges (`O[i: N]`, N not yet known)."""
-    if s.lhs.sizes is None:
-        return set()
-    return {e.name for index, e in zip(s.lhs.indices, s.lhs.sizes)
-            if isinstance(e, ast.Name) and is_capitalised(e.name) and e.name not in scope.sizes
-            and isinstance(index, ast.Name) and not is_capitalised(index.name)}
-
-
 def _check_scalar_is_bound(s: ast.ContractionNode, scope: _Scope) -> None:
-    """The scalar of `+(A[i] / N)` is applied to A before the statement runs, so it cannot read a size
-    the statement itself binds from its range: that size is known only once the statement is bound."""
-    assert s.scalar is not None
-    own = _bound_by_own_range(s, scope)
-    for name in expr_names([s.scalar.value]):
-        if name.name in own:
-            raise scope.error(
-                f"size '{name.name}' is bound by this statement's own output range, so it is not known yet where "
-                f"the combination uses it (the combination is applied first); name it as an input's dimension "
-                f"(e.g. 'A[{name.name}]'), or pass it as a keyword (tilec.compile(..., {name.name}=...))", name.pos)
+    name = scalar_bound_by_own_range(s, scope.sizes)
+    if name is not None:
+        raise scope.error(
+            f"size '{name.name}' is bound by this statement's own output range, so it is not known yet where "
+            f"the combination uses it (the combination is applied first); name it as an input's dimension "
+            f"(e.g. 'A[{name.name}]'), or pass it as a keyword (tilec.compile(..., {name.name}=...))", name.pos)
 
 
 def _plain_statement(s: ast.StatementNode, scope: _Scope) -> tuple[T.Statement, ...]:
@@ -196,11 +180,8 @@ def _plain_statement(s: ast.StatementNode, scope: _Scope) -> tuple[T.Statement, 
     scope.ranks[target.name] = _elementwise_rank(expr, scope)
     if is_size_expr(expr):  # an integer computed from sizes: also a size (tilec.ir.size_values)
         scope.sizes.add(target.name)
-        if not T.statement_sizes(T.Elementwise(target.name, expr)):  # literals only: known now
-            try:
-                scope.constants[target.name] = size_values.evaluate(expr, {}, f"statement '{target.name}'")
-            except BindError:  # a division by zero: reported when the program is bound
-                pass
+        if (value := constant_value(expr)) is not None:  # literals only: known now
+            scope.constants[target.name] = value
     return (T.Elementwise(target.name, expr),)
 
 
@@ -379,10 +360,39 @@ def _eexpr(e: ast.Expr, scope: _Scope) -> T.EExpr:
         if e.func.name in STATEMENT_INTRINSICS:
             raise scope.error(f"'{e.func.name}' must be the whole right-hand side of its own statement, e.g. "
                               f"'X = {e.func.name}(...);', then use X here", e.func.pos)
-        builtin = BUILTINS.get(e.func.name)
-        if builtin is None:
-            raise scope.error(f"unknown function '{e.func.name}'; builtins are {', '.join(sorted(BUILTINS))}", e.func.pos)
-        if len(e.args) != builtin.arity:
-            raise scope.error(f"'{e.func.name}' takes {builtin.arity} argument(s), got {len(e.args)}", e.func.pos)
-        return T.ECall(e.func.name, tuple(_eexpr(a, scope) for a in e.args))
+        return _call(e, scope)
     raise scope.error("unsupported expression", ast.expr_pos(e))
+
+
+_OPERATOR_ALIASES = {"cmp_eq": "==", "cmp_ne": "!=", "cmp_lt": "<", "cmp_le": "<=", "cmp_gt": ">", "cmp_ge": ">=",
+                     "add": "+", "sub": "-", "mul": "*", "div": "/"}
+
+
+def _call(e: ast.Call, scope: _Scope) -> T.EExpr:
+    """A builtin call; PlaidML's names for operators become those operators."""
+    name = e.func.name
+    builtin = BUILTINS.get(name)
+    if builtin is None:
+        raise scope.error(f"unknown function '{name}'; the known functions are:\n{known_functions()}\n"
+                          f"and, each as the whole right-hand side of its own statement: "
+                          f"{', '.join(sorted(STATEMENT_INTRINSICS))}", e.func.pos)
+    if len(e.args) != builtin.arity:
+        raise scope.error(f"'{name}' takes {builtin.arity} argument(s), got {len(e.args)}", e.func.pos)
+    if name in CAST_WIDTHS:
+        width = e.args[1]
+        if not (isinstance(width, ast.Int) and width.value in CAST_WIDTHS[name]):
+            allowed = ", ".join(map(str, CAST_WIDTHS[name]))
+            raise scope.error(f"the bit width of '{name}' must be an integer literal, one of {allowed}",
+                              ast.expr_pos(width))
+        return T.ECall(name, (_eexpr(e.args[0], scope), T.EConst(width.value)))
+    args = tuple(_eexpr(a, scope) for a in e.args)
+    if name in _OPERATOR_ALIASES:
+        op = _OPERATOR_ALIASES[name]
+        return T.ECompare(op, *args) if op in ("==", "!=", "<", "<=", ">", ">=") else T.EBinary(op, *args)
+    if name in ("cond", "select"):
+        return T.ESelect(*args)
+    if name == "neg":
+        return T.EConst(-args[0].value) if isinstance(args[0], T.EConst) else T.EUnary("-", args[0])
+    if name == "ident":
+        return args[0]
+    return T.ECall(name, args)

@@ -9,10 +9,13 @@ first statement, so this pass looks at the whole program first.
 Requires: a syntax tree from the parser. Guarantees: `names_used_as_sizes` returns every
 capitalised name in a size position, closed backwards over elementwise statements (the names a
 statement reads when its own result is used as a size); iterative, so deep nesting costs no
-Python recursion.
+Python recursion. `scalar_bound_by_own_range` finds a combination's scalar that reads a size its
+own statement binds (known only once that statement is bound).
 """
 
 from __future__ import annotations
+
+from collections.abc import Container
 
 from tilec.frontend import ast
 from tilec.frontend.intrinsics import is_statement_intrinsic, size_arguments
@@ -56,3 +59,21 @@ def names_used_as_sizes(node: ast.ProgramNode) -> set[str]:
         if isinstance(s, ast.ElementwiseNode) and s.target.name in used and not is_statement_intrinsic(s.expr):
             used |= {n.name for n in expr_names([s.expr]) if is_capitalised(n.name)}
     return used
+
+
+def scalar_bound_by_own_range(s: ast.ContractionNode, known: Container[str]) -> ast.Name | None:
+    """The size symbol in the scalar of `+(A[i] / N)` that `s` itself binds from its output range
+    (`O[i: N]`, N not `known` yet), if any: the scalar is applied to A before the statement runs, so
+    such a size cannot be known where it is used."""
+    if s.scalar is None or s.lhs.sizes is None:
+        return None
+    own = {e.name for index, e in zip(s.lhs.indices, s.lhs.sizes)
+           if isinstance(e, ast.Name) and is_capitalised(e.name) and e.name not in known
+           and isinstance(index, ast.Name) and not is_capitalised(index.name)}
+    return next((n for n in expr_names([s.scalar.value]) if n.name in own), None)
+
+
+def scalar_size_inputs(node: ast.ProgramNode) -> list[str]:
+    """The scalar inputs (``S[]``, or without dims) that `node` reads as sizes somewhere."""
+    used = names_used_as_sizes(node)
+    return [p.name.name for p in node.params if p.dims in (None, ()) and p.name.name in used]

@@ -11,12 +11,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Optional
 
 from tilec.errors import BindError
 from tilec.ir import tensor as T
 from tilec.ir.size_values import truncating_division
 
-INF = math.inf
+Bound = Optional[int]  # an exact integer bound; None where that side is unbounded
+Interval = tuple[Bound, Bound]  # (lo, hi) inclusive; empty where lo > hi
 
 
 @dataclass(frozen=True)
@@ -69,14 +71,25 @@ class IntAffine:
             return self.coeffs[0][0]
         return None
 
-    def interval(self, ranges: Mapping[str, tuple[float, float]]) -> tuple[float, float]:
-        """Range of the numerator (sum + const) over the box `ranges`."""
-        lo = hi = float(self.const)
+    @property
+    def content(self) -> int:
+        """The gcd of the coefficients (0 for a constant)."""
+        return math.gcd(*(c for _, c in self.coeffs))
+
+    def substitute(self, values: Mapping[str, int]) -> "IntAffine":
+        """The form with the variables in `values` replaced by those integers."""
+        const = self.const + sum(c * values[v] for v, c in self.coeffs if v in values)
+        return IntAffine(tuple((v, c) for v, c in self.coeffs if v not in values), const, self.divisor)
+
+    def interval(self, ranges: Mapping[str, Interval]) -> Interval:
+        """Exact range of the numerator (sum + const) over the box `ranges` (None: unbounded).
+        Requires every box interval to be non-empty."""
+        lo: Bound = self.const
+        hi: Bound = self.const
         for v, c in self.coeffs:
-            vlo, vhi = ranges[v]
-            a, b = c * vlo if vlo != -INF or c != 0 else 0, c * vhi if vhi != INF or c != 0 else 0
-            lo += min(a, b)
-            hi += max(a, b)
+            term = scale_interval(ranges[v], c)
+            lo = None if lo is None or term[0] is None else lo + term[0]
+            hi = None if hi is None or term[1] is None else hi + term[1]
         return lo, hi
 
     def __str__(self) -> str:
@@ -85,6 +98,22 @@ class IntAffine:
             terms.append(str(self.const))
         text = " + ".join(terms).replace("+ -", "- ")
         return f"({text}) / {self.divisor}" if self.divisor != 1 else text
+
+
+def scale_interval(iv: Interval, c: int) -> Interval:
+    """{c * x : x in iv} as an interval (c may be negative)."""
+    if c == 0:
+        return 0, 0
+    lo, hi = (None if b is None else c * b for b in iv)
+    return (lo, hi) if c >= 0 else (hi, lo)
+
+
+def floor_div(x: int, d: int) -> int:
+    return x // d
+
+
+def ceil_div(x: int, d: int) -> int:
+    return -((-x) // d)
 
 
 def evaluate_size(e: T.IExpr, sizes: dict[str, int], what: str) -> int:

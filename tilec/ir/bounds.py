@@ -2,11 +2,15 @@
 
 Semantics (the README's tour of the language): a tuple of index values contributes exactly when every
 access index (left and right) is inside its tensor and every constraint holds.
-Each index variable gets an integer range implied by those conditions (interval
-propagation to a fixpoint, which is sound: it never drops a valid tuple); the
-conditions the ranges do not already imply become guards. Output sizes that are
+Each index variable gets an integer range implied by those conditions, computed in exact
+Python-int arithmetic over the whole statement (tilec.ir.conditions: gcd-normalised conditions,
+interval propagation and Fourier–Motzkin projection; sound: it never drops a valid tuple); the
+conditions the ranges do not already imply become guards, and tilec.ir.index_width proves the
+index arithmetic lowering emits fits int64 (or refuses the statement). Output sizes that are
 a lone unbound size symbol over a lone index variable are bound from that
-variable's range; omitted output sizes are inferred the same way.
+variable's range; omitted output sizes are inferred the same way, beside any variable whose
+range is empty (such a dimension keeps its extent; the output is then all default). An empty
+output needs no ranges.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ import math
 import os
 import warnings
 from dataclasses import dataclass, field, replace
-from fractions import Fraction
 from typing import Union
 
 import numpy as np
@@ -23,30 +26,11 @@ import numpy as np
 from tilec.errors import BindError, SemanticError, TilecWarning, located
 from tilec.ir.feasibility import check_feasible
 from tilec.ir import tensor as T
-from tilec.ir.affine import INF, IntAffine, evaluate_size, to_affine
+from tilec.ir import index_width, size_values
+from tilec.ir.affine import IntAffine, evaluate_size, to_affine
+from tilec.ir.conditions import Condition, Ranges, guards, infer_ranges, is_empty, normalise, propagate
 from tilec.ir.dtypes import contraction_dtype, elementwise_dtype, expr_type
-from tilec.ir import size_values
 from tilec.ir.intrinsics import BoundIntrinsic, bind_intrinsic
-
-
-@dataclass(frozen=True)
-class Condition:
-    """``lo <= expr.numerator <= hi`` and ``expr.divisor`` divides the numerator."""
-
-    expr: IntAffine
-    lo: float
-    hi: float
-
-    def __str__(self) -> str:
-        num = IntAffine(self.expr.coeffs, self.expr.const)
-        parts = []
-        if self.lo != -INF:
-            parts.append(f"{num} >= {int(self.lo)}")
-        if self.hi != INF:
-            parts.append(f"{num} <= {int(self.hi)}")
-        if self.expr.divisor != 1:
-            parts.append(f"{num} % {self.expr.divisor} == 0")
-        return " && ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -212,42 +196,36 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
         conds.append(Condition(out_idx[axis], 0, out_idx[axis].divisor * (n - 1)))
 
     variables = stmt.index_vars
-    _check_index_width(conds + [Condition(e, -INF, INF) for e in out_idx], what)
-    ranges = _propagate(conds, variables)
+    conds = [normalise(c) for c in conds]
+    ranges = infer_ranges(conds, variables)
     if deferred:
-        shape_fix = {}
+        known_dims.update(_infer_dims(stmt, deferred, out_idx, conds, ranges, env, what))
+        check_feasible(stmt, [known_dims[a] for a in deferred], [env.shapes[a.tensor] for a in operands],
+                       lambda e: evaluate_size(e, env.sizes, what), what)
         for axis in deferred:
-            lo, hi = out_idx[axis].interval(ranges)
-            if any(ranges[v][0] > ranges[v][1] for v in variables):
-                check_feasible(stmt.output, [env.shapes[a.tensor] for a in operands], ranges, what)
-                hi = -1  # no tuple at all (an input is empty): the inferred dimension is empty
-            elif hi == INF:
-                raise SemanticError(f"cannot infer dimension {axis} of output '{stmt.output}' in {what}: its index "
-                                    f"is unbounded; give the output sizes explicitly")
-            n = max(0, int(hi) // out_idx[axis].divisor + 1)
-            shape_fix[axis] = n
-            size_expr = stmt.sizes[axis] if stmt.sizes is not None else None
-            if isinstance(size_expr, T.ISize):
-                env.sizes[size_expr.name] = n
-            conds.append(Condition(out_idx[axis], 0, out_idx[axis].divisor * (n - 1)))
-        known_dims.update(shape_fix)
-        ranges = _propagate(conds, variables)
+            conds.append(normalise(Condition(out_idx[axis], 0, out_idx[axis].divisor * (known_dims[axis] - 1))))
+        ranges = infer_ranges(conds, variables)
     shape = tuple(known_dims[a] for a in range(len(out_idx)))
     if any(n >= _INDEX_LIMIT for n in shape):
-        raise BindError(f"output '{stmt.output}' would have shape {shape} in {what}: too large to index")
+        raise BindError(index_width.abbreviate_numbers(
+            f"index arithmetic exceeds 64 bits in {what}: output '{stmt.output}' would have shape {shape}, too large "
+            f"to index"))
     if any(n < 0 for n in shape):
         raise BindError(f"output '{stmt.output}' would have negative shape {shape} in {what}")
 
-    for v in variables:
+    empty = any(is_empty(r) for r in ranges.values()) or 0 in shape
+    for v in variables:  # an empty output needs no ranges
         lo, hi = ranges[v]
-        if lo == -INF or hi == INF:
+        if not empty and (lo is None or hi is None):
             raise SemanticError(f"index variable '{v}' is unbounded in {what}: no access or constraint limits its "
                                 f"range; index a tensor with it or add a constraint like '{v} < N'")
-    empty = any(ranges[v][0] > ranges[v][1] for v in variables) or 0 in shape
-    guards = () if empty else _guards(conds, ranges)
-    int_ranges = tuple((v, int(ranges[v][0]), int(ranges[v][1])) for v in variables)
+    kept = () if empty else guards(conds, ranges)
+    int_ranges = tuple((v, lo, hi) if lo is not None and hi is not None and not empty else (v, 0, -1)
+                       for v, (lo, hi) in ((v, ranges[v]) for v in variables))
+    if not empty:
+        operands, out_idx, kept = _fit_index_width(operands, out_idx, shape, kept, int_ranges, env, what)
     if stmt.agg == "=" and not empty:
-        _check_single_assignment(stmt, out_idx, int_ranges, guards)
+        _check_single_assignment(stmt, out_idx, int_ranges, kept)
 
     default_dtype = None
     if stmt.default is not None:
@@ -259,7 +237,37 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
                             f"output '{stmt.output}' of shape {shape}") from None
         default_dtype = None if stmt.default in env.weak else env.dtypes[stmt.default]
     dtype = contraction_dtype(stmt.combo, [env.dtypes[a.tensor] for a in stmt.operands], default_dtype)
-    return BoundContraction(stmt, shape, dtype, out_idx, tuple(operands), int_ranges, guards, empty)
+    return BoundContraction(stmt, shape, dtype, out_idx, tuple(operands), int_ranges, kept, empty)
+
+
+def _infer_dims(stmt: T.Contraction, deferred: list[int], out_idx: tuple[IntAffine, ...], conds: list[Condition],
+                ranges: Ranges, env: _Env, what: str) -> dict[int, int]:
+    """The extents of the output dimensions without a known size, from their indices' ranges (the
+    ranges beside any empty variable's: a dimension indexed by an empty variable is 0), binding a
+    lone size symbol given for one."""
+    dead: set[str] = set()
+    no_tuple = any(is_empty(r) for r in ranges.values())
+    if no_tuple:
+        ranges, dead = _ranges_beside_empty(conds, stmt.index_vars)
+    dims: dict[int, int] = {}
+    for axis in deferred:
+        e = out_idx[axis]
+        if set(e.vars) & dead:
+            n = 0
+        else:
+            lo, hi = e.interval(ranges)
+            if hi is None:
+                if no_tuple:  # nothing bounds it, and nothing is written anyway
+                    hi = -1
+                else:
+                    raise SemanticError(f"cannot infer dimension {axis} of output '{stmt.output}' in {what}: its "
+                                        f"index is unbounded; give the output sizes explicitly")
+            n = max(0, hi // e.divisor + 1)
+        dims[axis] = n
+        size_expr = stmt.sizes[axis] if stmt.sizes is not None else None
+        if isinstance(size_expr, T.ISize):
+            env.sizes[size_expr.name] = n
+    return dims
 
 
 def _check_lone_extents(stmt: T.Contraction, operands: list[BoundAccess], env: _Env) -> None:
@@ -286,16 +294,7 @@ def _check_lone_extents(stmt: T.Contraction, operands: list[BoundAccess], env: _
                 return
 
 
-_INDEX_LIMIT = 2**62  # index arithmetic is int64; leave headroom for sums of terms
-
-
-def _check_index_width(conds: list[Condition], what: str) -> None:
-    for cond in conds:
-        values = [float(abs(c)) for _, c in cond.expr.coeffs] + [float(abs(cond.expr.const))]
-        values += [abs(b) for b in (cond.lo, cond.hi) if b not in (INF, -INF)]
-        if max(values) >= _INDEX_LIMIT:
-            raise BindError(f"index arithmetic in {what} exceeds 64 bits (a coefficient, offset or size of "
-                            f"{max(values)}); use smaller sizes")
+_INDEX_LIMIT = 2**62  # output dimensions at or above this cannot be indexed
 
 
 def _is_bound(size: T.IExpr, sizes: dict[str, int]) -> bool:
@@ -306,56 +305,43 @@ def _inferable(size: T.IExpr, index: T.IExpr) -> bool:
     return isinstance(size, T.ISize) and isinstance(index, T.IVar)
 
 
-def _floor_div(x: float, c: int) -> float:
-    return x / c if x in (INF, -INF) else Fraction(int(x), c).__floor__() if c else x
+def _fit_index_width(operands: list[BoundAccess], out_idx: tuple[IntAffine, ...], shape: tuple[int, ...],
+                     kept: tuple[Condition, ...], ranges: tuple[tuple[str, int, int], ...], env: _Env,
+                     what: str) -> tuple[list[BoundAccess], tuple[IntAffine, ...], tuple[Condition, ...]]:
+    """The accesses, output indices and guards, proven to fit int64 (tilec.ir.index_width); where they
+    do not as written, the same with every variable that takes a single value replaced by it (an
+    enormous coefficient times a variable fixed at 0 is just 0), or a BindError."""
+    box = {v: (lo, hi) for v, lo, hi in ranges}
+
+    def extents(ops: list[BoundAccess], out: tuple[IntAffine, ...]) -> list[tuple[IntAffine, int]]:
+        pairs = [(e, n) for a in ops for e, n in zip(a.indices, env.shapes[a.tensor])]
+        return pairs + list(zip(out, shape))
+
+    try:
+        index_width.check(extents(operands, out_idx), kept, box, what)
+        return operands, out_idx, kept
+    except BindError:
+        points = {v: lo for v, lo, hi in ranges if lo == hi}
+        if not points:
+            raise
+    ops = [BoundAccess(a.tensor, tuple(e.substitute(points) for e in a.indices)) for a in operands]
+    out = tuple(e.substitute(points) for e in out_idx)
+    fixed = tuple(normalise(Condition(g.expr.substitute(points), g.lo, g.hi)) for g in kept)
+    index_width.check(extents(ops, out), fixed, box, what)
+    return ops, out, fixed
 
 
-def _ceil_div(x: float, c: int) -> float:
-    return x / c if x in (INF, -INF) else Fraction(int(x), c).__ceil__() if c else x
-
-
-def _propagate(conds: list[Condition], variables: tuple[str, ...]) -> dict[str, tuple[float, float]]:
-    """Tighten each variable's interval from every condition until nothing changes."""
-    ranges: dict[str, tuple[float, float]] = {v: (-INF, INF) for v in variables}
-    for _ in range(64):  # bounded: pathological systems stop with a sound (looser) box
-        changed = False
-        for cond in conds:
-            for v, c in cond.expr.coeffs:
-                rest = IntAffine(tuple(t for t in cond.expr.coeffs if t[0] != v), cond.expr.const)
-                rlo, rhi = rest.interval(ranges)
-                num_lo, num_hi = cond.lo - rhi, cond.hi - rlo  # c*v in [num_lo, num_hi]
-                if c > 0:
-                    new_lo, new_hi = _ceil_div(num_lo, c), _floor_div(num_hi, c)
-                else:
-                    new_lo, new_hi = _ceil_div(num_hi, c), _floor_div(num_lo, c)
-                lo, hi = ranges[v]
-                lo2, hi2 = max(lo, new_lo), min(hi, new_hi)
-                if (lo2, hi2) != (lo, hi):
-                    ranges[v] = (lo2, hi2)
-                    changed = True
-        if not changed or any(lo > hi for lo, hi in ranges.values()):
-            break
-    return ranges
-
-
-def _guards(conds: list[Condition], ranges: dict[str, tuple[float, float]]) -> tuple[Condition, ...]:
-    """The conditions the ranges do not already imply, deduplicated."""
-    out: dict[tuple, Condition] = {}
-    for cond in conds:
-        lo, hi = cond.expr.interval(ranges)
-        divisible = all(c % cond.expr.divisor == 0 for _, c in cond.expr.coeffs) and \
-            cond.expr.const % cond.expr.divisor == 0
-        need_lo, need_hi = lo < cond.lo, hi > cond.hi
-        if not (need_lo or need_hi or not divisible):
-            continue
-        key = (cond.expr.coeffs, cond.expr.const, cond.expr.divisor)
-        prev = out.get(key)
-        new_lo = cond.lo if need_lo else -INF
-        new_hi = cond.hi if need_hi else INF
-        if prev is not None:
-            new_lo, new_hi = max(prev.lo, new_lo), min(prev.hi, new_hi)
-        out[key] = Condition(cond.expr, new_lo, new_hi)
-    return tuple(out.values())
+def _ranges_beside_empty(conds: list[Condition], variables: tuple[str, ...]) -> tuple[Ranges, set[str]]:
+    """For a statement without any tuple: the variables whose own (single-variable) conditions are
+    empty, and the ranges the others get from the conditions that do not mention those (an output
+    dimension takes its variable's range even when another variable has none); where the rest
+    still contradict each other, each variable's own range. Deterministic, order-free."""
+    own = propagate([c for c in conds if len(c.expr.coeffs) == 1], variables)
+    dead = {v for v in variables if is_empty(own[v])}
+    ranges = infer_ranges([c for c in conds if not set(c.expr.vars) & dead], variables)
+    if any(is_empty(ranges[v]) for v in variables if v not in dead):
+        ranges = own
+    return ranges, dead
 
 
 def _check_single_assignment(stmt: T.Contraction, out_idx: tuple[IntAffine, ...],

@@ -1,4 +1,25 @@
-"""Element types: the supported set and numpy's promotion rules (NEP 50 for literals)."""
+"""Element types: the supported set and PlaidML's promotion rules.
+
+Tensors are strongly typed. Two strong types meet by PlaidML's rule (its Tile type checker):
+a float beats any integer or bool whatever their widths (``int64 + float16 -> float16``),
+otherwise the wider type wins and of two of one width the *first* operand's type wins
+(``int8 + uint8 -> int8``, ``uint32 + int32 -> uint32``).
+
+Where this differs from numpy (deliberately, to run PlaidML programs unchanged):
+- numpy widens to hold both operands (``int8 + uint8 -> int16``, ``int32 + float32 ->
+  float64``, ``int64 + float16 -> float64``); PlaidML does not;
+- float-only functions (exp, sin, ...) on integers give float32, PlaidML's default float
+  (numpy: float64); PlaidML itself would keep the integer type and truncate, which no
+  program wants;
+- one divergence from PlaidML: bool loses a tie of widths (``bool + int8 -> int8``), where
+  PlaidML keeps the first operand's bool and silently truncates the sum.
+
+Literals stay weak (they adapt to the strong type they meet, as numpy >= 2 does): an integer
+literal takes any tensor's type (int32 beside a bool), a float literal takes a float tensor's
+type and makes an integer or bool expression float32 (PlaidML's float constants are float32).
+An expression of literals only is int32 or float32 (Tile's defaults). Comparisons convert
+both operands to `compare_dtype`, a type that holds both exactly where one exists.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +29,33 @@ import numpy as np
 
 from tilec.errors import BindError
 from tilec.ir import tensor as T
-from tilec.ir.builtins import BUILTINS
+from tilec.ir.builtins import BUILTINS, CAST_FAMILIES
 
-SUPPORTED = ("bool", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+SIGNED = ("int8", "int16", "int32", "int64")
+UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
 FLOATS = ("float16", "float32", "float64")
+SUPPORTED = ("bool",) + SIGNED + UNSIGNED + FLOATS
+DEFAULT_FLOAT = "float32"
+DEFAULT_INT = "int32"
 
 
 def is_float(dtype: str) -> bool:
     return dtype in FLOATS
+
+
+def is_unsigned(dtype: str) -> bool:
+    """uint8..uint64 (bool is not: it converts and compares as 0/1 on its own terms)."""
+    return dtype in UNSIGNED
+
+
+def is_integer(dtype: str) -> bool:
+    """A signed or unsigned integer type (not bool)."""
+    return dtype in SIGNED or dtype in UNSIGNED
+
+
+def bit_width(dtype: str) -> int:
+    """Bits of one value; bool counts 8, as PlaidML (and numpy's storage) have it."""
+    return 8 if dtype == "bool" else int("".join(c for c in dtype if c.isdigit()))
 
 
 def check_supported(name: str, dtype: np.dtype) -> str:
@@ -26,25 +66,44 @@ def check_supported(name: str, dtype: np.dtype) -> str:
 
 
 def promote(*dtypes: str) -> str:
-    return np.result_type(*[np.dtype(d) for d in dtypes]).name
+    """PlaidML's result type of strong operands, left to right (see the module doc)."""
+    result = dtypes[0]
+    for d in dtypes[1:]:
+        if is_float(d) != is_float(result):
+            result = d if is_float(d) else result
+        elif bit_width(d) > bit_width(result) or (result == "bool" and d != "bool"):
+            result = d
+    return result
+
+
+def compare_dtype(a: str, b: str) -> str:
+    """The type two strong operands are compared in: one holding both exactly where numpy has
+    one (``int8`` vs ``uint8`` in int16), so a comparison never wraps; float64 for int64 vs uint64."""
+    if is_float(a) or is_float(b):
+        return promote(a, b)
+    return np.result_type(np.dtype(a), np.dtype(b)).name
 
 
 def contraction_dtype(combo: str, operand_dtypes: list[str], default_dtype: str | None) -> str:
-    """Value dtype of a contraction: `cond` takes its third operand's type, others promote."""
+    """Value dtype of a contraction: `cond` takes its third operand's type, others promote;
+    the aggregation accumulates in it (int8 sums wrap in int8, as PlaidML's do)."""
     value = operand_dtypes[2] if combo == "cond" else promote(*operand_dtypes)
     return promote(value, default_dtype) if default_dtype is not None else value
 
 
-# A weak type is the Python type of a literal (int or float): it adapts to the
-# strong (tensor) type it meets, as numpy >= 2 does.
+# A weak type is the Python type of a literal (int or float): it adapts to the strong type it meets.
 Typed = Union[str, type]
 
 
 def elementwise_dtype(expr: T.EExpr, tensor_dtypes: dict[str, str]) -> str:
-    t = expr_type(expr, tensor_dtypes)
+    return strong(expr_type(expr, tensor_dtypes))
+
+
+def strong(t: Typed) -> str:
+    """A type as a dtype name: weak literals take Tile's defaults."""
     if isinstance(t, str):
         return t
-    return "float32" if t is float else "int32"  # an all-literal expression: Tile's defaults
+    return DEFAULT_FLOAT if t is float else DEFAULT_INT
 
 
 def expr_type(e: T.EExpr, tensor_dtypes: dict[str, str]) -> Typed:
@@ -61,24 +120,51 @@ def expr_type(e: T.EExpr, tensor_dtypes: dict[str, str]) -> Typed:
     if isinstance(e, T.EUnary):
         return expr_type(e.a, tensor_dtypes)
     if isinstance(e, T.ESelect):
-        branches = _binary(expr_type(e.a, tensor_dtypes), expr_type(e.b, tensor_dtypes))
+        branches = binary(expr_type(e.a, tensor_dtypes), expr_type(e.b, tensor_dtypes))
         if isinstance(branches, type) and not isinstance(expr_type(e.cond, tensor_dtypes), type):
-            return "float64" if branches is float else "int64"  # like numpy.where with Python scalars
+            return strong(branches)  # literal branches chosen per element by a tensor condition
         return branches
     if isinstance(e, T.EBinary):
-        return _binary(expr_type(e.a, tensor_dtypes), expr_type(e.b, tensor_dtypes))
+        return binary(expr_type(e.a, tensor_dtypes), expr_type(e.b, tensor_dtypes))
     assert isinstance(e, T.ECall)
+    builtin = BUILTINS[e.func]
+    if builtin.kind == "cast":
+        return cast_dtype(e)
     args = [expr_type(a, tensor_dtypes) for a in e.args]
-    result = args[0] if len(args) == 1 else _binary(args[0], args[1])
-    if BUILTINS[e.func].float_only:
+    result = args[0]
+    for other in args[1:]:
+        result = binary(result, other)
+    if builtin.kind == "float":
         if result is int:
             return float
         if isinstance(result, str) and not is_float(result):
-            return "float64"
+            return DEFAULT_FLOAT
+    if builtin.kind == "bits" and (result is float or (isinstance(result, str) and is_float(result))):
+        raise BindError(f"'{e.func}' works on integers and bools; its operands here are {strong(result)} "
+                        f"(convert them with as_int(x, bits) first)")
     return result
 
 
-def _binary(a: Typed, b: Typed) -> Typed:
+def cast_dtype(e: T.ECall) -> str:
+    """The result type of as_float / as_int / as_uint (bit width in the second argument, an
+    integer literal that sema checked) or as_bool."""
+    if e.func == "as_bool":
+        return "bool"
+    width = e.args[1]
+    assert isinstance(width, T.EConst)
+    return f"{CAST_FAMILIES[e.func]}{int(width.value)}"
+
+
+def binary(a: Typed, b: Typed) -> Typed:
+    """The type of a binary operation on operands of types `a` and `b` (weak or strong)."""
     if isinstance(a, type) and isinstance(b, type):
         return float if float in (a, b) else int
-    return np.result_type(*[np.dtype(x) if isinstance(x, str) else x(0) for x in (a, b)]).name
+    if isinstance(a, str) and isinstance(b, str):
+        return promote(a, b)
+    s, w = (a, b) if isinstance(a, str) else (b, a)
+    assert isinstance(s, str)
+    if w is float and not is_float(s):
+        return DEFAULT_FLOAT
+    if s == "bool" and w is int:
+        return DEFAULT_INT
+    return s

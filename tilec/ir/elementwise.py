@@ -1,9 +1,15 @@
 """Elementwise expressions (tensor IR) -> typed loop-IR expressions.
 
-Types follow numpy: tensors are strongly typed, literals are weak (NEP 50) and take
-the type of the tensor they meet; literal-only subexpressions are folded here.
+Types follow tilec.ir.dtypes (PlaidML's promotion; literals are weak and take the type of
+the tensor they meet); literal-only subexpressions are folded here, every builtin included.
 Comparisons give bool; integer `/` rounds toward zero, as PlaidML's generated code divides
-(its elementwise `div` is C's `/`; sizes fold the same way, tilec.ir.size_values), and x / 0 is 0.
+(its elementwise `div` is C's `/`; sizes fold the same way, tilec.ir.size_values), and x / 0 is 0. Builtins lower to loop-IR operations
+where one exists (bit operations, conversions, recip, sign) and to `L.Call` otherwise.
+
+Requires: a tensor-IR expression that sema built (calls exist with their arity, conversion
+widths are literals). Guarantees: a loop-IR expression of the output dtype; a type error
+that only the argument dtypes reveal (a bit operation on floats, a literal that does not fit)
+is a BindError.
 """
 
 from __future__ import annotations
@@ -17,11 +23,22 @@ import numpy as np
 from tilec.errors import BindError
 from tilec.ir import loop as L
 from tilec.ir import tensor as T
-from tilec.ir.dtypes import _binary, expr_type, is_float
+from tilec.ir.builtins import BUILTINS
+from tilec.ir.dtypes import binary, compare_dtype, expr_type, is_float, is_unsigned, strong
 
 Weak = Union[int, float]
 _CMP = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
 _ARITH = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
+
+
+def _fold_pow(x: Weak, y: Weak) -> Weak:
+    """x ** y, exactly for small integers; as float64 where an exact power would be enormous."""
+    if isinstance(x, int) and isinstance(y, int) and y >= 0 and abs(x) > 1 and y * abs(x).bit_length() > 256:
+        try:
+            return math.pow(x, y)
+        except OverflowError:
+            return math.inf if x > 0 or y % 2 == 0 else -math.inf
+    return x ** y
 
 
 def lower_expression(expr: T.EExpr, dtypes: dict[str, str], load: Callable[[str], L.Expr], out_dtype: str) -> L.Expr:
@@ -34,15 +51,26 @@ def _to(dtype: str, value: Union[L.Expr, Weak]) -> L.Expr:
         if dtype == "bool":
             return L.Const(bool(value), "bool")
         if is_float(dtype):
-            return L.Const(float(value), dtype)
+            try:
+                return L.Const(float(value), dtype)
+            except OverflowError:
+                raise BindError(f"the literal {_digits(value)} is beyond the {dtype} range (numpy raises "
+                                f"OverflowError here too)") from None
         if isinstance(value, float):  # a weak float met an integer: only reachable via select folding
+            if not math.isfinite(value):
+                raise BindError(f"the value {value} has no {dtype} representation")
             value = int(value)
         info = np.iinfo(dtype)
         if not info.min <= value <= info.max:
-            raise BindError(f"the literal {value} does not fit in {dtype} (numpy raises OverflowError here too); "
-                            f"write it as a float or use a wider input dtype")
+            raise BindError(f"the literal {_digits(value)} does not fit in {dtype} (numpy raises OverflowError here "
+                            f"too); write it as a float or use a wider input dtype")
         return L.Const(int(value), dtype)
     return L.cast(dtype, value)
+
+
+def _digits(value: Weak) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-10:]} ({len(text)} digits)"
 
 
 def _truth(value: L.Expr) -> L.Expr:
@@ -80,8 +108,13 @@ class _Lowerer:
                 return _truncating_division(a, b)
             return L.Bin(_ARITH[e.op], a, b)
         if isinstance(e, T.ECompare):
-            ct = _binary(self.type_of(e.a), self.type_of(e.b))
-            ct = ct if isinstance(ct, str) else ("float64" if ct is float else "int64")
+            ta, tb = self.type_of(e.a), self.type_of(e.b)
+            if isinstance(ta, str) and isinstance(tb, str):
+                ct = compare_dtype(ta, tb)
+            elif float in (ta, tb) and not any(isinstance(x, str) and is_float(x) for x in (ta, tb)):
+                ct = "float64"  # an integer against a float literal: compared exactly, as numpy does
+            else:
+                ct = strong(binary(ta, tb))
             return L.Cmp(_CMP[e.op], _to(ct, self.lower(e.a)), _to(ct, self.lower(e.b)))
         if isinstance(e, T.ESelect):
             cond = self.lower(e.cond)
@@ -89,7 +122,25 @@ class _Lowerer:
                 return _to(t, self.lower(e.a if cond else e.b))
             return L.Select(_truth(cond), _to(t, self.lower(e.a)), _to(t, self.lower(e.b)))
         assert isinstance(e, T.ECall)
+        return self.call(e, t)
+
+    def call(self, e: T.ECall, t: str) -> L.Expr:
+        kind = BUILTINS[e.func].kind
+        if kind == "cast":
+            return _to(t, self.lower(e.args[0]))
         args = [_to(t, self.lower(a)) for a in e.args]
+        if kind == "bits":
+            return _bits(e.func, args, t)
+        if e.func == "recip":
+            return L.Bin("div", _to(t, 1.0), args[0])
+        if e.func == "sign":
+            return _sign(args[0])
+        if not is_float(t) and e.func in ("floor", "ceil", "round"):
+            return args[0]
+        if (t == "bool" or is_unsigned(t)) and e.func in ("abs", "relu"):
+            return args[0]
+        if t == "bool":
+            raise BindError(f"'{e.func}' is not defined on booleans; convert them with as_int(x, 32) first")
         return L.Call(e.func, tuple(args), t)
 
 
@@ -98,12 +149,34 @@ def _truncating_division(a: L.Expr, b: L.Expr) -> L.Expr:
     remainder is nonzero and its sign differs from a's (then a and b differ in sign). The loop IR
     gives x // 0 == 0 and x % 0 == 0, so x / 0 stays 0."""
     q = L.Bin("div", a, b)
-    if a.dtype == "bool" or a.dtype.startswith("uint"):
+    if a.dtype == "bool" or is_unsigned(a.dtype):
         return q
     r, zero = L.Bin("mod", a, b), _to(a.dtype, 0)
     fix = L.Bin("or", L.Bin("and", L.Cmp("lt", a, zero), L.Cmp("gt", r, zero)),
                 L.Bin("and", L.Cmp("gt", a, zero), L.Cmp("lt", r, zero)))
     return L.Select(fix, L.Bin("add", q, _to(a.dtype, 1)), q)
+
+
+_BIT_OPS = {"bit_and": "and", "bit_or": "or", "bit_xor": "xor", "bit_left": "shl", "bit_right": "shr"}
+
+
+def _bits(func: str, args: list[L.Expr], t: str) -> L.Expr:
+    if func == "bit_not":
+        if t == "bool":
+            return L.Not(args[0])
+        return L.Bin("xor", args[0], L.Const(np.iinfo(t).max if is_unsigned(t) else -1, t))
+    if t == "bool" and func in ("bit_left", "bit_right"):
+        raise BindError(f"'{func}' shifts integers; its operands here are bool")
+    return L.Bin(_BIT_OPS[func], args[0], args[1])
+
+
+def _sign(a: L.Expr) -> L.Expr:
+    """numpy.sign: -1, 0 or 1 in a's type; NaN stays NaN (and the zeros keep themselves)."""
+    if a.dtype == "bool":
+        return a
+    zero = _to(a.dtype, 0)
+    negative = L.Select(L.Cmp("lt", a, zero), _to(a.dtype, -1), a) if not is_unsigned(a.dtype) else a
+    return L.Select(L.Cmp("gt", a, zero), _to(a.dtype, 1), negative)
 
 
 def _fold(e: T.EExpr) -> Weak:
@@ -122,7 +195,12 @@ def _fold(e: T.EExpr) -> Weak:
             return a * b
         if isinstance(a, int) and isinstance(b, int):
             return 0 if b == 0 else abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1)  # toward zero
-        return a / b if b != 0 else math.copysign(math.inf, a) if a != 0 else math.nan
+        if b == 0:
+            return math.copysign(math.inf, a) if a != 0 else math.nan
+        try:
+            return a / b
+        except OverflowError:  # an integer quotient beyond float64: the nearest float64 is infinite
+            return math.copysign(math.inf, a) * math.copysign(1, b)
     if isinstance(e, T.ECompare):
         a, b = _fold(e.a), _fold(e.b)
         return int({"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b, "!=": a != b}[e.op])
@@ -130,14 +208,59 @@ def _fold(e: T.EExpr) -> Weak:
         return _fold(e.a) if _fold(e.cond) else _fold(e.b)
     assert isinstance(e, T.ECall)
     args = [_fold(a) for a in e.args]
-    fn: Callable[..., Weak] = {
-        "exp": math.exp, "log": math.log, "sqrt": math.sqrt, "tanh": math.tanh, "sin": math.sin,
-        "cos": math.cos, "erf": math.erf, "floor": math.floor, "ceil": math.ceil, "abs": abs,
-        "sigmoid": lambda x: 1.0 / (1.0 + math.exp(-x)), "relu": lambda x: max(x, 0),
-        "pow": lambda x, y: x ** y, "max": max, "min": min,
-    }[e.func]  # type: ignore[assignment]
     try:
-        result = fn(*args)
+        result = _FOLD[e.func](*args)
     except (ValueError, OverflowError, ZeroDivisionError):
         return math.nan
-    return float(result) if e.func not in ("abs", "relu", "pow", "max", "min") else result
+    if BUILTINS[e.func].kind == "float":
+        return float(result)
+    return result
+
+
+def _round_half_even(x: Weak) -> Weak:
+    return x if isinstance(x, int) else float(round(x)) if math.isfinite(x) else x
+
+
+def _floor(x: Weak) -> Weak:
+    return x if isinstance(x, int) or not math.isfinite(x) else float(math.floor(x))
+
+
+def _ceil(x: Weak) -> Weak:
+    return x if isinstance(x, int) or not math.isfinite(x) else float(math.ceil(x))
+
+
+def _sign_of(x: Weak) -> Weak:
+    if isinstance(x, float) and math.isnan(x):
+        return x
+    s = (x > 0) - (x < 0)
+    return float(s) if isinstance(x, float) else s
+
+
+def _shift_left(a: int, b: int) -> int:
+    return a << b if 0 <= b < 64 else 0
+
+
+def _shift_right(a: int, b: int) -> int:
+    return a >> b if 0 <= b < 64 else (-1 if a < 0 else 0)
+
+
+def _nan_max(a: Weak, b: Weak) -> Weak:
+    return a if (a != a or a > b) else b
+
+
+def _nan_min(a: Weak, b: Weak) -> Weak:
+    return a if (a != a or a < b) else b
+
+
+# Literal-only calls, with Python numbers (ints stay ints where the builtin keeps the type).
+_FOLD: dict[str, Callable[..., Weak]] = {
+    "exp": math.exp, "log": math.log, "sqrt": math.sqrt, "erf": math.erf, "recip": lambda x: 1.0 / x,
+    "sigmoid": lambda x: 1.0 / (1.0 + math.exp(-x)), "sin": math.sin, "cos": math.cos, "tan": math.tan,
+    "asin": math.asin, "acos": math.acos, "atan": math.atan, "sinh": math.sinh, "cosh": math.cosh,
+    "tanh": math.tanh, "asinh": math.asinh, "acosh": math.acosh, "atanh": math.atanh,
+    "floor": _floor, "ceil": _ceil, "round": _round_half_even, "abs": abs, "sign": _sign_of,
+    "relu": lambda x: _nan_max(x, 0 if isinstance(x, int) else 0.0), "pow": _fold_pow,
+    "max": _nan_max, "min": _nan_min,
+    "bit_and": lambda a, b: a & b, "bit_or": lambda a, b: a | b, "bit_xor": lambda a, b: a ^ b,
+    "bit_not": lambda a: ~a, "bit_left": _shift_left, "bit_right": _shift_right,
+}

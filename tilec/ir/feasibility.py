@@ -1,29 +1,35 @@
 """A contraction whose constraints no index value satisfies has no output size (PlaidML's rule).
 
 PlaidML refuses such a contraction when it compiles it (tile/lang/lang_test.cc in plaidml/plaidml,
-"Basic Infeasible Constraints": `O[2*i] = +(I[4*i]), i - 100 < 50` with I of 50 elements). An
-output dimension inferred as empty is right only when a tensor the statement reads is empty
-(numpy's reductions over zero-size axes), so that case stays legal.
+"Basic Infeasible Constraints": `O[2*i] = +(I[4*i]), i - 100 < 50` with I of 50 elements). tilec
+also gives zero-size dimensions numpy's meaning (a reduction over an empty axis), so the rule is
+applied where the two cannot be confused: an output dimension whose size is inferred comes out
+empty although every tensor the statement reads has elements and every constraint bound is
+positive -- each condition alone has solutions, only together they have none. Giving the output's
+sizes explicitly asks for the zero-filled result instead.
 
-Requires: the index ranges bounds inference found (`lo > hi` where a variable has no value).
-Guarantees: `check_feasible` returns when some read tensor is empty; otherwise it raises a
-SemanticError naming the output and the variables without a value.
+Requires: the inferred extents and the statement's read shapes; `size_of` evaluates a constraint
+bound. Guarantees: the compiled path (tilec.ir.bounds) and the interpreter (tilec.interp) apply
+the same rule to the same numbers, so they refuse the same programs.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from tilec.errors import SemanticError
+from tilec.ir import tensor as T
 
 
-def check_feasible(output: str, read_shapes: Sequence[tuple[int, ...]],
-                   ranges: Mapping[str, tuple[float, float]], what: str) -> None:
-    """Called when the inferred iteration space is empty: refuse it unless a tensor read is empty."""
-    if any(math.prod(shape) == 0 for shape in read_shapes):
+def check_feasible(stmt: T.Contraction, inferred: Sequence[int], read_shapes: Sequence[tuple[int, ...]],
+                   size_of: Callable[[T.IExpr], int], what: str) -> None:
+    """Raise a SemanticError when an `inferred` extent is 0 although no tensor read is empty and
+    every constraint bound of `stmt` is positive; return otherwise."""
+    if 0 not in inferred or any(math.prod(shape) == 0 for shape in read_shapes):
         return
-    empty = [v for v, (lo, hi) in ranges.items() if lo > hi]
-    raise SemanticError(f"cannot infer the sizes of output '{output}' in {what}: no value of index "
-                        f"variable(s) {', '.join(repr(v) for v in empty) or 'the statement'} satisfies "
-                        f"the constraints and the input extents together")
+    if any(size_of(c.bound) <= 0 for c in stmt.constraints):
+        return
+    raise SemanticError(f"cannot infer the sizes of output '{stmt.output}' in {what}: no index tuple meets the "
+                        f"constraints and the input extents together, so the output would be empty (PlaidML refuses "
+                        f"this too); check the constraints, or give the output sizes explicitly")

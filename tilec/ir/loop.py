@@ -61,7 +61,10 @@ class Bin:
     """Arithmetic on operands of one dtype.
 
     ops: add sub mul div (true division; floor division on integers, x // 0 == 0),
-    mod (floor modulo), min, max (NaN-propagating on floats), and, or.
+    mod (floor modulo), min, max (NaN-propagating on floats), and, or, xor (logical on
+    bools, bitwise on integers), shl, shr (numpy's shifts: arithmetic right shift on signed
+    types, a count outside [0, width) shifts every bit out). Unsigned dtypes divide, compare
+    and take min/max as unsigned; integer division by 0 gives 0.
     """
 
     op: str

@@ -28,8 +28,9 @@ import numpy as np
 
 from tilec.errors import BindError
 from tilec.ir import loop as L
-from tilec.ir.affine import INF, IntAffine
+from tilec.ir.affine import IntAffine
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram, BoundStatement, Condition
+from tilec.ir.index_width import INT64_MAX
 from tilec.ir.elementwise import lower_expression
 from tilec.ir.intrinsics import BoundIntrinsic
 from tilec.ir.lower_intrinsics import lower_intrinsic
@@ -77,27 +78,38 @@ def lower(bp: BoundProgram, groups: Mapping[int, LoweredGroup] | None = None, na
 
 
 def affine_expr(e: IntAffine) -> L.Expr:
-    """The integer numerator of `e` as an int64 expression."""
-    out: L.Expr = L.const(e.const)
+    """The integer numerator of `e` as an int64 expression: the constant plus each term in turn, or
+    with g > 1 the gcd of the coefficients, ``g * (sum of (c/g) * v) + const``. That is the order
+    tilec.ir.index_width proves free of overflow (keep the two in step)."""
+    g = e.content or 1
+    out: L.Expr = L.const(e.const if g == 1 else 0)
     for v, c in e.coeffs:
-        term = L.mul(L.const(c), L.Var(v)) if c != 1 else L.Var(v)
+        term = L.mul(L.const(c // g), L.Var(v))
         out = L.add(term, out) if not (isinstance(out, L.Const) and out.value == 0) else term
-    return out
+    if g == 1:
+        return out
+    return L.add(L.mul(L.const(g), out), L.const(e.const))
 
 
 def index_expr(e: IntAffine) -> L.Expr:
+    """The index `e` (exact where its condition holds). A divisor beyond int64 exceeds every
+    numerator there (index_width proves them below 2**63), so the index is 0 where it is valid."""
     num = affine_expr(e)
-    return num if e.divisor == 1 else L.Bin("div", num, L.const(e.divisor))
+    if e.divisor == 1:
+        return num
+    return L.const(0) if e.divisor > INT64_MAX else L.Bin("div", num, L.const(e.divisor))
 
 
 def condition_expr(c: Condition) -> L.Expr:
     num = affine_expr(c.expr)
     parts: list[L.Expr] = []
-    if c.lo != -INF:
-        parts.append(L.Cmp("ge", num, L.const(int(c.lo))))
-    if c.hi != INF:
-        parts.append(L.Cmp("le", num, L.const(int(c.hi))))
-    if c.expr.divisor != 1:
+    if c.lo is not None:
+        parts.append(L.Cmp("ge", num, L.const(c.lo)))
+    if c.hi is not None:
+        parts.append(L.Cmp("le", num, L.const(c.hi)))
+    if c.expr.divisor > INT64_MAX:  # divides a numerator below 2**63 only when it is 0
+        parts.append(L.Cmp("eq", num, L.const(0)))
+    elif c.expr.divisor != 1:
         parts.append(L.Cmp("eq", L.Bin("mod", num, L.const(c.expr.divisor)), L.const(0)))
     return L.logical_and(parts) or L.Const(True, "bool")
 
@@ -143,12 +155,13 @@ def loop_nest(variables: list[tuple[str, int, int]], body: L.Stmt, guards: list[
         rest = IntAffine(tuple(t for t in g.expr.coeffs if t[0] != inner), g.expr.const)
         rest_expr, lo, hi = affine_expr(rest), g.lo, g.hi
         if c < 0:  # normalise to a positive coefficient: -|c| v + r in [lo, hi]  <=>  |c| v - r in [-hi, -lo]
-            c, rest_expr, lo, hi = -c, L.neg(rest_expr), -hi, -lo
-        if lo != -INF:  # v >= ceil((lo - r) / c) == -floor((r - lo) / c)
-            num = L.sub(L.const(int(lo)), rest_expr)
+            c, rest_expr = -c, L.neg(rest_expr)
+            lo, hi = (None if hi is None else -hi), (None if lo is None else -lo)
+        if lo is not None:  # v >= ceil((lo - r) / c) == -floor((r - lo) / c)
+            num = L.sub(L.const(lo), rest_expr)
             lower[inner].append(num if c == 1 else L.neg(L.Bin("div", L.neg(num), L.const(c))))
-        if hi != INF:  # v <= floor((hi - r) / c)
-            num = L.sub(L.const(int(hi)), rest_expr)
+        if hi is not None:  # v <= floor((hi - r) / c)
+            num = L.sub(L.const(hi), rest_expr)
             upper[inner].append(num if c == 1 else L.Bin("div", num, L.const(c)))
     stmt = body
     if None in ifs:

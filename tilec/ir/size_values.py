@@ -13,6 +13,7 @@ Guarantees:
   unary minus, comparisons, ``?:`` and ``max``/``min``; such a statement defines a size.
 - `evaluate(e, sizes, what)`: its integer value (BindError naming `what` for an unbound symbol
   or a division by zero).
+- `constant_value(e)`: its value when it reads no size symbol (None otherwise).
 - `substitute(e, sizes, what)`: `e` with every size symbol replaced by its integer literal.
 - `size_inputs(program)`: the inputs (declared ``S[]`` or without dims) read as sizes anywhere
   (sema makes such an input a size in every statement); their values are bound at call time.
@@ -82,6 +83,17 @@ def evaluate(e: T.EExpr, sizes: dict[str, int], what: str) -> int:
     if e.op == "*":
         return a * b
     return truncating_division(a, b, what)
+
+
+def constant_value(e: T.EExpr) -> int | None:
+    """The value of a size expression of literals only (`is_size_expr(e)` holds), known before any
+    size is bound; None when it reads a size symbol or divides by zero (reported at bind time)."""
+    if any(isinstance(n, T.ESize) for n in T.eexpr_nodes(e)):
+        return None
+    try:
+        return evaluate(e, {}, "a constant statement")
+    except BindError:
+        return None
 
 
 def substitute(e: T.EExpr, sizes: dict[str, int], what: str) -> T.EExpr:

@@ -114,6 +114,7 @@ def _cuda_device_target() -> Target:
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (LLVMBackend(), CudaSimBackend(), CudaBackend())}
 ALIASES = {"cpu": "llvm", "host": "llvm"}
+INTERPRETED = ("interp",)  # targets with no backend: the tensor IR runs directly (tilec.interp)
 STAGES = ("tensor", "templates", "loop", "gpu", "emulated", "cuda", "llvm-raw", "llvm", "asm")  # every target's
 
 
@@ -124,15 +125,20 @@ def backend_for(target: Target) -> Backend:
     return backend
 
 
+def is_interpreted(target: "str | Target") -> bool:
+    """Whether `target` names the reference interpreter (tilec.compile then returns a tilec.interp function)."""
+    return isinstance(target, str) and target in INTERPRETED
+
+
 def resolve_target(target: "str | Target") -> Target:
     """The Target of a target name (``llvm``, alias ``cpu`` or ``host``; ``cuda``; ``cuda-sim``)."""
     if isinstance(target, Target):
         return target
     name = ALIASES.get(target, target) if isinstance(target, str) else target
     if name not in BACKENDS:
-        raise TilecError(f"unknown target {target!r}; known targets: {', '.join(KNOWN_TARGETS)}")
+        raise TilecError(f"unknown target {target!r}; known targets: {', '.join(KNOWN_TARGETS + INTERPRETED)}")
     return BACKENDS[name].default_target()
 
 
-__all__ = ["BACKENDS", "STAGES", "Backend", "CudaBackend", "CudaSimBackend", "LLVMBackend", "backend_for",
-           "resolve_target"]
+__all__ = ["BACKENDS", "INTERPRETED", "STAGES", "Backend", "CudaBackend", "CudaSimBackend", "LLVMBackend", "backend_for",
+           "is_interpreted", "resolve_target"]

@@ -9,6 +9,7 @@ type: ``int`` where the renderer proved they fit, else ``long long``. Also rende
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import struct
@@ -17,17 +18,16 @@ from collections.abc import Callable
 import numpy as np
 
 from tilec.codegen.cuda import analysis as A
+from tilec.codegen.cuda.math import ARITH, float_bin, float_call
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
-from tilec.ir.dtypes import is_float
+from tilec.ir.dtypes import is_float, is_unsigned
 from tilec.ir.visitor import walk
 
 _CTYPES = {"bool": "bool", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
-           "float16": "__half", "float32": "float", "float64": "double"}
+           "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
+           "uint64": "unsigned long long", "float16": "__half", "float32": "float", "float64": "double"}
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-_ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
-_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tanh": "tanh", "erf": "erf",
-         "floor": "floor", "ceil": "ceil", "abs": "fabs", "pow": "pow"}
 _RESERVED = {"auto", "bool", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
              "enum", "extern", "float", "for", "goto", "if", "int", "long", "register", "return", "short",
              "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void",
@@ -47,6 +47,8 @@ def ctype(dtype: str) -> str:
 def identifier(name: str, taken: set[str]) -> str:
     """A C identifier for an IR name, distinct from every name in `taken` (which it joins)."""
     base = re.sub(r"\W", "_", name) or "v"
+    if len(base) > 48:  # keep sources readable and inside every C compiler's identifier limits
+        base = f"{base[:24]}_{hashlib.sha1(base.encode()).hexdigest()[:16]}"
     if base[0].isdigit() or base in _RESERVED or base.startswith(("tilec_", "__")):
         base = "v_" + base
     out, k = base, 1
@@ -100,6 +102,8 @@ def _int_literal(value: int, dtype: str, wide: bool) -> str:
         return f"{value}LL" if value > -2**63 else "(-9223372036854775807LL - 1)"
     if dtype == "int32" and value == -2**31:
         return "(-2147483647 - 1)"
+    if is_unsigned(dtype):
+        return f"(({ctype(dtype)}){value}ull)"
     return str(value) if dtype in ("int32", "int64") else f"(({ctype(dtype)}){value})"
 
 
@@ -197,8 +201,10 @@ class ExprRenderer:
         if e.op in ("and", "or"):
             op = ("&&" if e.op == "and" else "||") if dt == "bool" else ("&" if e.op == "and" else "|")
             return f"({self.expr(e.a)} {op} {self.expr(e.b)})"
+        if e.op == "xor":
+            return f"(({ctype(dt)})({self.expr(e.a)} ^ {self.expr(e.b)}))"
         if is_float(dt):
-            text = _float_bin(e.op, self._float(e.a), self._float(e.b))
+            text = float_bin(e.op, self._float(e.a), self._float(e.b))
             return f"__float2half_rn({text})" if dt == "float16" else text
         if dt == "bool":
             raise CodegenError(f"operation {e.op} is not defined on bool")
@@ -209,11 +215,15 @@ class ExprRenderer:
         a, b = self.expr(e.a), self.expr(e.b)
         if e.op in ("add", "sub", "mul"):
             if e.dtype == L.INDEX:
-                return f"({a} {_ARITH[e.op]} {b})"
+                return f"({a} {ARITH[e.op]} {b})"
             # wrapping arithmetic, as numpy (and LLVM's plain add/mul) do; signed overflow is UB in C
-            return f"(({t})((unsigned long long)({a}) {_ARITH[e.op]} (unsigned long long)({b})))"
+            return f"(({t})((unsigned long long)({a}) {ARITH[e.op]} (unsigned long long)({b})))"
         if e.op in ("max", "min"):
             return f"tilec_i{e.op}<{t}>({a}, {b})"
+        if e.op in ("shl", "shr"):
+            return f"tilec_{e.op}<{t}>({a}, {b})"
+        if e.op in ("div", "mod") and is_unsigned(e.dtype):
+            return f"tilec_u{e.op}<{t}>({a}, {b})"
         if e.op in ("div", "mod"):
             if isinstance(e.b, L.Const) and int(e.b.value) > 0 and self._nonnegative(e.a):
                 return f"({a} {'/' if e.op == 'div' else '%'} {b})"
@@ -238,11 +248,17 @@ class ExprRenderer:
                 return f"__{'ll' if src == 'int64' else 'int'}2half_rn({a})"
             if src in ("int8", "int16"):
                 return f"__short2half_rn((short)({a}))"
+            if is_unsigned(src):
+                return f"__ull2half_rn((unsigned long long)({a}))"
             return f"__float2half_rn((float)({a}))"  # float32, bool
         if src == "float16":
             if dst in ("float32", "float64"):
                 return f"(({ctype(dst)})__half2float({a}))"
             return f"(({ctype(dst)})__half2ll_rz({a}))"
+        if is_float(src) and is_unsigned(dst):  # negative values wrap through int64, as numpy's astype
+            if dst == "uint64":
+                return f"tilec_f2u64((double)({a}))"
+            return f"(({ctype(dst)})(long long)({a}))"
         return f"(({self.type_of(e)})({a}))"
 
     def _Call(self, e: L.Call) -> str:
@@ -250,7 +266,7 @@ class ExprRenderer:
             return self._int_call(e)
         args = [self._float(a) for a in e.args]
         t = "float" if e.dtype in ("float16", "float32") else "double"
-        text = _float_call(e.func, args, t)
+        text = float_call(e.func, args, t)
         return f"__float2half_rn({text})" if e.dtype == "float16" else text
 
     def _int_call(self, e: L.Call) -> str:
@@ -364,27 +380,3 @@ def _opaque_uses(e: L.Expr, var: str) -> bool:
         if isinstance(e.b, L.Const):
             return _opaque_uses(e.a, var)
     return A.uses_vars(e, {var})
-
-
-def _float_bin(op: str, a: str, b: str) -> str:
-    if op in _ARITH:
-        return f"({a} {_ARITH[op]} {b})"
-    if op in ("max", "min"):
-        return f"tilec_f{op}({a}, {b})"
-    if op == "mod":
-        return f"tilec_fmod({a}, {b})"
-    raise CodegenError(f"unknown float operation {op}")
-
-
-def _float_call(func: str, args: list[str], t: str) -> str:
-    suffix = "f" if t == "float" else ""
-    if func in _MATH:
-        return f"{_MATH[func]}{suffix}({', '.join(args)})"
-    one = "1.0f" if t == "float" else "1.0"
-    if func == "sigmoid":
-        return f"({one} / ({one} + exp{suffix}(-{args[0]})))"
-    if func == "relu":
-        return f"tilec_fmax({args[0]}, ({t})0)"
-    if func in ("max", "min"):
-        return f"tilec_f{func}({args[0]}, {args[1]})"
-    raise CodegenError(f"no CUDA lowering for builtin {func}")

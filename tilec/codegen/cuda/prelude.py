@@ -27,6 +27,21 @@ template <typename T> static __device__ __forceinline__ T tilec_floormod(T a, T 
   T r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;
 }
+// unsigned division and remainder, with x / 0 == 0 like the signed ones
+template <typename T> static __device__ __forceinline__ T tilec_udiv(T a, T b) { return b == 0 ? (T)0 : (T)(a / b); }
+template <typename T> static __device__ __forceinline__ T tilec_umod(T a, T b) { return b == 0 ? (T)0 : (T)(a % b); }
+// numpy's shifts: a count outside [0, width) shifts every bit out (sign bits, for >> on signed types)
+template <typename T> static __device__ __forceinline__ T tilec_shl(T a, T b) {
+  return (unsigned long long)b >= sizeof(T) * 8 ? (T)0 : (T)((unsigned long long)a << b);
+}
+template <typename T> static __device__ __forceinline__ T tilec_shr(T a, T b) {
+  const unsigned long long last = sizeof(T) * 8 - 1;
+  if ((unsigned long long)b > last) return (T)-1 < 0 ? (T)(a >> last) : (T)0;
+  return (T)(a >> b);
+}
+static __device__ __forceinline__ unsigned long long tilec_f2u64(double a) {
+  return a < 0.0 ? (unsigned long long)(long long)a : (unsigned long long)a;
+}
 template <typename T> static __device__ __forceinline__ T tilec_imax(T a, T b) { return a > b ? a : b; }
 template <typename T> static __device__ __forceinline__ T tilec_imin(T a, T b) { return a < b ? a : b; }
 template <typename T> static __device__ __forceinline__ T tilec_iabs(T a) {

@@ -35,6 +35,7 @@ from tilec.codegen.cuda.prelude import PRELUDE
 from tilec.codegen.cuda.wmma import fragment_declaration, render_wmma
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
+from tilec.ir.dtypes import bit_width
 from tilec.ir.launch import gpu_extent
 from tilec.ir.visitor import children, is_stmt, walk
 
@@ -288,8 +289,7 @@ def _single_thread(s: L.Stmt) -> bool:
 
 
 def _itemsize(dtype: str) -> int:
-    return {"bool": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8, "float16": 2, "float32": 4,
-            "float64": 8}[dtype]
+    return 1 if dtype == "bool" else bit_width(dtype) // 8
 
 
 def _buffers_used(stmt: L.Stmt) -> tuple[set[str], set[str]]:

@@ -27,7 +27,7 @@ from tilec.codegen.llvm.loop_metadata import loop_metadata
 from tilec.codegen.llvm.parallel import body_type, captured_names, chunk_function, context_type, run_chunks
 from tilec.codegen.llvm.scalar import ScalarEmitter
 from tilec.codegen.llvm.transpose import emit_transposed, transposable
-from tilec.codegen.llvm.types import I64, MEMORY_TYPES, PTR, value_type
+from tilec.codegen.llvm.types import I64, MEMORY_TYPES, PTR, value_name, value_type
 from tilec.codegen.llvm.vector import VectorLoop, power_of_two_pieces, vectorizable
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
@@ -53,7 +53,7 @@ def _body_function(module: ir.Module, fnty: ir.FunctionType, name: str, buffers:
     fn.attributes.add("alwaysinline")
     for arg, buffer in zip(fn.args, buffers):
         arg.add_attribute("noalias")
-        arg.name = buffer.replace(".", "_")
+        arg.name = value_name(buffer)
     return fn
 
 
@@ -94,7 +94,7 @@ class BodyEmitter(ScalarEmitter):
         entry = ir.IRBuilder(self.entry)
         mem = MEMORY_TYPES[buf.dtype]
         ptr = entry.alloca(mem, size=ir.Constant(I64, max(1, buf.size)) if buf.size != 1 else None,
-                           name=buf.name.replace(".", "_"))
+                           name=value_name(buf.name))
         saved = self.pointers.get(buf.name)
         self.pointers[buf.name] = ptr
         self.buffers[buf.name] = buf
@@ -134,12 +134,12 @@ class BodyEmitter(ScalarEmitter):
 
     def _serial_loop(self, s: L.For, begin: ir.Value, end: ir.Value, hints: list[tuple[str, Any]]) -> None:
         pre = self.b.block
-        header = self.fn.append_basic_block(f"for_{s.var}")
-        body = self.fn.append_basic_block(f"for_{s.var}_body")
-        exit_ = self.fn.append_basic_block(f"for_{s.var}_end")
+        header = self.fn.append_basic_block(f"for_{value_name(s.var)}")
+        body = self.fn.append_basic_block(f"for_{value_name(s.var)}_body")
+        exit_ = self.fn.append_basic_block(f"for_{value_name(s.var)}_end")
         self.b.branch(header)
         self.b.position_at_end(header)
-        iv = self.b.phi(I64, name=s.var)
+        iv = self.b.phi(I64, name=value_name(s.var))
         iv.add_incoming(begin, pre)
         self.b.cbranch(self.b.icmp_signed("<", iv, end), body, exit_)
         self.b.position_at_end(body)

@@ -16,15 +16,17 @@ from collections.abc import Callable
 
 import llvmlite.ir as ir
 
-from tilec.codegen.llvm.types import I64, MEMORY_TYPES, bits, declare_intrinsic, value_type
+from tilec.codegen.llvm.types import I64, MEMORY_TYPES, bits, declare_intrinsic, like, value_type
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
-from tilec.ir.dtypes import is_float
+from tilec.ir.dtypes import is_float, is_unsigned
 
+_BITWISE = {"and": "and_", "or": "or_", "xor": "xor"}
 _FCMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _FLOAT_INTRINSICS = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "sin": "llvm.sin",
                      "cos": "llvm.cos", "floor": "llvm.floor", "ceil": "llvm.ceil", "abs": "llvm.fabs",
-                     "tanh": "llvm.tanh", "pow": "llvm.pow"}
+                     "tanh": "llvm.tanh", "pow": "llvm.pow", "round": "llvm.roundeven"}
+_LIBM = ("erf", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")  # called per element
 
 
 class ScalarEmitter:
@@ -108,24 +110,51 @@ class ScalarEmitter:
         return self.convert(self.expr(e.a), e.a.dtype, e.dtype)
 
     def convert(self, v: ir.Value, src: str, dst: str) -> ir.Value:
+        """`v` (of `src`, a scalar or a vector) as `dst`, with numpy's astype meaning: float to
+        integer truncates toward zero, to unsigned through int64 (so -1.0 becomes all ones)."""
         if src == dst:
             return v
-        t = value_type(dst)
+        t = like(v, value_type(dst))
         if dst == "bool":
             if is_float(src):
                 return self.b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0))
             return self.b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
         if is_float(dst):
-            if src == "bool":
+            if src == "bool" or is_unsigned(src):
                 return self.b.uitofp(v, t)
+            if (src, dst) == ("float64", "float16"):
+                return self.b.fptrunc(self._round_to_odd_f32(v), t)
             if is_float(src):
                 return self.b.fpext(v, t) if bits(dst) > bits(src) else self.b.fptrunc(v, t)
             return self.b.sitofp(v, t)
         if is_float(src):
+            if is_unsigned(dst):  # negative values wrap through int64, as numpy's astype does on x86
+                wide = self.b.fptosi(v, like(v, I64))
+                if bits(dst) < 64:
+                    return self.b.trunc(wide, t)
+                negative = self.b.fcmp_ordered("<", v, ir.Constant(v.type, 0.0))
+                return self.b.select(negative, wide, self.b.fptoui(v, t))
             return self.b.fptosi(v, t)
-        if src == "bool":
+        if src == "bool" or (is_unsigned(src) and bits(dst) > bits(src)):
             return self.b.zext(v, t)
+        if bits(dst) == bits(src):
+            return v  # int32 <-> uint32: the same bits
         return self.b.sext(v, t) if bits(dst) > bits(src) else self.b.trunc(v, t)
+
+    def _round_to_odd_f32(self, v: ir.Value) -> ir.Value:
+        """float64 -> float32 rounded to odd, so that rounding on to float16 is correctly rounded
+        (no double rounding); LLVM would call __truncdfhf2, which the JIT does not link."""
+        f32, i32t = like(v, ir.FloatType()), like(v, ir.IntType(32))
+        nearest = self.b.fptrunc(v, f32)
+        back = self.b.fpext(nearest, v.type)
+        inexact = self.b.fcmp_ordered("!=", back, v)  # false for NaN
+        raw = self.b.bitcast(nearest, i32t)
+        even = self.b.icmp_unsigned("==", self.b.and_(raw, ir.Constant(i32t, 1)), ir.Constant(i32t, 0))
+        fabs = declare_intrinsic(self.module, "llvm.fabs", v.type, 1)
+        away = self.b.fcmp_ordered(">", self.b.call(fabs, [v]), self.b.call(fabs, [back]))
+        neighbour = self.b.select(away, self.b.add(raw, ir.Constant(i32t, 1)), self.b.sub(raw, ir.Constant(i32t, 1)))
+        odd = self.b.bitcast(neighbour, f32)
+        return self.b.select(self.b.and_(inexact, even), odd, nearest)
 
     def _expr_Not(self, e: L.Not) -> ir.Value:
         return self.b.not_(self.expr(e.a))
@@ -142,7 +171,7 @@ class ScalarEmitter:
             if op == "ne":  # NaN != x is true, as in numpy
                 return self.b.fcmp_unordered("!=", a, b)
             return self.b.fcmp_ordered(_FCMP[op], a, b)
-        if dtype == "bool":
+        if dtype == "bool" or is_unsigned(dtype):
             return self.b.icmp_unsigned(_FCMP[op], a, b)
         return self.b.icmp_signed(_FCMP[op], a, b)
 
@@ -151,13 +180,9 @@ class ScalarEmitter:
         dt = e.a.dtype
         if e.b.dtype != dt:
             raise CodegenError(f"operands of {e.op} disagree: {e.a.dtype} and {e.b.dtype}")
-        if e.op == "and":
-            return self.b.and_(a, b)
-        if e.op == "or":
-            return self.b.or_(a, b)
         if is_float(dt):
             return self.float_bin(e.op, a, b, flags)
-        return self.int_bin(e.op, a, b)
+        return self.int_bin(e.op, a, b, is_unsigned(dt))
 
     def float_bin(self, op: str, a: ir.Value, b: ir.Value, flags: tuple[str, ...]) -> ir.Value:
         if op == "add":
@@ -180,7 +205,10 @@ class ScalarEmitter:
             return self.b.select(fix, self.b.fadd(r, b), r)
         raise CodegenError(f"unknown float operation {op}")
 
-    def int_bin(self, op: str, a: ir.Value, b: ir.Value) -> ir.Value:
+    def int_bin(self, op: str, a: ir.Value, b: ir.Value, unsigned: bool = False) -> ir.Value:
+        """An integer (or, for and/or/xor, bool) operation on scalars or vectors."""
+        if op in _BITWISE:
+            return getattr(self.b, _BITWISE[op])(a, b)
         if op == "add":
             return self.b.add(a, b)
         if op == "sub":
@@ -188,10 +216,30 @@ class ScalarEmitter:
         if op == "mul":
             return self.b.mul(a, b)
         if op in ("max", "min"):
-            return self.b.select(self.b.icmp_signed(">" if op == "max" else "<", a, b), a, b)
+            cmp = self.b.icmp_unsigned if unsigned else self.b.icmp_signed
+            return self.b.select(cmp(">" if op == "max" else "<", a, b), a, b)
+        if op in ("shl", "shr"):
+            return self._shift(op, a, b, unsigned)
+        if op in ("div", "mod") and unsigned:
+            zero, one = ir.Constant(a.type, 0), ir.Constant(a.type, 1)
+            by_zero = self.b.icmp_unsigned("==", b, zero)
+            safe_b = self.b.select(by_zero, one, b)
+            q = self.b.udiv(a, safe_b) if op == "div" else self.b.urem(a, safe_b)
+            return self.b.select(by_zero, zero, q)
         if op in ("div", "mod"):
             return self._floor_divmod(op, a, b)
         raise CodegenError(f"unknown integer operation {op}")
+
+    def _shift(self, op: str, a: ir.Value, b: ir.Value, unsigned: bool) -> ir.Value:
+        """numpy's shifts: a count outside [0, width) (as unsigned) shifts every bit out."""
+        t = a.type
+        width = (t.element if isinstance(t, ir.VectorType) else t).width
+        last = ir.Constant(t, width - 1)
+        too_far = self.b.icmp_unsigned(">", b, last)
+        if op == "shr" and not unsigned:
+            return self.b.ashr(a, self.b.select(too_far, last, b))
+        shifted = self.b.shl(a, b) if op == "shl" else self.b.lshr(a, b)
+        return self.b.select(too_far, ir.Constant(t, 0), shifted)
 
     def _floor_divmod(self, op: str, a: ir.Value, b: ir.Value) -> ir.Value:
         t = a.type
@@ -219,7 +267,7 @@ class ScalarEmitter:
     def _expr_Call(self, e: L.Call) -> ir.Value:
         args = [self.expr(a) for a in e.args]
         if not is_float(e.dtype):
-            return self._int_call(e.func, args)
+            return self._int_call(e.func, args, is_unsigned(e.dtype))
         if e.dtype == "float16":  # compute in float32, as libm has no half functions
             args = [self.b.fpext(a, ir.FloatType()) for a in args]
             return self.b.fptrunc(self.float_call(e.func, args, ir.FloatType()), ir.HalfType())
@@ -237,13 +285,13 @@ class ScalarEmitter:
             return self.float_bin("max", args[0], ir.Constant(t, 0.0), ())
         if func in ("max", "min"):
             return self.float_bin(func, args[0], args[1], ())
-        if func == "erf":
-            name = "erff" if isinstance(t, ir.FloatType) else "erf"
+        if func in _LIBM:
+            name = f"{func}f" if isinstance(t, ir.FloatType) else func
             fn = self.module.globals.get(name) or ir.Function(self.module, ir.FunctionType(t, [t]), name)
             return self.b.call(fn, args)
         raise CodegenError(f"no LLVM lowering for builtin {func}")
 
-    def _int_call(self, func: str, args: list[ir.Value]) -> ir.Value:
+    def _int_call(self, func: str, args: list[ir.Value], unsigned: bool) -> ir.Value:
         t = args[0].type
         if func == "abs":
             name = f"llvm.abs.i{t.width}"
@@ -253,14 +301,14 @@ class ScalarEmitter:
         if func == "relu":
             return self.int_bin("max", args[0], ir.Constant(t, 0))
         if func in ("max", "min"):
-            return self.int_bin(func, args[0], args[1])
+            return self.int_bin(func, args[0], args[1], unsigned)
         if func == "pow":
-            return self._int_pow(args[0], args[1])
+            return self._int_pow(args[0], args[1], unsigned)
         if func in ("floor", "ceil"):
             return args[0]
         raise CodegenError(f"builtin {func} needs a float argument")
 
-    def _int_pow(self, base: ir.Value, exp: ir.Value) -> ir.Value:
+    def _int_pow(self, base: ir.Value, exp: ir.Value, unsigned: bool) -> ir.Value:
         """Exponentiation by squaring (wrapping, like numpy); negative exponents give 0."""
         t = base.type
         pre = self.b.block
@@ -275,14 +323,16 @@ class ScalarEmitter:
         result.add_incoming(ir.Constant(t, 1), pre)
         b_.add_incoming(base, pre)
         e_.add_incoming(exp, pre)
-        self.b.cbranch(self.b.icmp_signed(">", e_, ir.Constant(t, 0)), body, done)
+        self.b.cbranch(self.b.icmp_unsigned("!=", e_, ir.Constant(t, 0)), body, done)
         self.b.position_at_end(body)
         odd = self.b.trunc(e_, ir.IntType(1))
         result.add_incoming(self.b.select(odd, self.b.mul(result, b_), result), body)
         b_.add_incoming(self.b.mul(b_, b_), body)
-        e_.add_incoming(self.b.ashr(e_, ir.Constant(t, 1)), body)
+        e_.add_incoming(self.b.lshr(e_, ir.Constant(t, 1)), body)
         self.b.branch(head)
         self.b.position_at_end(done)
+        if unsigned:
+            return result
         negative = self.b.icmp_signed("<", exp, ir.Constant(t, 0))
         return self.b.select(negative, ir.Constant(t, 0), result)
 

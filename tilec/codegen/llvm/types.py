@@ -9,6 +9,8 @@ type it works on.
 
 from __future__ import annotations
 
+import hashlib
+
 import llvmlite.ir as ir
 
 from tilec.errors import CodegenError
@@ -17,11 +19,23 @@ I64 = ir.IntType(64)
 PTR = ir.PointerType()
 VALUE_TYPES: dict[str, ir.Type] = {
     "bool": ir.IntType(1), "int8": ir.IntType(8), "int16": ir.IntType(16), "int32": ir.IntType(32),
-    "int64": ir.IntType(64), "float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
+    "int64": ir.IntType(64), "uint8": ir.IntType(8), "uint16": ir.IntType(16), "uint32": ir.IntType(32),
+    "uint64": ir.IntType(64), "float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
 }
 MEMORY_TYPES: dict[str, ir.Type] = dict(VALUE_TYPES, bool=ir.IntType(8))  # numpy stores a bool in one byte
-_BITS = {"float16": 16, "float32": 32, "float64": 64, "int8": 8, "int16": 16, "int32": 32, "int64": 64}
-_ALIGNMENT = {"float16": 2, "float32": 4, "float64": 8, "int8": 1, "int16": 2, "int32": 4, "int64": 8}
+_BITS = {"float16": 16, "float32": 32, "float64": 64, "int8": 8, "int16": 16, "int32": 32, "int64": 64,
+         "uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64}
+_ALIGNMENT = {name: bits // 8 for name, bits in _BITS.items()}
+
+
+def value_name(name: str) -> str:
+    """A readable LLVM value or block name for an IR name: dots become underscores, and a long name
+    (Tile identifiers have no length limit, LLVM's textual IR and llvmlite's name scopes do) keeps
+    its first characters plus a hash of the whole, so distinct names stay distinct."""
+    name = name.replace(".", "_")
+    if len(name) <= 48:
+        return name
+    return f"{name[:24]}_{hashlib.sha1(name.encode()).hexdigest()[:16]}"
 
 
 def value_type(dtype: str) -> ir.Type:
@@ -43,6 +57,11 @@ def bits(dtype: str) -> int:
 def alignment(dtype: str) -> int:
     """The alignment (bytes) of one element of a buffer of `dtype`."""
     return _ALIGNMENT.get(dtype, 1)
+
+
+def like(v: ir.Value, scalar: ir.Type) -> ir.Type:
+    """`scalar`, or a vector of it as long as `v` where `v` is a vector (conversions keep the lane count)."""
+    return ir.VectorType(scalar, v.type.count) if isinstance(v.type, ir.VectorType) else scalar
 
 
 def i32(value: int) -> ir.Constant:
@@ -82,4 +101,4 @@ def declare_masked(module: ir.Module, kind: str, vt: ir.VectorType) -> ir.Functi
 
 
 __all__ = ["I64", "MEMORY_TYPES", "PTR", "VALUE_TYPES", "alignment", "bits", "declare_intrinsic", "declare_masked",
-           "i32", "memory_type", "type_suffix", "value_type"]
+           "i32", "like", "memory_type", "type_suffix", "value_type"]

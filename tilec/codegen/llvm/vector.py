@@ -22,7 +22,7 @@ import llvmlite.ir as ir
 from tilec.codegen.llvm.scalar import ScalarEmitter
 from tilec.codegen.llvm.types import I64, alignment, declare_intrinsic, declare_masked, memory_type, value_type
 from tilec.ir import loop as L
-from tilec.ir.dtypes import is_float
+from tilec.ir.dtypes import is_float, is_unsigned
 from tilec.ir.visitor import children, walk
 
 # erf(x) / x as a polynomial in x^2 on [0, 1], and erfc(a) e^(a^2) / t as one in t = 1 / (1 + a/2) on [1, 4]
@@ -31,7 +31,7 @@ _ERF_SMALL = (1.1283791659888347, -0.3761262771950353, 0.1128360747074919, -0.02
 _ERF_TAIL = (0.28262213428321226, 0.2741356192705947, 0.29763179332491946, -2.325149435374041e-05,
              0.4360836851755207, -0.3852051177469496, 0.09464298712239096)
 _SAFE_CALLS = {"exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "tanh", "pow", "max", "min"}
-_SAFE_BIN = {"add", "sub", "mul", "div", "min", "max", "and", "or"}
+_SAFE_BIN = {"add", "sub", "mul", "div", "min", "max", "and", "or", "xor", "shl", "shr"}
 
 
 def varies(e: Any, var: str) -> bool:
@@ -105,8 +105,6 @@ def vectorizable(loop: L.For, buffers: dict[str, L.Buffer]) -> bool:
             return False
         if isinstance(e, L.Load) and buffers.get(e.buffer) is None:
             return False
-        if isinstance(e, L.Cast) and (e.dtype == "bool" or e.a.dtype == "bool"):
-            return False  # conversions to and from bool use scalar constants
         return all(expr_ok(c, masked) for c in children(e))
 
     def store_ok(s: L.Store, masked: bool) -> bool:
@@ -244,13 +242,9 @@ class VectorLoop:
             return self.load(e)
         if isinstance(e, L.Bin):
             a, b = self.vector(e.a), self.vector(e.b)
-            if e.op == "and":
-                return self.b.and_(a, b)
-            if e.op == "or":
-                return self.b.or_(a, b)
             if is_float(e.dtype):
                 return self.em.float_bin(e.op, a, b, ())
-            return self.em.int_bin(e.op, a, b)
+            return self.em.int_bin(e.op, a, b, is_unsigned(e.dtype))
         if isinstance(e, L.Cmp):
             return self.em.compare(e.op, e.a.dtype, self.vector(e.a), self.vector(e.b))
         if isinstance(e, L.Not):

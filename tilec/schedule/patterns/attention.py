@@ -20,7 +20,6 @@ import math
 from dataclasses import dataclass
 
 from tilec.ir import tensor as T
-from tilec.ir.affine import INF
 from tilec.ir.bounds import BoundAccess, BoundContraction, BoundElementwise, BoundProgram
 from tilec.schedule.nest import Range
 from tilec.schedule.patterns.dataflow import reader_counts
@@ -184,7 +183,7 @@ def causal_guard(b: BoundContraction, s: str, t: str, rows: int) -> bool:
     """b's only guard is 0 <= s - t (< S): the causal mask, t <= s."""
     (guard,) = b.guards if len(b.guards) == 1 else (None,)
     return (guard is not None and dict(guard.expr.coeffs) == {s: 1, t: -1} and guard.expr.const == 0
-            and guard.expr.divisor == 1 and guard.lo == 0 and (guard.hi == INF or guard.hi >= rows - 1))
+            and guard.expr.divisor == 1 and guard.lo == 0 and (guard.hi is None or guard.hi >= rows - 1))
 
 
 def match(index: int, bp: BoundProgram, dtypes: tuple[str, ...]) -> AttentionPlan | None:

@@ -19,8 +19,9 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from tilec.ir import loop as L
-from tilec.ir.affine import INF, IntAffine
+from tilec.ir.affine import IntAffine
 from tilec.ir.bounds import BoundAccess, Condition
+from tilec.ir.conditions import normalise
 from tilec.ir.lower import affine_expr
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.patterns.layout_copy import Copy
@@ -37,14 +38,15 @@ def access_padding(access: BoundAccess, guards: tuple[Condition, ...], box: Mapp
     or an index is fractional."""
     if any(e.divisor != 1 for e in access.indices):
         return None
+    bounds = [normalise(Condition(e, 0, n - 1)) for e, n in zip(access.indices, shape)]  # as guards are
     for g in guards:
-        if not any(g.expr == e and g.lo in (0, -INF) and g.hi in (n - 1, INF)
-                   for e, n in zip(access.indices, shape)):
+        if not any(g.expr == b.expr and g.lo in (b.lo, None) and g.hi in (b.hi, None) for b in bounds):
             return None
     pads = []
     for e, n in zip(access.indices, shape):
         lo, hi = e.interval(box)
-        pads.append((max(0, int(-lo)), max(0, int(hi) - (n - 1))))
+        assert lo is not None and hi is not None  # the box is bounded
+        pads.append((max(0, -lo), max(0, hi - (n - 1))))
     return tuple(pads)
 
 

@@ -1,0 +1,109 @@
+"""Differential fuzzing: every random valid program compiled for the default target computes what
+the reference interpreter (target "interp") computes.
+
+Each generated program holds several independent statements (each one a random program: this is
+how the CI run reaches its count within budget; see tests/fuzz_programs.py). Both sides either
+return equal results (same shapes and dtypes; integers and booleans exact; floats within a
+dtype-appropriate tolerance, NaN where NaN) or both raise a TilecError. Two differences are
+explained: an '=' that writes a cell twice, which the interpreter always sees and the compiler only
+where its analysis can, and the compiler's refusal (a TilecError) of
+index arithmetic beyond 64 bits, a limit of compiled code the interpreter does not have. Any
+other exception is a failure.
+
+The default run executes FUZZ_PROGRAMS programs (>= 2,000 statements); the `slow` run reads
+TILEC_FUZZ_EXAMPLES (default 50,000 statements) and TILEC_FUZZ_SEED (run it with ``-m slow``).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from fuzz_programs import Case, cases
+
+import tilec
+from tilec.errors import SemanticError, TilecError
+
+STATEMENTS_PER_PROGRAM = 5  # at most
+FUZZ_PROGRAMS = 800  # ~2,300 statements (2.9 per program on average, measured)
+COMPILER_LIMITS = ("exceeds 64 bits", "too large to index")  # refusals where the interpreter has no limit
+TOLERANCE = {"float16": 2e-2, "float32": 2e-4, "float64": 1e-9}
+
+
+def _run(function: tilec.Function, arrays: tuple[np.ndarray, ...]) -> tuple[Any, ...] | TilecError:
+    """The outputs as a tuple, or the TilecError raised (any other exception propagates)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            result = function(*arrays)
+        except TilecError as err:
+            return err
+    return result if isinstance(result, tuple) else (result,)
+
+
+def _compile(source: str, target: str) -> tilec.Function | TilecError:
+    try:
+        return tilec.compile(source, target=target)
+    except TilecError as err:
+        return err
+
+
+def outcome(source: str, arrays: tuple[np.ndarray, ...], target: str) -> tuple[Any, ...] | TilecError:
+    function = _compile(source, target)
+    return function if isinstance(function, TilecError) else _run(function, arrays)
+
+
+def _mismatch(want: np.ndarray, got: np.ndarray) -> str | None:
+    """Why `got` differs from the interpreter's `want`, or None."""
+    if want.shape != got.shape or want.dtype != got.dtype:
+        return f"expected {want.dtype}{list(want.shape)}, got {got.dtype}{list(got.shape)}"
+    if want.dtype.kind != "f":
+        return None if np.array_equal(want, got) else f"expected {want!r}, got {got!r}"
+    if not np.array_equal(np.isnan(want), np.isnan(got)):
+        return f"NaN at different cells: expected {want!r}, got {got!r}"
+    rtol = TOLERANCE[want.dtype.name]
+    scale = max(1.0, float(np.nanmax(np.abs(np.where(np.isinf(want), 0, want)), initial=0)))
+    w, g = want.astype(np.float64), got.astype(np.float64)
+    same_inf = np.array_equal(np.isinf(w), np.isinf(g)) and np.array_equal(w[np.isinf(w)], g[np.isinf(g)])
+    finite = ~np.isnan(w) & ~np.isinf(w)
+    if same_inf and np.allclose(w[finite], g[finite], rtol=rtol, atol=rtol * scale):
+        return None
+    return f"expected {want!r}, got {got!r}"
+
+
+def check(case: Case) -> None:
+    """Assert that the compiled program and the interpreter agree on `case` (see the module docstring)."""
+    want = outcome(case.source, case.arrays, "interp")
+    got = outcome(case.source, case.arrays, "llvm")
+    where = f"\n{case.describe()}"
+    if isinstance(want, TilecError) or isinstance(got, TilecError):
+        if isinstance(want, TilecError) and isinstance(got, TilecError):
+            return
+        if isinstance(want, SemanticError) and "more than once" in str(want):
+            return  # '=' writing a cell twice: the compiler refuses it only where it can see it
+        if isinstance(got, TilecError) and any(limit in str(got) for limit in COMPILER_LIMITS):
+            return  # a documented limit of the compiled code, refused with a TilecError: no wrong answer
+        raise AssertionError(f"only one side raised: interp {want!r}, compiled {got!r}{where}")
+    assert len(want) == len(got)
+    for k, (w, g) in enumerate(zip(want, got)):
+        problem = _mismatch(np.asarray(w), np.asarray(g))
+        assert problem is None, f"output {k} differs: {problem}{where}"
+
+
+@settings(max_examples=FUZZ_PROGRAMS, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cases(STATEMENTS_PER_PROGRAM))
+def test_compiled_programs_equal_the_interpreter(case: Case):
+    check(case)
+
+
+@pytest.mark.slow
+def test_compiled_programs_equal_the_interpreter_nightly():
+    examples = int(int(os.environ.get("TILEC_FUZZ_EXAMPLES", "50000")) / 2.9)  # statements -> programs
+    run = settings(max_examples=max(1, examples), deadline=None, database=None,
+                   suppress_health_check=list(HealthCheck))(given(cases(STATEMENTS_PER_PROGRAM))(check))
+    seed(int(os.environ.get("TILEC_FUZZ_SEED", "15")))(run)()

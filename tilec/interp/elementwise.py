@@ -1,0 +1,160 @@
+"""One elementwise statement evaluated with numpy over whole tensors.
+
+Requires the arrays the expression reads. Guarantees numpy broadcasting and the language's type
+rules: every subexpression is computed in the dtype tilec.ir.dtypes.expr_type gives it (the
+specification of promotion; literals are weak), literal-only subexpressions with Python numbers;
+comparisons in the operands' common type; integer ``/`` is floor division; ``+`` and ``*`` on
+booleans are ``or`` and ``and``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Union
+
+import numpy as np
+
+from tilec.errors import BindError, TilecError
+from tilec.ir import tensor as T
+from tilec.ir.dtypes import elementwise_dtype, expr_type
+
+Value = Union[np.ndarray, int, float]
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
+
+
+FUNCTIONS: dict[str, Callable[..., np.ndarray]] = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "sin": np.sin, "cos": np.cos,
+    "sigmoid": lambda x: (1 / (1 + np.exp(-x))).astype(x.dtype), "erf": _erf,
+    "floor": np.floor, "ceil": np.ceil, "abs": np.abs, "relu": lambda x: np.maximum(x, x.dtype.type(0)),
+    "pow": np.power, "max": np.maximum, "min": np.minimum,
+}
+
+
+def _cast(dtype: str, value: Value) -> np.ndarray:
+    """`value` as an array of `dtype`; a weak integer literal must fit, as numpy requires."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, int) and np.dtype(dtype).kind in "iu":
+            info = np.iinfo(dtype)
+            if not info.min <= value <= info.max:
+                raise BindError(f"the literal {value} does not fit in {dtype}; write it as a float or use a "
+                                f"wider input dtype")
+        if np.dtype(dtype) == np.bool_:
+            return np.asarray(bool(value))
+        if np.dtype(dtype).kind in "iu" and isinstance(value, float):
+            value = int(value) if math.isfinite(value) else 0
+        return np.asarray(value, dtype=dtype)
+    return np.asarray(value).astype(dtype)
+
+
+class _Evaluator:
+    def __init__(self, values: dict[str, np.ndarray]) -> None:
+        self.values = values
+        self.dtypes = {n: a.dtype.name for n, a in values.items()}
+
+    def eval(self, e: T.EExpr) -> Value:
+        t = expr_type(e, self.dtypes)
+        if isinstance(e, T.ETensor):
+            return self.values[e.name]
+        if isinstance(e, T.EConst):
+            return e.value
+        if isinstance(t, type):
+            return _literal(e, self)
+        if isinstance(e, T.EUnary):
+            if t == "bool":
+                raise BindError("cannot negate a boolean; use 'c ? 0 : 1'")
+            return _cast(t, 0) - _cast(t, self.eval(e.a))
+        if isinstance(e, T.EBinary):
+            a, b = _cast(t, self.eval(e.a)), _cast(t, self.eval(e.b))
+            if t == "bool":
+                if e.op not in "+*":
+                    raise BindError(f"arithmetic '{e.op}' on booleans; convert with 'c ? 1 : 0' first")
+                return a | b if e.op == "+" else a & b
+            if e.op == "/":
+                return a / b if np.dtype(t).kind == "f" else _trunc_divide(a, b)
+            return {"+": np.add, "-": np.subtract, "*": np.multiply}[e.op](a, b)
+        if isinstance(e, T.ECompare):
+            common = _common(expr_type(e.a, self.dtypes), expr_type(e.b, self.dtypes))
+            a, b = _cast(common, self.eval(e.a)), _cast(common, self.eval(e.b))
+            return {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+                    "==": np.equal, "!=": np.not_equal}[e.op](a, b)
+        if isinstance(e, T.ESelect):
+            cond = self.eval(e.cond)
+            truth = np.asarray(cond) != 0
+            return np.where(truth, _cast(t, self.eval(e.a)), _cast(t, self.eval(e.b)))
+        if isinstance(e, T.ECall):
+            fn = FUNCTIONS.get(e.func)
+            if fn is None:
+                raise TilecError(f"the interpreter has no implementation of '{e.func}'")
+            args = [_cast(t, self.eval(a)) for a in e.args]
+            try:
+                return np.asarray(fn(*args)).astype(t)
+            except ValueError as err:  # integers to negative integer powers
+                raise BindError(f"'{e.func}' on {t} fails in numpy: {err}") from None
+        raise TilecError(f"the interpreter does not know the expression {e!r}")
+
+
+def _common(a: Any, b: Any) -> str:
+    if isinstance(a, type) and isinstance(b, type):
+        return "float64" if float in (a, b) else "int64"
+    return np.result_type(*[np.dtype(x) if isinstance(x, str) else x(0) for x in (a, b)]).name
+
+
+def _trunc_divide(a: Any, b: Any) -> Any:
+    """Integer ``a / b`` rounded toward zero, as PlaidML's C code divides; x / 0 is 0, as compiled."""
+    q, r = np.floor_divide(a, b), np.remainder(a, b)
+    return np.where((r != 0) & ((np.asarray(a) < 0) != (np.asarray(b) < 0)), q + 1, q).astype(np.asarray(q).dtype)
+
+
+def _literal(e: T.EExpr, ev: _Evaluator) -> Union[int, float]:
+    """A literal-only subexpression with Python numbers (ints stay exact)."""
+    if isinstance(e, T.EConst):
+        return e.value
+    if isinstance(e, T.EUnary):
+        return -_literal(e.a, ev)
+    if isinstance(e, T.EBinary):
+        a, b = _literal(e.a, ev), _literal(e.b, ev)
+        if e.op == "/":
+            if isinstance(a, int) and isinstance(b, int):
+                return abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1) if b else 0  # toward zero
+            return a / b if b else (math.copysign(math.inf, a) * math.copysign(1, b) if a else math.nan)
+        return a + b if e.op == "+" else a - b if e.op == "-" else a * b
+    if isinstance(e, T.ECompare):
+        a, b = _literal(e.a, ev), _literal(e.b, ev)
+        return int({"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b, "!=": a != b}[e.op])
+    if isinstance(e, T.ESelect):
+        return _literal(e.a, ev) if _literal(e.cond, ev) else _literal(e.b, ev)
+    if not isinstance(e, T.ECall):
+        raise TilecError(f"the interpreter does not know the expression {e!r}")
+    fn = FUNCTIONS.get(e.func)
+    if fn is None:
+        raise TilecError(f"the interpreter has no implementation of '{e.func}'")
+    args = [_literal(a, ev) for a in e.args]
+    kind = expr_type(e, ev.dtypes)
+    wide = "float64" if kind is float else "int64"  # a builtin of literals: numpy computes, the type stays weak
+    try:
+        with np.errstate(all="ignore"):
+            value = np.asarray(fn(*[np.asarray(a, dtype=wide) for a in args]))
+    except (ValueError, OverflowError):  # numpy refuses integers to negative integer powers
+        return math.nan
+    return float(value) if kind is float else int(value)
+
+
+def run_elementwise(stmt: T.Elementwise, values: dict[str, np.ndarray]) -> np.ndarray:
+    """The value of `stmt` (broadcast to its tensors' common shape, in its dtype)."""
+    names = T.eexpr_tensors(stmt.expr)
+    try:
+        shape = np.broadcast_shapes(*[values[n].shape for n in names]) if names else ()
+    except ValueError:
+        listing = ", ".join(f"{n} {values[n].shape}" for n in names)
+        raise BindError(f"shapes do not broadcast in '{stmt}': {listing}") from None
+    dtype = elementwise_dtype(stmt.expr, {n: values[n].dtype.name for n in names})
+    with np.errstate(all="ignore"):
+        result = _cast(dtype, _Evaluator({n: values[n] for n in names}).eval(stmt.expr))
+    return np.array(np.broadcast_to(result, shape), dtype=dtype)
+
+
+__all__ = ["FUNCTIONS", "run_elementwise"]

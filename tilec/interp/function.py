@@ -1,0 +1,115 @@
+"""`tilec.compile(src, target="interp")`: the tensor IR executed statement by statement with numpy.
+
+Obviously correct and slow, and independent of the compiler's bounds inference, lowering and code
+generation, so that it can be their oracle (tests/test_fuzz_differential.py) and a debugging aid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tilec.errors import BindError, TilecError
+from tilec.interp.contraction import run_contraction
+from tilec.interp.elementwise import run_elementwise
+from tilec.ir import tensor as T
+from tilec.ir.dtypes import check_supported
+from tilec.runtime.function import Function, _as_array
+
+
+class InterpretedFunction(Function):
+    """A Tile program run by the reference interpreter. Call it like any compiled Function.
+
+    Arguments bind as for a compiled Function (positionally or by name, the same BindErrors), and
+    the result is the output array, or a tuple of them for several outputs.
+
+    Printing intermediates on request:
+
+    - ``f.trace(*args)`` runs the program and returns ``{name: array}`` for the inputs and every
+      statement's result, in program order;
+    - ``f.log = print`` (any callable taking a str) reports each statement and a summary of its
+      result (shape, dtype, min, max) as it runs; ``f.log = None`` (the default) is silent.
+
+    Candidate index tuples are enumerated over a box derived with exact integer arithmetic; a
+    statement with more than tilec.interp.tuples.MAX_TUPLES of them is refused with a TilecError.
+    """
+
+    def __init__(self, source: str, **sizes: int) -> None:
+        super().__init__(source, "llvm", **sizes)
+        self.target_name = "interp"
+        self.log: Callable[[str], None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<tilec.Function ({', '.join(self.inputs)}) -> ({', '.join(self.outputs)}) interpreted>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        env = self.trace(*args, **kwargs)
+        results = [env[name] for name in self.outputs]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def trace(self, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
+        """Every input and every statement's result by name (see the class docstring)."""
+        values = {name: _as_array(name, self._values(args, kwargs)[name]) for name in self.inputs}
+        for name, array in values.items():
+            check_supported(name, array.dtype)
+        sizes = dict(self.sizes)
+        for param in self.program.params:
+            _bind_param(param, values[param.name].shape, sizes)
+        for stmt in self.program.statements:
+            values[stmt.output] = run_statement(stmt, values, sizes)
+            if self.log is not None:
+                self.log(f"{stmt};  ->  {summary(values[stmt.output])}")
+        return values
+
+    def kernel_for(self, shapes: Any, dtypes: Any, size_values: Any = None) -> Any:
+        raise TilecError("the interpreter (target 'interp') has no kernels; compile with target 'llvm' for them")
+
+    def kernel(self, sig: Any) -> Any:
+        raise TilecError("the interpreter (target 'interp') has no kernels; compile with target 'llvm' for them")
+
+    def explain(self, shapes: Any, dtypes: Any = None, stage: str | None = None) -> str:
+        """The interpreter runs the tensor IR itself: that is all there is to show."""
+        return str(self.program)
+
+    def with_schedule(self, schedule: Any) -> "Function":
+        raise TilecError("the interpreter (target 'interp') takes no schedule")
+
+
+def run_statement(stmt: T.Statement, values: dict[str, np.ndarray], sizes: dict[str, int]) -> np.ndarray:
+    """The result of one statement over the arrays computed so far."""
+    if isinstance(stmt, T.Contraction):
+        return run_contraction(stmt, values, sizes)
+    if isinstance(stmt, T.Elementwise):
+        return run_elementwise(stmt, values)
+    raise TilecError(f"the interpreter does not know the statement '{stmt}'")
+
+
+def summary(array: np.ndarray) -> str:
+    """``dtype[shape]`` and, for non-empty arrays, the range of the values."""
+    text = f"{array.dtype.name}{list(array.shape)}"
+    if array.size:
+        text += f" min {array.min()} max {array.max()}"
+    return text
+
+
+def _bind_param(param: T.TensorParam, shape: tuple[int, ...], sizes: dict[str, int]) -> None:
+    """Bind the size symbols of an input's declared dims to its shape (BindError where they disagree)."""
+    if param.dims is None:
+        return
+    if len(shape) != len(param.dims):
+        raise BindError(f"argument '{param.name}' has shape {shape} (rank {len(shape)}) but is declared as "
+                        f"{param} (rank {len(param.dims)})")
+    for axis, (dim, extent) in enumerate(zip(param.dims, shape)):
+        if isinstance(dim, T.IConst) and dim.value != extent:
+            raise BindError(f"argument '{param.name}' has shape {shape}, but dimension {axis} is declared as "
+                            f"{dim.value}")
+        if isinstance(dim, T.ISize):
+            if sizes.get(dim.name, extent) != extent:
+                raise BindError(f"size symbol '{dim.name}' disagrees: argument '{param.name}' has {dim.name} = "
+                                f"{extent} (dimension {axis}), but {dim.name} = {sizes[dim.name]} already")
+            sizes[dim.name] = extent
+
+
+__all__ = ["InterpretedFunction", "run_statement", "summary"]
