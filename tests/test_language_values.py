@@ -351,3 +351,12 @@ def test_index_dimension_given_by_a_constant_statement():
     cols, two = f(rand(3, 4))
     np.testing.assert_array_equal(cols, np.broadcast_to(np.arange(4), (3, 4)))
     assert int(two) == 2
+
+
+def test_cast_width_given_by_a_constant_statement():
+    # PlaidML's EDSL prints `_X7 = 32; _X8 = as_uint(_X6, _X7);` (plaidml/plaidml: plaidml2/edsl/edsl_test.py, arg_max)
+    f = tilec.compile("function (_X0) -> (_X8) { _X7 = 32; _X8 = as_int(_X0, _X7); }")
+    x = rand(5) * 10
+    out = f(x)
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, np.trunc(x).astype(np.int32))

@@ -379,7 +379,9 @@ def _call(e: ast.Call, scope: _Scope) -> T.EExpr:
     if len(e.args) != builtin.arity:
         raise scope.error(f"'{name}' takes {builtin.arity} argument(s), got {len(e.args)}", e.func.pos)
     if name in CAST_WIDTHS:
-        width = e.args[1]
+        width = e.args[1]  # a literal, or a constant statement as PlaidML's EDSL prints it (`_X7 = 32;`)
+        if isinstance(width, ast.Name) and width.name in scope.constants:
+            width = ast.Int(scope.constants[width.name], width.pos)
         if not (isinstance(width, ast.Int) and width.value in CAST_WIDTHS[name]):
             allowed = ", ".join(map(str, CAST_WIDTHS[name]))
             raise scope.error(f"the bit width of '{name}' must be an integer literal, one of {allowed}",
