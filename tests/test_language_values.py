@@ -360,3 +360,11 @@ def test_cast_width_given_by_a_constant_statement():
     out = f(x)
     assert out.dtype == np.int32
     np.testing.assert_array_equal(out, np.trunc(x).astype(np.int32))
+
+
+def test_a_tensor_that_also_names_an_output_size_stays_a_tensor():
+    # `B` sizes the output (bound from b's range) and is the batched right operand: a tensor, not a scalar size input
+    f = tilec.compile("C[b, i, j: B, M, N] = +(A[b, i, k] * B[b, k, j])")
+    a, b = rand(3, 4, 5), rand(3, 5, 2)
+    assert f.size_inputs == ()
+    np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5, atol=1e-5)

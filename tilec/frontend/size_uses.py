@@ -74,6 +74,9 @@ def scalar_bound_by_own_range(s: ast.ContractionNode, known: Container[str]) -> 
 
 
 def scalar_size_inputs(node: ast.ProgramNode) -> list[str]:
-    """The scalar inputs (``S[]``, or without dims) that `node` reads as sizes somewhere."""
+    """The scalar inputs (``S[]``, or without dims) that `node` reads as sizes somewhere, and never
+    indexes as a tensor (`B[b, k, j]` names a tensor even where `B` also sizes an output)."""
     used = names_used_as_sizes(node)
-    return [p.name.name for p in node.params if p.dims in (None, ()) and p.name.name in used]
+    indexed = {a.tensor.name for s in node.statements if isinstance(s, ast.ContractionNode)
+               for a in s.operands if a.indices}
+    return [p.name.name for p in node.params if p.dims in (None, ()) and p.name.name in used - indexed]

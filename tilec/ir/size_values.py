@@ -119,6 +119,12 @@ def size_inputs(program: T.Program) -> tuple[str, ...]:
     """Scalar inputs read as sizes (in indices, output sizes, constraints, intrinsics' sizes, or as
     values in statements), in input order; the kernel is specialised per value."""
     used: set[str] = set()
+    tensors: set[str] = set()  # inputs indexed as tensors: `B` in `C[b: B] = +(B[b])` is one
     for st in program.statements:
         used |= T.statement_sizes(st)
-    return tuple(p.name for p in program.params if p.name in used and (p.dims is None or p.dims == ()))
+        if isinstance(st, T.Contraction):
+            tensors |= {a.tensor for a in st.operands if a.indices}
+        else:
+            tensors |= set(T.statement_reads(st))
+    return tuple(p.name for p in program.params
+                 if p.name in used and p.name not in tensors and (p.dims is None or p.dims == ()))
