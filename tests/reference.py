@@ -129,12 +129,14 @@ def softmax_rows(X):
     return E / E.sum(axis=1, keepdims=True)
 
 
-def int_floor_div(a, b):
-    """Tile integer `/`: numpy floor division, with division by zero giving 0."""
+def int_trunc_div(a, b):
+    """Tile integer `/`: rounded toward zero (as PlaidML's generated C code divides), with division
+    by zero giving 0."""
     a = np.asarray(a)
     b = np.asarray(b)
     safe = np.where(b == 0, 1, b)
-    return np.where(b == 0, 0, a // safe).astype(np.result_type(a, b))
+    q = np.abs(a) // np.abs(safe) * np.where((a >= 0) == (safe > 0), 1, -1)
+    return np.where(b == 0, 0, q).astype(np.result_type(a, b))
 
 
 # ------------------------------------------------------------------ shared Tile programs

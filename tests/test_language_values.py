@@ -137,7 +137,7 @@ def test_integer_literal_combination_keeps_integer_type():
     a = RNG.integers(-9, 9, (4, 3)).astype(np.int32)
     out = tilec.compile("function (A[M, K]) -> (O) { O[i: M] = +(A[i, k] / 2); }")(a)
     assert out.dtype == np.int32
-    np.testing.assert_array_equal(out, (a // 2).sum(1))  # tilec's integer '/' on tensors floors
+    np.testing.assert_array_equal(out, np.trunc(a / 2).astype(np.int32).sum(1))  # integer '/' truncates
 
 
 @pytest.mark.parametrize("default,fill", [("-1e30", -1e30), ("0", 0.0), ("2.5", 2.5), ("-7", -7.0)])
@@ -217,12 +217,12 @@ def test_printed_programs_parse_back_equal(src: str):
 
 def test_reverse_grad_is_the_identity_whose_gradient_is_reversed_and_scaled():
     rng = np.random.default_rng(3)
-    l, r = rng.standard_normal((3, 4)).astype(np.float32), np.float32(0.5)
+    x, r = rng.standard_normal((3, 4)).astype(np.float32), np.float32(0.5)
     src = "function (L[M, N], R[]) -> (O) { O = reverse_grad(L, R); }"
-    np.testing.assert_array_equal(tilec.compile(src)(l, r), l)
-    np.testing.assert_array_equal(tilec.compile(src, target="interp")(l, r), l)
+    np.testing.assert_array_equal(tilec.compile(src)(x, r), x)
+    np.testing.assert_array_equal(tilec.compile(src, target="interp")(x, r), x)
     g = tilec.grad("function (L[M, N], R[]) -> (O) { T = reverse_grad(L, R); O = T * T; }", wrt=["L"])
-    np.testing.assert_allclose(g(l, r, np.ones_like(l)), -r * 2 * l, rtol=1e-6)
+    np.testing.assert_allclose(g(x, r, np.ones_like(x)), -r * 2 * x, rtol=1e-6)
 
 
 def test_assertions_over_sizes_hold_or_name_the_failed_condition():
@@ -234,3 +234,181 @@ def test_assertions_over_sizes_hold_or_name_the_failed_condition():
             tilec.compile(src, target=target)(np.ones((2, 2), np.float32), k)
     with pytest.raises(tilec.SemanticError, match="condition on sizes"):
         tilec.compile("function (A) -> (O) { O = assert_positive(A > 0); }")
+
+
+@pytest.mark.parametrize("combination,reference", [
+    ("+(A[i, k] * N)", lambda a: (a * a.shape[1]).sum(1)),
+    ("+(A[i, k] + N)", lambda a: (a + a.shape[1]).sum(1)),
+    ("+(A[i, k] - N)", lambda a: (a - a.shape[1]).sum(1)),
+    ("+(A[i, k] / N)", lambda a: a.mean(1)),
+    ("+(N * A[i, k])", lambda a: (a * a.shape[1]).sum(1)),
+    ("+(A[i, k] * 3)", lambda a: (a * 3).sum(1)),
+    ("+(A[i, k] + 2.5)", lambda a: (a + 2.5).sum(1)),
+    ("+(A[i, k] * B[i, k])", lambda a: (a * a).sum(1)),
+    ("+(A[i, k] + B[i, k])", lambda a: (a + a).sum(1)),
+])
+def test_a_size_or_literal_on_either_side_of_the_access(combination: str, reference):
+    # `+(A[i] * N)` used to stop with "expected '['": the operator was one rule shared with `A * B`
+    a = rand(4, 6)
+    args = (a, a) if "B[" in combination else (a,)
+    params = "A[M, N], B[M, N]" if "B[" in combination else "A[M, N]"
+    out = tilec.compile(f"function ({params}) -> (O) {{ O[i: M] = {combination}; }}")(*args)
+    np.testing.assert_allclose(out, reference(a), rtol=1e-5, atol=1e-5)
+
+
+def test_names_as_plaidml_prints_them():
+    # PlaidML's EDSL prints tensors `_X0` and index variables `x0` (plaidml/plaidml: plaidml/edsl tests);
+    # the case is that of the first letter after the underscores, so `_x1` is an index variable
+    src = """function (_X0[_X0_0, _X0_1], _X1[_X1_0, _X1_1]) -> (_X3) {
+      _X2[x0, _x1 : _X0_0, _X1_1] = +(_X0[x0, __k] * _X1[__k, _x1]);
+      _X3 = _X2 * _X0_1;
+    }"""
+    a, b = rand(3, 4), rand(4, 5)
+    np.testing.assert_allclose(tilec.compile(src)(a, b), (a @ b) * 4, rtol=1e-5)
+
+
+def test_temporaries_never_collide_with_source_names_or_each_other():
+    # desugaring (`O_Operand`) and builtin_softmax (`S_max`, `S_exp`, `S_sum`) take fresh names: the
+    # source's own `O_Operand`, `S_max` and `S_exp2` stay what they are
+    src = """function (A[M, N]) -> (O, S, O_Operand, S_max, S_exp2) {
+      S = builtin_softmax(A, M, N);
+      S_max = A + 1;
+      S_exp2 = A * 2;
+      O_Operand = A - 1;
+      O[i: M] = +(A[i, j] * 3);
+    }"""
+    a = rand(3, 4)
+    o, s, operand, smax, sexp = tilec.compile(src)(a)
+    e = np.exp(a - a.max(1, keepdims=True))
+    np.testing.assert_allclose(s, e / e.sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(o, (a * 3).sum(1), rtol=1e-5)
+    np.testing.assert_allclose(operand, a - 1)
+    np.testing.assert_allclose(smax, a + 1)
+    np.testing.assert_allclose(sexp, a * 2)
+
+
+@given(n=st.integers(1, 12), stride=st.integers(1, 4))
+@settings(max_examples=15, deadline=None)
+def test_statements_computed_from_a_scalar_size_input_are_sizes(n: int, stride: int):
+    # S is read as a size in the index, so `PX = ... / S` (before that use) is an integer size statement
+    f = tilec.compile("function (I[N], S[]) -> (O) { PX = max(0, (N - 1) / S); O[x: N] = +(I[S*x - PX]); }")
+    x = rand(n)
+    px = max(0, (n - 1) // stride)
+    want = np.array([x[stride * o - px] if 0 <= stride * o - px < n else 0 for o in range(n)], np.float32)
+    np.testing.assert_array_equal(f(x, np.int32(stride)), want)
+
+
+def test_a_scalar_input_used_only_through_a_statement_is_a_size():
+    f = tilec.compile("function (I[N], S) -> (O) { P = S / 2; O[x: N - P] = +(I[x + P]); }")
+    x = rand(10)
+    for s in (0, 3, 5):
+        np.testing.assert_array_equal(f(x, np.int64(s)), x[s // 2:])
+
+
+def test_reshape_to_a_scalar_input_size():
+    # PlaidML's op library passes reshape's sizes as scalar inputs (plaidml/plaidml: plaidml/op.py, reshape)
+    f = tilec.compile("function (I, D0) -> (O) { O = reshape(I, D0, 12); }")
+    x = rand(4, 6)
+    for d0 in (2, 1):
+        np.testing.assert_array_equal(f(x[:d0 * 2], np.int32(d0)), x[:d0 * 2].reshape(d0, 12))
+
+
+def test_kernel_for_binds_scalar_size_inputs():
+    from tilec.runtime.function import pointer_runner
+
+    f = tilec.compile("function (I[N], S[]) -> (O) { OX = (N - 1) / S + 1; O[x: OX] = =(I[S * x]); }")
+    x = rand(10)
+    for stride in (2, 3):
+        kernel = f.kernel_for(((10,), ()), ("float32", "int32"), {"S": stride})
+        s = np.array(stride, np.int32)
+        out = np.empty(kernel.params[2].shape, np.float32)
+        pointer_runner(kernel, 3)([x.ctypes.data, s.ctypes.data, out.ctypes.data])
+        np.testing.assert_array_equal(out, x[::stride])
+    with pytest.raises(tilec.BindError, match="reads the input.* S as sizes; pass exactly their values"):
+        f.kernel_for(((10,), ()), ("float32", "int32"))
+    with pytest.raises(tilec.BindError, match="must be an integer"):
+        f.kernel_for(((10,), ()), ("float32", "int32"), {"S": 2.0})
+
+
+def test_torch_size_value_reads_an_integer_scalar_tensor():
+    import torch
+    from tilec.runtime.torch_cuda import size_value
+
+    assert size_value("S", torch.tensor(3, dtype=torch.int64)) == 3
+    for bad in (torch.tensor(3.0), torch.tensor([3]), torch.tensor(True)):
+        with pytest.raises(tilec.BindError, match="'S' is used as a size"):
+            size_value("S", bad)
+
+
+@given(a=st.integers(-50, 50), b=st.integers(-9, 9).filter(bool), n=st.integers(0, 30))
+@settings(max_examples=25, deadline=None)
+def test_every_integer_division_rounds_toward_zero(a: int, b: int, n: int):
+    # PlaidML folds size statements, output sizes and constraint bounds with a double quotient cast to
+    # int64 (tile/lang/type.cc, ConstantPropagate), and divides integer tensors with C's '/'
+    def trunc(x: int, y: int) -> int:
+        return abs(x) // abs(y) * (1 if (x >= 0) == (y > 0) else -1)
+
+    f = tilec.compile(f"""function (X[N], A, B) -> (P, Q, O, C) {{
+      P = (N - {-a}) / {b};
+      Q = A / B;
+      O[i: max(0, (N - {-a}) / {b}) + 1] = +(X[i]);
+      C[i: N] = +(X[i]), i < max(0, (N - {-a}) / {b});
+    }}""")
+    x = rand(n)
+    p, q, o, c = f(x, np.int32(a), np.int32(b))
+    want = trunc(n + a, b)
+    assert int(p) == want and int(q) == trunc(a, b)
+    assert o.shape == (max(0, want) + 1,)
+    np.testing.assert_array_equal(c, np.where(np.arange(n) < max(0, want), x, 0))
+
+
+def test_index_dimension_given_by_a_constant_statement():
+    # PlaidML's EDSL prints `_X4 = 0; _X5 = index(_X3, _X4);` (plaidml/plaidml: plaidml2/edsl/edsl_test.py, arg_max)
+    src = """function (_X0[_X0_0, _X0_1]) -> (_X5, _X6) {
+      _X4 = 1;
+      _X5 = index(_X0, _X4);
+      _X6 = index(_X0, _X4 - 1);
+    }"""
+    with pytest.raises(tilec.SemanticError, match="integer literal"):
+        tilec.parse(src)  # an expression is not a constant statement
+    f = tilec.compile(src.replace("_X6 = index(_X0, _X4 - 1);", "_X6 = _X4 * 2;"))
+    cols, two = f(rand(3, 4))
+    np.testing.assert_array_equal(cols, np.broadcast_to(np.arange(4), (3, 4)))
+    assert int(two) == 2
+
+
+def test_cast_width_given_by_a_constant_statement():
+    # PlaidML's EDSL prints `_X7 = 32; _X8 = as_uint(_X6, _X7);` (plaidml/plaidml: plaidml2/edsl/edsl_test.py, arg_max)
+    f = tilec.compile("function (_X0) -> (_X8) { _X7 = 32; _X8 = as_int(_X0, _X7); }")
+    x = rand(5) * 10
+    out = f(x)
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, np.trunc(x).astype(np.int32))
+
+
+def test_a_tensor_that_also_names_an_output_size_stays_a_tensor():
+    # `B` sizes the output (bound from b's range) and is the batched right operand: a tensor, not a scalar size input
+    f = tilec.compile("C[b, i, j: B, M, N] = +(A[b, i, k] * B[b, k, j])")
+    a, b = rand(3, 4, 5), rand(3, 5, 2)
+    assert f.size_inputs == ()
+    np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_tuples_name_tensors_together_and_element_reads_one():
+    # PlaidML's tile/lang tests ("Tupleism"): T = tuple(A, B); C = element(T, 0)
+    src = """function (A[I, K], B[K, J]) -> (O) {
+      T = tuple(A, B);
+      C = element(T, 0);
+      D = element(T, 1);
+      O[i, j : I, J] = +(C[i, k] * D[k, j]);
+    }"""
+    a, b = rand(4, 5), rand(5, 3)
+    for target in ("llvm", "interp"):
+        np.testing.assert_allclose(tilec.compile(src, target=target)(a, b), a @ b, rtol=1e-5)
+    for bad, words in [("function (A) -> (O) { O = element(A, 0); }", "'A' is not a tuple"),
+                       ("function (A, B) -> (O) { T = tuple(A, B); O = element(T, 2); }", "no element 2"),
+                       ("function (A, B) -> (T) { T = tuple(A, B); }", "output 'T' is a tuple"),
+                       ("function (A, B) -> (O) { T = tuple(A, B); O = T + 1; }", "'T' is a tuple")]:
+        with pytest.raises(tilec.SemanticError, match=words) as err:
+            tilec.compile(bad)
+        assert "line 1, column" in str(err.value)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tilec
-from reference import SOFTMAX, assert_matches, int_floor_div, randn, rng, sigmoid, softmax_rows, uniform
+from reference import SOFTMAX, assert_matches, int_trunc_div, randn, rng, sigmoid, softmax_rows, uniform
 
 
 def call_by_name(f, **arrays):
@@ -428,17 +428,18 @@ def test_int32_with_float_literal_gives_float32():
     assert_matches(tilec.compile("O = A + 2.5")(a), (a + 2.5).astype(np.float32))  # PlaidML's float constants
 
 
-def test_int32_division_floors_and_zero_divisor_gives_zero():
+def test_int32_division_truncates_and_zero_divisor_gives_zero():
+    # PlaidML's elementwise integer division is C's '/' (tile/lang/ops.cc in plaidml/plaidml): toward zero
     a = np.array([7, -7, 7, -7, 0, 5, -5, 9], np.int32)
     b = np.array([2, 2, -2, -2, 3, 0, 0, 1], np.int32)
     out = tilec.compile("function (A, B) -> (O) { O = A / B; }")(a, b)
-    assert_matches(out, int_floor_div(a, b))
-    np.testing.assert_array_equal(out, [3, -4, -4, 3, 0, 0, 0, 9])
+    assert_matches(out, int_trunc_div(a, b))
+    np.testing.assert_array_equal(out, [3, -3, -3, 3, 0, 0, 0, 9])
 
 
 def test_int32_division_by_literal():
     a = np.array([7, -7, 6, -1], np.int32)
-    assert_matches(tilec.compile("O = A / 2")(a), np.array([3, -4, 3, -1], np.int32))
+    assert_matches(tilec.compile("O = A / 2")(a), np.array([3, -3, 3, 0], np.int32))
 
 
 @pytest.mark.parametrize("fn,ref", [("exp", np.exp), ("sqrt", np.sqrt), ("tanh", np.tanh),

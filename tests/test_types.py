@@ -56,9 +56,12 @@ def _values(r: np.random.Generator, dtype: str, shape: tuple[int, ...], nonzero:
     return out.astype(dtype)
 
 
-def _floor_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer '/' rounds toward zero (PlaidML's C division), x / 0 == 0."""
     safe = np.where(b == 0, 1, b)
-    return np.where(b == 0, 0, a // safe).astype(a.dtype)
+    q = a // safe
+    q = np.where((a % safe != 0) & ((a < 0) != (safe < 0)), q + 1, q)
+    return np.where(b == 0, 0, q).astype(a.dtype)
 
 
 def _check(out: np.ndarray, ref: np.ndarray, what: str) -> None:
@@ -88,7 +91,7 @@ def test_every_pair_of_types(shape: tuple[int, int]) -> None:
         _check(s, xt + yt, "+ " + what)
         _check(d, xt - yt, "- " + what)
         _check(p, xt * yt, "* " + what)
-        _check(q, xt / yt if t.startswith("float") else _floor_div(xt, yt), "/ " + what)
+        _check(q, xt / yt if t.startswith("float") else _trunc_div(xt, yt), "/ " + what)
         _check(lt, x < y, "< " + what)
         _check(ne, x != y, "!= " + what)
 

@@ -6,6 +6,10 @@ expected, what was received and how to fix it.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class TilecError(Exception):
     """Base class of every error tilec raises on purpose."""
@@ -48,3 +52,34 @@ def caret_snippet(source: str, line: int, column: int) -> str:
     line = max(1, min(line, len(lines)))
     text = lines[line - 1].expandtabs(1)
     return f"    {text}\n    {' ' * max(0, column - 1)}^"
+
+
+_POSITION = re.compile(r"\(line \d+, column \d+\)")
+
+
+@contextmanager
+def located(pos: tuple[int, int] | None, source: str) -> Iterator[None]:
+    """Inside, a BindError or SemanticError without a position gets "(line L, column C)" and a caret
+    snippet of `source` appended (the same error object, re-raised). Nothing is added when `pos` is
+    None (a statement derived by autodiff, a program built without source)."""
+    try:
+        yield
+    except (BindError, SemanticError) as err:
+        message = str(err)
+        if pos is not None and not _POSITION.search(message):
+            line, column = pos
+            snippet = _short_snippet(source, line, column) if source else ""
+            err.args = (f"{message} (line {line}, column {column})\n{snippet}".rstrip(),)
+        raise
+
+
+def _short_snippet(source: str, line: int, column: int, width: int = 100) -> str:
+    """`caret_snippet`, the line cut to `width` characters around `column` (a call-time message
+    quotes the program, whose lines may be long: a 400-digit literal)."""
+    lines = source.splitlines() or [""]
+    text = lines[max(1, min(line, len(lines))) - 1].expandtabs(1)
+    start = max(0, min(column - 1 - width // 2, len(text) - width))
+    if start == 0 and len(text) <= width:
+        return caret_snippet(source, line, column)
+    shown = ("..." if start else "") + text[start:start + width] + ("..." if start + width < len(text) else "")
+    return f"    {shown}\n    {' ' * (column - 1 - start + (3 if start else 0))}^"

@@ -19,13 +19,13 @@ call and the argument at fault.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeGuard
 
 from tilec.errors import SemanticError
 from tilec.frontend import ast
+from tilec.frontend.names import is_capitalised
 from tilec.ir import tensor as T
 from tilec.ir.intrinsics import SIGNATURES
 
@@ -40,7 +40,7 @@ class Hooks:
     error: Callable[[str, ast.Pos], SemanticError]
     ranks: dict[str, int | None]  # defined tensors -> rank, updated for fresh names
     sizes: set[str]
-    source: str
+    fresh: Callable[[str], str]  # a tensor name no source name or earlier temporary uses
     check_defined: Callable[[ast.Name], None]
     size_expr: Callable[[ast.Expr, str], T.IExpr]
 
@@ -52,9 +52,18 @@ def is_statement_intrinsic(expr: ast.Expr) -> TypeGuard[ast.Call]:
 def tensor_arguments(call: ast.Call) -> list[ast.Name]:
     """The arguments of a statement intrinsic that name tensors (the single-statement form's inputs):
     not the dimensions of index and reshape, nor the sizes the builtin_* functions take."""
+    return [a for a in call.args[:_tensor_count(call)] if isinstance(a, ast.Name)]
+
+
+def size_arguments(call: ast.Call) -> tuple[ast.Expr, ...]:
+    """The arguments of a statement intrinsic that are sizes (index's dimension, reshape's
+    dimensions, the builtin_* functions' row and column counts)."""
+    return call.args[_tensor_count(call):]
+
+
+def _tensor_count(call: ast.Call) -> int:
     name = call.func.name
-    count = 2 if name == "builtin_binary_crossentropy" else 1 if name in LIBRARY else SIGNATURES[name][0]
-    return [a for a in call.args[:count] if isinstance(a, ast.Name)]
+    return 2 if name == "builtin_binary_crossentropy" else 1 if name in LIBRARY else SIGNATURES[name][0]
 
 
 def analyse_intrinsic(target: ast.Name, call: ast.Call, hooks: Hooks) -> tuple[tuple[T.Statement, ...], int | None]:
@@ -101,21 +110,11 @@ def analyse_intrinsic(target: ast.Name, call: ast.Call, hooks: Hooks) -> tuple[t
 
 
 def _tensor_arg(arg: ast.Expr, func: str, k: int, hooks: Hooks) -> str:
-    if not isinstance(arg, ast.Name) or not arg.name[:1].isupper() or arg.name in hooks.sizes:
+    if not isinstance(arg, ast.Name) or not is_capitalised(arg.name) or arg.name in hooks.sizes:
         raise hooks.error(f"argument {k + 1} of '{func}' must be a tensor name; give the expression its own "
                           f"statement first", ast.expr_pos(arg))
     hooks.check_defined(arg)
     return arg.name
-
-
-def _fresh(base: str, hooks: Hooks) -> str:
-    """A tensor name used nowhere in the program (not even later in the source)."""
-    candidate, k = base, 1
-    while candidate in hooks.ranks or candidate in hooks.sizes or \
-            re.search(rf"\b{re.escape(candidate)}\b", hooks.source):
-        k += 1
-        candidate = f"{base}{k}"
-    return candidate
 
 
 def _library(out: str, call: ast.Call, hooks: Hooks) -> tuple[tuple[T.Statement, ...], int | None]:
@@ -140,7 +139,7 @@ def _library(out: str, call: ast.Call, hooks: Hooks) -> tuple[tuple[T.Statement,
     hooks.size_expr(call.args[2], f"third argument of '{name}' (the number of columns)")
     names = {}
     for part in ("max", "exp", "sum"):
-        names[part] = _fresh(f"{out}_{part}", hooks)
+        names[part] = hooks.fresh(f"{out}_{part}")
         hooks.ranks[names[part]] = 2
     i, j = T.IVar("i"), T.IVar("j")
     row_max = T.Contraction(names["max"], (i, T.IConst(0)), (rows, T.IConst(1)), ">", "single",
@@ -156,4 +155,5 @@ def _library(out: str, call: ast.Call, hooks: Hooks) -> tuple[tuple[T.Statement,
     return (row_max, shifted, row_sum, T.Elementwise(out, result)), 2
 
 
-__all__ = ["LIBRARY", "STATEMENT_INTRINSICS", "Hooks", "analyse_intrinsic", "is_statement_intrinsic", "tensor_arguments"]
+__all__ = ["LIBRARY", "STATEMENT_INTRINSICS", "Hooks", "analyse_intrinsic", "is_statement_intrinsic", "size_arguments",
+           "tensor_arguments"]

@@ -138,9 +138,22 @@ class _ToAst(Transformer):
     def combo_cond(self, items: list) -> tuple:
         return ("cond", tuple(items))
 
-    def combo_scalar_right(self, items: list) -> tuple:
-        access, op, value = items
-        return ("scalar", (access, ast.ScalarOperandNode(str(op), value, left=False)))
+    @staticmethod
+    def _scalar_right(op: str, items: list) -> tuple:
+        access, value = items
+        return ("scalar", (access, ast.ScalarOperandNode(op, value, left=False)))
+
+    def combo_scalar_mul(self, items: list) -> tuple:
+        return self._scalar_right("*", items)
+
+    def combo_scalar_add(self, items: list) -> tuple:
+        return self._scalar_right("+", items)
+
+    def combo_scalar_sub(self, items: list) -> tuple:
+        return self._scalar_right("-", items)
+
+    def combo_scalar_div(self, items: list) -> tuple:
+        return self._scalar_right("/", items)
 
     def combo_scalar_left(self, items: list) -> tuple:
         value, op, access = items

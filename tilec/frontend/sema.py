@@ -9,21 +9,18 @@ and its position.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from collections.abc import Iterable
 
 from tilec.errors import SemanticError, caret_snippet
 from tilec.frontend import ast
+from tilec.frontend.size_uses import expr_names, scalar_bound_by_own_range, scalar_size_inputs
+from tilec.frontend.names import IDENTIFIER, fresh_name, is_capitalised
+from tilec.frontend.calls import analyse_call
 from tilec.frontend.intrinsics import (STATEMENT_INTRINSICS, Hooks, analyse_intrinsic, is_statement_intrinsic,
                                       tensor_arguments)
 from tilec.ir import tensor as T
-from tilec.ir.builtins import BUILTINS, CAST_WIDTHS, known_functions
-from tilec.ir.size_values import SIZE_FUNCTIONS, is_assertion, is_size_expr
-
-
-def is_capitalised(name: str) -> bool:
-    return name[:1].isupper()
+from tilec.ir.size_values import SIZE_FUNCTIONS, constant_value, is_size_expr
 
 
 @dataclass
@@ -33,13 +30,13 @@ class _Scope:
     ranks: dict[str, int | None] = field(default_factory=dict)  # defined tensors -> rank
     inputs: set[str] = field(default_factory=set)
     taken: set[str] = field(default_factory=set)  # every name in the source: temporaries avoid them
+    constants: dict[str, int] = field(default_factory=dict)  # size statements of literals only (`D = 0;`)
+    tuples: dict[str, tuple[ast.Name, ...]] = field(default_factory=dict)  # `T = tuple(A, B);`
 
     def fresh(self, base: str) -> str:
-        """A tensor name for a desugaring temporary that no source name uses."""
-        name, k = base, 1
-        while name in self.taken or name in self.ranks or name in self.sizes:
-            k += 1
-            name = f"{base}{k}"
+        """A tensor name for a temporary (desugaring, intrinsics) that no source name and no earlier
+        temporary uses."""
+        name = fresh_name(base, self.taken, self.ranks, self.sizes)
         self.taken.add(name)
         return name
 
@@ -51,23 +48,30 @@ class _Scope:
 
 def analyse(node: ast.ProgramNode, source: str = "", size_names: Iterable[str] = ()) -> T.Program:
     """Check `node` and build its tensor IR. `size_names` are sizes given by keyword."""
-    scope = _Scope(source, set(size_names), taken=set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", source)))
+    scope = _Scope(source, set(size_names), taken=set(IDENTIFIER.findall(source)))
     if node.single_statement:
         node = _as_function(node)
     params = tuple(_param(p, scope) for p in node.params)
+    for name in scalar_size_inputs(node):  # a scalar input read as a size anywhere is a size everywhere
+        scope.sizes.add(name)
+        scope.ranks[name] = 0
     statements = tuple(out for s in node.statements for out in _statement(s, scope))
     outputs: list[str] = []
     for out in node.outputs:
         if out.name in scope.inputs:
             raise scope.error(f"output '{out.name}' is an input; an output must be computed by a statement", out.pos)
+        if out.name in scope.tuples:
+            raise scope.error(f"output '{out.name}' is a tuple; list its elements as outputs instead", out.pos)
         if out.name not in scope.ranks:
             raise scope.error(f"output '{out.name}' is never assigned; add a statement that computes it", out.pos)
         if out.name in outputs:
             raise scope.error(f"output '{out.name}' is listed twice", out.pos)
         outputs.append(out.name)
-    if not outputs:
-        raise SemanticError("the function has no outputs; list them after '->', e.g. '-> (C)'")
-    return T.Program(params, tuple(outputs), statements)
+    if not outputs:  # the empty output list has no node: point at the arrow before it
+        at = max(source.find("->"), 0)
+        raise scope.error("the function has no outputs; list them after '->', e.g. '-> (C)'",
+                          (source.count("\n", 0, at) + 1, at - source.rfind("\n", 0, at)))
+    return T.Program(params, tuple(outputs), statements, source)
 
 
 def _as_function(node: ast.ProgramNode) -> ast.ProgramNode:
@@ -80,7 +84,7 @@ def _as_function(node: ast.ProgramNode) -> ast.ProgramNode:
             read.append(stmt.default)
         target = stmt.lhs.tensor
     else:
-        names = tensor_arguments(stmt.expr) if is_statement_intrinsic(stmt.expr) else _walk_names(stmt.expr)
+        names = tensor_arguments(stmt.expr) if is_statement_intrinsic(stmt.expr) else expr_names([stmt.expr])
         read = [n for n in names if is_capitalised(n.name)]
         target = stmt.target
     params: list[ast.ParamNode] = []
@@ -88,20 +92,6 @@ def _as_function(node: ast.ProgramNode) -> ast.ProgramNode:
         if name.name != target.name and all(p.name.name != name.name for p in params):
             params.append(ast.ParamNode(name, None))
     return ast.ProgramNode(tuple(params), (target,), node.statements, single_statement=False)
-
-
-def _walk_names(e: ast.Expr) -> list[ast.Name]:
-    if isinstance(e, ast.Name):
-        return [e]
-    if isinstance(e, (ast.Bin, ast.Compare)):
-        return _walk_names(e.a) + _walk_names(e.b)
-    if isinstance(e, ast.Neg):
-        return _walk_names(e.a)
-    if isinstance(e, ast.Select):
-        return _walk_names(e.cond) + _walk_names(e.a) + _walk_names(e.b)
-    if isinstance(e, ast.Call):
-        return [n for a in e.args for n in _walk_names(a)]
-    return []
 
 
 def _param(p: ast.ParamNode, scope: _Scope) -> T.TensorParam:
@@ -125,7 +115,7 @@ def _param(p: ast.ParamNode, scope: _Scope) -> T.TensorParam:
         dims = tuple(out)
     scope.ranks[name.name] = None if dims is None else len(dims)
     scope.inputs.add(name.name)
-    return T.TensorParam(name.name, dims)
+    return T.TensorParam(name.name, dims, name.pos)
 
 
 def _statement(s: ast.StatementNode, scope: _Scope) -> list[T.Statement]:
@@ -135,8 +125,11 @@ def _statement(s: ast.StatementNode, scope: _Scope) -> list[T.Statement]:
         before, s = _desugar_scalars(s, scope)
     else:
         before = []
-    *produced, last = _plain_statement(s, scope)
-    return before + produced + [replace(last, attributes=attributes)]
+    pos = s.lhs.tensor.pos if isinstance(s, ast.ContractionNode) else s.target.pos
+    statements = [replace(st, pos=pos) for st in before + list(_plain_statement(s, scope))]
+    if statements:  # a tuple's definition has none
+        statements[-1] = replace(statements[-1], attributes=attributes)
+    return statements
 
 
 def _desugar_scalars(s: ast.ContractionNode, scope: _Scope) -> tuple[list[T.Statement], ast.ContractionNode]:
@@ -146,6 +139,7 @@ def _desugar_scalars(s: ast.ContractionNode, scope: _Scope) -> tuple[list[T.Stat
     elementwise statement applies the same operation to each element the access reads."""
     before: list[T.Statement] = []
     if s.scalar is not None:
+        _check_scalar_is_bound(s, scope)
         access = s.operands[0]
         _check_defined(access.tensor, scope)
         tensor, value = T.ETensor(access.tensor.name), _eexpr(s.scalar.value, scope)
@@ -162,6 +156,15 @@ def _desugar_scalars(s: ast.ContractionNode, scope: _Scope) -> tuple[list[T.Stat
     return before, s
 
 
+def _check_scalar_is_bound(s: ast.ContractionNode, scope: _Scope) -> None:
+    name = scalar_bound_by_own_range(s, scope.sizes)
+    if name is not None:
+        raise scope.error(
+            f"size '{name.name}' is bound by this statement's own output range, so it is not known yet where "
+            f"the combination uses it (the combination is applied first); name it as an input's dimension "
+            f"(e.g. 'A[{name.name}]'), or pass it as a keyword (tilec.compile(..., {name.name}=...))", name.pos)
+
+
 def _plain_statement(s: ast.StatementNode, scope: _Scope) -> tuple[T.Statement, ...]:
     target = s.lhs.tensor if isinstance(s, ast.ContractionNode) else s.target
     if not is_capitalised(target.name):
@@ -176,21 +179,53 @@ def _plain_statement(s: ast.StatementNode, scope: _Scope) -> tuple[T.Statement, 
         contraction = _contraction(s, scope)
         scope.ranks[target.name] = len(contraction.indices)
         return (contraction,)
+    if isinstance(s.expr, ast.Call) and s.expr.func.name in ("tuple", "element"):
+        return _tuple_statement(s.target, s.expr, scope)
     if is_statement_intrinsic(s.expr):
         return _intrinsic(s, scope)
     expr = _eexpr(s.expr, scope)
     scope.ranks[target.name] = _elementwise_rank(expr, scope)
     if is_size_expr(expr):  # an integer computed from sizes: also a size (tilec.ir.size_values)
         scope.sizes.add(target.name)
+        if (value := constant_value(expr)) is not None:  # literals only: known now
+            scope.constants[target.name] = value
     return (T.Elementwise(target.name, expr),)
+
+
+def _tuple_statement(target: ast.Name, call: ast.Call, scope: _Scope) -> tuple[T.Statement, ...]:
+    """PlaidML's tuples: ``T = tuple(A, B);`` names tensors together (no statement of its own);
+    ``C = element(T, 1);`` is the copy ``C = B``."""
+    if call.func.name == "tuple":
+        names = [a for a in call.args if isinstance(a, ast.Name)]
+        if len(names) != len(call.args) or not names:
+            raise scope.error("a tuple's elements are tensor names: T = tuple(A, B)", call.func.pos)
+        for name in names:
+            _check_defined(name, scope)
+        scope.tuples[target.name] = tuple(names)
+        return ()
+    tup, k = (call.args + (None, None))[:2]
+    if len(call.args) != 2 or not isinstance(tup, ast.Name) or not isinstance(k, ast.Int):
+        raise scope.error("element takes a tuple and an integer literal: element(T, 0)", call.func.pos)
+    items = scope.tuples.get(tup.name)
+    if items is None:
+        raise scope.error(f"'{tup.name}' is not a tuple; define it first with '{tup.name} = tuple(A, B);'", tup.pos)
+    if not 0 <= k.value < len(items):
+        raise scope.error(f"tuple '{tup.name}' has {len(items)} elements; there is no element {k.value}", k.pos)
+    scope.ranks[target.name] = scope.ranks[items[k.value].name]
+    return (T.Elementwise(target.name, T.ETensor(items[k.value].name)),)
 
 
 def _intrinsic(s: ast.ElementwiseNode, scope: _Scope) -> tuple[T.Statement, ...]:
     """A statement whose right-hand side is one intrinsic call (tilec.frontend.intrinsics)."""
-    assert isinstance(s.expr, ast.Call)
-    hooks = Hooks(scope.error, scope.ranks, scope.sizes, scope.source, lambda n: _check_defined(n, scope),
+    call = s.expr
+    assert isinstance(call, ast.Call)
+    if call.func.name == "index":  # the dimension may be a constant statement (`_X4 = 0; index(_X3, _X4)`)
+        call = replace(call, args=tuple(
+            ast.Int(scope.constants[a.name], a.pos) if isinstance(a, ast.Name) and a.name in scope.constants and k
+            else a for k, a in enumerate(call.args)))
+    hooks = Hooks(scope.error, scope.ranks, scope.sizes, scope.fresh, lambda n: _check_defined(n, scope),
                   lambda e, what: _size_expr(e, scope, what))
-    statements, rank = analyse_intrinsic(s.target, s.expr, hooks)
+    statements, rank = analyse_intrinsic(s.target, call, hooks)
     scope.ranks[s.target.name] = rank
     return statements
 
@@ -240,6 +275,9 @@ def _contraction(s: ast.ContractionNode, scope: _Scope) -> T.Contraction:
 def _check_defined(name: ast.Name, scope: _Scope) -> None:
     if not is_capitalised(name.name):
         raise scope.error(f"'{name.name}' is used as a tensor but tensor names are capitalised", name.pos)
+    if name.name in scope.tuples:
+        raise scope.error(f"'{name.name}' is a tuple, not a tensor; read its elements with element({name.name}, k)",
+                          name.pos)
     if name.name not in scope.ranks:
         known = ", ".join(sorted(scope.ranks)) or "none"
         raise scope.error(f"undefined tensor '{name.name}' (defined so far: {known})", name.pos)
@@ -355,47 +393,5 @@ def _eexpr(e: ast.Expr, scope: _Scope) -> T.EExpr:
         if e.func.name in STATEMENT_INTRINSICS:
             raise scope.error(f"'{e.func.name}' must be the whole right-hand side of its own statement, e.g. "
                               f"'X = {e.func.name}(...);', then use X here", e.func.pos)
-        return _call(e, scope)
+        return analyse_call(e, scope.error, scope.constants, lambda x: _eexpr(x, scope))
     raise scope.error("unsupported expression", ast.expr_pos(e))
-
-
-_OPERATOR_ALIASES = {"cmp_eq": "==", "cmp_ne": "!=", "cmp_lt": "<", "cmp_le": "<=", "cmp_gt": ">", "cmp_ge": ">=",
-                     "add": "+", "sub": "-", "mul": "*", "div": "/"}
-
-
-def _call(e: ast.Call, scope: _Scope) -> T.EExpr:
-    """A builtin call; PlaidML's names for operators become those operators."""
-    name = e.func.name
-    if is_assertion(name):
-        if len(e.args) != 1:
-            raise scope.error(f"'{name}' takes one argument, a condition on sizes, got {len(e.args)}", e.func.pos)
-        call = T.ECall(name, (_eexpr(e.args[0], scope),))
-        if not is_size_expr(call):
-            raise scope.error(f"'{name}' is an assertion: its argument must be a condition on sizes and integers "
-                              f"(e.g. {name}(N > 0)), checked when the sizes are bound", e.func.pos)
-        return call
-    builtin = BUILTINS.get(name)
-    if builtin is None:
-        raise scope.error(f"unknown function '{name}'; the known functions are:\n{known_functions()}\n"
-                          f"and, each as the whole right-hand side of its own statement: "
-                          f"{', '.join(sorted(STATEMENT_INTRINSICS))}", e.func.pos)
-    if len(e.args) != builtin.arity:
-        raise scope.error(f"'{name}' takes {builtin.arity} argument(s), got {len(e.args)}", e.func.pos)
-    if name in CAST_WIDTHS:
-        width = e.args[1]
-        if not (isinstance(width, ast.Int) and width.value in CAST_WIDTHS[name]):
-            allowed = ", ".join(map(str, CAST_WIDTHS[name]))
-            raise scope.error(f"the bit width of '{name}' must be an integer literal, one of {allowed}",
-                              ast.expr_pos(width))
-        return T.ECall(name, (_eexpr(e.args[0], scope), T.EConst(width.value)))
-    args = tuple(_eexpr(a, scope) for a in e.args)
-    if name in _OPERATOR_ALIASES:
-        op = _OPERATOR_ALIASES[name]
-        return T.ECompare(op, *args) if op in ("==", "!=", "<", "<=", ">", ">=") else T.EBinary(op, *args)
-    if name in ("cond", "select"):
-        return T.ESelect(*args)
-    if name == "neg":
-        return T.EConst(-args[0].value) if isinstance(args[0], T.EConst) else T.EUnary("-", args[0])
-    if name == "ident":
-        return args[0]
-    return T.ECall(name, args)

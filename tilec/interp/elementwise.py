@@ -72,7 +72,7 @@ class _Evaluator:
                     raise BindError(f"arithmetic '{e.op}' on booleans; convert with 'c ? 1 : 0' first")
                 return a | b if e.op == "+" else a & b
             if e.op == "/":
-                return a / b if np.dtype(t).kind == "f" else np.floor_divide(a, b)
+                return a / b if np.dtype(t).kind == "f" else _trunc_divide(a, b)
             return {"+": np.add, "-": np.subtract, "*": np.multiply}[e.op](a, b)
         if isinstance(e, T.ECompare):
             common = _common(expr_type(e.a, self.dtypes), expr_type(e.b, self.dtypes))
@@ -121,6 +121,12 @@ def _common(a: Any, b: Any) -> str:
     return strong(binary(a, b))
 
 
+def _trunc_divide(a: Any, b: Any) -> Any:
+    """Integer ``a / b`` rounded toward zero, as PlaidML's C code divides; x / 0 is 0, as compiled."""
+    q, r = np.floor_divide(a, b), np.remainder(a, b)
+    return np.where((r != 0) & ((np.asarray(a) < 0) != (np.asarray(b) < 0)), q + 1, q).astype(np.asarray(q).dtype)
+
+
 def _literal(e: T.EExpr, ev: _Evaluator) -> Union[int, float]:
     """A literal-only subexpression with Python numbers (ints stay exact)."""
     if isinstance(e, T.EConst):
@@ -133,7 +139,7 @@ def _literal(e: T.EExpr, ev: _Evaluator) -> Union[int, float]:
         a, b = _literal(e.a, ev), _literal(e.b, ev)
         if e.op == "/":
             if isinstance(a, int) and isinstance(b, int):
-                return a // b if b else 0
+                return abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1) if b else 0  # toward zero
             return a / b if b else (math.copysign(math.inf, a) * math.copysign(1, b) if a else math.nan)
         return a + b if e.op == "+" else a - b if e.op == "-" else a * b
     if isinstance(e, T.ECompare):

@@ -68,7 +68,7 @@ class InterpretedFunction(Function):
                 self.log(f"{stmt};  ->  {summary(values[stmt.output])}")
         return values
 
-    def kernel_for(self, shapes: Any, dtypes: Any) -> Any:
+    def kernel_for(self, shapes: Any, dtypes: Any, size_values: Any = None) -> Any:
         raise TilecError("the interpreter (target 'interp') has no kernels; compile with target 'llvm' for them")
 
     def kernel(self, sig: Any) -> Any:

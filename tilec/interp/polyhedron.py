@@ -18,6 +18,7 @@ from fractions import Fraction
 
 from tilec.errors import BindError, TilecError
 from tilec.ir import tensor as T
+from tilec.ir.size_values import truncating_division
 
 MAX_INEQUALITIES = 20_000  # Fourier–Motzkin can blow up; refuse rather than hang
 
@@ -51,7 +52,7 @@ class Form:
 
 
 def size_value(e: T.IExpr, sizes: dict[str, int], what: str) -> int:
-    """A size expression's value: Python ints, ``/`` is floor division, ``max`` and ``min``."""
+    """A size expression's value: Python ints, ``/`` rounds toward zero, ``max`` and ``min``."""
     if isinstance(e, T.IConst):
         return e.value
     if isinstance(e, T.ISize):
@@ -63,12 +64,10 @@ def size_value(e: T.IExpr, sizes: dict[str, int], what: str) -> int:
         return -size_value(e.a, sizes, what)
     if isinstance(e, T.IBin):
         a, b = size_value(e.a, sizes, what), size_value(e.b, sizes, what)
+        if e.op == "/":  # toward zero, as PlaidML folds sizes (tilec.ir.size_values)
+            return truncating_division(a, b, what)
         if e.op in ("max", "min"):
             return max(a, b) if e.op == "max" else min(a, b)
-        if e.op == "/":
-            if b == 0:
-                raise BindError(f"division by zero in {what}")
-            return a // b
         return a + b if e.op == "+" else a - b if e.op == "-" else a * b
     raise BindError(f"index variable '{getattr(e, 'name', e)}' in {what}, where only sizes may appear")
 

@@ -15,6 +15,7 @@ from typing import Optional
 
 from tilec.errors import BindError
 from tilec.ir import tensor as T
+from tilec.ir.size_values import truncating_division
 
 Bound = Optional[int]  # an exact integer bound; None where that side is unbounded
 Interval = tuple[Bound, Bound]  # (lo, hi) inclusive; empty where lo > hi
@@ -116,7 +117,10 @@ def ceil_div(x: int, d: int) -> int:
 
 
 def evaluate_size(e: T.IExpr, sizes: dict[str, int], what: str) -> int:
-    """Evaluate a size expression (floor division) with bound size symbols."""
+    """Evaluate a size expression with bound size symbols. Its ``/`` rounds toward zero: PlaidML
+    parses output sizes and constraint bounds as expressions folded like integer statements
+    (ConstantPropagate in tile/lang/type.cc of plaidml/plaidml: a double quotient cast to int64),
+    so ``(0 - 7) / 2`` is -3 here as in ``P = (0 - 7) / 2;`` (tilec.ir.size_values)."""
     if isinstance(e, T.IConst):
         return e.value
     if isinstance(e, T.ISize):
@@ -136,9 +140,7 @@ def evaluate_size(e: T.IExpr, sizes: dict[str, int], what: str) -> int:
             return a * b
         if e.op in ("max", "min"):
             return max(a, b) if e.op == "max" else min(a, b)
-        if b == 0:
-            raise BindError(f"division by zero in {what}")
-        return a // b
+        return truncating_division(a, b, what)
     raise BindError(f"index variable in {what}")
 
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from dataclasses import dataclass, field, replace
 from typing import Union
 
 import numpy as np
 
-from tilec.errors import BindError, SemanticError, TilecWarning
+from tilec.errors import BindError, SemanticError, located
+from tilec.ir.contraction_checks import check_single_assignment, warn_lone_extents
+from tilec.ir.feasibility import check_feasible
 from tilec.ir import tensor as T
 from tilec.ir import index_width, size_values
 from tilec.ir.affine import IntAffine, evaluate_size, to_affine
@@ -95,18 +96,20 @@ def bind(program: T.Program, shapes: dict[str, tuple[int, ...]], dtypes: dict[st
     """Bind every size symbol and infer every statement's shape, dtype, ranges and guards."""
     env = _Env(dict(sizes or {}))
     for param in program.params:
-        _bind_param(param, tuple(shapes[param.name]), env)
+        with located(param.pos, program.source):  # call-time errors say where the input is declared
+            _bind_param(param, tuple(shapes[param.name]), env)
         env.shapes[param.name] = tuple(shapes[param.name])
         env.dtypes[param.name] = dtypes[param.name]
     bound: list[BoundStatement] = []
     for stmt in program.statements:
         b: BoundStatement
-        if isinstance(stmt, T.Contraction):
-            b = _bind_contraction(stmt, env)
-        elif isinstance(stmt, T.Intrinsic):
-            b = bind_intrinsic(stmt, env.shapes, env.dtypes, env.sizes)
-        else:
-            b = _bind_elementwise(stmt, env)
+        with located(stmt.pos, program.source):  # ... and where the statement is
+            if isinstance(stmt, T.Contraction):
+                b = _bind_contraction(stmt, env)
+            elif isinstance(stmt, T.Intrinsic):
+                b = bind_intrinsic(stmt, env.shapes, env.dtypes, env.sizes)
+            else:
+                b = _bind_elementwise(stmt, env)
         env.shapes[stmt.output] = b.shape
         env.dtypes[stmt.output] = b.dtype
         bound.append(b)
@@ -173,7 +176,7 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
         idx = tuple(to_affine(e, env.sizes, what).to_int() for e in access.indices)
         operands.append(BoundAccess(access.tensor, idx))
         conds += _access_conditions(idx, shape)
-    _check_lone_extents(stmt, operands, env)
+    warn_lone_extents(stmt, [(o.tensor, o.indices) for o in operands], env.shapes)
     for c in stmt.constraints:
         bound = evaluate_size(c.bound, env.sizes, f"constraint '{c}'")
         e = to_affine(c.poly, env.sizes, what).to_int()
@@ -197,6 +200,8 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
     ranges = infer_ranges(conds, variables)
     if deferred:
         known_dims.update(_infer_dims(stmt, deferred, out_idx, conds, ranges, env, what))
+        check_feasible(stmt, [known_dims[a] for a in deferred], [env.shapes[a.tensor] for a in operands],
+                       lambda e: evaluate_size(e, env.sizes, what), what)
         for axis in deferred:
             conds.append(normalise(Condition(out_idx[axis], 0, out_idx[axis].divisor * (known_dims[axis] - 1))))
         ranges = infer_ranges(conds, variables)
@@ -220,7 +225,7 @@ def _bind_contraction(stmt: T.Contraction, env: _Env) -> BoundContraction:
     if not empty:
         operands, out_idx, kept = _fit_index_width(operands, out_idx, shape, kept, int_ranges, env, what)
     if stmt.agg == "=" and not empty:
-        _check_single_assignment(stmt, out_idx, int_ranges, kept)
+        check_single_assignment(stmt, out_idx, int_ranges, kept)
 
     default_dtype = None
     if stmt.default is not None:
@@ -273,30 +278,6 @@ def _infer_dims(stmt: T.Contraction, deferred: list[int], out_idx: tuple[IntAffi
     return dims
 
 
-def _check_lone_extents(stmt: T.Contraction, operands: list[BoundAccess], env: _Env) -> None:
-    """Tile semantics make an index variable used alone in dimensions of different extents run over
-    their intersection. Across two different inputs that is usually a shape bug (a matmul with
-    disagreeing K), so say so with a TilecWarning, unless a constraint on the variable shows the
-    truncation is meant. (Within one tensor it is ordinary: the diagonal of a rectangular matrix.)"""
-    constrained = {v for c in stmt.constraints for v in T.iexpr_names(c.poly)[0]}
-    seen: dict[str, tuple[str, int, int]] = {}
-    for access in operands:
-        for axis, e in enumerate(access.indices):
-            if len(e.coeffs) != 1 or e.coeffs[0][1] != 1 or e.const != 0 or e.divisor != 1:
-                continue
-            v = e.coeffs[0][0]
-            extent = env.shapes[access.tensor][axis]
-            first = seen.setdefault(v, (access.tensor, axis, extent))
-            if first[2] != extent and first[0] != access.tensor and v not in constrained:
-                warnings.warn(TilecWarning(
-                    f"index '{v}' in '{stmt}' runs over {first[2]} values in '{first[0]}' (dimension {first[1]}, "
-                    f"shape {env.shapes[first[0]]}) but over {extent} in '{access.tensor}' (dimension {axis}, shape "
-                    f"{env.shapes[access.tensor]}); tilec uses the first {min(first[2], extent)} values (their "
-                    f"intersection). Make the shapes agree, or add the constraint '{v} < {min(first[2], extent)}' "
-                    f"to say the truncation is intended"), stacklevel=2)
-                return
-
-
 _INDEX_LIMIT = 2**62  # output dimensions at or above this cannot be indexed
 
 
@@ -345,21 +326,6 @@ def _ranges_beside_empty(conds: list[Condition], variables: tuple[str, ...]) -> 
     if any(is_empty(ranges[v]) for v in variables if v not in dead):
         ranges = own
     return ranges, dead
-
-
-def _check_single_assignment(stmt: T.Contraction, out_idx: tuple[IntAffine, ...],
-                             ranges: tuple[tuple[str, int, int], ...], guards: tuple[Condition, ...]) -> None:
-    """Under '=' two tuples must not write one cell. The compiler sees it for sure when a variable
-    that takes several values does not appear on the left at all (and no constraint ties it down);
-    left-hand sides such as ``M*i + j`` can still be injective on the box, so they are trusted."""
-    if stmt.constraints or guards:
-        return
-    lhs_vars = {v for e in out_idx for v in e.vars}
-    free = [v for v, lo, hi in ranges if hi > lo and v not in lhs_vars]
-    if free:
-        raise SemanticError(f"'=' in '{stmt}' writes some output cells more than once: index variable(s) "
-                            f"{', '.join(repr(v) for v in free)} do not appear on the left; use an aggregation such "
-                            f"as '+' or '>' instead, or add constraints")
 
 
 def _bind_elementwise(stmt: T.Elementwise, env: _Env) -> BoundElementwise:

@@ -2,7 +2,8 @@
 
 Types follow tilec.ir.dtypes (PlaidML's promotion; literals are weak and take the type of
 the tensor they meet); literal-only subexpressions are folded here, every builtin included.
-Comparisons give bool; integer `/` is floor division. Builtins lower to loop-IR operations
+Comparisons give bool; integer `/` rounds toward zero, as PlaidML's generated code divides
+(its elementwise `div` is C's `/`; sizes fold the same way, tilec.ir.size_values), and x / 0 is 0. Builtins lower to loop-IR operations
 where one exists (bit operations, conversions, recip, sign) and to `L.Call` otherwise.
 
 Requires: a tensor-IR expression that sema built (calls exist with their arity, conversion
@@ -105,6 +106,8 @@ class _Lowerer:
                 if e.op not in ("+", "*"):
                     raise BindError(f"arithmetic '{e.op}' on booleans; convert with 'c ? 1 : 0' first")
                 return L.Bin("or" if e.op == "+" else "and", a, b)
+            if e.op == "/" and not is_float(t):
+                return _truncating_division(a, b)
             return L.Bin(_ARITH[e.op], a, b)
         if isinstance(e, T.ECompare):
             ta, tb = self.type_of(e.a), self.type_of(e.b)
@@ -141,6 +144,19 @@ class _Lowerer:
         if t == "bool":
             raise BindError(f"'{e.func}' is not defined on booleans; convert them with as_int(x, 32) first")
         return L.Call(e.func, tuple(args), t)
+
+
+def _truncating_division(a: L.Expr, b: L.Expr) -> L.Expr:
+    """Integer ``a / b`` rounded toward zero: the loop IR's floor division, plus one where the floor
+    remainder is nonzero and its sign differs from a's (then a and b differ in sign). The loop IR
+    gives x // 0 == 0 and x % 0 == 0, so x / 0 stays 0."""
+    q = L.Bin("div", a, b)
+    if a.dtype == "bool" or is_unsigned(a.dtype):
+        return q
+    r, zero = L.Bin("mod", a, b), _to(a.dtype, 0)
+    fix = L.Bin("or", L.Bin("and", L.Cmp("lt", a, zero), L.Cmp("gt", r, zero)),
+                L.Bin("and", L.Cmp("gt", a, zero), L.Cmp("lt", r, zero)))
+    return L.Select(fix, L.Bin("add", q, _to(a.dtype, 1)), q)
 
 
 _BIT_OPS = {"bit_and": "and", "bit_or": "or", "bit_xor": "xor", "bit_left": "shl", "bit_right": "shr"}
@@ -180,7 +196,7 @@ def _fold(e: T.EExpr) -> Weak:
         if e.op == "*":
             return a * b
         if isinstance(a, int) and isinstance(b, int):
-            return 0 if b == 0 else a // b
+            return 0 if b == 0 else abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1)  # toward zero
         if b == 0:
             return math.copysign(math.inf, a) if a != 0 else math.nan
         try:

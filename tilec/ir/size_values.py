@@ -14,9 +14,10 @@ Guarantees:
   statement defines a size.
 - `evaluate(e, sizes, what)`: its integer value (BindError naming `what` for an unbound symbol
   or a division by zero).
+- `constant_value(e)`: its value when it reads no size symbol (None otherwise).
 - `substitute(e, sizes, what)`: `e` with every size symbol replaced by its integer literal.
-- `size_inputs(program)`: the inputs (declared ``S[]`` or without dims) read as sizes in
-  index expressions, constraints or output sizes; their values are bound at call time.
+- `size_inputs(program)`: the inputs (declared ``S[]`` or without dims) read as sizes anywhere
+  (sema makes such an input a size in every statement); their values are bound at call time.
 """
 
 from __future__ import annotations
@@ -112,6 +113,17 @@ def _size_names(e: T.EExpr) -> set[str]:
     return set()
 
 
+def constant_value(e: T.EExpr) -> int | None:
+    """The value of a size expression of literals only (`is_size_expr(e)` holds), known before any
+    size is bound; None when it reads a size symbol or divides by zero (reported at bind time)."""
+    if any(isinstance(n, T.ESize) for n in T.eexpr_nodes(e)):
+        return None
+    try:
+        return evaluate(e, {}, "a constant statement")
+    except BindError:
+        return None
+
+
 def substitute(e: T.EExpr, sizes: dict[str, int], what: str) -> T.EExpr:
     """`e` with each size symbol replaced by its value (the same object when there is none)."""
     if isinstance(e, T.ESize):
@@ -131,22 +143,16 @@ def substitute(e: T.EExpr, sizes: dict[str, int], what: str) -> T.EExpr:
     return e
 
 
-def _iexprs(program: T.Program) -> list[T.IExpr]:
-    out: list[T.IExpr] = []
-    for st in program.statements:
-        if isinstance(st, T.Contraction):
-            out += list(st.indices) + list(st.sizes or ())
-            out += [i for a in st.operands for i in a.indices]
-            out += [x for c in st.constraints for x in (c.poly, c.bound)]
-    return out
-
-
 def size_inputs(program: T.Program) -> tuple[str, ...]:
-    """Scalar inputs read as sizes, in input order; the kernel is specialised per value."""
+    """Scalar inputs read as sizes (in indices, output sizes, constraints, intrinsics' sizes, or as
+    values in statements), in input order; the kernel is specialised per value."""
     used: set[str] = set()
-    for e in _iexprs(program):
-        used |= T.iexpr_names(e)[1]
-    indexed = {a.tensor for st in program.statements if isinstance(st, T.Contraction) for a in st.operands
-               if a.indices}  # a tensor input also named as an inferred output size (`C[b: B] = +(B[b])`)
+    tensors: set[str] = set()  # inputs indexed as tensors: `B` in `C[b: B] = +(B[b])` is one
+    for st in program.statements:
+        used |= T.statement_sizes(st)
+        if isinstance(st, T.Contraction):
+            tensors |= {a.tensor for a in st.operands if a.indices}
+        else:
+            tensors |= set(T.statement_reads(st))
     return tuple(p.name for p in program.params
-                 if p.name in used and p.name not in indexed and (p.dims is None or p.dims == ()))
+                 if p.name in used and p.name not in tensors and (p.dims is None or p.dims == ()))

@@ -8,8 +8,13 @@ parses back to an equal program.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Union
+
+Pos = tuple[int, int]  # a (line, column) in the source, 1-based
+# `pos` fields say where a statement or input was written, for call-time errors; they are left out
+# of equality, hashing and printing (an autodiff-derived statement may have none)
 
 # ---------------------------------------------------------------- index expressions
 
@@ -38,8 +43,8 @@ class IBin:
     """``a op b`` with op in ``+ - * /``, or ``max(a, b)`` / ``min(a, b)`` (size expressions only).
 
     In an index polynomial ``/`` is exact rational division by a constant (a tuple
-    whose index is not an integer does not contribute); in a size expression it is
-    floor division.
+    whose index is not an integer does not contribute); in a size expression it rounds
+    toward zero, as PlaidML folds sizes.
     """
 
     op: str
@@ -176,29 +181,25 @@ def format_eexpr(e: EExpr, parent_prec: int = 0, right: bool = False) -> str:
     return text
 
 
+def eexpr_nodes(e: EExpr) -> Iterator[EExpr]:
+    """Every node of `e`, pre-order, left to right; iterative, so any depth."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, EUnary):
+            stack.append(node.a)
+        elif isinstance(node, (EBinary, ECompare)):
+            stack += [node.b, node.a]
+        elif isinstance(node, ESelect):
+            stack += [node.b, node.a, node.cond]
+        elif isinstance(node, ECall):
+            stack += reversed(node.args)
+
+
 def eexpr_tensors(e: EExpr) -> list[str]:
     """Tensor names read by `e`, in order of first appearance."""
-    seen: list[str] = []
-
-    def walk(node: EExpr) -> None:
-        if isinstance(node, ETensor):
-            if node.name not in seen:
-                seen.append(node.name)
-        elif isinstance(node, EUnary):
-            walk(node.a)
-        elif isinstance(node, (EBinary, ECompare)):
-            walk(node.a)
-            walk(node.b)
-        elif isinstance(node, ESelect):
-            walk(node.cond)
-            walk(node.a)
-            walk(node.b)
-        elif isinstance(node, ECall):
-            for arg in node.args:
-                walk(arg)
-
-    walk(e)
-    return seen
+    return list(dict.fromkeys(n.name for n in eexpr_nodes(e) if isinstance(n, ETensor)))
 
 
 # ---------------------------------------------------------------- statements
@@ -255,6 +256,7 @@ class Contraction:
     default: str | None = None
     no_defract: bool = False
     attributes: tuple[Attribute, ...] = ()
+    pos: Pos | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         idx = ", ".join(format_iexpr(i) for i in self.indices)
@@ -305,6 +307,7 @@ class Elementwise:
     output: str
     expr: EExpr
     attributes: tuple[Attribute, ...] = ()
+    pos: Pos | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{format_attributes(self.attributes)}{self.output} = {format_eexpr(self.expr)}"
@@ -324,6 +327,7 @@ class Intrinsic:
     tensors: tuple[str, ...]
     params: tuple[IExpr, ...] = ()
     attributes: tuple[Attribute, ...] = ()
+    pos: Pos | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         args = list(self.tensors) + [format_iexpr(p) for p in self.params]
@@ -347,21 +351,7 @@ def statement_sizes(st: Statement) -> set[str]:
     """The size symbols `st` reads (in indices, sizes, constraints, or as values): a statement
     computed from sizes that defines one of them must run before `st`."""
     if isinstance(st, Elementwise):
-        found: set[str] = set()
-        stack: list[EExpr] = [st.expr]
-        while stack:
-            e = stack.pop()
-            if isinstance(e, ESize):
-                found.add(e.name)
-            elif isinstance(e, EUnary):
-                stack.append(e.a)
-            elif isinstance(e, (EBinary, ECompare)):
-                stack += [e.a, e.b]
-            elif isinstance(e, ESelect):
-                stack += [e.cond, e.a, e.b]
-            elif isinstance(e, ECall):
-                stack += list(e.args)
-        return found
+        return {n.name for n in eexpr_nodes(st.expr) if isinstance(n, ESize)}
     if isinstance(st, Intrinsic):
         return {name for e in st.params for name in iexpr_names(e)[1]}
     exprs = list(st.indices) + list(st.sizes or ()) + [i for a in st.operands for i in a.indices]
@@ -375,6 +365,7 @@ class TensorParam:
 
     name: str
     dims: tuple[IExpr, ...] | None
+    pos: Pos | None = field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         if self.dims is None:
@@ -387,6 +378,7 @@ class Program:
     params: tuple[TensorParam, ...]
     outputs: tuple[str, ...]
     statements: tuple[Statement, ...]
+    source: str = field(default="", compare=False, repr=False)  # the Tile text, for call-time errors
 
     @property
     def input_names(self) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import ctypes
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,7 +18,7 @@ import numpy as np
 from tilec import pipeline
 from tilec.pipeline import Kernel, Signature, resolve_target
 from tilec.runtime import memory, torch_cuda
-from tilec.errors import BindError, TilecError, TilecWarning
+from tilec.errors import BindError, TilecError, TilecWarning, located
 from tilec.frontend import parse
 from tilec.ir.dtypes import check_supported
 from tilec.ir.size_values import size_inputs
@@ -91,24 +91,36 @@ class Function:
             self._by_signature[sig_key] = kernel
         return _run(kernel, arrays, len(self.outputs))
 
-    def kernel_for(self, shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...]) -> Kernel:
+    def kernel_for(self, shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...],
+                   size_values: Mapping[str, int] | None = None) -> Kernel:
         """The kernel for inputs of these shapes and dtypes (numpy names), in input order.
 
         For callers that hold buffers other than numpy arrays (torch tensors): they pass the
         buffers' addresses to a `pointer_runner`. The lookup shares `__call__`'s per-signature cache.
-        """
+        A program that reads scalar inputs as sizes (`self.size_inputs`) is specialised per value:
+        `size_values` gives each one's value (a BindError names any that is missing)."""
         if len(shapes) != len(self.inputs) or len(dtypes) != len(self.inputs):
             raise BindError(f"kernel_for needs one shape and one dtype per input ({', '.join(self.inputs)}); "
                             f"got {len(shapes)} shapes and {len(dtypes)} dtypes")
+        given = dict(size_values or {})
+        missing = [n for n in self.size_inputs if n not in given]
+        if missing or set(given) - set(self.size_inputs):
+            raise BindError(f"kernel_for: the program reads the input(s) {', '.join(self.size_inputs) or '(none)'} "
+                            f"as sizes; pass exactly their values as size_values (e.g. "
+                            f"size_values={{'{(missing or list(given))[0]}': 2}}), got {sorted(given) or 'none'}")
+        for name, value in given.items():
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+                raise BindError(f"size value of '{name}' must be an integer, got {value!r}")
         np_dtypes = [np.dtype(d) for d in dtypes]
         arguments = tuple((tuple(int(d) for d in shape), dt.char) for shape, dt in zip(shapes, np_dtypes))
-        sig_key = (lowering_params.current(), arguments)
+        values = [(n, int(given[n])) for n in self.size_inputs]
+        sig_key = (lowering_params.current(), arguments, tuple(values))
         kernel = self._by_signature.get(sig_key)
         if kernel is None:
             sig = Signature(
                 shapes=tuple((n, shape) for n, (shape, _) in zip(self.inputs, arguments)),
                 dtypes=tuple((n, check_supported(n, dt)) for n, dt in zip(self.inputs, np_dtypes)),
-                sizes=tuple(sorted(self.sizes.items())),
+                sizes=self._sizes_with(values),
             )
             kernel = self._by_signature[sig_key] = self.kernel(sig)
         return kernel
@@ -119,7 +131,8 @@ class Function:
         device = torch_cuda.check_devices(self.target.name, named)
         tensors = [named[name] for name in self.inputs]
         kernel = self.kernel_for(tuple(tuple(t.shape) for t in tensors),
-                                 tuple(torch_cuda.dtype_name(n, named[n]) for n in self.inputs))
+                                 tuple(torch_cuda.dtype_name(n, named[n]) for n in self.inputs),
+                                 {n: torch_cuda.size_value(n, named[n]) for n in self.size_inputs})
         return torch_cuda.run(kernel, tensors, len(self.outputs), device)
 
     def _arguments(self, args: tuple, kwargs: dict) -> list[np.ndarray]:
@@ -150,21 +163,26 @@ class Function:
         for name in self.size_inputs:
             a = arrays[self.inputs.index(name)]
             if a.shape != () or a.dtype.kind not in "iu":
-                raise BindError(f"argument '{name}' is used as a size, so it must be an integer scalar; got "
-                                f"{a.dtype.name} of shape {a.shape}")
+                with located(self.program.params[self.inputs.index(name)].pos, self.source):
+                    raise BindError(f"argument '{name}' is used as a size, so it must be an integer scalar; got "
+                                    f"{a.dtype.name} of shape {a.shape}")
             out.append((name, int(a)))
         return out
 
-    def _signature(self, arrays: list[np.ndarray]) -> Signature:
+    def _sizes_with(self, values: list[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
+        """The keyword sizes and the size inputs' values together (BindError where they disagree)."""
         sizes = dict(self.sizes)
-        for name, value in self._size_values(arrays):
+        for name, value in values:
             if sizes.get(name, value) != value:
                 raise BindError(f"argument '{name}' is {value} but the keyword {name}={sizes[name]} was given")
             sizes[name] = value
+        return tuple(sorted(sizes.items()))
+
+    def _signature(self, arrays: list[np.ndarray]) -> Signature:
         return Signature(
             shapes=tuple((n, tuple(a.shape)) for n, a in zip(self.inputs, arrays)),
             dtypes=tuple((n, check_supported(n, a.dtype)) for n, a in zip(self.inputs, arrays)),
-            sizes=tuple(sorted(sizes.items())),
+            sizes=self._sizes_with(self._size_values(arrays)),
         )
 
     def kernel(self, sig: Signature) -> Kernel:

@@ -67,6 +67,16 @@ def dtype_name(name: str, tensor: Any) -> str:
     return text
 
 
+def size_value(name: str, tensor: Any) -> int:
+    """The value of a scalar input the program reads as a size (copied to the host: the kernel is
+    specialised per value)."""
+    if tuple(tensor.shape) != () or tensor.dtype.is_floating_point or tensor.dtype.is_complex \
+            or str(tensor.dtype) == "torch.bool":
+        raise BindError(f"argument '{name}' is used as a size, so it must be an integer scalar; got "
+                        f"{tensor.dtype} of shape {tuple(tensor.shape)}")
+    return int(tensor.item())
+
+
 def run(kernel: "Kernel", tensors: list[Any], n_outputs: int, device: Any) -> Any:
     """Allocate outputs and temporaries on `device`, launch on torch's current stream, return the outputs."""
     import torch
