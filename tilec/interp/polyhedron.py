@@ -113,10 +113,16 @@ class Condition:
 
 
 def _normalised(f: Form) -> Form:
-    """The same half-space ``f >= 0`` scaled so that its first coefficient is +-1 (for deduplication)."""
+    """``f >= 0`` with integer coefficients of gcd 1 and its constant rounded down: the same integer
+    points (the variables are integers, so ``sum(c * v) >= -const`` means ``>= ceil(-const)``), one
+    canonical form for deduplication, and the rounding that proves ``2**61 * (j - k) = -1`` empty."""
     if not f.coeffs:
         return f
-    return f.times(1 / abs(f.coeffs[0][1]))
+    scale = math.lcm(*(c.denominator for _, c in f.coeffs))
+    ints = [int(c * scale) for _, c in f.coeffs]
+    g = math.gcd(*ints)
+    return Form(tuple((v, Fraction(c, g)) for (v, _), c in zip(f.coeffs, ints)),
+                Fraction(math.floor(f.const * scale / g)))
 
 
 def _eliminate(inequalities: set[Form], v: str) -> set[Form]:
@@ -145,13 +151,17 @@ UNBOUNDED = None
 def rational_box(variables: tuple[str, ...], conditions: list[Condition]) -> Box | None:
     """Each variable's integer range inside the rational projection of the conditions.
 
-    Returns an empty box (some ``lo > hi``) when the conditions have no rational solution, and None
+    Returns an empty box (some ``lo > hi``) when the conditions have no solution (rational, after
+    rounding each inequality for integer variables: `_normalised`), and None
     when some variable is unbounded. Every integer tuple meeting the conditions lies in the box.
     Conditions without variables are not decided here (with no variables the box is ``{}``, one
     empty tuple): the enumeration checks every condition of every tuple.
     """
     base: set[Form] = {_normalised(f) for c in conditions for f in c.inequalities()}
-    if not _feasible_constants(base):
+    every = set(base)
+    for u in variables:  # first: is there any solution at all? (then no range is needed)
+        every = _eliminate(every, u)
+    if not _feasible_constants(every):
         return {v: (0, -1) for v in variables}
     box: Box = {}
     for v in variables:
