@@ -46,7 +46,8 @@ def _close(out: np.ndarray, ref: np.ndarray, dtype: str, what: str) -> None:
 def test_every_builtin_is_tested_here() -> None:
     tested = set(FLOAT_FUNCS) | {"pow", "max", "min", "bit_and", "bit_or", "bit_xor", "bit_not", "bit_left",
                                   "bit_right", "as_float", "as_int", "as_uint", "as_bool", "cmp_eq", "cmp_ne",
-                                  "cmp_lt", "cmp_le", "cmp_gt", "cmp_ge", "add", "sub", "mul", "div", "cond", "select"}
+                                  "cmp_lt", "cmp_le", "cmp_gt", "cmp_ge", "add", "sub", "mul", "div", "cond", "select",
+                                  "reverse_grad"}
     assert set(BUILTINS) == tested
 
 
@@ -243,3 +244,13 @@ def test_cuda_source_with_every_type_and_intrinsic_compiles(tmp_path) -> None:  
 def test_errors_are_tilec_errors() -> None:
     with pytest.raises(TilecError):
         tilec.compile("O = as_bool(A, 1)")
+
+
+def test_reverse_grad_is_the_identity_whose_gradient_is_reversed_and_scaled():
+    rng = np.random.default_rng(3)
+    x, r = rng.standard_normal((3, 4)).astype(np.float32), np.float32(0.5)
+    src = "function (L[M, N], R[]) -> (O) { O = reverse_grad(L, R); }"
+    np.testing.assert_array_equal(tilec.compile(src)(x, r), x)
+    np.testing.assert_array_equal(tilec.compile(src, target="interp")(x, r), x)
+    g = tilec.grad("function (L[M, N], R[]) -> (O) { T = reverse_grad(L, R); O = T * T; }", wrt=["L"])
+    np.testing.assert_allclose(g(x, r, np.ones_like(x)), -r * 2 * x, rtol=1e-6)

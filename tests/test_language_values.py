@@ -212,17 +212,7 @@ def test_printed_programs_parse_back_equal(src: str):
     assert parse(str(program)) == program
 
 
-# ---------------------------------------------------------------- PlaidML's reverse_grad and assert_*
-
-
-def test_reverse_grad_is_the_identity_whose_gradient_is_reversed_and_scaled():
-    rng = np.random.default_rng(3)
-    x, r = rng.standard_normal((3, 4)).astype(np.float32), np.float32(0.5)
-    src = "function (L[M, N], R[]) -> (O) { O = reverse_grad(L, R); }"
-    np.testing.assert_array_equal(tilec.compile(src)(x, r), x)
-    np.testing.assert_array_equal(tilec.compile(src, target="interp")(x, r), x)
-    g = tilec.grad("function (L[M, N], R[]) -> (O) { T = reverse_grad(L, R); O = T * T; }", wrt=["L"])
-    np.testing.assert_allclose(g(x, r, np.ones_like(x)), -r * 2 * x, rtol=1e-6)
+# ---------------------------------------------------------------- PlaidML's assert_* over sizes
 
 
 def test_assertions_over_sizes_hold_or_name_the_failed_condition():

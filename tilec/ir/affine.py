@@ -15,7 +15,7 @@ from typing import Optional
 
 from tilec.errors import BindError
 from tilec.ir import tensor as T
-from tilec.ir.size_values import truncating_division
+from tilec.ir.size_values import integer_op
 
 Bound = Optional[int]  # an exact integer bound; None where that side is unbounded
 Interval = tuple[Bound, Bound]  # (lo, hi) inclusive; empty where lo > hi
@@ -131,16 +131,7 @@ def evaluate_size(e: T.IExpr, sizes: dict[str, int], what: str) -> int:
     if isinstance(e, T.INeg):
         return -evaluate_size(e.a, sizes, what)
     if isinstance(e, T.IBin):
-        a, b = evaluate_size(e.a, sizes, what), evaluate_size(e.b, sizes, what)
-        if e.op == "+":
-            return a + b
-        if e.op == "-":
-            return a - b
-        if e.op == "*":
-            return a * b
-        if e.op in ("max", "min"):
-            return max(a, b) if e.op == "max" else min(a, b)
-        return truncating_division(a, b, what)
+        return integer_op(e.op, evaluate_size(e.a, sizes, what), evaluate_size(e.b, sizes, what), what)
     raise BindError(f"index variable in {what}")
 
 

@@ -65,6 +65,19 @@ def truncating_division(a: int, b: int, what: str) -> int:
     return q if (a >= 0) == (b > 0) else -q
 
 
+def integer_op(op: str, a: int, b: int, what: str) -> int:
+    """``a op b`` for a size operator (``+ - * /`` with ``/`` toward zero, ``max``, ``min``)."""
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op in ("max", "min"):
+        return max(a, b) if op == "max" else min(a, b)
+    return truncating_division(a, b, what)
+
+
 def evaluate(e: T.EExpr, sizes: dict[str, int], what: str) -> int:
     """The value of a size expression (`is_size_expr(e)` holds) with bound sizes."""
     if isinstance(e, T.ESize):
@@ -89,14 +102,7 @@ def evaluate(e: T.EExpr, sizes: dict[str, int], what: str) -> int:
             return 1
         return max(values) if e.func == "max" else min(values)
     assert isinstance(e, T.EBinary), e
-    a, b = evaluate(e.a, sizes, what), evaluate(e.b, sizes, what)
-    if e.op == "+":
-        return a + b
-    if e.op == "-":
-        return a - b
-    if e.op == "*":
-        return a * b
-    return truncating_division(a, b, what)
+    return integer_op(e.op, evaluate(e.a, sizes, what), evaluate(e.b, sizes, what), what)
 
 
 def _size_names(e: T.EExpr) -> set[str]:
