@@ -140,6 +140,24 @@ def _eliminate(inequalities: set[Form], v: str) -> set[Form]:
     return out
 
 
+def _project(inequalities: set[Form], variables: tuple[str, ...], keep: tuple[str, ...]) -> set[Form]:
+    """Eliminate every variable not in `keep`, cheapest first (fewest new inequalities), which keeps
+    Fourier–Motzkin's growth down."""
+    ineqs = set(inequalities)
+    left = [u for u in variables if u not in keep]
+    while left:
+        u = min(left, key=lambda w: _elimination_cost(ineqs, w))
+        left.remove(u)
+        ineqs = _eliminate(ineqs, u)
+    return ineqs
+
+
+def _elimination_cost(inequalities: set[Form], v: str) -> int:
+    """How many inequalities eliminating `v` creates (positive times negative coefficients)."""
+    signs = [dict(f.coeffs).get(v, 0) for f in inequalities]
+    return sum(c > 0 for c in signs) * sum(c < 0 for c in signs)
+
+
 def _feasible_constants(inequalities: set[Form]) -> bool:
     return all(f.const >= 0 for f in inequalities if not f.coeffs)
 
@@ -158,17 +176,15 @@ def rational_box(variables: tuple[str, ...], conditions: list[Condition]) -> Box
     empty tuple): the enumeration checks every condition of every tuple.
     """
     base: set[Form] = {_normalised(f) for c in conditions for f in c.inequalities()}
-    every = set(base)
-    for u in variables:  # first: is there any solution at all? (then no range is needed)
-        every = _eliminate(every, u)
-    if not _feasible_constants(every):
+    try:  # first: is there any solution at all? (if not, no range is needed)
+        feasible = _feasible_constants(_project(base, variables, ()))
+    except TilecError:  # too complex to decide at once: each projection below still decides it
+        feasible = True
+    if not feasible:
         return {v: (0, -1) for v in variables}
     box: Box = {}
     for v in variables:
-        ineqs = set(base)
-        for u in variables:
-            if u != v:
-                ineqs = _eliminate(ineqs, u)
+        ineqs = _project(base, variables, (v,))
         if not _feasible_constants(ineqs):
             return {w: (0, -1) for w in variables}
         lows = [-f.const / c for f in ineqs for w, c in f.coeffs if c > 0]
