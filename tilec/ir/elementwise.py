@@ -120,8 +120,9 @@ class _Lowerer:
             return L.Cmp(_CMP[e.op], _to(ct, self.lower(e.a)), _to(ct, self.lower(e.b)))
         if isinstance(e, T.ESelect):
             cond = self.lower(e.cond)
-            if isinstance(cond, (int, float)):
-                return _to(t, self.lower(e.a if cond else e.b))
+            if isinstance(cond, (int, float)):  # a literal condition picks a branch; both must type-check
+                a, b = _to(t, self.lower(e.a)), _to(t, self.lower(e.b))
+                return a if cond else b
             return L.Select(_truth(cond), _to(t, self.lower(e.a)), _to(t, self.lower(e.b)))
         assert isinstance(e, T.ECall)
         return self.call(e, t)
