@@ -158,6 +158,21 @@ def _elimination_cost(inequalities: set[Form], v: str) -> int:
     return sum(c > 0 for c in signs) * sum(c < 0 for c in signs)
 
 
+def _substitute_unit_equalities(inequalities: set[Form], variables: tuple[str, ...]) -> tuple[set[Form], tuple[str, ...]]:
+    """Solve equalities ``f = 0`` (``f >= 0`` and ``-f >= 0`` both present) for a variable with a unit
+    coefficient and substitute it everywhere: the integer rounding of `_normalised` then sees
+    ``2*(j + k) + i + 1 = 0`` with ``i = 0`` as empty, which eliminating ``j`` first would lose."""
+    ineqs, left = set(inequalities), list(variables)
+    while True:
+        found = next(((f, v, c) for f in ineqs if _normalised(f.times(Fraction(-1))) in ineqs
+                      for v, c in f.coeffs if abs(c) == 1 and v in left), None)
+        if found is None:
+            return ineqs, tuple(left)
+        f, v, c = found
+        ineqs = {_normalised(g.plus(f.times(-dict(g.coeffs)[v] / c))) if v in dict(g.coeffs) else g for g in ineqs}
+        left.remove(v)
+
+
 def _feasible_constants(inequalities: set[Form]) -> bool:
     return all(f.const >= 0 for f in inequalities if not f.coeffs)
 
@@ -177,7 +192,8 @@ def rational_box(variables: tuple[str, ...], conditions: list[Condition]) -> Box
     """
     base: set[Form] = {_normalised(f) for c in conditions for f in c.inequalities()}
     try:  # first: is there any solution at all? (if not, no range is needed)
-        feasible = _feasible_constants(_project(base, variables, ()))
+        reduced, left = _substitute_unit_equalities(base, variables)
+        feasible = _feasible_constants(_project(reduced, left, ()))
     except TilecError:  # too complex to decide at once: each projection below still decides it
         feasible = True
     if not feasible:
