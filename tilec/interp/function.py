@@ -1,7 +1,9 @@
 """`tilec.compile(src, target="interp")`: the tensor IR executed statement by statement with numpy.
 
-Obviously correct and slow, and independent of the compiler's bounds inference, lowering and code
-generation, so that it can be their oracle (tests/test_fuzz_differential.py) and a debugging aid.
+Obviously correct and slow, and independent of the compiler's lowering and code generation (which
+tuples contribute and every value are its own), so that it can be their oracle
+(tests/test_fuzz_differential.py) and a debugging aid. The one rule it shares is the shape of an
+output whose sizes are omitted (tilec.ir.bounds.contraction_shape), which defines the language.
 """
 
 from __future__ import annotations

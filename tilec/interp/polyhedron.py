@@ -7,7 +7,7 @@ handled as the language defines them. The box is derived by Fourier–Motzkin el
 rationals, which gives each variable its exact rational projection: sound (no tuple meeting the
 conditions lies outside it) and finite whenever the conditions bound the variable at all.
 
-Independent of tilec.ir.affine and tilec.ir.bounds on purpose: the interpreter is their oracle.
+Independent of tilec.ir.affine and tilec.ir.conditions on purpose: the interpreter is their oracle.
 """
 
 from __future__ import annotations
