@@ -2,8 +2,9 @@
 
 Obviously correct and slow, and independent of the compiler's lowering and code generation (which
 tuples contribute and every value are its own), so that it can be their oracle
-(tests/test_fuzz_differential.py) and a debugging aid. The one rule it shares is the shape of an
-output whose sizes are omitted (tilec.ir.bounds.contraction_shape), which defines the language.
+(tests/test_fuzz_differential.py) and a debugging aid. What it shares with the compiler is what
+defines shapes: binding an input's declared dims (tilec.ir.bounds.bind_param) and the shape of an
+output whose sizes are omitted (tilec.ir.bounds.contraction_shape).
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from tilec.errors import BindError, TilecError
+from tilec.errors import TilecError, located
 from tilec.interp.contraction import run_contraction
 from tilec.interp.elementwise import run_elementwise
 from tilec.interp.intrinsics import run_intrinsic
 from tilec.interp.sizes import bind_size_inputs, define_size
 from tilec.ir import tensor as T
+from tilec.ir.bounds import bind_param
 from tilec.ir.dtypes import check_supported, expr_type
 from tilec.ir.size_values import is_size_expr
 from tilec.runtime.function import Function, _as_array
@@ -62,7 +64,8 @@ class InterpretedFunction(Function):
         sizes = dict(self.sizes)
         bind_size_inputs(self.size_inputs, values, sizes)
         for param in self.program.params:
-            _bind_param(param, values[param.name].shape, sizes)
+            with located(param.pos, self.program.source):
+                bind_param(param, values[param.name].shape, sizes)
         weak: set[str] = set()
         for stmt in self.program.statements:
             values[stmt.output] = run_statement(stmt, values, sizes, weak)
@@ -112,24 +115,6 @@ def summary(array: np.ndarray) -> str:
     if array.size:
         text += f" min {array.min()} max {array.max()}"
     return text
-
-
-def _bind_param(param: T.TensorParam, shape: tuple[int, ...], sizes: dict[str, int]) -> None:
-    """Bind the size symbols of an input's declared dims to its shape (BindError where they disagree)."""
-    if param.dims is None:
-        return
-    if len(shape) != len(param.dims):
-        raise BindError(f"argument '{param.name}' has shape {shape} (rank {len(shape)}) but is declared as "
-                        f"{param} (rank {len(param.dims)})")
-    for axis, (dim, extent) in enumerate(zip(param.dims, shape)):
-        if isinstance(dim, T.IConst) and dim.value != extent:
-            raise BindError(f"argument '{param.name}' has shape {shape}, but dimension {axis} is declared as "
-                            f"{dim.value}")
-        if isinstance(dim, T.ISize):
-            if sizes.get(dim.name, extent) != extent:
-                raise BindError(f"size symbol '{dim.name}' disagrees: argument '{param.name}' has {dim.name} = "
-                                f"{extent} (dimension {axis}), but {dim.name} = {sizes[dim.name]} already")
-            sizes[dim.name] = extent
 
 
 __all__ = ["InterpretedFunction", "run_statement", "summary"]

@@ -97,7 +97,7 @@ def bind(program: T.Program, shapes: dict[str, tuple[int, ...]], dtypes: dict[st
     env = _Env(dict(sizes or {}))
     for param in program.params:
         with located(param.pos, program.source):  # call-time errors say where the input is declared
-            _bind_param(param, tuple(shapes[param.name]), env)
+            bind_param(param, tuple(shapes[param.name]), env.sizes)
         env.shapes[param.name] = tuple(shapes[param.name])
         env.dtypes[param.name] = dtypes[param.name]
     bound: list[BoundStatement] = []
@@ -135,7 +135,9 @@ def _check_memory(statements: list[BoundStatement]) -> None:
                         f"{have / 2**30:.1f} GiB ({listing}); check the output sizes")
 
 
-def _bind_param(param: T.TensorParam, shape: tuple[int, ...], env: _Env) -> None:
+def bind_param(param: T.TensorParam, shape: tuple[int, ...], sizes: dict[str, int]) -> None:
+    """Bind the size symbols of an input's declared dims to its shape into `sizes` (a BindError
+    where the rank, a literal dim or an earlier binding disagrees)."""
     if param.dims is None:
         return
     if len(shape) != len(param.dims):
@@ -147,12 +149,12 @@ def _bind_param(param: T.TensorParam, shape: tuple[int, ...], env: _Env) -> None
                 raise BindError(f"argument '{param.name}' has shape {shape}, but dimension {axis} is declared as "
                                 f"{dim.value}")
         elif isinstance(dim, T.ISize):
-            known = env.sizes.get(dim.name)
+            known = sizes.get(dim.name)
             if known is not None and known != extent:
                 raise BindError(f"size symbol '{dim.name}' disagrees: argument '{param.name}' has shape {shape}, "
                                 f"so {dim.name} = {extent} (dimension {axis}), but {dim.name} = {known} already "
                                 f"(from an earlier argument or keyword)")
-            env.sizes[dim.name] = extent
+            sizes[dim.name] = extent
 
 
 def _check_rank(access: T.Access, env: _Env) -> tuple[int, ...]:
@@ -360,4 +362,4 @@ def describe(b: BoundContraction) -> str:
     return f"ranges: {ranges or '(scalar)'}; guards: {guards}"
 
 
-__all__ = ["bind", "contraction_shape", "BoundProgram", "BoundContraction", "BoundElementwise", "BoundIntrinsic", "BoundAccess", "Condition", "describe"]
+__all__ = ["bind", "bind_param", "contraction_shape", "BoundProgram", "BoundContraction", "BoundElementwise", "BoundIntrinsic", "BoundAccess", "Condition", "describe"]

@@ -97,26 +97,13 @@ def evaluate(e: T.EExpr, sizes: dict[str, int], what: str) -> int:
         values = [evaluate(a, sizes, what) for a in e.args]
         if is_assertion(e.func):
             if values[0] == 0:
-                bound = ", ".join(f"{n} = {sizes[n]}" for n in sorted(_size_names(e)) if n in sizes)
+                names = {n.name for n in T.eexpr_nodes(e) if isinstance(n, T.ESize)}
+                bound = ", ".join(f"{n} = {sizes[n]}" for n in sorted(names) if n in sizes)
                 raise BindError(f"{e.func} failed in {what}: {T.format_eexpr(e.args[0])} does not hold ({bound})")
             return 1
         return max(values) if e.func == "max" else min(values)
     assert isinstance(e, T.EBinary), e
     return integer_op(e.op, evaluate(e.a, sizes, what), evaluate(e.b, sizes, what), what)
-
-
-def _size_names(e: T.EExpr) -> set[str]:
-    if isinstance(e, T.ESize):
-        return {e.name}
-    if isinstance(e, T.EUnary):
-        return _size_names(e.a)
-    if isinstance(e, (T.EBinary, T.ECompare)):
-        return _size_names(e.a) | _size_names(e.b)
-    if isinstance(e, T.ESelect):
-        return _size_names(e.cond) | _size_names(e.a) | _size_names(e.b)
-    if isinstance(e, T.ECall):
-        return set().union(*[_size_names(a) for a in e.args])
-    return set()
 
 
 def constant_value(e: T.EExpr) -> int | None:
