@@ -107,11 +107,13 @@ def _tuple_values(stmt: T.Contraction, loaded: list[np.ndarray], dtype: np.dtype
 
 
 def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: dict[str, int],
-                    weak_default: bool = False) -> np.ndarray:
+                    weak_default: bool = False, order_dependent: set[str] | None = None) -> np.ndarray:
     """The output of `stmt` given the arrays it reads (by name); binds the size symbols it infers.
 
     `weak_default`: the default is a literal's 0-d result, whose type does not take part in the
-    output's (it is converted to the type of the combination, as a weak literal is)."""
+    output's (it is converted to the type of the combination, as a weak literal is).
+    `order_dependent`: gains ``stmt.output`` when the result depends on the order of aggregation
+    beyond rounding (see :class:`OrderBound`)."""
     what = f"'{stmt}'"
     conds: list[Condition] = []
     for access in stmt.operands:
@@ -145,6 +147,7 @@ def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: d
         raise SemanticError(f"an index variable is unbounded in {what}: no access or constraint limits its range")
     flat_out = out.reshape(-1)
     written = np.zeros(out.size, dtype=bool)
+    bound = OrderBound.of(stmt.agg, flat_out) if order_dependent is not None else None
     with np.errstate(all="ignore"):
         for chunk in valid_tuples(variables, box, conds, what):
             loaded = [values[a.tensor].reshape(-1)[_flat_index([form_of(e, sizes, what) for e in a.indices],
@@ -154,10 +157,54 @@ def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: d
             cells = _flat_index(outs, shape, chunk)
             if mask is not None:
                 value, cells = value[mask], cells[mask]
+            if bound is not None:
+                bound.add(cells, value)
             _aggregate(stmt, flat_out, written, cells, value)
     if default is None:
         flat_out[~written] = 0
+    if bound is not None and order_dependent is not None and bound.exceeds(out.dtype):
+        order_dependent.add(stmt.output)
     return out
+
+
+class OrderBound:
+    """A bound, per output cell, on the magnitude any partial result of a floating-point ``+`` or
+    ``*`` aggregation reaches, whatever the order of its contributions (and of the start value).
+
+    The language leaves that order unspecified (compiled kernels reassociate sums and products to
+    vectorise them), which changes only the rounding unless a partial result leaves the type's
+    range: then one order can give inf or NaN where another gives a finite value. The bound is the
+    sum of the magnitudes (``+``) or the product of the magnitudes of at least 1 (``*``) of the finite
+    values, in float64 (an inf or NaN value decides the result in every order where the finite ones
+    stay in range).
+    """
+
+    def __init__(self, agg: str, bound: np.ndarray) -> None:
+        self.agg, self.bound = agg, bound
+
+    @staticmethod
+    def of(agg: str, start: np.ndarray) -> "OrderBound | None":
+        """The bound for aggregation `agg` onto the flat `start` values, or None where the order of
+        aggregation cannot matter (integers, booleans, maximum, minimum, assignment)."""
+        if start.dtype.kind != "f" or agg not in ("+", "*"):
+            return None
+        with np.errstate(all="ignore"):
+            return OrderBound(agg, OrderBound._magnitude(agg, start))
+
+    @staticmethod
+    def _magnitude(agg: str, values: np.ndarray) -> np.ndarray:
+        wide = values.astype(np.float64)
+        magnitude = np.where(np.isfinite(wide), np.abs(wide), 0.0)
+        return magnitude if agg == "+" else np.maximum(magnitude, 1.0)
+
+    def add(self, cells: np.ndarray, value: np.ndarray) -> None:
+        """Accounts for contributions `value` to the flat output cells `cells`."""
+        (np.add if self.agg == "+" else np.multiply).at(self.bound, cells, self._magnitude(self.agg, value))
+
+    def exceeds(self, dtype: np.dtype) -> bool:
+        """Whether some cell's partial results may leave the range of `dtype` (or are NaN)."""
+        with np.errstate(invalid="ignore"):
+            return bool(np.any(~(self.bound <= np.finfo(dtype).max)))
 
 
 def _check_literal_default(stmt: T.Contraction, default: np.ndarray, dtype: np.dtype) -> None:
@@ -188,4 +235,4 @@ def _aggregate(stmt: T.Contraction, flat_out: np.ndarray, written: np.ndarray, c
     written[cells] = True
 
 
-__all__ = ["run_contraction"]
+__all__ = ["OrderBound", "run_contraction"]

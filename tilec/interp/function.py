@@ -37,7 +37,10 @@ class InterpretedFunction(Function):
     - ``f.trace(*args)`` runs the program and returns ``{name: array}`` for the inputs and every
       statement's result, in program order;
     - ``f.log = print`` (any callable taking a str) reports each statement and a summary of its
-      result (shape, dtype, min, max) as it runs; ``f.log = None`` (the default) is silent.
+      result (shape, dtype, min, max) as it runs; ``f.log = None`` (the default) is silent;
+    - ``f.order_dependent(*args)`` names the results that may depend on the order in which a
+      floating-point sum or product aggregates (unspecified by the language: compiled kernels
+      reassociate), because some partial result may leave its type's range.
 
     Candidate index tuples are enumerated over a box derived with exact integer arithmetic; a
     statement with more than tilec.interp.tuples.MAX_TUPLES of them is refused with a TilecError.
@@ -58,6 +61,22 @@ class InterpretedFunction(Function):
 
     def trace(self, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
         """Every input and every statement's result by name (see the class docstring)."""
+        return self._run(args, kwargs, None)
+
+    def order_dependent(self, *args: Any, **kwargs: Any) -> set[str]:
+        """The statements' results (by name) that may depend on the order of a floating-point
+        aggregation on these arguments: a sum or product some of whose partial results, in some
+        order, leave the range of its type (tilec.interp.contraction.OrderBound), and every result
+        computed from one of those. Other results are determined up to rounding."""
+        found: set[str] = set()
+        self._run(args, kwargs, found)
+        for stmt in self.program.statements:
+            if any(name in found for name in T.statement_reads(stmt)):
+                found.add(stmt.output)
+        return found
+
+    def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any], order_dependent: set[str] | None
+             ) -> dict[str, np.ndarray]:
         values = {name: _as_array(name, self._values(args, kwargs)[name]) for name in self.inputs}
         for name, array in values.items():
             check_supported(name, array.dtype)
@@ -68,7 +87,7 @@ class InterpretedFunction(Function):
                 bind_param(param, values[param.name].shape, sizes)
         weak: set[str] = set()
         for stmt in self.program.statements:
-            values[stmt.output] = run_statement(stmt, values, sizes, weak)
+            values[stmt.output] = run_statement(stmt, values, sizes, weak, order_dependent)
             if self.log is not None:
                 self.log(f"{stmt};  ->  {summary(values[stmt.output])}")
         return values
@@ -88,15 +107,17 @@ class InterpretedFunction(Function):
 
 
 def run_statement(stmt: T.Statement, values: dict[str, np.ndarray], sizes: dict[str, int],
-                  weak: set[str]) -> np.ndarray:
+                  weak: set[str], order_dependent: set[str] | None = None) -> np.ndarray:
     """The result of one statement over the arrays computed so far.
 
     `sizes` gains the sizes the statement binds (inferred output sizes, integer statements over
     sizes); `weak` names the 0-d results of literal-only statements (a literal ``default``, which
-    takes the contraction's type rather than promoting it) and gains this statement's output if so.
+    takes the contraction's type rather than promoting it) and gains this statement's output if so;
+    `order_dependent`, where given, gains the output of a contraction whose value may depend on the
+    order of aggregation (tilec.interp.contraction.run_contraction).
     """
     if isinstance(stmt, T.Contraction):
-        return run_contraction(stmt, values, sizes, stmt.default in weak)
+        return run_contraction(stmt, values, sizes, stmt.default in weak, order_dependent)
     if isinstance(stmt, T.Intrinsic):
         return run_intrinsic(stmt, values, sizes)
     if not isinstance(stmt, T.Elementwise):
