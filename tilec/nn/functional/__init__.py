@@ -1,0 +1,24 @@
+"""`tilec.nn.functional`: torch.nn.functional's signatures, defaults and semantics, computed by Tile
+programs that tilec compiles (forward, and backward through the derived gradient programs).
+
+Each function takes exactly the arguments of its torch.nn.functional namesake and gives what it
+gives (shape, dtype, memory format, gradients, including at NaN and inf); an input tilec cannot
+compute raises a `tilec.TilecError` naming the option, never a wrong answer. No function calls
+torch's own kernel for its computation: torch does only views, layout changes and allocation.
+Every function is a Tile program run through tilec.ops.program.run_program.
+
+This module imports torch; `import tilec` does not import it.
+"""
+
+from __future__ import annotations
+
+from tilec.nn.functional.activation import relu, gelu, silu, sigmoid, tanh, softmax, log_softmax, dropout
+from tilec.nn.functional.convolution import conv1d, conv2d, conv3d, conv_transpose2d
+from tilec.nn.functional.linear import linear
+from tilec.nn.functional.attention import scaled_dot_product_attention, multi_head_attention_forward
+from tilec.nn.functional.normalization import layer_norm, group_norm, batch_norm, rms_norm
+from tilec.nn.functional.pooling import max_pool2d, avg_pool2d, adaptive_avg_pool2d
+from tilec.nn.functional.sparse import embedding
+from tilec.nn.functional.loss import cross_entropy, mse_loss
+
+__all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "dropout", "conv1d", "conv2d", "conv3d", "conv_transpose2d", "linear", "scaled_dot_product_attention", "multi_head_attention_forward", "layer_norm", "group_norm", "batch_norm", "rms_norm", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "embedding", "cross_entropy", "mse_loss"]

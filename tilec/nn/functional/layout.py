@@ -1,0 +1,68 @@
+"""Running Tile programs on torch tensors in the layout torch would give: shared by tilec.nn.functional.
+
+Requires: torch tensors on one device. Guarantees: `physical` views a dense (non-overlapping,
+gap-free) tensor of any strides as a contiguous one without a copy, and `elementwise` runs a
+one-input, one-output elementwise program on it so that the result has the input's strides (as
+torch's ``empty_like(x)``: channels_last in, channels_last out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import lru_cache
+
+import torch
+
+from tilec.ops.arguments import OpError
+from tilec.ops.program import run_program
+
+FLOATS = (torch.float32, torch.float64)
+
+
+def check_float(op: str, name: str, t: torch.Tensor) -> None:
+    """An OpError unless `t` is a CPU or CUDA float32/float64 tensor."""
+    if not isinstance(t, torch.Tensor):
+        raise OpError(f"tilec.nn.functional.{op}: '{name}' must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in FLOATS:
+        raise OpError(f"tilec.nn.functional.{op}: '{name}' has dtype {t.dtype}; float32 and float64 are supported")
+    if t.device.type not in ("cpu", "cuda"):
+        raise OpError(f"tilec.nn.functional.{op}: '{name}' is on {t.device}; CPU and CUDA tensors are supported")
+
+
+def physical(x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """(x permuted so that it is contiguous, the permutation) when x is dense in some axis order
+    (channels_last, a transpose), else (x.contiguous(), identity)."""
+    order = tuple(sorted(range(x.dim()), key=lambda d: (-x.stride(d), d)))
+    permuted = x.permute(order)
+    if not permuted.is_contiguous():
+        return x.contiguous(), tuple(range(x.dim()))
+    return permuted, order
+
+
+def unpermute(y: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
+    """The inverse of `physical`'s permutation applied to y (a view)."""
+    inverse = [0] * len(order)
+    for k, d in enumerate(order):
+        inverse[d] = k
+    return y.permute(inverse)
+
+
+@lru_cache(maxsize=None)
+def elementwise_source(expr: str) -> str:
+    """A program X[N] -> O with O = `expr` (which names the input X)."""
+    return f"function (X[N]) -> (O) {{ O = {expr}; }}"
+
+
+def elementwise(x: torch.Tensor, expr: str | Callable[[torch.dtype], str]) -> torch.Tensor:
+    """The elementwise program ``O = expr(X)`` on x, with x's shape and strides (see the module doc)."""
+    text = expr if isinstance(expr, str) else expr(x.dtype)
+    dense, order = physical(x)
+    flat = dense.reshape(-1)
+    if flat.numel() == 0:  # no kernel over nothing; the result still joins the autograd graph
+        out = flat * 0
+    else:
+        out = run_program(elementwise_source(text), [flat], flat.shape)
+    return unpermute(out.reshape(dense.shape), order)
+
+
+__all__ = ["FLOATS", "check_float", "physical", "unpermute", "elementwise", "elementwise_source"]

@@ -1,0 +1,111 @@
+"""`tilec::program`: any Tile program with one output as a differentiable torch op.
+
+The building block of tilec.nn.functional. A function there normalises torch's arguments (views,
+layouts, defaults), builds a Tile source with the static ones as literals (cache the builder, so
+one parameter tuple gives one string and one compiled Function), and calls
+
+    run_program(source, [tensors...], out_shape)
+
+which runs the program's kernel on the tensors' memory and records it for autograd; the backward
+is the gradient program tilec.autodiff derives from the same source (tilec::tile_grad), so the
+program's form decides the gradient's conventions (write ``O = X <= 0 ? 0 : X`` for a ReLU whose
+gradient passes NaN through, as torch's does).
+
+Paths, as for the named ops (tilec.ops.eager): plain CPU tensors outside torch.compile and outside
+any dispatch mode take the eager path (one autograd.Function node, no dispatcher hop; under
+`torch.profiler` the call is a `tilec::program` range); everything else (fake and meta tensors
+while torch.compile traces, dispatch modes such as FlopCounterMode, CUDA tensors) calls the
+registered op, whose fake kernel gives ``out_shape``.
+
+Requires: tensors on one device; `out_shape` is the program's output shape for these inputs
+(checked: an OpError otherwise); `dtype` the output dtype (default: the first tensor's).
+Guarantees: a new contiguous output; non-contiguous inputs are copied first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from tilec.ops.arguments import OpError
+from tilec.ops.eager import NODES, Node, eager, run_eager, signature
+from tilec.ops.kernels import forward_fn, plan_for, run_forward
+from tilec.ops.tile_grad import input_grads
+
+
+@torch.library.custom_op("tilec::program", mutates_args=())
+def _program(source: str, inputs: list[torch.Tensor], out_shape: list[int], dtype: torch.dtype) -> torch.Tensor:
+    out = run_forward(source, *inputs)
+    if tuple(out.shape) != tuple(out_shape) or out.dtype != dtype:
+        raise OpError(f"tilec: the program's output is {out.dtype}{list(out.shape)}, its caller expects "
+                      f"{dtype}{list(out_shape)}:\n{source}")
+    return out
+
+
+@_program.register_fake
+def _(source: str, inputs: list[torch.Tensor], out_shape: list[int], dtype: torch.dtype) -> torch.Tensor:
+    return inputs[0].new_empty(out_shape, dtype=dtype)
+
+
+def _setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    source, tensors, _, _ = inputs
+    ctx.source = source
+    ctx.save_for_backward(*tensors)
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    tensors = ctx.saved_tensors
+    needs = [t.requires_grad or need for t, need in zip(tensors, _needs(ctx, len(tensors)))]
+    grads = input_grads(ctx.source, list(tensors), needs, [grad.contiguous()])
+    return None, grads, None, None
+
+
+def _needs(ctx: Any, n: int) -> list[bool]:
+    """Which list elements need a gradient (torch reports the list argument as one flag)."""
+    flag = ctx.needs_input_grad[1]
+    return list(flag) if isinstance(flag, (list, tuple)) else [bool(flag)] * n
+
+
+_program.register_autograd(_backward, setup_context=_setup)
+
+
+def _dispatch_mode_active() -> bool:
+    return bool(torch._C._len_torch_dispatch_stack())
+
+
+def run_program(source: str, tensors: Sequence[torch.Tensor], out_shape: Sequence[int],
+                dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The output of the Tile program `source` (one output) on `tensors`, in input order, as a
+    differentiable torch tensor of shape `out_shape` (see the module docstring)."""
+    dtype = tensors[0].dtype if dtype is None else dtype
+    shape = tuple(int(s) for s in out_shape)
+    if eager(*tensors) and not _dispatch_mode_active():
+        key = (source, *[signature(t) for t in tensors])
+        node = NODES.get(key)
+        if node is None:
+            node = Node(source, (None,) * len(tensors), shape, tensors)
+            if node.kernel_out != shape or node.dtype != dtype:
+                raise OpError(f"tilec: the program's output is {node.dtype}{list(node.kernel_out)}, its caller "
+                              f"expects {dtype}{list(shape)}:\n{source}")
+            NODES[key] = node
+        if torch.autograd.profiler._is_profiler_enabled:
+            with torch.profiler.record_function("tilec::program"):
+                return run_eager(node, *tensors)
+        return run_eager(node, *tensors)
+    return torch.ops.tilec.program(source, list(tensors), list(shape), dtype)
+
+
+def run_program_no_grad(source: str, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Every output of the Tile program `source` on CPU `tensors`, outside autograd (statistics,
+    running averages, masks)."""
+    fn = forward_fn(source)
+    inputs = [t.detach().contiguous() for t in tensors]
+    plan = plan_for(fn, inputs)
+    outputs = [torch.empty(shape, dtype=dt) for shape, dt in plan.outputs]
+    plan.run([t.data_ptr() for t in inputs] + [o.data_ptr() for o in outputs])
+    return outputs
+
+
+__all__ = ["run_program", "run_program_no_grad"]
