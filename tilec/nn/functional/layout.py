@@ -32,7 +32,7 @@ def check_float(op: str, name: str, t: torch.Tensor) -> None:
 def physical(x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
     """(x permuted so that it is contiguous, the permutation) when x is dense in some axis order
     (channels_last, a transpose), else (x.contiguous(), identity)."""
-    order = tuple(sorted(range(x.dim()), key=lambda d: (-x.stride(d), d)))
+    order = tuple(sorted(range(x.dim()), key=lambda d: (-int(x.stride()[d]), d)))
     permuted = x.permute(order)
     if not permuted.is_contiguous():
         return x.contiguous(), tuple(range(x.dim()))
