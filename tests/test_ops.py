@@ -352,3 +352,14 @@ def test_eliminate_copies_keeps_values_and_drops_renamings() -> None:
     # an input copied to an output stays; a temporary read after its copy is renamed everywhere
     kept = parse("function (A[N]) -> (B, C) { B = A; T = A * 2.0; U = T; C = U + T; }")
     assert [str(s) for s in eliminate_copies(kept).statements] == ["B = A", "T = A * 2.0", "C = T + T"]
+
+
+def test_compiled_functions_take_cpu_torch_tensors_that_require_grad_without_copies():
+    import numpy as np
+    f = tilec.compile("C[i, j: M, N] = +(A[i, k] * B[k, j])")
+    a = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(5, 4, dtype=torch.float64).t()  # a transposed view: copied to a contiguous array
+    np.testing.assert_allclose(f(a, b), (a @ b).detach().numpy(), rtol=1e-12)
+    from tilec.runtime.function import _as_array
+    x = torch.randn(4, 4, requires_grad=True)
+    assert _as_array("x", x).ctypes.data == x.data_ptr()  # contiguous: the tensor's own memory

@@ -236,8 +236,13 @@ class Function:
 
 
 def _as_array(name: str, value: Any) -> np.ndarray:
+    """`value` as a C-contiguous native-endian numeric array: without a copy for a C-contiguous numpy
+    array or CPU torch tensor (one that requires grad included: the kernel reads its values, and
+    the result, a numpy array, is outside autograd; tilec.ops.program gives differentiable ops)."""
     if isinstance(value, np.ndarray) and value.flags.c_contiguous and value.dtype.isnative:
         return value
+    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+        value = value.detach().resolve_conj().resolve_neg()
     try:
         array = np.asarray(value)
         if not array.flags.c_contiguous:
