@@ -15,7 +15,8 @@ Paths, as for the named ops (tilec.ops.eager): plain CPU tensors outside torch.c
 any dispatch mode take the eager path (one autograd.Function node, no dispatcher hop; under
 `torch.profiler` the call is a `tilec::program` range); everything else (fake and meta tensors
 while torch.compile traces, dispatch modes such as FlopCounterMode, CUDA tensors) calls the
-registered op, whose fake kernel gives ``out_shape``.
+registered op, whose fake kernel gives ``out_shape`` and whose FLOPs FlopCounterMode counts
+(tilec.ops.flops).
 
 Requires: tensors on one device; `out_shape` is the program's output shape for these inputs
 (checked: an OpError otherwise); `dtype` the output dtype (default: the first tensor's).
@@ -29,6 +30,7 @@ from typing import Any
 
 import torch
 
+from tilec.ops import flops
 from tilec.ops.arguments import OpError
 from tilec.ops.eager import NODES, Node, eager, run_eager, signature
 from tilec.ops.kernels import forward_fn, plan_for, run_forward
@@ -69,6 +71,7 @@ def _needs(ctx: Any, n: int) -> list[bool]:
 
 
 _program.register_autograd(_backward, setup_context=_setup)
+flops.register()  # FlopCounterMode counts the programs' contractions (tilec.ops.flops)
 
 
 def _dispatch_mode_active() -> bool:
