@@ -115,5 +115,11 @@ class _TileOp(torch.autograd.Function):
 
 def run_eager(node: Node, *tensors: torch.Tensor) -> torch.Tensor:
     """`node`'s kernel on `tensors`, recorded for autograd as one `_TileOp` node (its grad_fn is
-    a `_TileOpBackward`)."""
-    return _TileOp.apply(node, *tensors)
+    a `_TileOpBackward`) where a gradient may be asked for; otherwise (no tensor requires grad, or
+    grad mode is off) the kernel alone, without the autograd.Function's cost."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return _TileOp.apply(node, *tensors)
+    inputs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+    out = torch.empty(node.out_shape, dtype=node.dtype)
+    node.run([*[t.data_ptr() for t in inputs], out.data_ptr()])
+    return out

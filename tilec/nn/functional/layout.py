@@ -48,14 +48,17 @@ def unpermute(y: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
 
 
 @lru_cache(maxsize=None)
-def elementwise_source(expr: str) -> str:
-    """A program X[N] -> O with O = `expr` (which names the input X)."""
-    return f"function (X[N]) -> (O) {{ O = {expr}; }}"
+def elementwise_source(expr: str, rank: int = 1) -> str:
+    """A program X[D0, ..., D(rank-1)] -> O with O = `expr` (which names the input X)."""
+    dims = ", ".join(f"D{k}" for k in range(rank))
+    return f"function (X[{dims}]) -> (O) {{ O = {expr}; }}"
 
 
 def elementwise(x: torch.Tensor, expr: str | Callable[[torch.dtype], str]) -> torch.Tensor:
     """The elementwise program ``O = expr(X)`` on x, with x's shape and strides (see the module doc)."""
     text = expr if isinstance(expr, str) else expr(x.dtype)
+    if x.is_contiguous() and x.numel():  # the common case, on x itself
+        return run_program(elementwise_source(text, x.dim()), [x], x.shape)
     dense, order = physical(x)
     flat = dense.reshape(-1)
     if flat.numel() == 0:  # no kernel over nothing; the result still joins the autograd graph
