@@ -16,8 +16,12 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 def train(name: str, make_model: Callable[[str], torch.nn.Module], batches: Callable[[int], Iterator[Batch]],
-          loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], steps: int = 300, lr: float = 0.05,
-          report_every: int = 25) -> dict[str, list[float]]:
+          loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None, steps: int = 300, lr: float = 0.05,
+          report_every: int = 25,
+          model_loss: Callable[[torch.nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+          ) -> dict[str, list[float]]:
+    """Trains both copies; the loss is `loss_fn(output, target)`, or `model_loss(model, output,
+    target)` where the loss is one of the model's own modules."""
     torch.manual_seed(0)
     reference = make_model("torch")
     ours = make_model("tilec")
@@ -29,7 +33,7 @@ def train(name: str, make_model: Callable[[str], torch.nn.Module], batches: Call
         start = time.perf_counter()
         for x, y in batches(steps):
             optimiser.zero_grad()
-            loss = loss_fn(model(x), y)
+            loss = model_loss(model, model(x), y) if model_loss is not None else loss_fn(model(x), y)  # type: ignore[misc]
             loss.backward()
             optimiser.step()
             losses.append(float(loss.detach()))

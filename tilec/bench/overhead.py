@@ -3,13 +3,16 @@
 - compile time: source text -> callable kernel for a 512x512x512 GEMM, with the disk
   cache off, in this process (the first compile also builds the parser);
 - call overhead: calling a cached kernel on tiny arrays, minus the time of the raw
-  ctypes call into the same machine code (i.e. what tilec's Python layer adds).
+  ctypes call into the same machine code (i.e. what tilec's Python layer adds);
+- eager call of tilec.nn.functional on a small torch tensor (relu on 64 elements, linear 4x8 by
+  8x8), without and with autograd recording, beside torch's own call (`functional`; needs torch).
 """
 
 from __future__ import annotations
 
 import ctypes
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,6 +75,51 @@ def measure(repeats: int = 5) -> Overhead:
     return Overhead(first, _median(times), call, raw, call - raw)
 
 
+@dataclass(frozen=True)
+class FunctionalCall:
+    name: str
+    tilec_us: float  # best of 7 medians-of-1000 calls
+    torch_us: float
+    requires_grad: bool
+
+
+def _per_call_us(fn: Callable[[], object], calls: int = 1000) -> float:
+    for _ in range(100):
+        fn()
+    best = float("inf")
+    for _ in range(7):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
+def functional() -> list[FunctionalCall]:
+    """The per-call time of small eager tilec.nn.functional calls and of torch's (see the module doc)."""
+    import torch
+    import torch.nn.functional as TF
+
+    import tilec.nn.functional as F
+
+    found = []
+    for requires_grad in (False, True):
+        x = torch.randn(64, requires_grad=requires_grad)
+        a = torch.randn(4, 8, requires_grad=requires_grad)
+        w = torch.randn(8, 8, requires_grad=requires_grad)
+        b = torch.randn(8, requires_grad=requires_grad)
+        found.append(FunctionalCall("relu [64]", _per_call_us(lambda: F.relu(x)), _per_call_us(lambda: TF.relu(x)),
+                                    requires_grad))
+        found.append(FunctionalCall("linear [4, 8] x [8, 8] + [8]", _per_call_us(lambda: F.linear(a, w, b)),
+                                    _per_call_us(lambda: TF.linear(a, w, b)), requires_grad))
+    return found
+
+
+def report_functional(calls: list[FunctionalCall]) -> str:
+    return "\n".join(f"tilec.nn.functional.{c.name}{' (requires grad)' if c.requires_grad else ''}: "
+                     f"{c.tilec_us:.1f} us per call, torch {c.torch_us:.1f} us" for c in calls)
+
+
 def report(o: Overhead) -> str:
     return (f"compile 512^3 GEMM from source (disk cache off): first {o.first_compile_s * 1e3:.0f} ms "
             f"(includes parser construction), then {o.compile_s * 1e3:.0f} ms median\n"
@@ -81,3 +129,4 @@ def report(o: Overhead) -> str:
 
 if __name__ == "__main__":
     print(report(measure()))
+    print(report_functional(functional()))
