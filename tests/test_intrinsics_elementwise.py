@@ -166,6 +166,17 @@ def test_literal_only_calls_fold_like_numpy(a: int, b: int, x: float) -> None:
     np.testing.assert_array_equal(i, np.full(3, expected_i, np.float64))
 
 
+@pytest.mark.parametrize("base,exponent", [(-0.5, 0.5), (0.0, -1), (-2.0, 3), (0.5, -1.5), (-8, 0.5)])
+def test_literal_float_powers_fold_like_numpy_and_the_interpreter(base: float, exponent: float) -> None:
+    # found by the nightly fuzz run: pow(log(0.5), 0.5) folded to a Python complex number
+    src = f"O = A * pow({base}, {exponent})"
+    a = np.array([1.0, 2.0])
+    with np.errstate(all="ignore"):
+        want = a * np.power(np.float64(base), np.float64(exponent))
+    np.testing.assert_array_equal(tilec.compile(src)(a), want)
+    np.testing.assert_array_equal(tilec.compile(src, target="interp")(a), want)
+
+
 @pytest.mark.parametrize("src,match", [
     ("O = bit_and(A, 1)", "'bit_and' works on integers"),
     ("O = A << 1", "'bit_left' works on integers"),

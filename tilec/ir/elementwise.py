@@ -32,7 +32,8 @@ _ARITH = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
 
 
 def _fold_pow(x: Weak, y: Weak) -> Weak:
-    """x ** y, exactly for small integers; as float64 where an exact power would be enormous."""
+    """x ** y, exactly for small integers; as float64 where an exact power would be enormous, and
+    for floats (numpy's power: a negative base to a fractional exponent is NaN)."""
     if isinstance(x, int) and isinstance(y, int) and y < 0:
         return 0  # integer powers with a negative exponent give 0 (the builtin's rule, as compiled code does)
     if isinstance(x, int) and isinstance(y, int) and y >= 0 and abs(x) > 1 and y * abs(x).bit_length() > 256:
@@ -40,7 +41,10 @@ def _fold_pow(x: Weak, y: Weak) -> Weak:
             return math.pow(x, y)
         except OverflowError:
             return math.inf if x > 0 or y % 2 == 0 else -math.inf
-    return x ** y
+    if isinstance(x, int) and isinstance(y, int):
+        return x ** y
+    with np.errstate(all="ignore"):  # a float power as compiled code computes it: NaN, not complex, for
+        return float(np.power(np.float64(x), np.float64(y)))  # a negative base; inf for 0 ** -1
 
 
 def lower_expression(expr: T.EExpr, dtypes: dict[str, str], load: Callable[[str], L.Expr], out_dtype: str) -> L.Expr:
