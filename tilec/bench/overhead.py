@@ -14,6 +14,7 @@ import ctypes
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -97,22 +98,27 @@ def _per_call_us(fn: Callable[[], object], calls: int = 1000) -> float:
 
 def functional() -> list[FunctionalCall]:
     """The per-call time of small eager tilec.nn.functional calls and of torch's (see the module doc)."""
-    import torch
     import torch.nn.functional as TF
 
     import tilec.nn.functional as F
 
     found = []
     for requires_grad in (False, True):
-        x = torch.randn(64, requires_grad=requires_grad)
-        a = torch.randn(4, 8, requires_grad=requires_grad)
-        w = torch.randn(8, 8, requires_grad=requires_grad)
-        b = torch.randn(8, requires_grad=requires_grad)
-        found.append(FunctionalCall("relu [64]", _per_call_us(lambda: F.relu(x)), _per_call_us(lambda: TF.relu(x)),
-                                    requires_grad))
-        found.append(FunctionalCall("linear [4, 8] x [8, 8] + [8]", _per_call_us(lambda: F.linear(a, w, b)),
-                                    _per_call_us(lambda: TF.linear(a, w, b)), requires_grad))
+        found += _functional_calls(F, TF, requires_grad)
     return found
+
+
+def _functional_calls(F: Any, TF: Any, requires_grad: bool) -> list[FunctionalCall]:
+    import torch
+
+    x = torch.randn(64, requires_grad=requires_grad)
+    a = torch.randn(4, 8, requires_grad=requires_grad)
+    w = torch.randn(8, 8, requires_grad=requires_grad)
+    b = torch.randn(8, requires_grad=requires_grad)
+    return [FunctionalCall("relu [64]", _per_call_us(lambda: F.relu(x)), _per_call_us(lambda: TF.relu(x)),
+                           requires_grad),
+            FunctionalCall("linear [4, 8] x [8, 8] + [8]", _per_call_us(lambda: F.linear(a, w, b)),
+                           _per_call_us(lambda: TF.linear(a, w, b)), requires_grad)]
 
 
 def report_functional(calls: list[FunctionalCall]) -> str:
