@@ -36,7 +36,7 @@ from tilec.ops.arguments import OpError
 from tilec.ops.program import run_program
 
 MaskKind = str  # "add" (float, added), "keep" (bool, True takes part), "drop" (bool, True masked out)
-LOWEST = {torch.float32: "-3.4028234663852886e+38", torch.float64: "-1.7976931348623157e+308"}
+LOWEST = "-1.7976931348623157e+308"  # float64's lowest: the programs compute in float64
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class Layout:
     """The static shape facts of one attention program: `rank` batch dims, which of them q, k and v
     broadcast (size 1 against a larger size), the masks' kinds and which of their rank + 2 dims
     broadcast, causal, dropout's keep probability
-    (None: no dropout), safe softmax, the output ("O" attention, "P" weights) and the dtype name."""
+    (None: no dropout), safe softmax, and the output ("O" attention, "P" weights)."""
     rank: int
     q_broadcast: tuple[bool, ...]
     k_broadcast: tuple[bool, ...]
@@ -54,7 +54,6 @@ class Layout:
     keep_prob: float | None
     safe: bool
     output: str
-    lowest: str
 
 
 def _dims(name: str, broadcast: tuple[bool, ...], rows: str, cols: str) -> tuple[str, str]:
@@ -92,17 +91,20 @@ def attention_source(layout: Layout, scale: float) -> str:
     if layout.causal:
         lines += [f"Row = index(Z, {r});", f"Col = index(Z, {r + 1});"]
         keeps.append("Col <= Row")
-    neg = layout.lowest
+    neg = LOWEST
     if keeps:
         lines.append(f"Keep = {' & '.join(f'({k})' for k in keeps)};")
         lines.append(f"Zk = Keep ? Z : {neg};")
     zk = "Zk" if keeps else "Z"
     lines.append(f"M[{batch}l, 0: {sizes}L, 1] = >({zk}[{batch}l, s]);")
-    shift = "M"
+    # the shift is floor(max): exp stays <= e, and floor's zero gradient keeps the max out of the
+    # backward (the shift cancels in the softmax; routing its gradient to the argmax, as a max
+    # would, adds a rounding-noise term that costs float32 gradients digits on sharp rows)
     if layout.safe:  # a row of -inf only: shift by 0 so that exp gives 0, not NaN
-        lines.append(f"Ms = M < {neg} ? 0 : M;")
-        shift = "Ms"
-    lines.append(f"D = Keep ? Z - {shift} : {neg};" if keeps else f"D = Z - {shift};")
+        lines.append(f"Ms = M < {neg} ? 0 : floor(M);")
+    else:
+        lines.append("Ms = floor(M);")
+    lines.append(f"D = Keep ? Z - Ms : {neg};" if keeps else "D = Z - Ms;")
     lines += ["Ex = exp(D);", f"R[{batch}l, 0: {sizes}L, 1] = +(Ex[{batch}l, s]);"]
     if layout.safe:  # torch's safe softmax: a row with no key left gives 0 (and gradient 0)
         lines += ["Rs = R == 0 ? 1 : R;", "P = Ex / Rs;"]
@@ -160,14 +162,17 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, masks: list
 
     keep_prob = None if dropout_p == 0 else 1.0 - dropout_p
     layout = Layout(rank, flags(q), flags(k), flags(v) if v is not None else (), tuple((kind, flags(m, full)) for kind, m in masks),
-                    causal, keep_prob, safe, "O" if v is not None else "P", LOWEST[q.dtype])
-    # bool masks go in as 0/1 of q's dtype: the eager path's gradient kernel takes every input in
-    # the output's dtype (tilec/ops/eager.py, Node.grad), so a bool input would be misread there
-    tensors = [q, k] + ([v] if v is not None else []) + [m if kind == "add" else m.to(q.dtype) for kind, m in masks]
+                    causal, keep_prob, safe, "O" if v is not None else "P")
+    tensors = [q, k] + ([v] if v is not None else []) + [m for _, m in masks]
     if keep_prob is not None:
         tensors.append(_dropout_noise(full, dropout_p, q))
+    # Every input goes in as float64, bool masks as 0/1 (the eager path's gradient kernel takes
+    # all inputs in the output's dtype: tilec/ops/eager.py, Node.grad). float32 attention computed
+    # in float32 loses digits on sharp softmax rows (scores of ~100 in torch's samples) where
+    # torch's own float32 kernels lose fewer; in float64, one rounding at the end remains.
+    wide = [t.to(torch.float64) for t in tensors]
     out_shape = (*batch, L, v.shape[-1]) if v is not None else full
-    return run_program(attention_source(layout, scale), tensors, out_shape, dtype=q.dtype)
+    return run_program(attention_source(layout, scale), wide, out_shape).to(q.dtype)
 
 
 def _lead(t: torch.Tensor, rank: int) -> torch.Tensor:
