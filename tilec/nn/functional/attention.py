@@ -150,7 +150,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, masks: list
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], *([v.shape[:-2]] if v is not None else []))
     L, S = q.shape[-2], k.shape[-2]
     full = (*batch, L, S)
-    for kind, mask in masks:
+    for _, mask in masks:
         if torch.broadcast_shapes(mask.shape, full) != full:
             raise _error(op, f"attn_mask of shape {tuple(mask.shape)} does not broadcast to the attention "
                              f"weights' shape {full}")
@@ -175,6 +175,13 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, masks: list
     return run_program(attention_source(layout, scale), wide, out_shape).to(q.dtype)
 
 
+def _check_inputs(op: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        check_float(op, name, t)
+    if key.dtype != query.dtype or value.dtype != query.dtype:
+        raise _error(op, f"query, key and value must all have dtype {query.dtype}, got {key.dtype} and {value.dtype}")
+
+
 def _lead(t: torch.Tensor, rank: int) -> torch.Tensor:
     """t viewed with leading size-1 dims up to `rank`."""
     return t.reshape((1,) * (rank - t.dim()) + tuple(t.shape))
@@ -186,12 +193,10 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                                  enable_gqa: bool = False) -> torch.Tensor:
     """torch.nn.functional.scaled_dot_product_attention (see the module docstring)."""
     op = "scaled_dot_product_attention"
+    _check_inputs(op, query, key, value)
     for name, t in (("query", query), ("key", key), ("value", value)):
-        check_float(op, name, t)
         if t.dim() < 2:
             raise _error(op, f"'{name}' must have rank at least 2, got shape {tuple(t.shape)}")
-    if key.dtype != query.dtype or value.dtype != query.dtype:
-        raise _error(op, f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
     if key.shape[-1] != query.shape[-1] or value.shape[-2] != key.shape[-2]:
         raise _error(op, f"key {tuple(key.shape)} must match query {tuple(query.shape)} in its last dim and value "
                          f"{tuple(value.shape)} in its sequence length")
@@ -210,8 +215,8 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     plain = attn_mask is None and dropout_p == 0 and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
     if plain and min(t.numel() for t in (q, k, v)) > 0:
         n = math.prod(q.shape[:-2])
-        flat = [t.reshape(n, 1, *t.shape[-2:]) for t in (q, k, v)]
-        out = torch_ops.attention(*flat, causal=is_causal, scale=factor)
+        fq, fk, fv = (t.reshape(n, 1, *t.shape[-2:]) for t in (q, k, v))
+        out = torch_ops.attention(fq, fk, fv, causal=is_causal, scale=factor)
         return out.reshape(*q.shape[:-1], v.shape[-1])
     masks = [] if attn_mask is None else [("keep" if attn_mask.dtype == torch.bool else "add", _lead(attn_mask, rank))]
     if enable_gqa and rank > 2 and heads != kv_heads:
@@ -285,8 +290,7 @@ def multi_head_attention_forward(
     """torch.nn.functional.multi_head_attention_forward (see the module docstring): inputs [L, B, E]
     or unbatched [L, E]; masks bool (True = masked out) or float (added)."""
     op = "multi_head_attention_forward"
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        check_float(op, name, t)
+    _check_inputs(op, query, key, value)
     batched = query.dim() == 3
     if query.dim() not in (2, 3) or key.dim() != query.dim() or value.dim() != query.dim():
         raise _error(op, f"query, key and value must all be 3-D (batched) or 2-D (unbatched), got shapes "
