@@ -25,6 +25,7 @@ empty input raises a TilecError.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -298,6 +299,9 @@ def multi_head_attention_forward(
     if is_causal and attn_mask is None:
         raise _error(op, "is_causal=True needs attn_mask (torch.nn.Transformer.generate_square_subsequent_mask)")
     _check_dropout(op, dropout_p)
+    if key_padding_mask is not None and attn_mask is not None and key_padding_mask.dtype != attn_mask.dtype:
+        warnings.warn("Support for mismatched key_padding_mask and attn_mask is deprecated. Use same type for "
+                      "both instead.", stacklevel=2)  # torch's warning, word for word
     if not batched:
         query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
         if key_padding_mask is not None:
