@@ -31,7 +31,7 @@ from functools import lru_cache
 
 import torch
 
-from tilec.nn.functional.layout import check_float
+from tilec.nn.functional.layout import check_float, physical, unpermute
 from tilec.ops import torch_ops
 from tilec.ops.arguments import OpError
 from tilec.ops.program import run_program
@@ -236,7 +236,11 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
 
 
 def _project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x @ weight.T + bias by tilec's linear op (the tuned GEMM template)."""
+    """x @ weight.T + bias by tilec's linear op (the tuned GEMM template); a view whose leading
+    dims are permuted (batch_first's transpose) is projected in its memory order, without a copy."""
+    dense, order = physical(x)
+    if order[-1] == x.dim() - 1:
+        return unpermute(torch_ops.linear(dense, weight, bias), order)
     return torch_ops.linear(x, weight, bias)
 
 
@@ -250,8 +254,8 @@ def _in_projection(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
         if in_proj_weight is None:
             raise _error("multi_head_attention_forward", "use_separate_proj_weight is False but in_proj_weight is None")
         if query is key and key is value:
-            qkv = _project(query, in_proj_weight, in_proj_bias).unflatten(-1, (3, e))
-            return qkv[..., 0, :], qkv[..., 1, :], qkv[..., 2, :]
+            q, k, v = _project(query, in_proj_weight, in_proj_bias).unflatten(-1, (3, e)).unbind(-2)
+            return q, k, v
         weights: tuple[torch.Tensor | None, ...] = tuple(in_proj_weight.chunk(3))
     else:
         weights = separate
