@@ -110,8 +110,14 @@ def test_sdpa_refusals_name_the_argument() -> None:
     with pytest.raises(tilec.TilecError, match="attn_mask should not be set when is_causal"):
         T.scaled_dot_product_attention(make(2, 3, 4), make(2, 5, 4), make(2, 5, 6), attn_mask=make(3, 5),
                                        is_causal=True)
-    with pytest.raises(tilec.TilecError, match="empty tensors"):
-        T.scaled_dot_product_attention(make(2, 0, 4), make(2, 5, 4), make(2, 5, 6), attn_mask=make(0, 5))
+    with pytest.raises(tilec.TilecError, match="empty tensors with a non-empty output"):
+        T.scaled_dot_product_attention(make(2, 3, 0), make(2, 5, 0), make(2, 5, 6))
+
+
+@pytest.mark.parametrize("shapes", [((2, 0, 4), (2, 5, 4), (2, 5, 6)), ((2, 3, 4), (2, 0, 4), (2, 0, 6)),
+                                    ((0, 3, 4), (0, 5, 4), (0, 5, 6)), ((2, 3, 4), (2, 5, 4), (2, 5, 0))])
+def test_sdpa_empty_inputs_give_torchs_zeros(shapes: tuple[tuple[int, ...], ...]) -> None:
+    same(T.scaled_dot_product_attention, F.scaled_dot_product_attention, *(make(*s) for s in shapes))
 
 
 # ------------------------------------------------------------------ multi_head_attention_forward

@@ -18,8 +18,9 @@ Tile programs (gradients derived from the same programs):
   ``torch.manual_seed`` the same bits (the mask is an input of the program, so the gradient uses
   the same mask).
 
-Empty tensors and the fast path of nn.MultiheadAttention's eval mode are not special-cased: an
-empty input raises a TilecError.
+Empty tensors: sdpa gives torch's zeros (and zero gradients) where the output is empty or there is
+no key; an empty head dim with a non-empty output, and empty inputs of multi_head_attention_forward
+(its projections), raise a TilecError.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import math
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import torch
 
@@ -183,6 +185,20 @@ def _check_inputs(op: str, query: torch.Tensor, key: torch.Tensor, value: torch.
         raise _error(op, f"query, key and value must all have dtype {query.dtype}, got {key.dtype} and {value.dtype}")
 
 
+class _NothingToAttend(torch.autograd.Function):
+    """torch's attention where q, k or v is empty and the output is empty or has no key to attend
+    to: zeros of the output's shape, and zero gradients (no kernel runs over nothing)."""
+
+    @staticmethod
+    def forward(ctx: Any, shape: tuple[int, ...], *tensors: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.inputs = [(t.shape, t.dtype, t.device) for t in tensors]
+        return tensors[0].new_zeros(shape)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        return (None, *(torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.inputs))
+
+
 def _lead(t: torch.Tensor, rank: int) -> torch.Tensor:
     """t viewed with leading size-1 dims up to `rank`."""
     return t.reshape((1,) * (rank - t.dim()) + tuple(t.shape))
@@ -206,13 +222,21 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     if is_causal and attn_mask is not None:
         raise _error(op, "an explicit attn_mask should not be set when is_causal=True")
     _check_dropout(op, dropout_p)
-    factor = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     rank = max(query.dim(), key.dim(), value.dim())
     if attn_mask is not None:
         rank = max(rank, attn_mask.dim())
     q, k, v = (_lead(t, rank) for t in (query, key, value))
     heads = q.shape[-3] if rank > 2 else 1
     kv_heads = k.shape[-3] if rank > 2 else 1
+    if min(t.numel() for t in (q, k, v)) == 0:
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        shape = (*batch, q.shape[-2], v.shape[-1])[rank - max(query.dim(), key.dim(), value.dim()):]
+        if math.prod(shape) and k.shape[-2]:
+            raise _error(op, f"empty tensors with a non-empty output are not supported (query {tuple(query.shape)}, "
+                             f"key {tuple(key.shape)}, value {tuple(value.shape)})")
+        tensors = [t for t in (query, key, value, attn_mask) if t is not None and t.is_floating_point()]
+        return _NothingToAttend.apply(shape, *tensors)
+    factor = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     plain = attn_mask is None and dropout_p == 0 and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
     if plain and min(t.numel() for t in (q, k, v)) > 0:
         n = math.prod(q.shape[:-2])
