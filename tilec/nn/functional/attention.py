@@ -46,8 +46,8 @@ LOWEST = "-1.7976931348623157e+308"  # float64's lowest: the programs compute in
 class Layout:
     """The static shape facts of one attention program: `rank` batch dims, which of them q, k and v
     broadcast (size 1 against a larger size), the masks' kinds and which of their rank + 2 dims
-    broadcast, causal, dropout's keep probability
-    (None: no dropout), safe softmax, and the output ("O" attention, "P" weights)."""
+    broadcast, causal, dropout's keep probability (None: no dropout), safe softmax, and the output
+    ("O" attention, "P" weights)."""
     rank: int
     q_broadcast: tuple[bool, ...]
     k_broadcast: tuple[bool, ...]
@@ -164,8 +164,9 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, masks: list
         return tuple(t.shape[i] == 1 and dims[i] != 1 for i in range(len(dims)))
 
     keep_prob = None if dropout_p == 0 else 1.0 - dropout_p
-    layout = Layout(rank, flags(q), flags(k), flags(v) if v is not None else (), tuple((kind, flags(m, full)) for kind, m in masks),
-                    causal, keep_prob, safe, "O" if v is not None else "P")
+    layout = Layout(rank, flags(q), flags(k), flags(v) if v is not None else (),
+                    tuple((kind, flags(m, full)) for kind, m in masks), causal, keep_prob, safe,
+                    "O" if v is not None else "P")
     tensors = [q, k] + ([v] if v is not None else []) + [m for _, m in masks]
     if keep_prob is not None:
         tensors.append(_dropout_noise(full, dropout_p, q))
@@ -238,7 +239,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         return _NothingToAttend.apply(shape, *tensors)
     factor = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     plain = attn_mask is None and dropout_p == 0 and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
-    if plain and min(t.numel() for t in (q, k, v)) > 0:
+    if plain:
         n = math.prod(q.shape[:-2])
         fq, fk, fv = (t.reshape(n, 1, *t.shape[-2:]) for t in (q, k, v))
         out = torch_ops.attention(fq, fk, fv, causal=is_causal, scale=factor)
@@ -253,9 +254,9 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         k, v = k.unsqueeze(-3), v.unsqueeze(-3)
         masks = [(kind, m.unflatten(-3, (kv_heads, group)) if m.shape[-3] == heads else m.unsqueeze(-3))
                  for kind, m in masks]
+        out = attend(q, k, v, masks, is_causal, dropout_p, factor, True, op).flatten(-4, -3)
+    else:
         out = attend(q, k, v, masks, is_causal, dropout_p, factor, True, op)
-        return out.flatten(-4, -3)
-    out = attend(q, k, v, masks, is_causal, dropout_p, factor, True, op)
     return out.reshape(out.shape[rank - max(query.dim(), key.dim(), value.dim()):])
 
 
