@@ -12,6 +12,7 @@ This package imports torch; `import tilec` does not import it.
 from __future__ import annotations
 
 from tilec.nn import functional
-from tilec.nn.modules.legacy import GELU, Conv2d, LayerNorm, Linear, MultiheadAttention, ReLU, Softmax
+from tilec.nn.modules.attention import MultiheadAttention
+from tilec.nn.modules.legacy import GELU, Conv2d, LayerNorm, Linear, ReLU, Softmax
 
 __all__ = ["functional", "Conv2d", "Linear", "LayerNorm", "ReLU", "GELU", "Softmax", "MultiheadAttention"]
