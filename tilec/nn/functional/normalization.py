@@ -104,11 +104,14 @@ def _normalized(op: str, x: torch.Tensor, normalized_shape: int | Sequence[int])
     return shape
 
 
-def _channels_last_order(x: torch.Tensor) -> tuple[int, ...] | None:
-    """The axis order (0, 2, ..., 1) when x is channels_last and not contiguous, so that torch gives
-    its group_norm or batch_norm in channels_last; else None."""
+def _channels_last_order(x: torch.Tensor, empty_keeps_strides: bool = False) -> tuple[int, ...] | None:
+    """The axis order (0, 2, ..., 1) when torch gives its group_norm or batch_norm of x in
+    channels_last: x is channels_last and not also contiguous (an empty x counts as contiguous,
+    except with `empty_keeps_strides`: torch's batch_norm returns an empty input's strides); else None."""
     formats = {4: torch.channels_last, 5: torch.channels_last_3d}
-    if x.dim() not in formats or x.is_contiguous() or not x.is_contiguous(memory_format=formats[x.dim()]):
+    if x.dim() not in formats or not x.is_contiguous(memory_format=formats[x.dim()]):
+        return None
+    if x.is_contiguous() and not (empty_keeps_strides and x.numel() == 0):
         return None
     return (0, *range(2, x.dim()), 1)
 
@@ -201,7 +204,7 @@ def batch_norm(input: torch.Tensor, running_mean: torch.Tensor | None,  # noqa: 
     if input.dim() < 2 and input.numel():
         raise RuntimeError(f"tilec.nn.functional.batch_norm: the input must have rank 2 or more (N, C, ...), "
                            f"got shape {tuple(input.shape)}")
-    order = _channels_last_order(input)
+    order = _channels_last_order(input, empty_keeps_strides=True)
     if order is None:
         dense, order = input.contiguous(), tuple(range(input.dim()))
         view = dense.reshape(batch, c, spatial)
