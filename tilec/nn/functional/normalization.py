@@ -137,22 +137,28 @@ def layer_norm(input: torch.Tensor, normalized_shape: int | Sequence[int],  # no
 
 def rms_norm(input: torch.Tensor, normalized_shape: int | Sequence[int],  # noqa: A002 (torch's name)
              weight: torch.Tensor | None = None, eps: float | None = None) -> torch.Tensor:
-    """torch.nn.functional.rms_norm (eps None: the dtype's machine epsilon). The result has the
-    input's strides when its normalised axes are innermost in memory (channels_last with all of
-    C, H, W normalised), as torch's elementwise result does; else it is contiguous."""
+    """torch.nn.functional.rms_norm (eps None: the dtype's machine epsilon), with the input's
+    strides as torch's elementwise result has them: the program runs on the input's memory order
+    (rows of the normalised axes where those are innermost, as channels_last with C, H, W
+    normalised; else the normalised axes wherever they lie)."""
     check_float("rms_norm", "input", input)
     shape = _normalized("rms_norm", input, normalized_shape)
     _check_affine("rms_norm", input, shape, weight=weight)
     eps = torch.finfo(input.dtype).eps if eps is None else float(eps)
     lead = input.dim() - len(shape)
     dense, order = physical(input)
-    if order[:lead] != tuple(range(lead)):
-        dense, order = input.contiguous(), tuple(range(input.dim()))
-    k = math.prod(shape)
-    rows = dense.reshape(math.prod(dense.shape[:lead]), k)
-    params = [] if weight is None else [weight.permute([d - lead for d in order[lead:]]).reshape(1, k)]
-    source = normalize_source(2, (1,), (1,), eps, False, weight is not None, False)
-    return unpermute(run_program(source, [rows, *params], rows.shape).reshape(dense.shape), order)
+    if order[:lead] == tuple(range(lead)):  # the normalised axes are the innermost: rows
+        k = math.prod(shape)
+        view = dense.reshape(math.prod(dense.shape[:lead]), k)
+        params = [] if weight is None else [weight.permute([d - lead for d in order[lead:]]).reshape(1, k)]
+        source = normalize_source(2, (1,), (1,), eps, False, weight is not None, False)
+    else:
+        view = dense
+        axes = tuple(p for p, d in enumerate(order) if d >= lead)
+        kept = [1 if d < lead else s for d, s in zip(order, dense.shape)]
+        params = [] if weight is None else [weight.permute([order[p] - lead for p in axes]).reshape(kept)]
+        source = normalize_source(dense.dim(), axes, axes, eps, False, weight is not None, False)
+    return unpermute(run_program(source, [view, *params], view.shape).reshape(dense.shape), order)
 
 
 def group_norm(input: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,  # noqa: A002
@@ -225,15 +231,30 @@ def batch_norm(input: torch.Tensor, running_mean: torch.Tensor | None,  # noqa: 
     return unpermute(out.reshape(dense.shape), order)
 
 
+@torch.library.custom_op("tilec::batch_norm_running_stats", mutates_args=())
+def _running_stats(view: torch.Tensor, mean: torch.Tensor, var: torch.Tensor,
+                   momentum: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The new running statistics ([1, C, 1] each) after the batch view[A, C, B]: an op of its own,
+    so that torch.compile traces the update (its fake kernel gives the shapes)."""
+    new_mean, new_var = run_program_no_grad(running_stats_source(), [view, mean, var, momentum])
+    return new_mean, new_var
+
+
+@_running_stats.register_fake
+def _(view: torch.Tensor, mean: torch.Tensor, var: torch.Tensor,
+      momentum: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(mean), torch.empty_like(var)
+
+
 def _update_running_stats(view: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
                           momentum: float | None) -> None:
     if momentum is None:
         raise OpError("tilec.nn.functional.batch_norm: momentum=None is a module option (a cumulative average "
                       "over num_batches_tracked); give the functional a number")
     c = view.shape[1]
-    factor = torch.full((1,), float(momentum), dtype=view.dtype)
-    mean, var = run_program_no_grad(running_stats_source(), [view, running_mean.reshape(1, c, 1),
-                                                             running_var.reshape(1, c, 1), factor])
+    factor = torch.full((1,), float(momentum), dtype=view.dtype, device=view.device)
+    mean, var = torch.ops.tilec.batch_norm_running_stats(view.detach(), running_mean.detach().reshape(1, c, 1),
+                                                         running_var.detach().reshape(1, c, 1), factor)
     with torch.no_grad():
         running_mean.copy_(mean.reshape(running_mean.shape))
         running_var.copy_(var.reshape(running_var.shape))

@@ -36,17 +36,15 @@ class RMSNorm(torch.nn.RMSNorm):
 
 
 class _BatchNormForward(torch.nn.modules.batchnorm._BatchNorm):
-    """torch's _BatchNorm.forward on tilec.nn.functional.batch_norm (the counter is advanced by a
-    fill, and the cumulative average's factor is computed in Python)."""
+    """torch's _BatchNorm.forward, calling tilec.nn.functional.batch_norm."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002
         self._check_input_dim(input)
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            batches = int(self.num_batches_tracked) + 1
-            self.num_batches_tracked.fill_(batches)
+            self.num_batches_tracked.add_(1)  # the module's batch counter, as torch's forward counts
             if self.momentum is None:  # the cumulative moving average
-                factor = 1.0 / batches
+                factor = 1.0 / float(self.num_batches_tracked)
         use_batch_stats = self.training or (self.running_mean is None and self.running_var is None)
         tracked = not self.training or self.track_running_stats
         return F.batch_norm(input, self.running_mean if tracked else None, self.running_var if tracked else None,
