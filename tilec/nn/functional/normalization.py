@@ -23,7 +23,7 @@ from functools import lru_cache
 
 import torch
 
-from tilec.nn.functional.layout import check_float, physical, unpermute
+from tilec.nn.functional.layout import check_float, unpermute
 from tilec.ops import sources
 from tilec.ops.arguments import OpError, same_dtype
 from tilec.ops.program import run_program, run_program_no_grad
@@ -105,9 +105,10 @@ def _normalized(op: str, x: torch.Tensor, normalized_shape: int | Sequence[int])
 
 
 def _channels_last_order(x: torch.Tensor, empty_keeps_strides: bool = False) -> tuple[int, ...] | None:
-    """The axis order (0, 2, ..., 1) when torch gives its group_norm or batch_norm of x in
-    channels_last: x is channels_last and not also contiguous (an empty x counts as contiguous,
-    except with `empty_keeps_strides`: torch's batch_norm returns an empty input's strides); else None."""
+    """The axis order (0, 2, ..., 1) when torch gives its group_norm, batch_norm or rms_norm of x
+    in channels_last: x is channels_last and not also contiguous (an empty x counts as contiguous,
+    except with `empty_keeps_strides`: torch's batch_norm and rms_norm keep an empty input's
+    strides); else None."""
     formats = {4: torch.channels_last, 5: torch.channels_last_3d}
     if x.dim() not in formats or not x.is_contiguous(memory_format=formats[x.dim()]):
         return None
@@ -137,16 +138,20 @@ def layer_norm(input: torch.Tensor, normalized_shape: int | Sequence[int],  # no
 
 def rms_norm(input: torch.Tensor, normalized_shape: int | Sequence[int],  # noqa: A002 (torch's name)
              weight: torch.Tensor | None = None, eps: float | None = None) -> torch.Tensor:
-    """torch.nn.functional.rms_norm (eps None: the dtype's machine epsilon), with the input's
-    strides as torch's elementwise result has them: the program runs on the input's memory order
-    (rows of the normalised axes where those are innermost, as channels_last with C, H, W
-    normalised; else the normalised axes wherever they lie)."""
+    """torch.nn.functional.rms_norm (eps None: the dtype's machine epsilon), in torch's memory
+    format: channels_last for a channels_last input (the program runs on its memory order: rows
+    when the normalised axes are innermost, as C, H, W are; else those axes wherever they lie),
+    contiguous otherwise."""
     check_float("rms_norm", "input", input)
     shape = _normalized("rms_norm", input, normalized_shape)
     _check_affine("rms_norm", input, shape, weight=weight)
     eps = torch.finfo(input.dtype).eps if eps is None else float(eps)
     lead = input.dim() - len(shape)
-    dense, order = physical(input)
+    order = _channels_last_order(input, empty_keeps_strides=True)
+    if order is None:
+        dense, order = input.contiguous(), tuple(range(input.dim()))
+    else:
+        dense = input.permute(order)
     if order[:lead] == tuple(range(lead)):  # the normalised axes are the innermost: rows
         k = math.prod(shape)
         view = dense.reshape(math.prod(dense.shape[:lead]), k)
