@@ -4,15 +4,15 @@ Each normalises its input over some axes with the statistics of those axes (mean
 variance; rms_norm the mean square only), then applies an optional elementwise weight and bias.
 One Tile program per call computes the statistics and the result, so the gradient (derived from
 that program) flows through the statistics as torch's does; batch_norm in evaluation mode uses the
-running statistics instead, and in training updates them in place from a second, gradient-free
-program (the unbiased variance, as torch).
+running statistics instead, and in training updates them in place from gradient-free programs
+(the op tilec::batch_norm_running_stats; the unbiased variance, as torch).
 
 Requires: float32 or float64 tensors of one dtype on one device, with torch.nn.functional's
 arguments. Guarantees: torch's output shape, dtype and memory format (layer_norm contiguous;
-group_norm and batch_norm channels_last for a channels_last input; rms_norm the input's strides
-where its normalised axes are its innermost ones in memory); empty inputs give empty outputs that
-still carry gradients (zero) to the weight and bias; arguments torch refuses raise torch's error
-type with its message, and what tilec cannot compute raises a TilecError naming it.
+group_norm, batch_norm and rms_norm channels_last for a channels_last input, contiguous otherwise);
+empty inputs give empty outputs that still carry gradients (zero) to the weight and bias;
+arguments torch refuses raise torch's error type with a message naming them, and what tilec cannot
+compute (another dtype, momentum=None given to the function) raises a TilecError naming it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import torch
 from tilec.nn.functional.layout import check_float, unpermute
 from tilec.ops import sources
 from tilec.ops.arguments import OpError, same_dtype
-from tilec.ops.program import run_program, run_program_no_grad
+from tilec.ops.kernels import run_forward
+from tilec.ops.program import run_program
 
 
 def _literal_sum(eps: float) -> str:
@@ -73,16 +74,17 @@ def batch_norm_eval_source(eps: float, has_weight: bool, has_bias: bool) -> str:
 
 
 @lru_cache(maxsize=None)
-def running_stats_source() -> str:
-    """The running statistics after one training batch X[A, C, B] (torch's rule, momentum Mo[1]):
-    ``momentum * batch + (1 - momentum) * running``, the variance unbiased."""
-    return ("function (X[A, C, B], M[1, C, 1], V[1, C, 1], Mo[1]) -> (NM, NV) {\n"
+def running_stat_source(statistic: str) -> str:
+    """One running statistic R[1, C, 1] ("mean" or "var") after the training batch X[A, C, B], by
+    torch's rule with momentum Mo[1]: ``Mo * batch + (1 - Mo) * R``, the batch variance unbiased."""
+    update = {"mean": "O = Mo * Mu + (1.0 - Mo) * R;",
+              "var": "Xc = X - Mu;\n"
+                     "    Q[0, c, 0: 1, C, 1] = +(Xc[a, c, b] * Xc[a, c, b]);\n"
+                     "    O = Mo * (Q / (A * B - 1)) + (1.0 - Mo) * R;"}[statistic]
+    return ("function (X[A, C, B], R[1, C, 1], Mo[1]) -> (O) {\n"
             "    S[0, c, 0: 1, C, 1] = +(X[a, c, b]);\n"
             "    Mu = S / (A * B);\n"
-            "    Xc = X - Mu;\n"
-            "    Q[0, c, 0: 1, C, 1] = +(Xc[a, c, b] * Xc[a, c, b]);\n"
-            "    NM = Mo * Mu + (1.0 - Mo) * M;\n"
-            "    NV = Mo * (Q / (A * B - 1)) + (1.0 - Mo) * V;\n"
+            f"    {update}\n"
             "}")
 
 
@@ -240,9 +242,10 @@ def batch_norm(input: torch.Tensor, running_mean: torch.Tensor | None,  # noqa: 
 def _running_stats(view: torch.Tensor, mean: torch.Tensor, var: torch.Tensor,
                    momentum: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The new running statistics ([1, C, 1] each) after the batch view[A, C, B]: an op of its own,
-    so that torch.compile traces the update (its fake kernel gives the shapes)."""
-    new_mean, new_var = run_program_no_grad(running_stats_source(), [view, mean, var, momentum])
-    return new_mean, new_var
+    so that torch.compile traces the update (its fake kernel gives the shapes); a one-output
+    program per statistic, so that it runs wherever run_forward does."""
+    return (run_forward(running_stat_source("mean"), view, mean, momentum),
+            run_forward(running_stat_source("var"), view, var, momentum))
 
 
 @_running_stats.register_fake
