@@ -24,7 +24,7 @@ from functools import lru_cache
 import torch
 
 from tilec.nn.functional.layout import check_float, unpermute
-from tilec.ops import sources
+from tilec.ops import normalization as normalization_op
 from tilec.ops.arguments import OpError, same_dtype
 from tilec.ops.kernels import run_forward
 from tilec.ops.program import run_program
@@ -89,13 +89,16 @@ def running_stat_source(statistic: str) -> str:
 
 
 def _check_affine(op: str, x: torch.Tensor, shape: tuple[int, ...], **params: torch.Tensor | None) -> None:
-    """Float tensors of x's dtype and device, each of `shape` (torch's requirement for weight and bias)."""
+    """Tensors of x's dtype and device (x checked already), each of `shape` (torch's requirement
+    for weight and bias); the full checks run only to word the error."""
     for name, t in params.items():
-        if t is not None:
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor) or t.dtype != x.dtype or t.device != x.device:
             check_float(op, name, t)
-            if tuple(t.shape) != shape:
-                raise RuntimeError(f"tilec.nn.functional.{op}: '{name}' has shape {tuple(t.shape)}, expected {shape}")
-    same_dtype(f"nn.functional.{op}", input=x, **params)
+            same_dtype(f"nn.functional.{op}", input=x, **{name: t})
+        if tuple(t.shape) != shape:
+            raise RuntimeError(f"tilec.nn.functional.{op}: '{name}' has shape {tuple(t.shape)}, expected {shape}")
 
 
 def _normalized(op: str, x: torch.Tensor, normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
@@ -122,19 +125,20 @@ def _channels_last_order(x: torch.Tensor, empty_keeps_strides: bool = False) -> 
 def layer_norm(input: torch.Tensor, normalized_shape: int | Sequence[int],  # noqa: A002 (torch's name)
                weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                eps: float = 1e-5) -> torch.Tensor:
-    """torch.nn.functional.layer_norm: a contiguous result, as torch's; the row-wise program of
-    tilec.ops.sources.layer_norm_source (a tuned template) over the flattened normalised axes."""
+    """torch.nn.functional.layer_norm: a contiguous result, as torch's. A non-empty input goes to
+    the op tilec::layer_norm (tilec.ops.normalization: the tuned row-wise program
+    sources.layer_norm_source over the flattened normalised axes, its eager path and its fake
+    kernel for torch.compile); an empty one to the generic program, which gives the empty result
+    and zero gradients for the weight and bias."""
     check_float("layer_norm", "input", input)
     shape = _normalized("layer_norm", input, normalized_shape)
     _check_affine("layer_norm", input, shape, weight=weight, bias=bias)
+    if input.numel():
+        return normalization_op.layer_norm(input, shape, weight, bias, float(eps))
     k = math.prod(shape)
     rows = input.reshape(math.prod(input.shape[:input.dim() - len(shape)]), k)
-    params = [t.reshape(k) for t in (weight, bias) if t is not None]
-    if k == 0:  # nothing to normalise (1/k has no literal); the generic program gives the empty result
-        params = [t.reshape(1, k) for t in params]
-        source = normalize_source(2, (1,), (1,), float(eps), True, weight is not None, bias is not None)
-    else:
-        source = sources.layer_norm_source(k, float(eps), weight is not None, bias is not None)
+    params = [t.reshape(1, k) for t in (weight, bias) if t is not None]
+    source = normalize_source(2, (1,), (1,), float(eps), True, weight is not None, bias is not None)
     return run_program(source, [rows, *params], rows.shape).reshape(input.shape)
 
 
