@@ -15,5 +15,5 @@ from tilec.nn import functional
 from tilec.nn.modules.legacy import GELU, Conv2d, Linear, MultiheadAttention, ReLU, Softmax
 from tilec.nn.modules.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, RMSNorm
 
-__all__ = ["functional", "Conv2d", "Linear", "LayerNorm", "ReLU", "GELU", "Softmax", "MultiheadAttention",
-           "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "RMSNorm"]
+__all__ = ["functional", "Conv2d", "Linear", "LayerNorm", "ReLU", "GELU", "Softmax", "MultiheadAttention"]
+__all__ += ["GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "RMSNorm"]
