@@ -123,3 +123,16 @@ def test_errors_as_torch_raises_them() -> None:
         TF.layer_norm(torch.randn(2, 6), (5,))
     with pytest.raises(TilecError, match="dtype"):
         TF.rms_norm(torch.randn(2, 6, dtype=torch.float16), (6,))
+
+
+@pytest.mark.parametrize("momentum", [0.5, -1.2, 0.0])
+def test_functional_batch_norm_updates_strided_running_statistics(momentum: float) -> None:
+    """The update lands in the caller's tensors, views included (the OpInfo comparison sees only outputs)."""
+    x = torch.randn(5, 5, 5, dtype=torch.float64)
+    stats = torch.rand(5, 2, dtype=torch.float64) + 0.5
+    mean, var = stats[:, 0], stats[:, 1]  # non-contiguous views
+    want_mean, want_var = mean.clone(), var.clone()
+    TF.batch_norm(x, mean, var, training=True, momentum=momentum, eps=0.6)
+    F.batch_norm(x, want_mean, want_var, training=True, momentum=momentum, eps=0.6)
+    torch.testing.assert_close(stats[:, 0], want_mean)
+    torch.testing.assert_close(stats[:, 1], want_var)
