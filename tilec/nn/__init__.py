@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from tilec.nn import functional
 from tilec.nn.modules.attention import MultiheadAttention
-from tilec.nn.modules.legacy import GELU, Conv2d, LayerNorm, Linear, ReLU, Softmax
+from tilec.nn.modules.legacy import GELU, Conv2d, Linear, ReLU, Softmax
+from tilec.nn.modules.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, RMSNorm
 
 __all__ = ["functional", "Conv2d", "Linear", "LayerNorm", "ReLU", "GELU", "Softmax", "MultiheadAttention"]
+__all__ += ["GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "RMSNorm"]
