@@ -12,6 +12,7 @@ This package imports torch; `import tilec` does not import it.
 from __future__ import annotations
 
 from tilec.nn import functional
-from tilec.nn.modules.legacy import GELU, Conv2d, LayerNorm, Linear, MultiheadAttention, ReLU, Softmax
+from tilec.nn.modules.activation import GELU, Dropout, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
+from tilec.nn.modules.legacy import Conv2d, LayerNorm, Linear, MultiheadAttention
 
-__all__ = ["functional", "Conv2d", "Linear", "LayerNorm", "ReLU", "GELU", "Softmax", "MultiheadAttention"]
+__all__ = ["functional", "Conv2d", "Linear", "LayerNorm", "ReLU", "GELU", "SiLU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Dropout", "MultiheadAttention"]
