@@ -35,10 +35,16 @@ from tilec.ops.program import run_program
 _SQRT1_2 = repr(math.sqrt(0.5))
 _SQRT_2_OVER_PI = repr(math.sqrt(2.0 / math.pi))
 _GELU_TANH_CUBE = "0.044715"
-GELU = {
+GELU_EXPRESSIONS = {
     "none": f"X * 0.5 * (1 + erf(X * {_SQRT1_2}))",
     "tanh": f"0.5 * X * (1 + tanh({_SQRT_2_OVER_PI} * (X + {_GELU_TANH_CUBE} * (X * X * X))))",
 }
+
+
+def _before_overwrite(input: torch.Tensor) -> torch.Tensor:  # noqa: A002
+    """The input to give a program whose result will overwrite it: a copy when autograd will need
+    its current values for the gradient, else the input itself."""
+    return input.clone() if input.requires_grad and torch.is_grad_enabled() else input
 
 
 def _in_place_or_new(name: str, input: torch.Tensor, inplace: bool, expr: str) -> torch.Tensor:  # noqa: A002
@@ -46,8 +52,7 @@ def _in_place_or_new(name: str, input: torch.Tensor, inplace: bool, expr: str) -
     check_float(name, "input", input)
     if not inplace:
         return elementwise(input, expr)
-    original = input.clone() if input.requires_grad and torch.is_grad_enabled() else input
-    return input.copy_(elementwise(original, expr))
+    return input.copy_(elementwise(_before_overwrite(input), expr))
 
 
 def relu(input: torch.Tensor, inplace: bool = False) -> torch.Tensor:  # noqa: A002 (torch's name)
@@ -59,9 +64,9 @@ def relu(input: torch.Tensor, inplace: bool = False) -> torch.Tensor:  # noqa: A
 def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:  # noqa: A002
     """torch.nn.functional.gelu: the exact (erf) form or approximate='tanh'."""
     check_float("gelu", "input", input)
-    if approximate not in GELU:
+    if approximate not in GELU_EXPRESSIONS:
         raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate!r}")
-    return elementwise(input, GELU[approximate])
+    return elementwise(input, GELU_EXPRESSIONS[approximate])
 
 
 def silu(input: torch.Tensor, inplace: bool = False) -> torch.Tensor:  # noqa: A002
@@ -172,8 +177,7 @@ def dropout(input: torch.Tensor, p: float = 0.5, training: bool = True,  # noqa:
         return input
     if p == 1:
         return _in_place_or_new("dropout", input, inplace, "X * 0")
-    original = input.clone() if inplace and input.requires_grad and torch.is_grad_enabled() else input
-    dense, order = physical(original)
+    dense, order = physical(_before_overwrite(input) if inplace else input)
     keep = torch.empty_like(dense).bernoulli_(1 - p)  # randomness only: the product is the program
     flat = dense.reshape(-1)
     out = unpermute(run_program(dropout_source(1.0 / (1.0 - p)), [flat, keep.reshape(-1)], flat.shape)
@@ -182,4 +186,4 @@ def dropout(input: torch.Tensor, p: float = 0.5, training: bool = True,  # noqa:
 
 
 __all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "dropout",
-           "normalize_source", "dropout_source"]
+           "GELU_EXPRESSIONS", "normalize_source", "dropout_source"]
