@@ -10,8 +10,9 @@ defaults, values, output layouts and gradients:
   silu is ``x * sigmoid(x)`` (NaN at -inf, as torch's ``x / (1 + exp(-x))`` is), gelu spells
   torch's ``x * 0.5 * (1 + erf(x / sqrt 2))`` and its tanh approximation term by term;
 - softmax and log_softmax subtract the row's maximum (an all -inf or a +inf row gives NaN, as
-  torch's does) and give a contiguous result; the reduced axis last uses the tuned row-wise
-  program (`tilec.ops.sources.softmax_source`), any other axis the same program on [A, K, B];
+  torch's does) and give a contiguous result; along the last axis the program is
+  `tilec.ops.sources.softmax_source`'s, which the row-wise template fuses into one kernel (with
+  the maximum held constant for the gradient), along any other axis the same program on [A, K, B];
 - dropout draws its Bernoulli mask from torch's generator (so torch.manual_seed reproduces it) and
   scales in a Tile program, so its gradient is ``mask * grad / (1 - p)``;
 - ``inplace=True`` writes into the input and returns it; the program reads a copy of the input
@@ -27,7 +28,6 @@ from functools import lru_cache
 import torch
 
 from tilec.nn.functional.layout import FLOATS, check_float, elementwise, physical, unpermute
-from tilec.ops import sources
 from tilec.ops.arguments import OpError
 from tilec.ops.program import run_program
 
@@ -91,14 +91,19 @@ def tanh(input: torch.Tensor) -> torch.Tensor:  # noqa: A002
 
 @lru_cache(maxsize=None)
 def normalize_source(log: bool, inner: bool) -> str:
-    """(log_)softmax along K of X[N, K], or with `inner` along the middle axis of X[A, K, B]."""
-    if not log and not inner:
-        return sources.softmax_source()
+    """(log_)softmax along K of X[N, K], or with `inner` along the middle axis of X[A, K, B].
+
+    The row maximum is held constant for the gradient (``reverse_grad(Max, 0)``, PlaidML's gradient
+    control): (log_)softmax does not change when its row is shifted, so the gradient through the
+    maximum is zero, and deriving it would only add a rounding residue (about eps * K * |grad|) at the
+    maximum, a few times torch's own float32 error for K in the thousands. The [N, K] form is
+    `tilec.ops.sources.softmax_source` with that one statement more: the same row-wise fused kernel."""
     x, row = ("X[a, k, b]", "a, 0, b: A, 1, B") if inner else ("X[i, k]", "i, 0: N, 1")
     inputs = "X[A, K, B]" if inner else "X[N, K]"
     out = "Z - log(S)" if log else "E / S"
     return (f"function ({inputs}) -> (O) {{\n"
-            f"    M[{row}] = >({x});\n"
+            f"    Max[{row}] = >({x});\n"
+            f"    M = reverse_grad(Max, 0);\n"
             f"    Z = X - M;\n"
             f"    E = exp(Z);\n"
             f"    S[{row}] = +({x.replace('X', 'E')});\n"
