@@ -129,6 +129,8 @@ def _wrap_dim(dim: int, ndim: int) -> int:
 
 def _normalize(name: str, log: bool, input: torch.Tensor, dim: int | None, stacklevel: int,  # noqa: A002
                dtype: torch.dtype | None) -> torch.Tensor:
+    """softmax (or with `log`, log_softmax) of the input along `dim`, as a contiguous tensor: the
+    axes before `dim` flatten into A, those after it into B (B = 1 takes the [N, K] program)."""
     if dtype is not None:
         if dtype not in FLOATS:
             raise OpError(f"tilec.nn.functional.{name}: dtype={dtype} is not supported; "
