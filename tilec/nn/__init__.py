@@ -12,9 +12,11 @@ This package imports torch; `import tilec` does not import it.
 from __future__ import annotations
 
 from tilec.nn import functional
+from tilec.nn.modules.activation import GELU, Dropout, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from tilec.nn.modules.attention import MultiheadAttention
-from tilec.nn.modules.legacy import GELU, Conv2d, Linear, ReLU, Softmax
+from tilec.nn.modules.legacy import Conv2d, Linear
 from tilec.nn.modules.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, RMSNorm
 
-__all__ = ["functional", "Conv2d", "Linear", "LayerNorm", "ReLU", "GELU", "Softmax", "MultiheadAttention"]
+__all__ = ["functional", "Conv2d", "Linear", "LayerNorm", "ReLU", "GELU", "SiLU", "Sigmoid", "Tanh", "Softmax",
+           "LogSoftmax", "Dropout", "MultiheadAttention"]
 __all__ += ["GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "RMSNorm"]
