@@ -229,6 +229,7 @@ class ModuleCase:
     training: bool
     channels_last: bool
     module_input: Any
+    dtype: torch.dtype = torch.float32  # the modules are built, as torch's test_modules builds them, then .to(dtype)
 
     def __str__(self) -> str:
         c = self.module_input.constructor_input
@@ -245,10 +246,10 @@ def module_cases(name: str, dtype: torch.dtype) -> Iterator[ModuleCase]:
     info = moduleinfo(name)
     for training in (True, False):
         for mi in info.module_inputs_func(info, device="cpu", dtype=dtype, requires_grad=True, training=training):
-            yield ModuleCase(name, training, False, mi)
+            yield ModuleCase(name, training, False, mi, dtype)
             first = mi.forward_input.args[0] if mi.forward_input.args else None
             if isinstance(first, torch.Tensor) and first.dim() in (4, 5):
-                yield ModuleCase(name, training, True, mi)
+                yield ModuleCase(name, training, True, mi, dtype)
 
 
 def _memory_format(t: torch.Tensor) -> torch.memory_format:
@@ -265,9 +266,9 @@ def compare_module(case: ModuleCase) -> Outcome:
     if tilec_cls is None:
         return Outcome("refused", f"tilec.nn has no {case.name}")
     torch.manual_seed(0)
-    reference = torch_cls(*c.args, **c.kwargs)
+    reference = torch_cls(*c.args, **c.kwargs).to(case.dtype)
     try:
-        module = tilec_cls(*c.args, **c.kwargs)
+        module = tilec_cls(*c.args, **c.kwargs).to(case.dtype)
         module.load_state_dict(reference.state_dict())
     except TilecError as err:
         return Outcome("refused", f"{type(err).__name__}: {err}")
@@ -277,8 +278,10 @@ def compare_module(case: ModuleCase) -> Outcome:
     if case.channels_last:
         args = tuple(a.to(memory_format=_memory_format(a)) if isinstance(a, torch.Tensor) and a.dim() in (4, 5)
                      else a for a in args)
-        reference = reference.to(memory_format=torch.channels_last) if args[0].dim() == 4 else reference
-        module = module.to(memory_format=torch.channels_last) if args[0].dim() == 4 else module
+        if args[0].dim() == 4 and all(p.dim() != 5 for p in reference.parameters()):
+            # (torch refuses channels_last for 5-D parameters: an unbatched Conv3d input is 4-D)
+            reference = reference.to(memory_format=torch.channels_last)
+            module = module.to(memory_format=torch.channels_last)
     ref_params = [p for p in reference.parameters() if p.requires_grad]
     params = [p for p in module.parameters() if p.requires_grad]
     start = copy.deepcopy(reference)  # before the forward updates running statistics

@@ -12,6 +12,8 @@ This package imports torch; `import tilec` does not import it.
 from __future__ import annotations
 
 from tilec.nn import functional
-from tilec.nn.modules.legacy import GELU, Conv2d, LayerNorm, Linear, MultiheadAttention, ReLU, Softmax
+from tilec.nn.modules.convolution import Conv1d, Conv2d, Conv3d, ConvTranspose2d
+from tilec.nn.modules.legacy import GELU, LayerNorm, MultiheadAttention, ReLU, Softmax
+from tilec.nn.modules.linear import Linear
 
-__all__ = ["functional", "Conv2d", "Linear", "LayerNorm", "ReLU", "GELU", "Softmax", "MultiheadAttention"]
+__all__ = ["functional", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "Linear", "LayerNorm", "ReLU", "GELU", "Softmax", "MultiheadAttention"]
