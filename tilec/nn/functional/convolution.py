@@ -76,11 +76,14 @@ def _check(op: str, n: int, input: torch.Tensor, weight: torch.Tensor,  # noqa: 
     return input.dim() == n + 2
 
 
-def _channels_last(n: int, *tensors: torch.Tensor) -> bool:
+def _channels_last(n: int, x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether torch's CPU convolution gives a channels-last output: when the (batched) input or the
-    weight is channels-last and not also contiguous."""
+    weight is channels-last and not also contiguous; in 3-D only for float32 (torch's channels-last
+    3-D convolution is oneDNN's, which has no float64: float64 comes out contiguous)."""
     fmt = _CHANNELS_LAST.get(n)
-    return fmt is not None and any(t.is_contiguous(memory_format=fmt) and not t.is_contiguous() for t in tensors)
+    if fmt is None or (n == 3 and x.dtype != torch.float32):
+        return False
+    return any(t.is_contiguous(memory_format=fmt) and not t.is_contiguous() for t in (x, weight))
 
 
 def _grouped(t: torch.Tensor, axis: int, groups: int) -> torch.Tensor:
