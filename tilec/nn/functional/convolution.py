@@ -125,6 +125,12 @@ def _run(source: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     return _from_channels_last(out) if channels_last else out
 
 
+def _empty_result(shape: tuple[int, ...], *tensors: torch.Tensor | None) -> torch.Tensor:
+    """An empty tensor of `shape` in the autograd graph of `tensors` (their gradients: zeros), made
+    by concatenating empty views (no kernel runs over nothing)."""
+    return torch.cat([t.reshape(-1)[:0] for t in tensors if t is not None]).reshape(shape)
+
+
 def _convolution(op: str, n: int, input: torch.Tensor, weight: torch.Tensor,  # noqa: A002 (torch's name)
                  bias: torch.Tensor | None, stride: IntOrTuple, padding: str | IntOrTuple, dilation: IntOrTuple,
                  groups: int) -> torch.Tensor:
@@ -136,6 +142,9 @@ def _convolution(op: str, n: int, input: torch.Tensor, weight: torch.Tensor,  # 
     kernel = tuple(weight.shape[2:])
     pads = _padding(op, padding, n, kernel, s, d)
     channels, out_channels = x.shape[1], weight.shape[0]
+    if out_channels == 0:
+        raise OpError(f"tilec.nn.functional.{op}: 'weight' of shape {tuple(weight.shape)} has 0 out channels; "
+                      f"torch refuses that too")
     if weight.shape[1] * groups != channels or out_channels % groups:
         raise OpError(f"tilec.nn.functional.{op}: 'weight' of shape {tuple(weight.shape)} with groups={groups} "
                       f"expects {weight.shape[1] * groups} input channels (and out channels divisible by "
@@ -150,6 +159,9 @@ def _convolution(op: str, n: int, input: torch.Tensor, weight: torch.Tensor,  # 
                           f"padded input (shape {tuple(input.shape)}, padding {pads})")
         spatial.append((span - 1) // st + 1)
     out_shape = (x.shape[0], out_channels, *spatial)
+    if channels == 0:  # torch's result for no input channels: empty, with 0 channels too
+        out = _empty_result((x.shape[0], 0, *spatial), x, weight, bias)
+        return out if batched else out.squeeze(0)
     channels_last = batched and _channels_last(n, x, weight)
     source = sources.conv_source(s, pads, d, bias is not None, groups, channels_last)
     out = _run(source, x, weight, bias, groups, channels_last, out_shape)
@@ -192,7 +204,7 @@ def conv_transpose2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
         raise OpError(f"tilec.nn.functional.{op}: 'output_padding' {extra} must be smaller than the stride {s} or "
                       f"the dilation {d}, as in torch")
     channels, out_channels = x.shape[1], weight.shape[1] * groups
-    if weight.shape[0] != channels or channels % groups:
+    if channels == 0 or weight.shape[0] != channels or channels % groups:
         raise OpError(f"tilec.nn.functional.{op}: 'weight' of shape {tuple(weight.shape)} expects "
                       f"{weight.shape[0]} input channels (divisible by groups={groups}); 'input' has shape "
                       f"{tuple(input.shape)}")
