@@ -15,10 +15,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any, NamedTuple
 
 import torch
 
 from tilec.nn.functional.layout import check_float
+from tilec.nn.functional.plans import planned
 from tilec.ops import sources
 from tilec.ops.arguments import OpError, same_dtype
 from tilec.ops.program import run_program
@@ -131,10 +133,36 @@ def _empty_result(shape: tuple[int, ...], *tensors: torch.Tensor | None) -> torc
     return torch.cat([t.reshape(-1)[:0] for t in tensors if t is not None]).reshape(shape)
 
 
-def _convolution(op: str, n: int, input: torch.Tensor, weight: torch.Tensor,  # noqa: A002 (torch's name)
-                 bias: torch.Tensor | None, stride: IntOrTuple, padding: str | IntOrTuple, dilation: IntOrTuple,
-                 groups: int) -> torch.Tensor:
-    """torch.nn.functional.conv{n}d."""
+class _Plan(NamedTuple):
+    """What a call's checked arguments decide: the program (None: the result is empty, torch's for no
+    input channels) and the (batched) result's shape and layout."""
+
+    source: str | None
+    out_shape: tuple[int, ...]
+    groups: int
+    channels_last: bool
+    batched: bool
+
+
+#: The plans of the calls so far, by their arguments' metadata (tilec.nn.functional.plans).
+_PLANS: dict[tuple[Any, ...], _Plan] = {}
+
+
+def _execute(plan: _Plan, input: torch.Tensor, weight: torch.Tensor,  # noqa: A002 (torch's name)
+             bias: torch.Tensor | None) -> torch.Tensor:
+    x = input if plan.batched else input.unsqueeze(0)
+    if plan.source is None:
+        out = _empty_result(plan.out_shape, x, weight, bias)
+    else:
+        out = _run(plan.source, x, weight, bias, plan.groups, plan.channels_last, plan.out_shape)
+    return out if plan.batched else out.squeeze(0)
+
+
+def _conv_plan(op: str, input: torch.Tensor, weight: torch.Tensor,  # noqa: A002 (torch's name)
+               bias: torch.Tensor | None, stride: IntOrTuple, padding: str | IntOrTuple, dilation: IntOrTuple,
+               groups: int) -> _Plan:
+    """The checked plan of torch.nn.functional.conv{n}d."""
+    n = int(op[4])
     batched = _check(op, n, input, weight, bias, groups)
     x = input if batched else input.unsqueeze(0)
     s = _ints(op, "stride", stride, n, 1)
@@ -158,42 +186,51 @@ def _convolution(op: str, n: int, input: torch.Tensor, weight: torch.Tensor,  # 
             raise OpError(f"tilec.nn.functional.{op}: the kernel {kernel} (dilation {d}) is larger than the "
                           f"padded input (shape {tuple(input.shape)}, padding {pads})")
         spatial.append((span - 1) // st + 1)
-    out_shape = (x.shape[0], out_channels, *spatial)
     if channels == 0:  # torch's result for no input channels: empty, with 0 channels too
-        out = _empty_result((x.shape[0], 0, *spatial), x, weight, bias)
-        return out if batched else out.squeeze(0)
+        return _Plan(None, (x.shape[0], 0, *spatial), groups, False, batched)
     channels_last = batched and _channels_last(n, x, weight)
     source = sources.conv_source(s, pads, d, bias is not None, groups, channels_last)
-    out = _run(source, x, weight, bias, groups, channels_last, out_shape)
-    return out if batched else out.squeeze(0)
+    return _Plan(source, (x.shape[0], out_channels, *spatial), groups, channels_last, batched)
 
 
 def conv1d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,  # noqa: A002
            stride: IntOrTuple = 1, padding: str | IntOrTuple = 0, dilation: IntOrTuple = 1,
            groups: int = 1) -> torch.Tensor:
     """torch.nn.functional.conv1d."""
-    return _convolution("conv1d", 1, input, weight, bias, stride, padding, dilation, groups)
+    plan = planned(_PLANS, _conv_plan, "conv1d", input, weight, bias, stride, padding, dilation, groups)
+    return _execute(plan, input, weight, bias)
 
 
 def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,  # noqa: A002
            stride: IntOrTuple = 1, padding: str | IntOrTuple = 0, dilation: IntOrTuple = 1,
            groups: int = 1) -> torch.Tensor:
     """torch.nn.functional.conv2d (the NCHW case with symmetric padding is the tuned conv2d_source)."""
-    return _convolution("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
+    plan = planned(_PLANS, _conv_plan, "conv2d", input, weight, bias, stride, padding, dilation, groups)
+    return _execute(plan, input, weight, bias)
 
 
 def conv3d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,  # noqa: A002
            stride: IntOrTuple = 1, padding: str | IntOrTuple = 0, dilation: IntOrTuple = 1,
            groups: int = 1) -> torch.Tensor:
     """torch.nn.functional.conv3d."""
-    return _convolution("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
+    plan = planned(_PLANS, _conv_plan, "conv3d", input, weight, bias, stride, padding, dilation, groups)
+    return _execute(plan, input, weight, bias)
 
 
 def conv_transpose2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,  # noqa: A002
                      stride: IntOrTuple = 1, padding: IntOrTuple = 0, output_padding: IntOrTuple = 0,
                      groups: int = 1, dilation: IntOrTuple = 1) -> torch.Tensor:
     """torch.nn.functional.conv_transpose2d (weight: in_channels, out_channels / groups, kH, kW)."""
-    op, n = "conv_transpose2d", 2
+    plan = planned(_PLANS, _conv_transpose_plan, "conv_transpose2d", input, weight, bias, stride, padding, output_padding,
+                    groups, dilation)
+    return _execute(plan, input, weight, bias)
+
+
+def _conv_transpose_plan(op: str, input: torch.Tensor, weight: torch.Tensor,  # noqa: A002 (torch's name)
+                         bias: torch.Tensor | None, stride: IntOrTuple, padding: IntOrTuple,
+                         output_padding: IntOrTuple, groups: int, dilation: IntOrTuple) -> _Plan:
+    """The checked plan of torch.nn.functional.conv_transpose{n}d."""
+    n = int(op[-2])
     batched = _check(op, n, input, weight, bias, groups)
     x = input if batched else input.unsqueeze(0)
     s = _ints(op, "stride", stride, n, 1)
@@ -215,11 +252,9 @@ def conv_transpose2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     if any(size < 0 for size in spatial):
         raise OpError(f"tilec.nn.functional.{op}: the output size {spatial} is negative (input shape "
                       f"{tuple(input.shape)}, padding {p})")
-    out_shape = (x.shape[0], out_channels, *spatial)
     channels_last = batched and _channels_last(n, x, weight)
     source = sources.conv_transpose_source(s, p, extra, d, bias is not None, groups, channels_last)
-    out = _run(source, x, weight, bias, groups, channels_last, out_shape)
-    return out if batched else out.squeeze(0)
+    return _Plan(source, (x.shape[0], out_channels, *spatial), groups, channels_last, batched)
 
 
 # ------------------------------------------------------------------ the modules' padding modes

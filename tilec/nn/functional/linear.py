@@ -9,40 +9,59 @@ its rows); empty axes give empty results, and in_features 0 gives the bias (or z
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 import torch
 
 from tilec.nn.functional.layout import check_float
+from tilec.nn.functional.plans import planned
 from tilec.ops import sources
 from tilec.ops.arguments import OpError, same_dtype
 from tilec.ops.program import run_program
 
 
+class _Plan(NamedTuple):
+    source: str
+    rows: int  # the GEMM's rows: input's leading axes flattened
+    in_features: int
+    out_features: int
+    out_shape: tuple[int, ...]
+
+
+_PLANS: dict[tuple[Any, ...], _Plan] = {}
+
+
 def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:  # noqa: A002
     """torch.nn.functional.linear (weight of rank 2, or 1 for a single output feature with no axis)."""
-    check_float("linear", "input", input)
-    check_float("linear", "weight", weight)
-    if bias is not None:
-        check_float("linear", "bias", bias)
-    same_dtype("nn.functional.linear", input=input, weight=weight, bias=bias)
-    if input.dim() == 0 or weight.dim() not in (1, 2):
-        raise OpError(f"tilec.nn.functional.linear: 'input' must have rank >= 1 and 'weight' rank 1 or 2, got "
-                      f"shapes {tuple(input.shape)} and {tuple(weight.shape)}")
+    plan = planned(_PLANS, _plan, "linear", input, weight, bias)
     w = weight if weight.dim() == 2 else weight.unsqueeze(0)
-    out_features, in_features = w.shape
-    if input.shape[-1] != in_features:
-        raise OpError(f"tilec.nn.functional.linear: 'input' has {input.shape[-1]} features (shape "
-                      f"{tuple(input.shape)}) but 'weight' expects {in_features} (shape {tuple(weight.shape)})")
+    tensors = [input.reshape(plan.rows, plan.in_features), w]
     if bias is not None:
-        if bias.dim() > 1 or (bias.dim() == 1 and bias.shape[0] not in (1, out_features)):
-            raise OpError(f"tilec.nn.functional.linear: 'bias' has shape {tuple(bias.shape)}, expected "
-                          f"({out_features},)")
-        bias = bias.expand(out_features)
-    rows = math.prod(input.shape[:-1])
-    tensors = [input.reshape(rows, in_features), w] + ([bias] if bias is not None else [])
-    out = run_program(sources.linear_source(bias is not None, "none"), tensors, (rows, out_features))
+        tensors.append(bias.expand(plan.out_features))
+    out = run_program(plan.source, tensors, (plan.rows, plan.out_features))
+    return out.reshape(plan.out_shape)
+
+
+def _plan(op: str, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> _Plan:  # noqa: A002
+    """The checked plan of a call."""
+    check_float(op, "input", input)
+    check_float(op, "weight", weight)
+    if bias is not None:
+        check_float(op, "bias", bias)
+    same_dtype(f"nn.functional.{op}", input=input, weight=weight, bias=bias)
+    if input.dim() == 0 or weight.dim() not in (1, 2):
+        raise OpError(f"tilec.nn.functional.{op}: 'input' must have rank >= 1 and 'weight' rank 1 or 2, got "
+                      f"shapes {tuple(input.shape)} and {tuple(weight.shape)}")
+    out_features, in_features = weight.shape if weight.dim() == 2 else (1, weight.shape[0])
+    if input.shape[-1] != in_features:
+        raise OpError(f"tilec.nn.functional.{op}: 'input' has {input.shape[-1]} features (shape "
+                      f"{tuple(input.shape)}) but 'weight' expects {in_features} (shape {tuple(weight.shape)})")
+    if bias is not None and (bias.dim() > 1 or (bias.dim() == 1 and bias.shape[0] not in (1, out_features))):
+        raise OpError(f"tilec.nn.functional.{op}: 'bias' has shape {tuple(bias.shape)}, expected ({out_features},)")
     lead = tuple(input.shape[:-1])
-    return out.reshape(*lead, out_features) if weight.dim() == 2 else out.reshape(lead)
+    out_shape = (*lead, out_features) if weight.dim() == 2 else lead
+    return _Plan(sources.linear_source(bias is not None, "none"), math.prod(lead), in_features, out_features,
+                 out_shape)
 
 
 __all__ = ["linear"]
