@@ -58,6 +58,17 @@ def test_channels_last_layouts(dtype):
     assert got.stride() == want.stride()
 
 
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_padding_modes_keep_torchs_layout(mode, dtype):
+    reference, module = _modules("Conv2d", 3, 4, 3, padding=1, padding_mode=mode)
+    reference, module = reference.to(dtype), module.to(dtype)
+    x = torch.randn(2, 3, 5, 6, dtype=dtype).to(memory_format=torch.channels_last)
+    want, got = reference(x), module(x)
+    torch.testing.assert_close(got, want)
+    assert got.stride() == want.stride()
+
+
 @pytest.mark.parametrize("fn,x,w,b", [
     ("conv2d", (0, 3, 5, 5), (4, 3, 3, 3), (4,)),
     ("conv2d", (2, 0, 5, 5), (4, 0, 3, 3), (4,)),

@@ -286,7 +286,8 @@ def axis_pad_source(mode: str, before: int, after: int) -> str:
 def pad_for_conv(op: str, x: torch.Tensor, pads: Sequence[tuple[int, int]], mode: str) -> torch.Tensor:
     """x (N, C, *S or C, *S) with its last len(pads) axes padded by (before, after) in `mode`
     ("reflect", "replicate", "circular"), as torch's convolution modules pad before a convolution
-    without padding; one Tile program per padded axis."""
+    without padding; one Tile program per padded axis, on a contiguous copy of x. Channels-last x
+    gives a channels-last copy of the result for reflect and replicate, as torch's padding does."""
     if mode not in PADDING_MODES[1:]:
         raise OpError(f"tilec.nn.{op}: padding_mode={mode!r}; expected one of {', '.join(PADDING_MODES)}")
     out = x
@@ -302,6 +303,9 @@ def pad_for_conv(op: str, x: torch.Tensor, pads: Sequence[tuple[int, int]], mode
         padded = run_program(axis_pad_source(mode, before, after), [out.reshape(shape)],
                              (shape[0], length + before + after, shape[2]))
         out = padded.reshape(*out.shape[:axis], length + before + after, *out.shape[axis + 1:])
+    fmt = _CHANNELS_LAST.get(x.dim() - 2)
+    if mode != "circular" and fmt is not None and x.is_contiguous(memory_format=fmt) and not x.is_contiguous():
+        out = out.contiguous(memory_format=fmt)  # torch's reflect and replicate padding keep channels-last
     return out
 
 
