@@ -52,6 +52,10 @@ def test_channels_last_layouts(dtype):
             got = T.conv2d(xi, w, groups=2, padding=1)
             torch.testing.assert_close(got, want)
             assert got.stride() == want.stride()
+    unbatched, w = x[0].contiguous(), torch.randn(6, 4, 3, 3, dtype=dtype).to(memory_format=torch.channels_last)
+    want, got = torch.nn.functional.conv2d(unbatched, w), T.conv2d(unbatched, w)  # torch: a channels-last squeeze
+    torch.testing.assert_close(got, want)
+    assert got.stride() == want.stride()
     w = torch.randn(4, 3, 3, 3, dtype=dtype)
     want, got = torch.nn.functional.conv_transpose2d(x, w, stride=2), T.conv_transpose2d(x, w, stride=2)
     torch.testing.assert_close(got, want)

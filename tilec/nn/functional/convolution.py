@@ -79,7 +79,7 @@ def _check(op: str, n: int, input: torch.Tensor, weight: torch.Tensor,  # noqa: 
 
 
 def _channels_last(n: int, x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether torch's CPU convolution gives a channels-last output: when the (batched) input or the
+    """Whether torch's CPU convolution gives a channels-last output: when the input (batched) or the
     weight is channels-last and not also contiguous; in 3-D only for float32 (torch's channels-last
     3-D convolution is oneDNN's, which has no float64: float64 comes out contiguous)."""
     fmt = _CHANNELS_LAST.get(n)
@@ -188,7 +188,7 @@ def _conv_plan(op: str, input: torch.Tensor, weight: torch.Tensor,  # noqa: A002
         spatial.append((span - 1) // st + 1)
     if channels == 0:  # torch's result for no input channels: empty, with 0 channels too
         return _Plan(None, (x.shape[0], 0, *spatial), groups, False, batched)
-    channels_last = batched and _channels_last(n, x, weight)
+    channels_last = _channels_last(n, x, weight)
     source = sources.conv_source(s, pads, d, bias is not None, groups, channels_last)
     return _Plan(source, (x.shape[0], out_channels, *spatial), groups, channels_last, batched)
 
@@ -252,7 +252,7 @@ def _conv_transpose_plan(op: str, input: torch.Tensor, weight: torch.Tensor,  # 
     if any(size < 0 for size in spatial):
         raise OpError(f"tilec.nn.functional.{op}: the output size {spatial} is negative (input shape "
                       f"{tuple(input.shape)}, padding {p})")
-    channels_last = batched and _channels_last(n, x, weight)
+    channels_last = _channels_last(n, x, weight)
     source = sources.conv_transpose_source(s, p, extra, d, bias is not None, groups, channels_last)
     return _Plan(source, (x.shape[0], out_channels, *spatial), groups, channels_last, batched)
 
