@@ -14,9 +14,10 @@ from __future__ import annotations
 from tilec.nn import functional
 from tilec.nn.modules.activation import GELU, Dropout, LogSoftmax, ReLU, Sigmoid, SiLU, Softmax, Tanh
 from tilec.nn.modules.attention import MultiheadAttention
-from tilec.nn.modules.legacy import Conv2d, Linear
+from tilec.nn.modules.convolution import Conv1d, Conv2d, Conv3d, ConvTranspose2d
+from tilec.nn.modules.linear import Linear
 from tilec.nn.modules.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, RMSNorm
 
-__all__ = ["functional", "Conv2d", "Linear", "LayerNorm", "ReLU", "GELU", "SiLU", "Sigmoid", "Tanh", "Softmax",
-           "LogSoftmax", "Dropout", "MultiheadAttention"]
+__all__ = ["functional", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "Linear", "LayerNorm", "ReLU", "GELU",
+           "SiLU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Dropout", "MultiheadAttention"]
 __all__ += ["GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "RMSNorm"]
