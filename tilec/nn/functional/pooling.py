@@ -1,20 +1,297 @@
-"""Pooling of tilec.nn.functional (not written yet: each raises a TilecError)."""
+"""Pooling of tilec.nn.functional: max_pool2d, avg_pool2d, adaptive_avg_pool2d.
+
+Requires: float32/float64 CPU or CUDA tensors of rank 3 (unbatched) or 4, whose non-batch
+dimensions are non-zero; torch.nn.functional's arguments (an int or a pair per size).
+Guarantees: torch's output shape, values, memory format (a channels_last input gives a
+channels_last output) and gradients:
+
+- max_pool2d: torch's window rule for ``ceil_mode`` (the last window starts inside the input or
+  the left padding) and its choice of one element per window, which alone receives the gradient:
+  the first maximum in window order, or, where the window holds a NaN, the last NaN (torch's
+  ``val > max || isnan(val)`` scan). Two programs do it: an index program without autograd
+  finds each window's element (its flat position in the input's memory and torch's flat index in
+  its plane), then a gather of those elements is the differentiable output, whose derived
+  gradient is a scatter to exactly those elements. A `>` contraction alone would not do: its
+  derived gradient goes to every element equal to the maximum (docs/LANGUAGE.md section 9).
+- avg_pool2d: torch's divisor: the window clipped to the padded input (``count_include_pad``),
+  or to the input, or ``divisor_override``.
+- adaptive_avg_pool2d: windows ``[floor(i*H/O), ceil((i+1)*H/O))``, written as constraints.
+
+Every source is cached per parameter tuple and reads the input's sizes from its shape, so inputs
+of any size share one compiled Function.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
+import torch
+
+from tilec.nn.functional.layout import check_float
 from tilec.ops.arguments import OpError
+from tilec.ops.program import run_program, run_program_no_grad
+
+Pair = tuple[int, int]
+
+# The input's dimensions in memory order, as a program declares them, and the output's accesses.
+_DECLARATION = {"NCHW": "I[N, C, H, W]", "NHWC": "I[N, H, W, C]"}
+_HEIGHT_AXIS = {"NCHW": 2, "NHWC": 1}
+_GATHER_SOURCE = "function (T[L], G[A, B, P, Q]) -> (O) { O = gather(T, G); }"
+_SCATTER_SOURCE = "function (D[A, B, P, Q], G[A, B, P, Q], T[L]) -> (O) { O = scatter(D, G, T); }"
 
 
-def max_pool2d(*args: Any, **kwargs: Any) -> Any:
-    raise OpError("tilec.nn.functional.max_pool2d is not implemented yet")
+def _pair(op: str, name: str, value: int | Sequence[int]) -> Pair:
+    """An int or a sequence of one or two ints as (height, width), as torch reads it."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value, value)
+    if isinstance(value, (list, tuple)) and len(value) in (1, 2) and all(isinstance(v, int) for v in value):
+        return (value[0], value[-1])
+    raise OpError(f"tilec.nn.functional.{op}: '{name}' must be an int or a tuple of one or two ints, got {value!r}")
 
 
-def avg_pool2d(*args: Any, **kwargs: Any) -> Any:
-    raise OpError("tilec.nn.functional.avg_pool2d is not implemented yet")
+@dataclass(frozen=True)
+class Planes:
+    """A rank-3 or rank-4 input as a rank-4 tensor contiguous in `layout` ("NCHW" or "NHWC": the
+    order of its dimensions in memory), viewed in that order."""
+
+    dense: torch.Tensor
+    layout: str
+    unbatched: bool
+
+    @staticmethod
+    def of(op: str, x: torch.Tensor) -> Planes:
+        check_float(op, "input", x)
+        if x.dim() not in (3, 4) or any(s == 0 for s in x.shape[-3 if x.dim() == 3 else 1:]):
+            raise OpError(f"tilec.nn.functional.{op}: expected a 3-D or 4-D input with non-zero sizes except "
+                          f"the batch dimension, got shape {list(x.shape)}")
+        unbatched = x.dim() == 3
+        x4 = x.unsqueeze(0) if unbatched else x
+        if not unbatched and not x4.is_contiguous() and x4.is_contiguous(memory_format=torch.channels_last):
+            return Planes(x4.permute(0, 2, 3, 1), "NHWC", False)
+        return Planes(x4.contiguous(), "NCHW", unbatched)
+
+    @property
+    def height_width(self) -> Pair:
+        h = _HEIGHT_AXIS[self.layout]
+        return (int(self.dense.shape[h]), int(self.dense.shape[h + 1]))
+
+    def out_shape(self, height: int, width: int) -> tuple[int, ...]:
+        """The physical shape of an output of these planes with the given spatial size."""
+        n, c = self.dense.shape[0], self.dense.shape[1 if self.layout == "NCHW" else 3]
+        return (n, c, height, width) if self.layout == "NCHW" else (n, height, width, c)
+
+    def to_torch(self, y: torch.Tensor) -> torch.Tensor:
+        """A physical output as torch's logical one (a view)."""
+        logical = y.permute(0, 3, 1, 2) if self.layout == "NHWC" else y
+        return logical.squeeze(0) if self.unbatched else logical
+
+    def empty_result(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """An empty output of `shape` that still joins the autograd graph (no kernel over nothing)."""
+        return self.dense.reshape(-1).narrow(0, 0, 0).reshape(shape)
 
 
-def adaptive_avg_pool2d(*args: Any, **kwargs: Any) -> Any:
-    raise OpError("tilec.nn.functional.adaptive_avg_pool2d is not implemented yet")
+def _pooled_size(op: str, size: int, kernel: int, stride: int, pad: int, dilation: int, ceil_mode: bool) -> int:
+    """torch's pooling_output_shape, checked as torch checks it."""
+    if kernel <= 0 or stride <= 0 or dilation <= 0 or pad < 0:
+        raise OpError(f"tilec.nn.functional.{op}: kernel_size, stride and dilation must be positive and padding "
+                      f"non-negative, got {kernel}, {stride}, {dilation}, {pad}")
+    if pad > kernel // 2:
+        raise OpError(f"tilec.nn.functional.{op}: padding {pad} must be at most half the kernel size {kernel}")
+    out = (size + 2 * pad - dilation * (kernel - 1) - 1 + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (out - 1) * stride >= size + pad:
+        out -= 1
+    if out < 1:
+        raise OpError(f"tilec.nn.functional.{op}: the output size {out} is too small for an input size {size}, "
+                      f"kernel {kernel}, stride {stride}, padding {pad}, dilation {dilation}")
+    return out
+
+
+def _size_expression(size: str, kernel: int, stride: int, pad: int, dilation: int, ceil_mode: bool) -> str:
+    """`_pooled_size` of the input size symbol `size` as a Tile size expression (valid arguments:
+    the numerators are non-negative, so '/' rounds down). With ceil_mode, the min says that the
+    last window starts before `size + pad` (torch's decrement, which removes at most one window).
+    Inline, not a size statement: the derived gradient declares the output's gradient with the
+    output's size names, which a size statement would define a second time."""
+    offset = 2 * pad - dilation * (kernel - 1) - 1 + (stride - 1 if ceil_mode else 0)
+    pooled = f"({size} + {offset}) / {stride} + 1"
+    return f"min({pooled}, ({size} + {pad - 1}) / {stride} + 1)" if ceil_mode else pooled
+
+
+def _window(layout: str, kernel: Pair, stride: Pair, padding: Pair, dilation: Pair,
+            ceil_mode: bool) -> tuple[str, str, str]:
+    """(output indices with sizes, the input access of window element (i, j), its constraints)."""
+    oh = _size_expression("H", kernel[0], stride[0], padding[0], dilation[0], ceil_mode)
+    ow = _size_expression("W", kernel[1], stride[1], padding[1], dilation[1], ceil_mode)
+    row = f"{stride[0]}*x + {dilation[0]}*i - {padding[0]}"
+    col = f"{stride[1]}*y + {dilation[1]}*j - {padding[1]}"
+    if layout == "NCHW":
+        out, access = f"n, c, x, y: N, C, {oh}, {ow}", f"n, c, {row}, {col}"
+    else:
+        out, access = f"n, x, y, c: N, {oh}, {ow}, C", f"n, {row}, {col}, c"
+    return out, access, f"i < {kernel[0]}, j < {kernel[1]}"
+
+
+
+
+@lru_cache(maxsize=None)
+def max_index_source(layout: str, kernel: Pair, stride: Pair, padding: Pair, dilation: Pair,
+                     ceil_mode: bool) -> str:
+    """The program giving, per window, the position in memory of torch's chosen element (G) and
+    torch's index of it in its plane (Index): the first maximum in window order, or the last NaN."""
+    out, access, window = _window(layout, kernel, stride, padding, dilation, ceil_mode)
+    cell = out.split(":")[0]
+    dims = _DECLARATION[layout][2:-1].split(", ")
+    memory = "((as_int(R0, 64) * {1} + R1) * {2} + R2) * {3} + R3".format(*dims)
+    within_plane = "Position - (Position / (H * W)) * (H * W)" if layout == "NCHW" else (
+        "Position / C - (Position / C / (H * W)) * (H * W)")
+    return f"""function ({_DECLARATION[layout]}) -> (G, Index) {{
+  R0 = index(I, 0); R1 = index(I, 1); R2 = index(I, 2); R3 = index(I, 3);
+  Position = {memory};
+  IsNan = as_int(I != I, 32);
+  M[{out}] = >(I[{access}]), {window};
+  HasNan[{out}] = >(IsNan[{access}]), {window};
+  FirstMax[{out}] = <(I[{access}] == M[{cell}] ? Position[{access}]), {window};
+  LastNan[{out}] = >(IsNan[{access}] == HasNan[{cell}] ? Position[{access}]), {window};
+  G = HasNan > 0 ? LastNan : FirstMax;
+  Index = {within_plane.replace("Position", "G")};
+}}"""
+
+
+class _GatherElements(torch.autograd.Function):
+    """values[positions] (values flat, positions int64 of rank 4), whose gradient is the scatter
+    of the output's gradient to those positions (each a Tile program). An autograd.Function of its
+    own because run_program's derived gradient compiles every input with the first one's dtype,
+    which int64 positions are not (tilec/ops/eager.py, Node.grad)."""
+
+    @staticmethod
+    def forward(ctx: Any, values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(values, positions)
+        return run_program(_GATHER_SOURCE, [values, positions], positions.shape)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        values, positions = ctx.saved_tensors
+        return run_program(_SCATTER_SOURCE, [grad.contiguous(), positions, values], values.shape), None
+
+
+def max_pool2d(input: torch.Tensor, kernel_size: int | Sequence[int],  # noqa: A002 (torch's name)
+               stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0,
+               dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """torch.nn.functional.max_pool2d (see the module docstring for the gradient's convention)."""
+    planes = Planes.of("max_pool2d", input)
+    kernel = _pair("max_pool2d", "kernel_size", kernel_size)
+    steps = kernel if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else _pair(
+        "max_pool2d", "stride", stride)
+    pads, dilations = _pair("max_pool2d", "padding", padding), _pair("max_pool2d", "dilation", dilation)
+    h, w = planes.height_width
+    shape = planes.out_shape(*(_pooled_size("max_pool2d", size, kernel[a], steps[a], pads[a], dilations[a], ceil_mode)
+                               for a, size in enumerate((h, w))))
+    if planes.dense.numel() == 0:
+        out, indices = planes.empty_result(shape), torch.empty(shape, dtype=torch.int64, device=input.device)
+    else:
+        source = max_index_source(planes.layout, kernel, steps, pads, dilations, bool(ceil_mode))
+        positions, indices = run_program_no_grad(source, [planes.dense])
+        out = _GatherElements.apply(planes.dense.reshape(-1), positions)
+    if return_indices:
+        return planes.to_torch(out), planes.to_torch(indices)
+    return planes.to_torch(out)
+
+
+@lru_cache(maxsize=None)
+def avg_pool_source(layout: str, kernel: Pair, stride: Pair, padding: Pair, ceil_mode: bool,
+                    count_include_pad: bool, divisor_override: int | None) -> str:
+    """The window sums divided by torch's divisor (see the module docstring); differentiable."""
+    out, access, window = _window(layout, kernel, stride, padding, (1, 1), ceil_mode)
+    axis = _HEIGHT_AXIS[layout]
+    if divisor_override is not None:
+        divisor = f"Divisor = {divisor_override};"
+    else:
+        bounds = []
+        for name, size, a in (("Row", "H", 0), ("Col", "W", 1)):
+            bounds.append(f"{name}Start = {name} * {stride[a]} - {padding[a]}; "
+                          f"{name}End = min({name}Start + {kernel[a]}, {size} + {padding[a]});")
+        if count_include_pad:
+            divisor = "Divisor = (RowEnd - RowStart) * (ColEnd - ColStart);"
+        else:
+            divisor = "Divisor = (min(RowEnd, H) - max(RowStart, 0)) * (min(ColEnd, W) - max(ColStart, 0));"
+        divisor = "\n  ".join([f"Row = index(Sum, {axis}); Col = index(Sum, {axis + 1});", *bounds, divisor])
+    return f"""function ({_DECLARATION[layout]}) -> (O) {{
+  Sum[{out}] = +(I[{access}]), {window};
+  {divisor}
+  O = Sum / Divisor;
+}}"""
+
+
+def avg_pool2d(input: torch.Tensor, kernel_size: int | Sequence[int],  # noqa: A002 (torch's name)
+               stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> torch.Tensor:
+    """torch.nn.functional.avg_pool2d."""
+    planes = Planes.of("avg_pool2d", input)
+    kernel = _pair("avg_pool2d", "kernel_size", kernel_size)
+    steps = kernel if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else _pair(
+        "avg_pool2d", "stride", stride)
+    pads = _pair("avg_pool2d", "padding", padding)
+    if divisor_override is not None and (not isinstance(divisor_override, int) or divisor_override == 0):
+        raise OpError(f"tilec.nn.functional.avg_pool2d: divisor_override must be a non-zero int, "
+                      f"got {divisor_override!r}")
+    h, w = planes.height_width
+    shape = planes.out_shape(*(_pooled_size("avg_pool2d", size, kernel[a], steps[a], pads[a], 1, ceil_mode)
+                               for a, size in enumerate((h, w))))
+    if planes.dense.numel() == 0:
+        return planes.to_torch(planes.empty_result(shape))
+    source = avg_pool_source(planes.layout, kernel, steps, pads, bool(ceil_mode), bool(count_include_pad),
+                             divisor_override)
+    return planes.to_torch(run_program(source, [planes.dense], shape))
+
+
+@lru_cache(maxsize=None)
+def adaptive_avg_source(layout: str, out_size: Pair) -> str:
+    """Window x of an input size S out of an output size O covers [floor(x*S/O), ceil((x+1)*S/O)):
+    for h that is h*O + O - x*S - 1 >= 0 and x*S + S - h*O - 1 >= 0 (two constraints)."""
+    oh, ow = out_size
+    if layout == "NCHW":
+        out, access = f"n, c, x, y: N, C, {oh}, {ow}", "n, c, h, w"
+    else:
+        out, access = f"n, x, y, c: N, {oh}, {ow}, C", "n, h, w, c"
+    window = (f"{oh}*h + {oh - 1} - H*x < H*{oh} + {oh}, H*x + H - 1 - {oh}*h < H*{oh} + H, "
+              f"{ow}*w + {ow - 1} - W*y < W*{ow} + {ow}, W*y + W - 1 - {ow}*w < W*{ow} + W")
+    axis = _HEIGHT_AXIS[layout]
+    return f"""function ({_DECLARATION[layout]}) -> (O) {{
+  Sum[{out}] = +(I[{access}]), {window};
+  Row = index(Sum, {axis}); Col = index(Sum, {axis + 1});
+  Rows = ((Row + 1) * H + {oh - 1}) / {oh} - Row * H / {oh};
+  Cols = ((Col + 1) * W + {ow - 1}) / {ow} - Col * W / {ow};
+  O = Sum / (Rows * Cols);
+}}"""
+
+
+def adaptive_avg_pool2d(input: torch.Tensor, output_size: int | None | Sequence[int | None]  # noqa: A002
+                        ) -> torch.Tensor:
+    """torch.nn.functional.adaptive_avg_pool2d. Where each output size divides its input size, the
+    windows are an avg_pool2d's with kernel = stride = input / output (one fast contraction)."""
+    planes = Planes.of("adaptive_avg_pool2d", input)
+    h, w = planes.height_width
+    requested = (output_size, output_size) if output_size is None or isinstance(output_size, int) else tuple(
+        output_size)
+    if len(requested) != 2 or not all(s is None or (isinstance(s, int) and s >= 0) for s in requested):
+        raise OpError(f"tilec.nn.functional.adaptive_avg_pool2d: output_size must be an int, None or a pair of "
+                      f"them (non-negative), got {output_size!r}")
+    oh, ow = (h if requested[0] is None else requested[0]), (w if requested[1] is None else requested[1])
+    shape = planes.out_shape(oh, ow)
+    if planes.dense.numel() == 0 or oh == 0 or ow == 0:
+        return planes.to_torch(planes.empty_result(shape))
+    if h % oh == 0 and w % ow == 0:
+        kernel = (h // oh, w // ow)
+        source = avg_pool_source(planes.layout, kernel, kernel, (0, 0), False, True, None)
+    else:
+        source = adaptive_avg_source(planes.layout, (oh, ow))
+    return planes.to_torch(run_program(source, [planes.dense], shape))
+
+
 __all__ = ["max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"]
