@@ -24,7 +24,7 @@ of any size share one compiled Function.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -109,6 +109,36 @@ def _pooled_size(op: str, size: int, kernel: int, stride: int, pad: int, dilatio
     return out
 
 
+@dataclass(frozen=True)
+class Geometry:
+    """The windows of one call: (height, width) pairs, and ceil_mode only where it changes the
+    output's size (so that both settings share compiled kernels otherwise)."""
+
+    kernel: Pair
+    stride: Pair
+    padding: Pair
+    dilation: Pair
+    ceil_mode: bool
+    out_size: Pair = field(compare=False)  # this input's; not part of the sources' cache key
+
+    @staticmethod
+    def of(op: str, planes: Planes, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
+           padding: int | Sequence[int], dilation: int | Sequence[int], ceil_mode: bool) -> Geometry:
+        kernel = _pair(op, "kernel_size", kernel_size)
+        no_stride = stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0)
+        steps = kernel if no_stride else _pair(op, "stride", stride)  # type: ignore[arg-type]
+        pads, dilations = _pair(op, "padding", padding), _pair(op, "dilation", dilation)
+
+        def sizes(ceil: bool) -> Pair:
+            h, w = (_pooled_size(op, size, kernel[a], steps[a], pads[a], dilations[a], ceil)
+                    for a, size in enumerate(planes.height_width))
+            return (h, w)
+
+        out_size = sizes(bool(ceil_mode))
+        ceil = bool(ceil_mode) and out_size != sizes(False)
+        return Geometry(kernel, steps, pads, dilations, ceil, out_size)
+
+
 def _size_expression(size: str, kernel: int, stride: int, pad: int, dilation: int, ceil_mode: bool) -> str:
     """`_pooled_size` of the input size symbol `size` as a Tile size expression (valid arguments:
     the numerators are non-negative, so '/' rounds down). With ceil_mode, the min says that the
@@ -120,9 +150,10 @@ def _size_expression(size: str, kernel: int, stride: int, pad: int, dilation: in
     return f"min({pooled}, ({size} + {pad - 1}) / {stride} + 1)" if ceil_mode else pooled
 
 
-def _window(layout: str, kernel: Pair, stride: Pair, padding: Pair, dilation: Pair,
-            ceil_mode: bool) -> tuple[str, str, str]:
+def _window(layout: str, geometry: Geometry) -> tuple[str, str, str]:
     """(output indices with sizes, the input access of window element (i, j), its constraints)."""
+    kernel, stride, padding, dilation, ceil_mode = (geometry.kernel, geometry.stride, geometry.padding,
+                                                    geometry.dilation, geometry.ceil_mode)
     oh = _size_expression("H", kernel[0], stride[0], padding[0], dilation[0], ceil_mode)
     ow = _size_expression("W", kernel[1], stride[1], padding[1], dilation[1], ceil_mode)
     row = f"{stride[0]}*x + {dilation[0]}*i - {padding[0]}"
@@ -137,26 +168,29 @@ def _window(layout: str, kernel: Pair, stride: Pair, padding: Pair, dilation: Pa
 
 
 @lru_cache(maxsize=None)
-def max_index_source(layout: str, kernel: Pair, stride: Pair, padding: Pair, dilation: Pair,
-                     ceil_mode: bool) -> str:
+def max_index_source(layout: str, geometry: Geometry) -> str:
     """The program giving, per window, the position in memory of torch's chosen element (G) and
-    torch's index of it in its plane (Index): the first maximum in window order, or the last NaN."""
-    out, access, window = _window(layout, kernel, stride, padding, dilation, ceil_mode)
-    cell = out.split(":")[0]
+    torch's index of it in its plane (Index): the first maximum in window order, or the last NaN.
+
+    One contraction finds the maximum M (NaN propagates through `>`); a second takes the largest
+    Key over the window's candidates: the elements equal to M, or, in a window whose M is NaN,
+    the NaNs (Value maps them, and Target maps such an M, to 0; an element equal to 0 there is
+    a candidate too, but loses). A NaN's Key is its Position + 1 (the last NaN wins), any other
+    candidate's -Position (the first maximum wins); NaN keys are positive, the others not."""
+    out, access, window = _window(layout, geometry)
     dims = _DECLARATION[layout][2:-1].split(", ")
     memory = "((as_int(R0, 64) * {1} + R1) * {2} + R2) * {3} + R3".format(*dims)
-    within_plane = "Position - (Position / (H * W)) * (H * W)" if layout == "NCHW" else (
-        "Position / C - (Position / C / (H * W)) * (H * W)")
+    within_plane = "G - (G / (H * W)) * (H * W)" if layout == "NCHW" else "G / C - (G / C / (H * W)) * (H * W)"
     return f"""function ({_DECLARATION[layout]}) -> (G, Index) {{
   R0 = index(I, 0); R1 = index(I, 1); R2 = index(I, 2); R3 = index(I, 3);
   Position = {memory};
-  IsNan = as_int(I != I, 32);
+  Key = I != I ? Position + 1 : -Position;
+  Value = I != I ? 0 : I;
   M[{out}] = >(I[{access}]), {window};
-  HasNan[{out}] = >(IsNan[{access}]), {window};
-  FirstMax[{out}] = <(I[{access}] == M[{cell}] ? Position[{access}]), {window};
-  LastNan[{out}] = >(IsNan[{access}] == HasNan[{cell}] ? Position[{access}]), {window};
-  G = HasNan > 0 ? LastNan : FirstMax;
-  Index = {within_plane.replace("Position", "G")};
+  Target = M != M ? 0 : M;
+  Chosen[{out}] = >(Value[{access}] == Target[{out.split(":")[0]}] ? Key[{access}]), {window};
+  G = Chosen > 0 ? Chosen - 1 : -Chosen;
+  Index = {within_plane};
 }}"""
 
 
@@ -184,17 +218,12 @@ def max_pool2d(input: torch.Tensor, kernel_size: int | Sequence[int],  # noqa: A
                return_indices: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """torch.nn.functional.max_pool2d (see the module docstring for the gradient's convention)."""
     planes = Planes.of("max_pool2d", input)
-    kernel = _pair("max_pool2d", "kernel_size", kernel_size)
-    steps = kernel if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else _pair(
-        "max_pool2d", "stride", stride)
-    pads, dilations = _pair("max_pool2d", "padding", padding), _pair("max_pool2d", "dilation", dilation)
-    h, w = planes.height_width
-    shape = planes.out_shape(*(_pooled_size("max_pool2d", size, kernel[a], steps[a], pads[a], dilations[a], ceil_mode)
-                               for a, size in enumerate((h, w))))
+    geometry = Geometry.of("max_pool2d", planes, kernel_size, stride, padding, dilation, ceil_mode)
+    shape = planes.out_shape(*geometry.out_size)
     if planes.dense.numel() == 0:
         out, indices = planes.empty_result(shape), torch.empty(shape, dtype=torch.int64, device=input.device)
     else:
-        source = max_index_source(planes.layout, kernel, steps, pads, dilations, bool(ceil_mode))
+        source = max_index_source(planes.layout, geometry)
         positions, indices = run_program_no_grad(source, [planes.dense])
         out = _GatherElements.apply(planes.dense.reshape(-1), positions)
     if return_indices:
@@ -203,10 +232,10 @@ def max_pool2d(input: torch.Tensor, kernel_size: int | Sequence[int],  # noqa: A
 
 
 @lru_cache(maxsize=None)
-def avg_pool_source(layout: str, kernel: Pair, stride: Pair, padding: Pair, ceil_mode: bool,
-                    count_include_pad: bool, divisor_override: int | None) -> str:
+def avg_pool_source(layout: str, geometry: Geometry, count_include_pad: bool, divisor_override: int | None) -> str:
     """The window sums divided by torch's divisor (see the module docstring); differentiable."""
-    out, access, window = _window(layout, kernel, stride, padding, (1, 1), ceil_mode)
+    out, access, window = _window(layout, geometry)
+    kernel, stride, padding = geometry.kernel, geometry.stride, geometry.padding
     axis = _HEIGHT_AXIS[layout]
     if divisor_override is not None:
         divisor = f"Divisor = {divisor_override};"
@@ -233,20 +262,14 @@ def avg_pool2d(input: torch.Tensor, kernel_size: int | Sequence[int],  # noqa: A
                divisor_override: int | None = None) -> torch.Tensor:
     """torch.nn.functional.avg_pool2d."""
     planes = Planes.of("avg_pool2d", input)
-    kernel = _pair("avg_pool2d", "kernel_size", kernel_size)
-    steps = kernel if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else _pair(
-        "avg_pool2d", "stride", stride)
-    pads = _pair("avg_pool2d", "padding", padding)
+    geometry = Geometry.of("avg_pool2d", planes, kernel_size, stride, padding, 1, ceil_mode)
     if divisor_override is not None and (not isinstance(divisor_override, int) or divisor_override == 0):
         raise OpError(f"tilec.nn.functional.avg_pool2d: divisor_override must be a non-zero int, "
                       f"got {divisor_override!r}")
-    h, w = planes.height_width
-    shape = planes.out_shape(*(_pooled_size("avg_pool2d", size, kernel[a], steps[a], pads[a], 1, ceil_mode)
-                               for a, size in enumerate((h, w))))
+    shape = planes.out_shape(*geometry.out_size)
     if planes.dense.numel() == 0:
         return planes.to_torch(planes.empty_result(shape))
-    source = avg_pool_source(planes.layout, kernel, steps, pads, bool(ceil_mode), bool(count_include_pad),
-                             divisor_override)
+    source = avg_pool_source(planes.layout, geometry, bool(count_include_pad), divisor_override)
     return planes.to_torch(run_program(source, [planes.dense], shape))
 
 
@@ -288,7 +311,7 @@ def adaptive_avg_pool2d(input: torch.Tensor, output_size: int | None | Sequence[
         return planes.to_torch(planes.empty_result(shape))
     if h % oh == 0 and w % ow == 0:
         kernel = (h // oh, w // ow)
-        source = avg_pool_source(planes.layout, kernel, kernel, (0, 0), False, True, None)
+        source = avg_pool_source(planes.layout, Geometry(kernel, kernel, (0, 0), (1, 1), False, (oh, ow)), True, None)
     else:
         source = adaptive_avg_source(planes.layout, (oh, ow))
     return planes.to_torch(run_program(source, [planes.dense], shape))
