@@ -1,7 +1,8 @@
 """Pooling of tilec.nn.functional: max_pool2d, avg_pool2d, adaptive_avg_pool2d.
 
-Requires: float32/float64 CPU or CUDA tensors of rank 3 (unbatched) or 4, whose non-batch
-dimensions are non-zero; torch.nn.functional's arguments (an int or a pair per size).
+Requires: float32/float64 tensors of rank 3 (unbatched) or 4, whose non-batch dimensions are
+non-zero, on the CPU (avg_pool2d and adaptive_avg_pool2d also on CUDA); torch.nn.functional's
+arguments (an int or a pair per size). Anything else is an OpError naming the function.
 Guarantees: torch's output shape, values, memory format (a channels_last input gives a
 channels_last output) and gradients:
 
@@ -36,7 +37,7 @@ from tilec.ops.program import run_program, run_program_no_grad
 
 Pair = tuple[int, int]
 
-# The input's dimensions in memory order, as a program declares them, and the output's accesses.
+# The input as a program declares it (dimensions in memory order), and where its height is.
 _DECLARATION = {"NCHW": "I[N, C, H, W]", "NHWC": "I[N, H, W, C]"}
 _HEIGHT_AXIS = {"NCHW": 2, "NHWC": 1}
 _GATHER_SOURCE = "function (T[L], G[A, B, P, Q]) -> (O) { O = gather(T, G); }"
@@ -218,6 +219,8 @@ def max_pool2d(input: torch.Tensor, kernel_size: int | Sequence[int],  # noqa: A
                return_indices: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """torch.nn.functional.max_pool2d (see the module docstring for the gradient's convention)."""
     planes = Planes.of("max_pool2d", input)
+    if input.device.type != "cpu":  # the index program runs through run_program_no_grad, CPU only
+        raise OpError(f"tilec.nn.functional.max_pool2d: inputs on {input.device} are not supported yet; CPU only")
     geometry = Geometry.of("max_pool2d", planes, kernel_size, stride, padding, dilation, ceil_mode)
     shape = planes.out_shape(*geometry.out_size)
     if planes.dense.numel() == 0:
