@@ -169,7 +169,7 @@ def _window(layout: str, geometry: Geometry) -> tuple[str, str, str]:
 
 
 @lru_cache(maxsize=None)
-def max_index_source(layout: str, geometry: Geometry) -> str:
+def max_index_source(layout: str, geometry: Geometry, bits: int) -> str:
     """The program giving, per window, the position in memory of torch's chosen element (G) and
     torch's index of it in its plane (Index): the first maximum in window order, or the last NaN.
 
@@ -180,7 +180,7 @@ def max_index_source(layout: str, geometry: Geometry) -> str:
     candidate's -Position (the first maximum wins); NaN keys are positive, the others not."""
     out, access, window = _window(layout, geometry)
     dims = _DECLARATION[layout][2:-1].split(", ")
-    memory = "((as_int(R0, 64) * {1} + R1) * {2} + R2) * {3} + R3".format(*dims)
+    memory = "((as_int(R0, {0}) * {2} + R1) * {3} + R2) * {4} + R3".format(bits, *dims)
     within_plane = "G - (G / (H * W)) * (H * W)" if layout == "NCHW" else "G / C - (G / C / (H * W)) * (H * W)"
     return f"""function ({_DECLARATION[layout]}) -> (G, Index) {{
   R0 = index(I, 0); R1 = index(I, 1); R2 = index(I, 2); R3 = index(I, 3);
@@ -191,7 +191,7 @@ def max_index_source(layout: str, geometry: Geometry) -> str:
   Target = M != M ? 0 : M;
   Chosen[{out}] = >(Value[{access}] == Target[{out.split(":")[0]}] ? Key[{access}]), {window};
   G = Chosen > 0 ? Chosen - 1 : -Chosen;
-  Index = {within_plane};
+  Index = as_int({within_plane}, 64);
 }}"""
 
 
@@ -226,7 +226,8 @@ def max_pool2d(input: torch.Tensor, kernel_size: int | Sequence[int],  # noqa: A
     if planes.dense.numel() == 0:
         out, indices = planes.empty_result(shape), torch.empty(shape, dtype=torch.int64, device=input.device)
     else:
-        source = max_index_source(planes.layout, geometry)
+        bits = 32 if planes.dense.numel() < 2**31 - 1 else 64  # positions in memory: 32 bits where they fit
+        source = max_index_source(planes.layout, geometry, bits)
         positions, indices = run_program_no_grad(source, [planes.dense])
         out = _GatherElements.apply(planes.dense.reshape(-1), positions)
     if return_indices:
