@@ -98,3 +98,14 @@ def test_refusals_name_the_option(call, message):
     with pytest.raises(tilec.TilecError, match="tilec.nn.functional") as err:
         call(torch.randn(1, 2, 6, 6))
     assert message in str(err.value)
+
+
+def test_max_pool2d_differentiates_twice_like_torch():
+    x = torch.randn(2, 3, 7, 6, dtype=torch.float64).to(memory_format=torch.channels_last).requires_grad_()
+    cotangent = torch.randn(2, 3, 4, 3, dtype=torch.float64, requires_grad=True)
+    results = []
+    for pool in (T.max_pool2d, F.max_pool2d):
+        (dx,) = torch.autograd.grad(pool(x, 3, 2, 1), x, cotangent, create_graph=True)
+        results.append((dx, *torch.autograd.grad((dx * dx).sum(), cotangent)))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want)

@@ -196,10 +196,11 @@ def max_index_source(layout: str, geometry: Geometry, bits: int) -> str:
 
 
 class _GatherElements(torch.autograd.Function):
-    """values[positions] (values flat, positions int64 of rank 4), whose gradient is the scatter
-    of the output's gradient to those positions (each a Tile program). An autograd.Function of its
-    own because run_program's derived gradient compiles every input with the first one's dtype,
-    which int64 positions are not (tilec/ops/eager.py, Node.grad)."""
+    """values[positions] (values flat, positions integers of rank 4), whose gradient is
+    _ScatterElements of the output's gradient to those positions, and so on to any order (each a
+    Tile program). autograd.Functions of their own because run_program's derived gradient
+    compiles every input with the first one's dtype, which integer positions do not have
+    (tilec/ops/eager.py, Node.grad)."""
 
     @staticmethod
     def forward(ctx: Any, values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
@@ -207,10 +208,24 @@ class _GatherElements(torch.autograd.Function):
         return run_program(_GATHER_SOURCE, [values, positions], positions.shape)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
         values, positions = ctx.saved_tensors
-        return run_program(_SCATTER_SOURCE, [grad.contiguous(), positions, values], values.shape), None
+        return _ScatterElements.apply(grad, positions, values), None
+
+
+class _ScatterElements(torch.autograd.Function):
+    """zeros shaped like `like` (flat) plus `grad` added at `positions`; its gradient is a gather."""
+
+    @staticmethod
+    def forward(ctx: Any, grad: torch.Tensor, positions: torch.Tensor,  # type: ignore[override]
+                like: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(positions)
+        return run_program(_SCATTER_SOURCE, [grad.contiguous(), positions, like], like.shape)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        positions, = ctx.saved_tensors
+        return _GatherElements.apply(grad.contiguous(), positions), None, None
 
 
 def max_pool2d(input: torch.Tensor, kernel_size: int | Sequence[int],  # noqa: A002 (torch's name)
