@@ -1,8 +1,9 @@
 """Pooling of tilec.nn.functional: max_pool2d, avg_pool2d, adaptive_avg_pool2d.
 
 Requires: float32/float64 tensors of rank 3 (unbatched) or 4, whose non-batch dimensions are
-non-zero, on the CPU (avg_pool2d and adaptive_avg_pool2d also on CUDA); torch.nn.functional's
-arguments (an int or a pair per size). Anything else is an OpError naming the function.
+non-zero, on the CPU (max_pool2d refuses others; avg_pool2d and adaptive_avg_pool2d hand CUDA
+tensors to run_program, untested); torch.nn.functional's arguments (an int or a pair per size).
+Anything else is an OpError naming the function.
 Guarantees: torch's output shape, values, memory format (a channels_last input gives a
 channels_last output) and gradients:
 
