@@ -109,3 +109,9 @@ def test_max_pool2d_differentiates_twice_like_torch():
         results.append((dx, *torch.autograd.grad((dx * dx).sum(), cotangent)))
     for got, want in zip(*results):
         torch.testing.assert_close(got, want)
+
+
+def test_max_pool2d_refuses_windows_of_padding_only():
+    x = torch.randn(1, 1, 2, 2)  # torch: -inf at index 6, outside the 2x2 plane
+    with pytest.raises(tilec.TilecError, match="holds padding only"):
+        T.max_pool2d(x, 2, stride=1, padding=1, dilation=3)

@@ -111,6 +111,12 @@ def _pooled_size(op: str, size: int, kernel: int, stride: int, pad: int, dilatio
     return out
 
 
+def _empty_window(size: int, out: int, kernel: int, stride: int, pad: int, dilation: int) -> bool:
+    """Whether some window along one axis has no element inside the input (dilated windows can
+    step over it)."""
+    return any(all(not 0 <= x * stride - pad + dilation * i < size for i in range(kernel)) for x in range(out))
+
+
 @dataclass(frozen=True)
 class Geometry:
     """The windows of one call: (height, width) pairs, and ceil_mode only where it changes the
@@ -137,6 +143,12 @@ class Geometry:
             return (h, w)
 
         out_size = sizes(bool(ceil_mode))
+        for axis, (name, size) in enumerate(zip(("height", "width"), planes.height_width)):
+            if dilations[axis] > 1 and _empty_window(size, out_size[axis], kernel[axis], steps[axis], pads[axis],
+                                                     dilations[axis]):
+                raise OpError(f"tilec.nn.functional.{op}: with dilation {dilations[axis]}, a window along the "
+                              f"{name} ({size}) holds padding only, where torch gives -inf and an index outside "
+                              f"the input; tilec does not compute such windows")
         ceil = bool(ceil_mode) and out_size != sizes(False)
         return Geometry(kernel, steps, pads, dilations, ceil, out_size)
 
