@@ -17,7 +17,9 @@ channels_last output) and gradients:
   derived gradient goes to every element equal to the maximum (docs/LANGUAGE.md section 9).
 - avg_pool2d: torch's divisor: the window clipped to the padded input (``count_include_pad``),
   or to the input, or ``divisor_override``.
-- adaptive_avg_pool2d: windows ``[floor(i*H/O), ceil((i+1)*H/O))``, written as constraints.
+- adaptive_avg_pool2d: windows ``[floor(i*H/O), ceil((i+1)*H/O))``, written as constraints on
+  an offset from ``floor(H/O)*i`` (sources per input size there), or, where O divides H, as
+  avg_pool2d.
 
 Every source is cached per parameter tuple and reads the input's sizes from its shape, so inputs
 of any size share one compiled Function.
@@ -305,20 +307,32 @@ def avg_pool2d(input: torch.Tensor, kernel_size: int | Sequence[int],  # noqa: A
     return planes.to_torch(run_program(source, [planes.dense], shape))
 
 
+def _adaptive_window(var: str, offset: str, size: int, out: int) -> tuple[str, str]:
+    """(the input index, the constraints) of element `offset` of window `var` along one axis.
+
+    Window x covers [floor(x*S/O), ceil((x+1)*S/O)) of an input size S and output size O. With
+    S = Q*O + R, the element h = Q*x + k of it satisfies O*k + O - 1 - R*x >= 0 (h is not before
+    the start) and R*x + S - 1 - O*k >= 0 (h is before the end); k runs over about S/O + R values
+    rather than S, and so does the derived gradient."""
+    q, r = divmod(size, out)
+    bound = size * out + out * out + size + out  # larger than both expressions can be
+    return (f"{q}*{var} + {offset}",
+            f"{out}*{offset} + {out - 1} - {r}*{var} < {bound}, {r}*{var} + {size - 1} - {out}*{offset} < {bound}")
+
+
 @lru_cache(maxsize=None)
-def adaptive_avg_source(layout: str, out_size: Pair) -> str:
-    """Window x of an input size S out of an output size O covers [floor(x*S/O), ceil((x+1)*S/O)):
-    for h that is h*O + O - x*S - 1 >= 0 and x*S + S - h*O - 1 >= 0 (two constraints)."""
-    oh, ow = out_size
+def adaptive_avg_source(layout: str, in_size: Pair, out_size: Pair) -> str:
+    """The sums over the adaptive windows (see _adaptive_window), divided by their sizes."""
+    (h, w), (oh, ow) = in_size, out_size
+    row, row_window = _adaptive_window("x", "i", h, oh)
+    col, col_window = _adaptive_window("y", "j", w, ow)
     if layout == "NCHW":
-        out, access = f"n, c, x, y: N, C, {oh}, {ow}", "n, c, h, w"
+        out, access = f"n, c, x, y: N, C, {oh}, {ow}", f"n, c, {row}, {col}"
     else:
-        out, access = f"n, x, y, c: N, {oh}, {ow}, C", "n, h, w, c"
-    window = (f"{oh}*h + {oh - 1} - H*x < H*{oh} + {oh}, H*x + H - 1 - {oh}*h < H*{oh} + H, "
-              f"{ow}*w + {ow - 1} - W*y < W*{ow} + {ow}, W*y + W - 1 - {ow}*w < W*{ow} + W")
+        out, access = f"n, x, y, c: N, {oh}, {ow}, C", f"n, {row}, {col}, c"
     axis = _HEIGHT_AXIS[layout]
     return f"""function ({_DECLARATION[layout]}) -> (O) {{
-  Sum[{out}] = +(I[{access}]), {window};
+  Sum[{out}] = +(I[{access}]), {row_window}, {col_window};
   Row = index(Sum, {axis}); Col = index(Sum, {axis + 1});
   Rows = ((Row + 1) * H + {oh - 1}) / {oh} - Row * H / {oh};
   Cols = ((Col + 1) * W + {ow - 1}) / {ow} - Col * W / {ow};
@@ -345,7 +359,7 @@ def adaptive_avg_pool2d(input: torch.Tensor, output_size: int | None | Sequence[
         kernel = (h // oh, w // ow)
         source = avg_pool_source(planes.layout, Geometry(kernel, kernel, (0, 0), (1, 1), False, (oh, ow)), True, None)
     else:
-        source = adaptive_avg_source(planes.layout, (oh, ow))
+        source = adaptive_avg_source(planes.layout, (h, w), (oh, ow))
     return planes.to_torch(run_program(source, [planes.dense], shape))
 
 
