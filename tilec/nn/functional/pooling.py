@@ -21,8 +21,8 @@ channels_last output) and gradients:
   an offset from ``floor(H/O)*i`` (sources per input size there), or, where O divides H, as
   avg_pool2d.
 
-Every source is cached per parameter tuple and reads the input's sizes from its shape, so inputs
-of any size share one compiled Function.
+Every source is cached per parameter tuple; max_pool2d's and avg_pool2d's read the input's sizes
+from its shape, so inputs of any size share one compiled Function.
 """
 
 from __future__ import annotations
