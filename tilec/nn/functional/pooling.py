@@ -181,8 +181,6 @@ def _window(layout: str, geometry: Geometry) -> tuple[str, str, str]:
     return out, access, f"i < {kernel[0]}, j < {kernel[1]}"
 
 
-
-
 @lru_cache(maxsize=None)
 def max_index_source(layout: str, geometry: Geometry, bits: int) -> str:
     """The program giving, per window, the position in memory of torch's chosen element (G) and
