@@ -16,8 +16,19 @@ from tilec.nn.modules.activation import GELU, Dropout, LogSoftmax, ReLU, Sigmoid
 from tilec.nn.modules.attention import MultiheadAttention
 from tilec.nn.modules.convolution import Conv1d, Conv2d, Conv3d, ConvTranspose2d
 from tilec.nn.modules.linear import Linear
+from tilec.nn.modules.loss import CrossEntropyLoss, MSELoss
 from tilec.nn.modules.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, LayerNorm, RMSNorm
+from tilec.nn.modules.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from tilec.nn.modules.sparse import Embedding
 
-__all__ = ["functional", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "Linear", "LayerNorm", "ReLU", "GELU",
-           "SiLU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Dropout", "MultiheadAttention"]
-__all__ += ["GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "RMSNorm"]
+__all__ = [
+    "functional",
+    "ReLU", "GELU", "SiLU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Dropout",
+    "MultiheadAttention",
+    "Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d",
+    "Linear",
+    "CrossEntropyLoss", "MSELoss",
+    "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "RMSNorm",
+    "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
+    "Embedding",
+]
