@@ -1,16 +1,232 @@
-"""Losses of tilec.nn.functional (not written yet: each raises a TilecError)."""
+"""Losses of tilec.nn.functional: cross_entropy and mse_loss, each one Tile program per option tuple.
+
+Requires: float32/float64 inputs; cross_entropy's class-index targets int64 (torch's own
+requirement), its probability targets float of the input's shape. Guarantees: torch's values,
+shapes and gradients (w.r.t. the input, and w.r.t. probability targets and mse_loss's target),
+including torch's formulas for label smoothing with class weights, mean reductions that divide by
+the summed target weights (NaN when every target is ignored, or the input is empty), and mse_loss's
+broadcasting (with torch's warning). Class indices out of range raise a TilecError, as torch
+raises. The log-softmax is written out in Tile (max-shifted exp, sum, log) so its gradient is the
+one tilec derives from it.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from functools import lru_cache
 
+import torch
+from torch.nn import _reduction
+
+from tilec.nn.functional.layout import check_float, physical, unpermute
 from tilec.ops.arguments import OpError
+from tilec.ops.program import run_program
+
+_LOG_SOFTMAX = """
+    M[n, 0, s: N, 1, S] = >(X[n, c, s]);
+    Z = X - M;
+    E = exp(Z);
+    Total[n, 0, s: N, 1, S] = +(E[n, c, s]);
+    L = Z - log(Total);"""
 
 
-def cross_entropy(*args: Any, **kwargs: Any) -> Any:
-    raise OpError("tilec.nn.functional.cross_entropy is not implemented yet")
+def _reduction_of(size_average: bool | None, reduce: bool | None, reduction: str) -> str:
+    """torch's reduction string, from the deprecated pair where given; ValueError as torch for a bad one."""
+    if size_average is not None or reduce is not None:
+        reduction = _reduction.legacy_get_string(size_average, reduce, emit_warning=True)
+    _reduction.get_enum(reduction)  # raises torch's ValueError for an unknown reduction
+    return reduction
 
 
-def mse_loss(*args: Any, **kwargs: Any) -> Any:
-    raise OpError("tilec.nn.functional.mse_loss is not implemented yet")
-__all__ = ["cross_entropy", "mse_loss"]
+def _literal(value: float) -> str:
+    return repr(float(value))
+
+
+@lru_cache(maxsize=None)
+def class_target_source(reduction: str, weighted: bool, ignore_index: int, label_smoothing: float, bits: int) -> str:
+    """cross_entropy with class indices: X[N, C, S] logits, T[N, 1, S] int64 classes and, when
+    `weighted`, W[1, C, 1] class weights; the output is [N, 1, S] ('none') or a scalar."""
+    inputs = "X[N, C, S], T[N, 1, S]" + (", W[1, C, 1]" if weighted else "")
+    lines = [_LOG_SOFTMAX,
+             "Class = index(X, 1);",
+             "Hit = Class == T;",
+             f"Keep = T != {ignore_index};",
+             "Picked = Hit ? L : 0;",
+             "LogP[n, 0, s: N, 1, S] = +(Picked[n, c, s]);"]
+    if weighted:
+        lines += ["HitWeight = Hit ? W : 0;",
+                  "TargetWeight[n, 0, s: N, 1, S] = +(HitWeight[n, c, s]);",
+                  "Kept = Keep ? TargetWeight : 0;",
+                  "Nll = Keep ? -(TargetWeight * LogP) : 0;"]
+    else:
+        lines += [f"Kept = as_float(Keep, {bits});",
+                  "Nll = Keep ? -LogP : 0;"]
+    smoothing = label_smoothing > 0.0
+    if smoothing:
+        lines += ["Weighted = W * L;" if weighted else "Weighted = L;",
+                  "ClassSum[n, 0, s: N, 1, S] = +(Weighted[n, c, s]);",
+                  "Smooth = Keep ? -ClassSum : 0;"]
+    keep_share, smooth_share = _literal(1.0 - label_smoothing), f"({_literal(label_smoothing)} / C)"
+    if reduction == "none":
+        lines.append(f"O = {keep_share} * Nll + Smooth * {smooth_share};" if smoothing else "O = Nll;")
+    else:
+        lines.append("NllSum[] = +(Nll[n, 0, s]);")
+        if smoothing:
+            lines.append("SmoothSum[] = +(Smooth[n, 0, s]);")
+        if reduction == "sum":
+            lines.append(f"O = {keep_share} * NllSum + SmoothSum * {smooth_share};" if smoothing else "O = NllSum;")
+        else:
+            lines.append("KeptSum[] = +(Kept[n, 0, s]);")
+            lines.append(f"O = {keep_share} * (NllSum / KeptSum) + (SmoothSum / KeptSum) * {smooth_share};"
+                         if smoothing else "O = NllSum / KeptSum;")
+    body = "\n    ".join(lines)
+    return f"function ({inputs}) -> (O) {{{body}\n}}"
+
+
+@lru_cache(maxsize=None)
+def probability_target_source(reduction: str, weighted: bool, label_smoothing: float) -> str:
+    """cross_entropy with class probabilities: X[N, C, S] logits, P[N, C, S] targets and, when
+    `weighted`, W[1, C, 1]; the output is [N, 1, S] ('none') or a scalar."""
+    inputs = "X[N, C, S], P[N, C, S]" + (", W[1, C, 1]" if weighted else "")
+    target = (f"P * {_literal(1.0 - label_smoothing)} + {_literal(label_smoothing)} / C"
+              if label_smoothing > 0.0 else "P")
+    lines = [_LOG_SOFTMAX, f"Target = {target};", "Product = L * Target * W;" if weighted else "Product = L * Target;"]
+    if reduction == "none":
+        lines += ["ClassSum[n, 0, s: N, 1, S] = +(Product[n, c, s]);", "O = -ClassSum;"]
+    else:
+        lines.append("Sum[] = +(Product[n, c, s]);")
+        lines.append("O = -Sum;" if reduction == "sum" else "O = -Sum / (N * S);")
+    body = "\n    ".join(lines)
+    return f"function ({inputs}) -> (O) {{{body}\n}}"
+
+
+def _check_classes(target: torch.Tensor, classes: int, ignore_index: int) -> None:
+    counted = target[target != ignore_index]
+    if counted.numel() and (int(counted.min()) < 0 or int(counted.max()) >= classes):
+        bad = counted[(counted < 0) | (counted >= classes)][0]
+        raise OpError(f"tilec.nn.functional.cross_entropy: target {int(bad)} is out of bounds for {classes} classes")
+
+
+def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None,  # noqa: A002
+                  size_average: bool | None = None, ignore_index: int = -100, reduce: bool | None = None,
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> torch.Tensor:
+    """torch.nn.functional.cross_entropy (see the module docstring)."""
+    check_float("cross_entropy", "input", input)
+    reduction = _reduction_of(size_average, reduce, reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise OpError(f"tilec.nn.functional.cross_entropy: label_smoothing must be between 0.0 and 1.0, "
+                      f"got {label_smoothing}")
+    if input.dim() == 0:
+        raise OpError("tilec.nn.functional.cross_entropy: 'input' must have at least one dimension (the classes)")
+    batched = input.dim() >= 2
+    logits = input if batched else input.unsqueeze(0)
+    batch, classes = logits.shape[0], logits.shape[1]
+    extra = tuple(logits.shape[2:])
+    spatial = 1
+    for size in extra:
+        spatial *= size
+    x = logits.reshape(batch, classes, spatial)
+    tensors = [x]
+    weighted = weight is not None
+    probabilities = target.is_floating_point()
+    if probabilities:
+        check_float("cross_entropy", "target", target)
+        if target.shape != input.shape:
+            raise OpError(f"tilec.nn.functional.cross_entropy: probability targets must have the input's shape "
+                          f"{tuple(input.shape)}, got {tuple(target.shape)}")
+        tensors.append((target if batched else target.unsqueeze(0)).reshape(batch, classes, spatial))
+    else:
+        if target.dtype != torch.int64:
+            raise OpError(f"tilec.nn.functional.cross_entropy: class-index targets must be int64 (torch.long), "
+                          f"got {target.dtype}")
+        want = (batch, *extra) if batched else ()
+        if tuple(target.shape) != want:
+            raise OpError(f"tilec.nn.functional.cross_entropy: for input {tuple(input.shape)} the class-index "
+                          f"target must have shape {want}, got {tuple(target.shape)}")
+        _check_classes(target, classes, ignore_index)
+        tensors.append(target.reshape(batch, 1, spatial))
+    if weighted:
+        assert weight is not None
+        check_float("cross_entropy", "weight", weight)
+        if weight.shape != (classes,):
+            raise OpError(f"tilec.nn.functional.cross_entropy: 'weight' must have shape ({classes},) (one per "
+                          f"class), got {tuple(weight.shape)}")
+        tensors.append(weight.detach().to(input.dtype).reshape(1, classes, 1))
+    if probabilities:
+        source = probability_target_source(reduction, weighted, float(label_smoothing))
+    else:
+        bits = 64 if input.dtype == torch.float64 else 32
+        source = class_target_source(reduction, weighted, int(ignore_index), float(label_smoothing), bits)
+    if reduction != "none":
+        return run_program(source, tensors, ())
+    out = run_program(source, tensors, (batch, 1, spatial))
+    return out.reshape((batch, *extra) if batched else ())
+
+
+@lru_cache(maxsize=None)
+def squared_error_source(reduction: str, dims: tuple[str, ...], count: int) -> str:
+    """(X - T)^2 (times W where a third input is declared) with numpy broadcasting, unreduced,
+    summed, or averaged over its `count` elements (over the summed weights where weighted); `dims`
+    declares the inputs (``X[B0, 1]`` ...: a broadcast dimension is the literal 1, the others name
+    the broadcast shape's sizes B0, B1, ..., so the gradient program knows what to sum)."""
+    weighted = len(dims) == 3
+    rank = max(len(d.split(",")) for d in dims)
+    inputs = ", ".join(f"{name}[{d}]" for name, d in zip("XTW", dims))
+    lines = ["D = X - T;", "E = D * D * W;" if weighted else "E = D * D;"]
+    if reduction == "none":
+        lines[-1] = "O" + lines[-1][1:]
+    else:
+        indices = ", ".join(f"i{k}" for k in range(rank))
+        lines.append(f"Sum[] = +(E[{indices}]);")
+        if reduction == "sum":
+            lines.append("O = Sum;")
+        elif weighted:
+            lines += [f"WeightSum[] = +(W[{indices}]);", "O = Sum / WeightSum;"]
+        else:
+            lines.append(f"O = Sum / {count};")
+    body = " ".join(lines)
+    return f"function ({inputs}) -> (O) {{ {body} }}"
+
+
+def _broadcast_dims(own: torch.Size, shape: tuple[int, ...]) -> str:
+    """The Tile declaration of a tensor of shape `own` broadcast to `shape` (see squared_error_source)."""
+    offset = len(shape) - len(own)
+    return ", ".join("1" if size == 1 and shape[offset + k] != 1 else f"B{offset + k}" for k, size in enumerate(own))
+
+
+def mse_loss(input: torch.Tensor, target: torch.Tensor, size_average: bool | None = None,  # noqa: A002
+             reduce: bool | None = None, reduction: str = "mean", weight: torch.Tensor | None = None) -> torch.Tensor:
+    """torch.nn.functional.mse_loss (see the module docstring); `weight` (the input's shape)
+    multiplies each squared error, and the mean divides by the weights' sum, as torch's."""
+    check_float("mse_loss", "input", input)
+    check_float("mse_loss", "target", target)
+    if target.shape != input.shape:
+        warnings.warn(f"Using a target size ({target.shape}) that is different to the input size ({input.shape}). "
+                      "This will likely lead to incorrect results due to broadcasting. "
+                      "Please ensure they have the same size.", stacklevel=2)
+    reduction = _reduction_of(size_average, reduce, reduction)
+    tensors = [input, target]
+    if weight is not None:
+        check_float("mse_loss", "weight", weight)
+        if weight.shape != input.shape:
+            raise ValueError("Weights and input must have the same size.")
+        tensors.append(weight)
+    shape = tuple(torch.broadcast_shapes(input.shape, target.shape))
+    dtype = torch.result_type(input, target)
+    count = 1
+    for size in shape:
+        count *= size
+    order = tuple(range(len(shape)))
+    if all(t.shape == input.shape and t.stride() == input.stride() for t in tensors):
+        _, order = physical(input)  # one layout for all: channels_last in, channels_last out
+        tensors = [t.permute(order) for t in tensors]
+    tensors = [t.reshape(1) if t.dim() == 0 else t for t in tensors]  # broadcasts as a 0-d tensor would
+    source = squared_error_source(reduction, tuple(_broadcast_dims(t.shape, shape or (1,)) for t in tensors), count)
+    if reduction != "none":
+        return run_program(source, tensors, (), dtype)
+    dense_shape = tuple(shape[d] for d in order)
+    out = run_program(source, tensors, dense_shape or (1,), dtype)
+    return unpermute(out.reshape(dense_shape), order)
+
+
+__all__ = ["cross_entropy", "mse_loss", "class_target_source", "probability_target_source", "squared_error_source"]
