@@ -14,6 +14,7 @@ from __future__ import annotations
 from tilec.nn import functional
 from tilec.nn.modules.legacy import GELU, Conv2d, LayerNorm, Linear, MultiheadAttention, ReLU, Softmax
 from tilec.nn.modules.loss import CrossEntropyLoss, MSELoss
+from tilec.nn.modules.sparse import Embedding
 
 __all__ = ["functional", "Conv2d", "Linear", "LayerNorm", "ReLU", "GELU", "Softmax", "MultiheadAttention",
-           "CrossEntropyLoss", "MSELoss"]
+           "CrossEntropyLoss", "MSELoss", "Embedding"]
