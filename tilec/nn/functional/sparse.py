@@ -4,8 +4,10 @@ Requires: a float32/float64 weight of rank 2 and int64/int32 indices of any shap
 included) within the weight's rows. Guarantees: torch's output (the indices' shape plus the
 embedding dimension) and weight gradient: padding_idx's row gets none, scale_grad_by_freq divides
 each row's gradient by how often its index occurs, and max_norm renormalises the referenced rows
-of `weight` in place before the lookup, as torch does. Indices out of range raise a TilecError
-(torch raises IndexError); sparse=True (a sparse gradient) is refused.
+of `weight` in place before the lookup, as torch does; sparse=True gives torch's sparse COO
+gradient (one row per looked-up index, padding entries dropped, uncoalesced), and refuses
+scale_grad_by_freq in the backward as torch does. Indices out of range raise a TilecError (torch
+raises IndexError).
 
 Gradient conventions without a stop-gradient in Tile: the program also reads a detached copy V of
 the weight (no gradient is asked for it). Padding rows take their value from V; rows scaled by
@@ -17,6 +19,7 @@ gradient is not scaled.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import torch
 
@@ -100,9 +103,6 @@ def embedding(input: torch.Tensor, weight: torch.Tensor, padding_idx: int | None
     if weight.dim() != 2:
         raise OpError(f"tilec.nn.functional.embedding: 'weight' must have rank 2 (rows, embedding dim), "
                       f"got shape {tuple(weight.shape)}")
-    if sparse:
-        raise OpError("tilec.nn.functional.embedding: sparse=True (a sparse weight gradient) is not supported; "
-                      "use sparse=False")
     rows, dim = weight.shape
     padding = _padding_row(padding_idx, rows)
     indices = input.reshape(-1)
@@ -114,10 +114,42 @@ def embedding(input: torch.Tensor, weight: torch.Tensor, padding_idx: int | None
         with torch.no_grad():
             weight.copy_(renormed)
     out_shape = (*input.shape, dim)
-    bits = 64 if weight.dtype == torch.float64 else 32
+    bits = (64 if weight.dtype == torch.float64 else 32) if scale_grad_by_freq else 0  # only then read
+    if sparse:
+        out = _SparseGradientLookup.apply(weight, indices, padding, bool(scale_grad_by_freq))
+        return out.reshape(out_shape)
     source = embedding_source(padding, bool(scale_grad_by_freq), bits)
-    tensors = [weight, indices] if source.startswith("function (W[R, D], I") else [weight, weight.detach(), indices]
+    plain = padding is None and not scale_grad_by_freq
+    tensors = [weight, indices] if plain else [weight, weight.detach(), indices]
     return run_program(source, tensors, (indices.numel(), dim)).reshape(out_shape)
+
+
+class _SparseGradientLookup(torch.autograd.Function):
+    """The plain Tile lookup of rows `indices` of `weight`, whose weight gradient is torch's sparse
+    one: a COO tensor holding the output gradient's rows at their indices (padding rows dropped)."""
+
+    @staticmethod
+    def forward(ctx: Any, weight: torch.Tensor, indices: torch.Tensor, padding: int | None,  # type: ignore[override]
+                scale_grad_by_freq: bool) -> torch.Tensor:
+        out, = run_program_no_grad(embedding_source(None, False, 0), [weight, indices])
+        ctx.save_for_backward(indices)
+        ctx.weight_shape, ctx.padding, ctx.scale_grad_by_freq = tuple(weight.shape), padding, scale_grad_by_freq
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        if ctx.scale_grad_by_freq:
+            raise OpError("tilec.nn.functional.embedding: scale_grad_by_freq=True has no sparse gradient "
+                          "(sparse=True); torch refuses it too")
+        indices, = ctx.saved_tensors
+        values = grad.reshape(-1, ctx.weight_shape[1])
+        if ctx.padding is not None:  # a selection of rows, not arithmetic: the padding row gets nothing
+            kept = indices != ctx.padding
+            indices, values = indices[kept], values[kept]
+        gradient = torch.sparse_coo_tensor(indices.to(torch.int64).reshape(1, -1), values, ctx.weight_shape,
+                                           check_invariants=False)
+        return gradient, None, None, None
 
 
 __all__ = ["embedding", "embedding_source", "renorm_source"]
