@@ -29,7 +29,7 @@ _LOG_SOFTMAX = """
     Z = X - M;
     E = exp(Z);
     Total[r, 0: R, 1] = +(E[r, c]);
-    L = Z - log(Total);"""
+    LogTotal = log(Total);"""
 
 
 def _reduction_of(size_average: bool | None, reduce: bool | None, reduction: str) -> str:
@@ -49,12 +49,14 @@ def class_target_source(reduction: str, weighted: bool, ignore_index: int, label
     """cross_entropy with class indices: X[R, C] logits, T[R, 1] int64 classes and, when
     `weighted`, W[1, C] class weights; the output is [R, 1] ('none') or a scalar."""
     inputs = "X[R, C], T[R, 1]" + (", W[1, C]" if weighted else "")
+    smoothing = label_smoothing > 0.0
     lines = [_LOG_SOFTMAX,
              "Class = index(X, 1);",
              "Hit = Class == T;",
              f"Keep = T != {ignore_index};",
-             "Picked = Hit ? L : 0;",
-             "LogP[r, 0: R, 1] = +(Picked[r, c]);"]
+             "Picked = Hit ? X : 0;",  # the target's logit, then its log-probability: no [R, C] log-softmax
+             "Target[r, 0: R, 1] = +(Picked[r, c]);",
+             "LogP = Target - M - LogTotal;"]
     if weighted:
         lines += ["HitWeight = Hit ? W : 0;",
                   "TargetWeight[r, 0: R, 1] = +(HitWeight[r, c]);",
@@ -63,9 +65,8 @@ def class_target_source(reduction: str, weighted: bool, ignore_index: int, label
     else:
         lines += [f"Kept = as_float(Keep, {bits});",
                   "Nll = Keep ? -LogP : 0;"]
-    smoothing = label_smoothing > 0.0
     if smoothing:
-        lines += ["Weighted = W * L;" if weighted else "Weighted = L;",
+        lines += ["L = Z - LogTotal;", "Weighted = W * L;" if weighted else "Weighted = L;",
                   "ClassSum[r, 0: R, 1] = +(Weighted[r, c]);",
                   "Smooth = Keep ? -ClassSum : 0;"]
     keep_share, smooth_share = _literal(1.0 - label_smoothing), f"({_literal(label_smoothing)} / C)"
@@ -92,7 +93,7 @@ def probability_target_source(reduction: str, weighted: bool, label_smoothing: f
     inputs = "X[R, C], P[R, C]" + (", W[1, C]" if weighted else "")
     target = (f"P * {_literal(1.0 - label_smoothing)} + {_literal(label_smoothing)} / C"
               if label_smoothing > 0.0 else "P")
-    lines = [_LOG_SOFTMAX, f"Target = {target};", "Product = L * Target * W;" if weighted else "Product = L * Target;"]
+    lines = [_LOG_SOFTMAX, "L = Z - LogTotal;", f"Target = {target};", "Product = L * Target * W;" if weighted else "Product = L * Target;"]
     if reduction == "none":
         lines += ["ClassSum[r, 0: R, 1] = +(Product[r, c]);", "O = -ClassSum;"]
     else:
