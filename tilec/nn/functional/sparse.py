@@ -25,7 +25,7 @@ import torch
 
 from tilec.nn.functional.layout import check_float
 from tilec.ops.arguments import OpError
-from tilec.ops.program import run_program, run_program_no_grad
+from tilec.ops.program import run_program
 
 _INDEX_DTYPES = (torch.int64, torch.int32)
 
@@ -110,9 +110,8 @@ def embedding(input: torch.Tensor, weight: torch.Tensor, padding_idx: int | None
         bad = indices[(indices < 0) | (indices >= rows)][0]
         raise OpError(f"tilec.nn.functional.embedding: index {int(bad)} is out of range for {rows} embeddings")
     if max_norm is not None and indices.numel() and rows * dim:
-        renormed, = run_program_no_grad(renorm_source(float(max_norm), float(norm_type)), [weight, indices])
         with torch.no_grad():
-            weight.copy_(renormed)
+            weight.copy_(run_program(renorm_source(float(max_norm), float(norm_type)), [weight, indices], weight.shape))
     out_shape = (*input.shape, dim)
     bits = (64 if weight.dtype == torch.float64 else 32) if scale_grad_by_freq else 0  # only then read
     if sparse:
@@ -131,7 +130,7 @@ class _SparseGradientLookup(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, weight: torch.Tensor, indices: torch.Tensor, padding: int | None,  # type: ignore[override]
                 scale_grad_by_freq: bool) -> torch.Tensor:
-        out, = run_program_no_grad(embedding_source(None, False, 0), [weight, indices])
+        out = run_program(embedding_source(None, False, 0), [weight, indices], (indices.numel(), weight.shape[1]))
         ctx.save_for_backward(indices)
         ctx.weight_shape, ctx.padding, ctx.scale_grad_by_freq = tuple(weight.shape), padding, scale_grad_by_freq
         return out
