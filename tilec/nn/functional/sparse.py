@@ -32,8 +32,9 @@ _INDEX_DTYPES = (torch.int64, torch.int32)
 
 @lru_cache(maxsize=None)
 def embedding_source(padding_idx: int | None, scale_grad_by_freq: bool, bits: int) -> str:
-    """The lookup O[N, D] of rows I[N] of W[R, D]; with a padding row or frequency scaling it also
-    reads V[R, D], W without gradient (see the module docstring)."""
+    """The lookup O[N, D] of rows I[N] of W[R, D] (float`bits`, read only for frequency scaling);
+    with a padding row or frequency scaling it also reads V[R, D], W without gradient (see the
+    module docstring)."""
     if padding_idx is None and not scale_grad_by_freq:
         return "function (W[R, D], I[N]) -> (O) { O = gather(W, I); }"
     lines = ["G = gather(W, I);", "H = gather(V, I);"]
@@ -55,8 +56,8 @@ def embedding_source(padding_idx: int | None, scale_grad_by_freq: bool, bits: in
 
 
 @lru_cache(maxsize=None)
-def renorm_source(max_norm: float, norm_type: float) -> str:
-    """W[R, D] with each row that I[N] references scaled to norm `max_norm` where its `norm_type`
+def renorm_source(max_norm: float, norm_type: float, bits: int) -> str:
+    """W[R, D] (float`bits`) with each row that I[N] references scaled to norm `max_norm` where its `norm_type`
     norm exceeds it (torch's embedding_renorm_: scale max_norm / (norm + 1e-7))."""
     if norm_type == 2.0:
         norm = "Squares = W * W;\n    Sum[r, 0: R, 1] = +(Squares[r, d]);\n    Norm = sqrt(Sum);"
@@ -74,8 +75,9 @@ def renorm_source(max_norm: float, norm_type: float) -> str:
                 f"    Norm = pow(Sum, 1.0 / {p});")
     limit = repr(float(max_norm))
     return f"""function (W[R, D], I[N]) -> (O) {{
-    Rows = index(W, 0);
-    Hits[r, 0: R, 1] = +(Rows[r, 0] == I[n]);
+    One = as_float(I == I, {bits});
+    Counts = scatter(One, I, W);
+    Hits = reshape(Counts, R, 1);
     {norm}
     Renorm = (Hits > 0) & (Norm > {limit});
     O = Renorm ? W * ({limit} / (Norm + 1e-7)) : W;
@@ -109,15 +111,15 @@ def embedding(input: torch.Tensor, weight: torch.Tensor, padding_idx: int | None
     if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= rows):
         bad = indices[(indices < 0) | (indices >= rows)][0]
         raise OpError(f"tilec.nn.functional.embedding: index {int(bad)} is out of range for {rows} embeddings")
+    bits = 64 if weight.dtype == torch.float64 else 32
     if max_norm is not None and indices.numel() and rows * dim:
         with torch.no_grad():
-            weight.copy_(run_program(renorm_source(float(max_norm), float(norm_type)), [weight, indices], weight.shape))
+            weight.copy_(run_program(renorm_source(float(max_norm), float(norm_type), bits), [weight, indices], weight.shape))
     out_shape = (*input.shape, dim)
-    bits = (64 if weight.dtype == torch.float64 else 32) if scale_grad_by_freq else 0  # only then read
     if sparse:
         out = _SparseGradientLookup.apply(weight, indices, padding, bool(scale_grad_by_freq))
         return out.reshape(out_shape)
-    source = embedding_source(padding, bool(scale_grad_by_freq), bits)
+    source = embedding_source(padding, bool(scale_grad_by_freq), bits if scale_grad_by_freq else 0)
     plain = padding is None and not scale_grad_by_freq
     tensors = [weight, indices] if plain else [weight, weight.detach(), indices]
     return run_program(source, tensors, (indices.numel(), dim)).reshape(out_shape)
