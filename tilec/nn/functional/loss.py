@@ -44,6 +44,23 @@ def _literal(value: float) -> str:
     return repr(float(value))
 
 
+_BLOCK, _LEVELS = 64, 4
+
+
+def _total(name: str, tensor: str, length: str) -> list[str]:
+    """Statements giving `name`[], the sum of the 1-D `tensor` of `length` elements, in blocks of
+    64 over 4 levels: a float32 sum of many terms run in one order drifts from the exact sum
+    further than torch's cascade summation does. (Not in float64 through as_float: its derived
+    gradient would stay float64.)"""
+    lines, current, size = [], tensor, length
+    for level in range(_LEVELS):
+        blocks = f"{name}Blocks{level}"
+        lines += [f"{blocks} = ({size} + {_BLOCK - 1}) / {_BLOCK};",
+                  f"{name}{level}[b: {blocks}] = +({current}[{_BLOCK}*b + k]), k < {_BLOCK};"]
+        current, size = f"{name}{level}", blocks
+    return [*lines, f"{name}[] = +({current}[b]);"]
+
+
 @lru_cache(maxsize=None)
 def class_target_source(reduction: str, weighted: bool, ignore_index: int, label_smoothing: float, bits: int) -> str:
     """cross_entropy with class indices: X[R, C] logits, T[R, 1] int64 classes and, when
@@ -73,13 +90,13 @@ def class_target_source(reduction: str, weighted: bool, ignore_index: int, label
     if reduction == "none":
         lines.append(f"O = {keep_share} * Nll + Smooth * {smooth_share};" if smoothing else "O = Nll;")
     else:
-        lines.append("NllSum[] = +(Nll[r, 0]);")
+        lines += ["NllRows = reshape(Nll, R);", *_total("NllSum", "NllRows", "R")]
         if smoothing:
-            lines.append("SmoothSum[] = +(Smooth[r, 0]);")
+            lines += ["SmoothRows = reshape(Smooth, R);", *_total("SmoothSum", "SmoothRows", "R")]
         if reduction == "sum":
             lines.append(f"O = {keep_share} * NllSum + SmoothSum * {smooth_share};" if smoothing else "O = NllSum;")
         else:
-            lines.append("KeptSum[] = +(Kept[r, 0]);")
+            lines += ["KeptRows = reshape(Kept, R);", *_total("KeptSum", "KeptRows", "R")]
             lines.append(f"O = {keep_share} * (NllSum / KeptSum) + (SmoothSum / KeptSum) * {smooth_share};"
                          if smoothing else "O = NllSum / KeptSum;")
     body = "\n    ".join(lines)
@@ -94,10 +111,11 @@ def probability_target_source(reduction: str, weighted: bool, label_smoothing: f
     target = (f"P * {_literal(1.0 - label_smoothing)} + {_literal(label_smoothing)} / C"
               if label_smoothing > 0.0 else "P")
     lines = [_LOG_SOFTMAX, "L = Z - LogTotal;", f"Target = {target};", "Product = L * Target * W;" if weighted else "Product = L * Target;"]
+    lines.append("ClassSum[r, 0: R, 1] = +(Product[r, c]);")
     if reduction == "none":
-        lines += ["ClassSum[r, 0: R, 1] = +(Product[r, c]);", "O = -ClassSum;"]
+        lines.append("O = -ClassSum;")
     else:
-        lines.append("Sum[] = +(Product[r, c]);")
+        lines += ["Rows = reshape(ClassSum, R);", *_total("Sum", "Rows", "R")]
         lines.append("O = -Sum;" if reduction == "sum" else "O = -Sum / R;")
     body = "\n    ".join(lines)
     return f"function ({inputs}) -> (O) {{{body}\n}}"
@@ -157,10 +175,10 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
             raise OpError(f"tilec.nn.functional.cross_entropy: 'weight' must be {input.dtype} of shape ({classes},) "
                           f"(one per class), got {weight.dtype} of shape {tuple(weight.shape)}")
         tensors.append(weight.detach().reshape(1, classes))  # torch gives the class weights no gradient
+    bits = 64 if input.dtype == torch.float64 else 32
     if probabilities:
         source = probability_target_source(reduction, weighted, float(label_smoothing))
     else:
-        bits = 64 if input.dtype == torch.float64 else 32
         source = class_target_source(reduction, weighted, int(ignore_index), float(label_smoothing), bits)
     if reduction != "none":
         return run_program(source, tensors, ())
@@ -169,24 +187,24 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
 
 
 @lru_cache(maxsize=None)
-def squared_error_source(reduction: str, dims: tuple[str, ...], count: int) -> str:
+def squared_error_source(reduction: str, dims: tuple[str, ...], count: int, weight_count: int) -> str:
     """(X - T)^2 (times W where a third input is declared) with numpy broadcasting, unreduced,
-    summed, or averaged over its `count` elements (over the summed weights where weighted); `dims`
+    summed, or averaged over its `count` elements (over the `weight_count` weights summed where
+    weighted, as torch divides by weight.sum()); `dims`
     declares the inputs (``X[B0, 1]`` ...: a broadcast dimension is the literal 1, the others name
     the broadcast shape's sizes B0, B1, ..., so the gradient program knows what to sum)."""
     weighted = len(dims) == 3
-    rank = max(len(d.split(",")) for d in dims)
     inputs = ", ".join(f"{name}[{d}]" for name, d in zip("XTW", dims))
     lines = ["D = X - T;", "E = D * D * W;" if weighted else "E = D * D;"]
     if reduction == "none":
         lines[-1] = "O" + lines[-1][1:]
     else:
-        indices = ", ".join(f"i{k}" for k in range(rank))
-        lines.append(f"Sum[] = +(E[{indices}]);")
+        lines += [f"Flat = reshape(E, {count});", *_total("Sum", "Flat", str(count))]
         if reduction == "sum":
             lines.append("O = Sum;")
         elif weighted:
-            lines += [f"WeightSum[] = +(W[{indices}]);", "O = Sum / WeightSum;"]
+            lines += [f"Weights = reshape(W, {weight_count});", *_total("WeightSum", "Weights", str(weight_count)),
+                      "O = Sum / WeightSum;"]
         else:
             lines.append(f"O = Sum / {count};")
     body = " ".join(lines)
@@ -226,7 +244,8 @@ def mse_loss(input: torch.Tensor, target: torch.Tensor, size_average: bool | Non
         _, order = physical(input)  # one layout for all: channels_last in, channels_last out
         tensors = [t.permute(order) for t in tensors]
     tensors = [t.reshape(1) if t.dim() == 0 else t for t in tensors]  # broadcasts as a 0-d tensor would
-    source = squared_error_source(reduction, tuple(_broadcast_dims(t.shape, shape or (1,)) for t in tensors), count)
+    dims = tuple(_broadcast_dims(t.shape, shape or (1,)) for t in tensors)
+    source = squared_error_source(reduction, dims, count, 0 if weight is None else weight.numel())
     if reduction != "none":
         return run_program(source, tensors, (), dtype)
     dense_shape = tuple(shape[d] for d in order)
