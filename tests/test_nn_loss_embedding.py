@@ -168,6 +168,9 @@ def test_mse_loss_broadcasting_weights_and_empty(dtype, reduction):
     _same(T.mse_loss, F.mse_loss, y, t, reduction=reduction)
     if reduction == "none":
         assert T.mse_loss(y, t, reduction="none").is_contiguous(memory_format=torch.channels_last)
+    z = torch.randn(2, 3, 1, 5, dtype=dtype).to(memory_format=torch.channels_last)  # a size-1 axis moves
+    _same(T.mse_loss, F.mse_loss, z, torch.randn(2, 3, 1, 5, dtype=dtype).to(memory_format=torch.channels_last),
+          reduction=reduction)
 
 
 def test_float32_sums_of_many_terms_stay_within_torch_tolerance():

@@ -187,24 +187,33 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
 
 
 @lru_cache(maxsize=None)
-def squared_error_source(reduction: str, dims: tuple[str, ...], count: int, weight_count: int) -> str:
+def squared_error_source(reduction: str, dims: tuple[str, ...], count: int, rows: int) -> str:
     """(X - T)^2 (times W where a third input is declared) with numpy broadcasting, unreduced,
-    summed, or averaged over its `count` elements (over the `weight_count` weights summed where
-    weighted, as torch divides by weight.sum()); `dims`
-    declares the inputs (``X[B0, 1]`` ...: a broadcast dimension is the literal 1, the others name
-    the broadcast shape's sizes B0, B1, ..., so the gradient program knows what to sum)."""
+    summed, or averaged over its `count` elements (over the weights' sum where weighted, as torch).
+    `dims` declares the inputs (``X[B0, 1]`` ...: a broadcast dimension is the literal 1, the others
+    name the broadcast shape's sizes B0, B1, ..., so the gradient program knows what to sum). A sum
+    adds each of the `rows` rows along the last axis (fused with the squares), then the row sums in
+    blocks (see `_total`)."""
     weighted = len(dims) == 3
+    rank = max(len(d.split(", ")) for d in dims)
     inputs = ", ".join(f"{name}[{d}]" for name, d in zip("XTW", dims))
     lines = ["D = X - T;", "E = D * D * W;" if weighted else "E = D * D;"]
     if reduction == "none":
         lines[-1] = "O" + lines[-1][1:]
     else:
-        lines += [f"Flat = reshape(E, {count});", *_total("Sum", "Flat", str(count))]
+        every = ", ".join(f"i{k}" for k in range(rank))
+        if rank == 1 or count == 0:
+            lines.append(f"Sum[] = +(E[{every}]);")
+        else:
+            outer = ", ".join(f"i{k}" for k in range(rank - 1))
+            sizes = ", ".join(f"B{k}" for k in range(rank - 1))
+            lines += [f"RowSum[{outer}: {sizes}] = +(E[{every}]);", f"Rows = reshape(RowSum, {rows});",
+                      *_total("Sum", "Rows", str(rows))]
         if reduction == "sum":
             lines.append("O = Sum;")
         elif weighted:
-            lines += [f"Weights = reshape(W, {weight_count});", *_total("WeightSum", "Weights", str(weight_count)),
-                      "O = Sum / WeightSum;"]
+            weight_indices = ", ".join(f"j{k}" for k in range(len(dims[2].split(", "))))
+            lines += [f"WeightSum[] = +(W[{weight_indices}]);", "O = Sum / WeightSum;"]
         else:
             lines.append(f"O = Sum / {count};")
     body = " ".join(lines)
@@ -244,11 +253,12 @@ def mse_loss(input: torch.Tensor, target: torch.Tensor, size_average: bool | Non
         _, order = physical(input)  # one layout for all: channels_last in, channels_last out
         tensors = [t.permute(order) for t in tensors]
     tensors = [t.reshape(1) if t.dim() == 0 else t for t in tensors]  # broadcasts as a 0-d tensor would
-    dims = tuple(_broadcast_dims(t.shape, shape or (1,)) for t in tensors)
-    source = squared_error_source(reduction, dims, count, 0 if weight is None else weight.numel())
+    dense_shape = tuple(shape[d] for d in order)
+    dims = tuple(_broadcast_dims(t.shape, dense_shape or (1,)) for t in tensors)
+    rows = count // dense_shape[-1] if dense_shape and dense_shape[-1] else 0
+    source = squared_error_source(reduction, dims, count, rows)
     if reduction != "none":
         return run_program(source, tensors, (), dtype)
-    dense_shape = tuple(shape[d] for d in order)
     out = run_program(source, tensors, dense_shape or (1,), dtype)
     return unpermute(out.reshape(dense_shape), order)
 
