@@ -215,10 +215,19 @@ def compare_sample(name: str, sample: Any, tilec_fn: Callable[..., Any], variant
     return compare(op.op, seeded, (sample.input, *sample.args), dict(sample.kwargs))
 
 
+# OpInfos whose `op` is a lambda that reorders torch's arguments (so that the sample's `input` is the
+# tensor PyTorch's gradient tests differentiate): tilec's function is called through the same reordering.
+_REORDERED: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "nn.functional.embedding": lambda f: lambda weight, idx, **kwargs: f(idx, weight, **kwargs),
+}
+
+
 def functional(name: str) -> Callable[..., Any]:
     """tilec.nn.functional's counterpart of OpInfo `name` (``nn.functional.conv2d`` -> conv2d,
-    ``softmax`` -> softmax)."""
-    return getattr(tilec.nn.functional, name.removeprefix("nn.functional."))
+    ``softmax`` -> softmax), taking the OpInfo op's arguments (see _REORDERED)."""
+    fn = getattr(tilec.nn.functional, name.removeprefix("nn.functional."))
+    reorder = _REORDERED.get(name)
+    return fn if reorder is None else reorder(fn)
 
 
 # ------------------------------------------------------------------ ModuleInfo inputs

@@ -41,7 +41,7 @@ class Node:
     need a gradient, made on first use. `views` gives the shape each tensor takes inside the
     program (None: as is); contiguous tensors go to the kernels by address, so no view is made."""
 
-    __slots__ = ("source", "n", "dtype", "in_shapes", "out_shape", "kernel_out", "run", "shapes", "_grads")
+    __slots__ = ("source", "n", "dtype", "in_shapes", "in_dtypes", "out_shape", "kernel_out", "run", "shapes", "_grads")
 
     def __init__(self, source: str, views: tuple[Any, ...], out_shape: Sequence[int],
                  tensors: Sequence[torch.Tensor]) -> None:
@@ -54,6 +54,7 @@ class Node:
             raise OpError(f"tilec: the kernel's output {kernel_out} does not fit the op's {self.out_shape}")
         self.source, self.n, self.kernel_out = source, len(tensors), kernel_out
         self.in_shapes = tuple(tuple(t.shape) for t in inputs)
+        self.in_dtypes = tuple(str(t.dtype).removeprefix("torch.") for t in inputs)  # int indices stay ints
         self.shapes = tuple(tuple(t.shape) for t in tensors)
         self.run = plan.run
         self._grads: dict[tuple[int, ...], tuple[Callable[[Sequence[int]], None], list[tuple[int, ...]]]] = {}
@@ -65,7 +66,7 @@ class Node:
             names = forward_fn(self.source).inputs
             fn = grad_fn(self.source, tuple(names[i] for i in wrt))
             dtype = str(self.dtype).removeprefix("torch.")
-            kernel = fn.kernel_for((*self.in_shapes, self.kernel_out), (dtype,) * (self.n + 1))
+            kernel = fn.kernel_for((*self.in_shapes, self.kernel_out), (*self.in_dtypes, dtype))
             found = self._grads[wrt] = (pointer_runner(kernel, self.n + 1 + len(wrt)), [self.shapes[i] for i in wrt])
         return found
 
