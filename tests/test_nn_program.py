@@ -50,3 +50,13 @@ def test_the_profiler_shows_the_program_by_name():
     with torch.profiler.profile() as prof:
         run_program(MATMUL, [a, b], (3, 5))
     assert "tilec::program" in [e.name for e in prof.events()]
+
+
+def test_a_program_computing_in_float64_on_float32_inputs_gives_float32_gradients():
+    # the derived gradient of X is float64 (the program computes in it): written to a float64
+    # buffer and converted, never into the float32 one (memory corruption before)
+    src = "function (X[N]) -> (O) { Xw = as_float(X, 64); Y = Xw * Xw; O = as_float(Y, 32); }"
+    x = torch.randn(100000, dtype=torch.float32, requires_grad=True)
+    run_program(src, [x], (100000,)).sum().backward()
+    assert x.grad.dtype == torch.float32
+    torch.testing.assert_close(x.grad, 2 * x.detach())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -57,18 +57,37 @@ class Node:
         self.in_dtypes = tuple(str(t.dtype).removeprefix("torch.") for t in inputs)  # int indices stay ints
         self.shapes = tuple(tuple(t.shape) for t in tensors)
         self.run = plan.run
-        self._grads: dict[tuple[int, ...], tuple[Callable[[Sequence[int]], None], list[tuple[int, ...]]]] = {}
+        self._grads: dict[tuple[int, ...], tuple[Callable[[Sequence[int]], None], list[GradBuffer]]] = {}
 
-    def grad(self, wrt: tuple[int, ...]) -> tuple[Callable[[Sequence[int]], None], list[tuple[int, ...]]]:
-        """The derived gradient kernel's runner for inputs `wrt`, and the gradients' (tensor) shapes."""
+    def grad(self, wrt: tuple[int, ...]) -> tuple[Callable[[Sequence[int]], None], list["GradBuffer"]]:
+        """The derived gradient kernel's runner for inputs `wrt`, and the buffer each gradient is
+        written to: the tensor's shape in the dtype the kernel writes (a program that computes in
+        another type than its inputs', through as_float, derives gradients of that type)."""
         found = self._grads.get(wrt)
         if found is None:
             names = forward_fn(self.source).inputs
             fn = grad_fn(self.source, tuple(names[i] for i in wrt))
             dtype = str(self.dtype).removeprefix("torch.")
             kernel = fn.kernel_for((*self.in_shapes, self.kernel_out), (*self.in_dtypes, dtype))
-            found = self._grads[wrt] = (pointer_runner(kernel, self.n + 1 + len(wrt)), [self.shapes[i] for i in wrt])
+            written = kernel.params[self.n + 1:self.n + 1 + len(wrt)]
+            buffers = []
+            for i, param in zip(wrt, written):
+                if math.prod(param.shape) != math.prod(self.shapes[i]):
+                    raise OpError(f"tilec: the gradient program writes {param.name} of shape {param.shape} for an "
+                                  f"input of shape {self.shapes[i]}:\n{self.source}")
+                buffers.append(GradBuffer(self.shapes[i], getattr(torch, param.dtype),
+                                          getattr(torch, self.in_dtypes[i])))
+            found = self._grads[wrt] = (pointer_runner(kernel, self.n + 1 + len(wrt)), buffers)
         return found
+
+
+class GradBuffer(NamedTuple):
+    """Where the gradient kernel writes one input's gradient (`written` dtype), and the dtype the
+    gradient takes (`dtype`, its input's)."""
+
+    shape: tuple[int, ...]
+    written: torch.dtype
+    dtype: torch.dtype
 
 
 def signature(t: torch.Tensor | None) -> Any:
@@ -104,13 +123,13 @@ class _TileOp(torch.autograd.Function):
         wrt = tuple(i for i, need in enumerate(ctx.needs_input_grad[1:]) if need)
         result: list[Any] = [None] * node.n
         if wrt:
-            run, shapes = node.grad(wrt)
+            run, buffers = node.grad(wrt)
             if grad.dtype != node.dtype or not grad.is_contiguous():
                 grad = grad.to(node.dtype).contiguous()
-            grads = [torch.empty(shape, dtype=node.dtype) for shape in shapes]
+            grads = [torch.empty(b.shape, dtype=b.written) for b in buffers]
             run([*[t.data_ptr() for t in ctx.saved_tensors], grad.data_ptr(), *[g.data_ptr() for g in grads]])
-            for i, g in zip(wrt, grads):
-                result[i] = g
+            for i, g, b in zip(wrt, grads, buffers):
+                result[i] = g if b.written == b.dtype else g.to(b.dtype)
         return (None, *result)
 
 
