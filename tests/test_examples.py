@@ -11,6 +11,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
 import train_cnn  # noqa: E402
+import train_tilec_nn  # noqa: E402
 import train_transformer  # noqa: E402
 from training import train  # noqa: E402
 
@@ -23,6 +24,12 @@ def test_cnn_example_tracks_torch():
 def test_transformer_example_tracks_torch():
     curves = train("transformer", train_transformer.Block, train_transformer.batches, train_transformer.loss_fn,
                    steps=12, lr=0.3, report_every=6)
+    assert all(abs(a - b) <= 2e-3 * max(1.0, abs(a)) for a, b in zip(curves["torch"], curves["tilec"]))
+
+
+def test_tilec_nn_only_example_tracks_torch():
+    curves = train("tilec.nn only", train_tilec_nn.make_model, train_tilec_nn.batches, None,
+                   model_loss=train_tilec_nn.loss_of, steps=12, report_every=6)
     assert all(abs(a - b) <= 2e-3 * max(1.0, abs(a)) for a, b in zip(curves["torch"], curves["tilec"]))
 
 
