@@ -279,18 +279,26 @@ def _run(kernel: Kernel, inputs: list[np.ndarray], n_outputs: int) -> Any:
     return outputs[0] if n_outputs == 1 else tuple(outputs)
 
 
-def _run_with_scratch(kernel: Kernel, pointers: list[int]) -> None:
-    """Call a host `kernel` on its inputs and outputs given by address, its temporaries taken from
-    the kernel's scratch sets as in `_run`."""
+def _scratch_runner(kernel: Kernel, n_pointers: int) -> Callable[[Sequence[int]], None]:
+    """A call of a host `kernel` on its inputs and outputs given by address, its temporaries from a
+    pool of scratch sets of this runner's own (one per concurrent caller, as `_run` takes them from
+    the kernel's), whose addresses are computed once per set."""
     params = kernel.params
-    try:
-        scratch = kernel.scratch.pop()
-    except IndexError:
-        scratch = [np.empty(b.shape, dtype=b.dtype) for b in params[len(pointers):]]
-    addresses = pointers + [a.ctypes.data for a in scratch]
-    kernel.loaded.function((ctypes.c_void_p * len(params))(*addresses))
-    if len(kernel.scratch) < MAX_SCRATCH_SETS:
-        kernel.scratch.append(scratch)
+    array_type = ctypes.c_void_p * len(params)
+    function = kernel.loaded.function
+    pool: list[tuple[list[np.ndarray], list[int]]] = []
+
+    def run(pointers: Sequence[int]) -> None:
+        try:
+            scratch = pool.pop()
+        except IndexError:
+            arrays = [np.empty(b.shape, dtype=b.dtype) for b in params[n_pointers:]]
+            scratch = (arrays, [a.ctypes.data for a in arrays])
+        function(array_type(*pointers, *scratch[1]))
+        if len(pool) < MAX_SCRATCH_SETS:
+            pool.append(scratch)
+
+    return run
 
 
 def pointer_runner(kernel: Kernel, n_pointers: int) -> Callable[[Sequence[int]], None]:
@@ -306,7 +314,7 @@ def pointer_runner(kernel: Kernel, n_pointers: int) -> Callable[[Sequence[int]],
         raise TilecError("pointer_runner calls kernels of the host targets (llvm, cuda-sim) on host memory; "
                          "call the Function itself for target cuda")
     if n_pointers != len(kernel.params):
-        return lambda pointers: _run_with_scratch(kernel, list(pointers))
+        return _scratch_runner(kernel, n_pointers)
     array_type = ctypes.c_void_p * n_pointers
     function = kernel.loaded.function
 
