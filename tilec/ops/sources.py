@@ -7,6 +7,7 @@ gives one string object and so one compiled `tilec.Function` (see tilec/ops/torc
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 #: `gelu` is the exact (erf) form, as torch.nn.functional.gelu's default approximate="none".
@@ -34,7 +35,7 @@ _SPATIAL = {1: (("W", "KW", "y", "j"),),
 
 @lru_cache(maxsize=None)
 def conv_source(stride: tuple[int, ...], padding: tuple[tuple[int, int], ...], dilation: tuple[int, ...],
-                has_bias: bool, groups: int = 1, channels_last: bool = False) -> str:
+                has_bias: bool, groups: int = 1, channels_last: bool = False, wide: bool = False) -> str:
     """The convolution over 1, 2 or 3 spatial axes (len(stride)), torch.nn.functional.conv*d's:
     input X[N, C, *S], filter F[CO, C, *K], optional Bias[CO] -> O[N, CO, *OS]; `padding` gives the
     zeros (before, after) each spatial axis (torch's padding="same" puts the odd one after).
@@ -49,7 +50,10 @@ def conv_source(stride: tuple[int, ...], padding: tuple[tuple[int, int], ...], d
     the contiguous tensors: X[N, G, C, *S] (C input channels per group; X[N, *S, G, C] channels
     last), F[G, CO, C, *K] (CO output channels per group), Bias[G, CO] -> O[N, G, CO, *OS]
     (O[N, *OS, G, CO]). Every group is a conv of its own channels (depthwise: C == 1); the text is
-    the same for every groups value > 1 (G binds from the shapes), so they share one Function."""
+    the same for every groups value > 1 (G binds from the shapes), so they share one Function.
+
+    With `wide` (for float32 tensors) the sums accumulate in float64 and the result is rounded
+    once to float32: the program reads X and F through float64 copies and writes float32 O."""
     if groups < 1:
         raise ValueError(f"groups must be >= 1, got {groups}")
     if not len(stride) == len(padding) == len(dilation) or len(stride) not in _SPATIAL:
@@ -85,8 +89,18 @@ def conv_source(stride: tuple[int, ...], padding: tuple[tuple[int, int], ...], d
         lines.append(f"{result} = Y + Bias;")
     if not channels_last:
         lines.append(f"O[n, {g}co, {out_index}: N, {gd}CO, {out_shape}] = =({result}[n, {out_index}, {g}co]);")
+    if wide:
+        lines = _widened(lines)
     body = "".join(f"    {line}\n" for line in lines)
     return f"function ({inputs}) -> (O) {{\n{body}}}"
+
+
+def _widened(lines: list[str]) -> list[str]:
+    """`lines` (which read X and F and write O) computing in float64: they read float64 copies Xw
+    and Fw and write Ow, which is rounded once to float32 O."""
+    renamed = [re.sub(r"\bX\[", "Xw[", re.sub(r"\bF\[", "Fw[", re.sub(r"^O\b", "Ow", line))) for line in lines]
+    renamed = [re.sub(r"\bO\b(?=\s*=)", "Ow", line) for line in renamed]
+    return ["Xw = as_float(X, 64);", "Fw = as_float(F, 64);", *renamed, "O = as_float(Ow, 32);"]
 
 
 @lru_cache(maxsize=None)
