@@ -27,8 +27,8 @@ def eager(*tensors: torch.Tensor | None) -> bool:
     """Whether a call may skip the torch.library dispatcher: not while torch.compile traces, and only
     for plain CPU tensors (fake, meta and other subclasses take the registered op and its fake kernel;
     CUDA tensors take the registered op, which runs them on target cuda)."""
-    if torch.compiler.is_compiling():
-        return False
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
+        return False  # tracing, or a dispatch mode (FlopCounterMode, ...) that must see the op
     return all(t is None or (type(t) in _PLAIN and not t.is_cuda) for t in tensors)
 
 
@@ -136,7 +136,15 @@ class _TileOp(torch.autograd.Function):
 def run_eager(node: Node, *tensors: torch.Tensor) -> torch.Tensor:
     """`node`'s kernel on `tensors`, recorded for autograd as one `_TileOp` node (its grad_fn is
     a `_TileOpBackward`) where a gradient may be asked for; otherwise (no tensor requires grad, or
-    grad mode is off) the kernel alone, without the autograd.Function's cost."""
+    grad mode is off) the kernel alone, without the autograd.Function's cost. Under torch.profiler
+    the call is a `tilec::kernel` range."""
+    if torch.autograd.profiler._is_profiler_enabled:  # one range per kernel in torch.profiler's trace
+        with torch.profiler.record_function("tilec::kernel"):
+            return _run(node, tensors)
+    return _run(node, tensors)
+
+
+def _run(node: Node, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return _TileOp.apply(node, *tensors)
     inputs = [t if t.is_contiguous() else t.contiguous() for t in tensors]

@@ -7,8 +7,9 @@ the tuple box its bounds inference gives, and 0 for everything else. The backwar
 (tilec::tile_grad) is counted on the derived gradient program, so a convolution's backward counts
 what its two gradient contractions do (twice the forward, as torch counts it).
 
-`register()` registers the formulas for tilec::program and tilec::tile_grad (tilec.ops.program
-calls it once, after defining its op). Requires: the shapes of the op's tensor arguments (FlopCounterMode passes them).
+`register()` registers the formulas for tilec::program and tilec::tile_grad, and for the tuned
+ops attention, linear and conv2d by their shapes (tilec.ops.program calls it once, after defining
+its op and importing the others). Requires: the shapes of the op's tensor arguments (FlopCounterMode passes them).
 """
 
 from __future__ import annotations
@@ -57,10 +58,29 @@ def _tile_grad_flops(source: str, wrt: list[int], inputs: list[Any], *args: Any,
     return program_flops(_gradient(source, tuple(wrt)), inputs)
 
 
+def _attention_flops(q: Any, k: Any, v: Any, *args: Any, **kwargs: Any) -> int:
+    """Q K^T and P V over [B, H, S, D] x [B, H, T, D] x [B, H, T, Dv] (as torch counts sdpa)."""
+    b, h, s, d = q
+    return 2 * b * h * s * k[2] * d + 2 * b * h * s * k[2] * v[3]
+
+
+def _linear_flops(x: Any, weight: Any, *args: Any, **kwargs: Any) -> int:
+    return 2 * math.prod(x[:-1]) * weight[0] * weight[1]
+
+
+def _conv2d_flops(x: Any, weight: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    """2 per multiply-add: every output element sums C/groups x KH x KW products."""
+    return 2 * math.prod(out_shape) * math.prod(weight[1:])
+
+
 def register() -> None:
-    """Registers the formulas with torch's flop counter (needs tilec::program and tilec::tile_grad)."""
+    """Registers the formulas with torch's flop counter: tilec::program and tilec::tile_grad on
+    their programs, the tuned ops (attention, linear, conv2d) by their shapes."""
     register_flop_formula(torch.ops.tilec.program)(_program_flops)
     register_flop_formula(torch.ops.tilec.tile_grad)(_tile_grad_flops)
+    register_flop_formula(torch.ops.tilec.attention)(_attention_flops)
+    register_flop_formula(torch.ops.tilec.linear)(_linear_flops)
+    register_flop_formula(torch.ops.tilec.conv2d)(_conv2d_flops)
 
 
 __all__ = ["program_flops", "register"]

@@ -13,7 +13,7 @@ gradient passes NaN through, as torch's does).
 
 Paths, as for the named ops (tilec.ops.eager): plain CPU tensors outside torch.compile and outside
 any dispatch mode take the eager path (one autograd.Function node, no dispatcher hop; under
-`torch.profiler` the call is a `tilec::program` range); everything else (fake and meta tensors
+`torch.profiler` the call is a `tilec::kernel` range); everything else (fake and meta tensors
 while torch.compile traces, dispatch modes such as FlopCounterMode, CUDA tensors) calls the
 registered op, whose fake kernel gives ``out_shape`` and whose FLOPs FlopCounterMode counts
 (tilec.ops.flops).
@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from tilec.ops import flops
+from tilec.ops import flops, torch_ops
 from tilec.ops.arguments import OpError
 from tilec.ops.eager import NODES, Node, eager, run_eager, signature
 from tilec.ops.kernels import forward_fn, plan_for, run_forward
@@ -71,11 +71,8 @@ def _needs(ctx: Any, n: int) -> list[bool]:
 
 
 _program.register_autograd(_backward, setup_context=_setup)
-flops.register()  # FlopCounterMode counts the programs' contractions (tilec.ops.flops)
-
-
-def _dispatch_mode_active() -> bool:
-    return bool(torch._C._len_torch_dispatch_stack())
+flops.register()  # FlopCounterMode counts the programs' contractions and the tuned ops (tilec.ops.flops)
+assert torch_ops.__all__  # (imported so that the tuned ops exist when their formulas are registered)
 
 
 def run_program(source: str, tensors: Sequence[torch.Tensor], out_shape: Sequence[int],
@@ -84,7 +81,7 @@ def run_program(source: str, tensors: Sequence[torch.Tensor], out_shape: Sequenc
     differentiable torch tensor of shape `out_shape` (see the module docstring)."""
     dtype = tensors[0].dtype if dtype is None else dtype
     shape = tuple(int(s) for s in out_shape)
-    if eager(*tensors) and not _dispatch_mode_active():
+    if eager(*tensors):
         key = (source, *[signature(t) for t in tensors])
         node = NODES.get(key)
         if node is None:
@@ -93,9 +90,6 @@ def run_program(source: str, tensors: Sequence[torch.Tensor], out_shape: Sequenc
                 raise OpError(f"tilec: the program's output is {node.dtype}{list(node.kernel_out)}, its caller "
                               f"expects {dtype}{list(shape)}:\n{source}")
             NODES[key] = node
-        if torch.autograd.profiler._is_profiler_enabled:
-            with torch.profiler.record_function("tilec::program"):
-                return run_eager(node, *tensors)
         return run_eager(node, *tensors)
     return torch.ops.tilec.program(source, list(tensors), list(shape), dtype)
 
