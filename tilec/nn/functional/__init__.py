@@ -15,7 +15,8 @@ from __future__ import annotations
 from tilec.nn.functional.activation import relu, gelu, silu, sigmoid, tanh, softmax, log_softmax, dropout
 from tilec.nn.functional.convolution import conv1d, conv2d, conv3d, conv_transpose2d
 from tilec.nn.functional.linear import linear
-from tilec.nn.functional.attention import scaled_dot_product_attention, multi_head_attention_forward
+from tilec.nn.functional.attention import scaled_dot_product_attention
+from tilec.nn.functional.multihead import multi_head_attention_forward
 from tilec.nn.functional.normalization import layer_norm, group_norm, batch_norm, rms_norm
 from tilec.nn.functional.pooling import max_pool2d, avg_pool2d, adaptive_avg_pool2d
 from tilec.nn.functional.sparse import embedding

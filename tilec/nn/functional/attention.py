@@ -1,4 +1,5 @@
-"""Attention of tilec.nn.functional: scaled_dot_product_attention and multi_head_attention_forward.
+"""Attention of tilec.nn.functional: scaled_dot_product_attention, and the attention program that
+multi_head_attention_forward (tilec.nn.functional.multihead) shares.
 
 Requires: float32 or float64 query, key and value of one dtype (masks bool or of that dtype).
 Guarantees: torch.nn.functional's signatures, defaults, output shapes and semantics, computed by
@@ -26,14 +27,13 @@ no key; an empty head dim with a non-empty output, and empty inputs of multi_hea
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import torch
 
-from tilec.nn.functional.layout import check_float, physical, unpermute
+from tilec.nn.functional.layout import check_float
 from tilec.ops import torch_ops
 from tilec.ops.arguments import OpError
 from tilec.ops.program import run_program
@@ -128,7 +128,7 @@ def attention_source(layout: Layout, scale: float) -> str:
     return f"function ({', '.join(inputs)}) -> ({out}) {{\n{body}\n}}"
 
 
-def _error(op: str, message: str) -> OpError:
+def attention_error(op: str, message: str) -> OpError:
     return OpError(f"tilec.nn.functional.{op}: {message}")
 
 
@@ -139,9 +139,9 @@ def _dropout_noise(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torc
     return noise.zero_() if p == 1 else noise.bernoulli_(1 - p)
 
 
-def _check_dropout(op: str, p: float) -> None:
+def check_dropout(op: str, p: float) -> None:
     if not 0.0 <= p <= 1.0:
-        raise _error(op, f"dropout probability has to be between 0 and 1, but got {p}")
+        raise attention_error(op, f"dropout probability has to be between 0 and 1, but got {p}")
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, masks: list[tuple[MaskKind, torch.Tensor]],
@@ -155,10 +155,10 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, masks: list
     full = (*batch, L, S)
     for _, mask in masks:
         if torch.broadcast_shapes(mask.shape, full) != full:
-            raise _error(op, f"attn_mask of shape {tuple(mask.shape)} does not broadcast to the attention "
+            raise attention_error(op, f"attn_mask of shape {tuple(mask.shape)} does not broadcast to the attention "
                              f"weights' shape {full}")
     if min(t.numel() for t in (q, k) + ((v,) if v is not None else ())) == 0:
-        raise _error(op, f"empty tensors are not supported (query {tuple(q.shape)}, key {tuple(k.shape)})")
+        raise attention_error(op, f"empty tensors are not supported (query {tuple(q.shape)}, key {tuple(k.shape)})")
 
     def flags(t: torch.Tensor, dims: tuple[int, ...] = tuple(batch)) -> tuple[bool, ...]:
         return tuple(t.shape[i] == 1 and dims[i] != 1 for i in range(len(dims)))
@@ -179,11 +179,11 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, masks: list
     return run_program(attention_source(layout, scale), wide, out_shape).to(q.dtype)
 
 
-def _check_inputs(op: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+def check_inputs(op: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
     for name, t in (("query", query), ("key", key), ("value", value)):
         check_float(op, name, t)
     if key.dtype != query.dtype or value.dtype != query.dtype:
-        raise _error(op, f"query, key and value must all have dtype {query.dtype}, got {key.dtype} and {value.dtype}")
+        raise attention_error(op, f"query, key and value must all have dtype {query.dtype}, got {key.dtype} and {value.dtype}")
 
 
 class _NothingToAttend(torch.autograd.Function):
@@ -211,18 +211,18 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                                  enable_gqa: bool = False) -> torch.Tensor:
     """torch.nn.functional.scaled_dot_product_attention (see the module docstring)."""
     op = "scaled_dot_product_attention"
-    _check_inputs(op, query, key, value)
+    check_inputs(op, query, key, value)
     for name, t in (("query", query), ("key", key), ("value", value)):
         if t.dim() < 2:
-            raise _error(op, f"'{name}' must have rank at least 2, got shape {tuple(t.shape)}")
+            raise attention_error(op, f"'{name}' must have rank at least 2, got shape {tuple(t.shape)}")
     if key.shape[-1] != query.shape[-1] or value.shape[-2] != key.shape[-2]:
-        raise _error(op, f"key {tuple(key.shape)} must match query {tuple(query.shape)} in its last dim and value "
+        raise attention_error(op, f"key {tuple(key.shape)} must match query {tuple(query.shape)} in its last dim and value "
                          f"{tuple(value.shape)} in its sequence length")
     if attn_mask is not None and attn_mask.dtype not in (torch.bool, query.dtype):
-        raise _error(op, f"attn_mask has dtype {attn_mask.dtype}; expected bool or the query's {query.dtype}")
+        raise attention_error(op, f"attn_mask has dtype {attn_mask.dtype}; expected bool or the query's {query.dtype}")
     if is_causal and attn_mask is not None:
-        raise _error(op, "an explicit attn_mask should not be set when is_causal=True")
-    _check_dropout(op, dropout_p)
+        raise attention_error(op, "an explicit attn_mask should not be set when is_causal=True")
+    check_dropout(op, dropout_p)
     rank = max(query.dim(), key.dim(), value.dim())
     if attn_mask is not None:
         rank = max(rank, attn_mask.dim())
@@ -233,7 +233,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
         shape = (*batch, q.shape[-2], v.shape[-1])[rank - max(query.dim(), key.dim(), value.dim()):]
         if math.prod(shape) and k.shape[-2]:
-            raise _error(op, f"empty tensors with a non-empty output are not supported (query {tuple(query.shape)}, "
+            raise attention_error(op, f"empty tensors with a non-empty output are not supported (query {tuple(query.shape)}, "
                              f"key {tuple(key.shape)}, value {tuple(value.shape)})")
         tensors = [t for t in (query, key, value, attn_mask) if t is not None and t.is_floating_point()]
         return _NothingToAttend.apply(shape, *tensors)
@@ -247,7 +247,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     masks = [] if attn_mask is None else [("keep" if attn_mask.dtype == torch.bool else "add", _lead(attn_mask, rank))]
     if enable_gqa and rank > 2 and heads != kv_heads:
         if heads % kv_heads or k.shape[-3] != v.shape[-3]:
-            raise _error(op, f"enable_gqa: query's {heads} heads must be a multiple of key's and value's "
+            raise attention_error(op, f"enable_gqa: query's {heads} heads must be a multiple of key's and value's "
                              f"({k.shape[-3]}, {v.shape[-3]})")
         group = heads // kv_heads
         q = q.unflatten(-3, (kv_heads, group))
@@ -260,162 +260,5 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     return out.reshape(out.shape[rank - max(query.dim(), key.dim(), value.dim()):])
 
 
-def _project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x @ weight.T + bias by tilec's linear op (the tuned GEMM template); a view whose leading
-    dims are permuted (batch_first's transpose) is projected in its memory order, without a copy."""
-    dense, order = physical(x)
-    if order[-1] == x.dim() - 1:
-        return unpermute(torch_ops.linear(dense, weight, bias), order)
-    return torch_ops.linear(x, weight, bias)
-
-
-def _in_projection(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, in_proj_weight: torch.Tensor | None,
-                   in_proj_bias: torch.Tensor | None, separate: tuple[torch.Tensor | None, ...] | None
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k, v projected as torch does: one GEMM for self-attention with the packed weight."""
-    e = query.shape[-1]
-    biases = (None, None, None) if in_proj_bias is None else in_proj_bias.chunk(3)
-    if separate is None:
-        if in_proj_weight is None:
-            raise _error("multi_head_attention_forward", "use_separate_proj_weight is False but in_proj_weight is None")
-        if query is key and key is value:
-            q, k, v = _project(query, in_proj_weight, in_proj_bias).unflatten(-1, (3, e)).unbind(-2)
-            return q, k, v
-        weights: tuple[torch.Tensor | None, ...] = tuple(in_proj_weight.chunk(3))
-    else:
-        weights = separate
-    if any(w is None for w in weights):
-        raise _error("multi_head_attention_forward", "use_separate_proj_weight is True but q_proj_weight, "
-                                                     "k_proj_weight or v_proj_weight is None")
-    q, k, v = (_project(x, w, b) for x, w, b in zip((query, key, value), weights, biases))  # type: ignore[arg-type]
-    return q, k, v
-
-
-def _pad_last(mask: torch.Tensor | None) -> torch.Tensor | None:
-    """`mask` with one more key column that masks nothing (0, or False)."""
-    if mask is None:
-        return None
-    return torch.cat([mask, mask.new_zeros((*mask.shape[:-1], 1))], dim=-1)
-
-
-def _mask_kind(mask: torch.Tensor, dtype: torch.dtype, name: str) -> MaskKind:
-    if mask.dtype == torch.bool:
-        return "drop"
-    if mask.dtype != dtype:
-        raise _error("multi_head_attention_forward", f"{name} has dtype {mask.dtype}; bool and the query's {dtype} "
-                                                     f"are supported")
-    return "add"
-
-
-def multi_head_attention_forward(
-        query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, embed_dim_to_check: int, num_heads: int,
-        in_proj_weight: torch.Tensor | None, in_proj_bias: torch.Tensor | None, bias_k: torch.Tensor | None,
-        bias_v: torch.Tensor | None, add_zero_attn: bool, dropout_p: float, out_proj_weight: torch.Tensor,
-        out_proj_bias: torch.Tensor | None, training: bool = True, key_padding_mask: torch.Tensor | None = None,
-        need_weights: bool = True, attn_mask: torch.Tensor | None = None, use_separate_proj_weight: bool = False,
-        q_proj_weight: torch.Tensor | None = None, k_proj_weight: torch.Tensor | None = None,
-        v_proj_weight: torch.Tensor | None = None, static_k: torch.Tensor | None = None,
-        static_v: torch.Tensor | None = None, average_attn_weights: bool = True, is_causal: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """torch.nn.functional.multi_head_attention_forward (see the module docstring): inputs [L, B, E]
-    or unbatched [L, E]; masks bool (True = masked out) or float (added)."""
-    op = "multi_head_attention_forward"
-    _check_inputs(op, query, key, value)
-    batched = query.dim() == 3
-    if query.dim() not in (2, 3) or key.dim() != query.dim() or value.dim() != query.dim():
-        raise _error(op, f"query, key and value must all be 3-D (batched) or 2-D (unbatched), got shapes "
-                         f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
-    if is_causal and attn_mask is None:
-        raise _error(op, "is_causal=True needs attn_mask (torch.nn.Transformer.generate_square_subsequent_mask)")
-    _check_dropout(op, dropout_p)
-    if key_padding_mask is not None and attn_mask is not None and key_padding_mask.dtype != attn_mask.dtype:
-        warnings.warn("Support for mismatched key_padding_mask and attn_mask is deprecated. Use same type for "
-                      "both instead.", stacklevel=2)  # torch's warning, word for word
-    if not batched:
-        query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
-        if key_padding_mask is not None:
-            key_padding_mask = key_padding_mask.unsqueeze(0)
-    tgt_len, bsz, embed_dim = query.shape
-    if embed_dim != embed_dim_to_check or embed_dim % num_heads:
-        raise _error(op, f"embedding dimension {embed_dim} must be {embed_dim_to_check} and divisible by "
-                         f"num_heads={num_heads}")
-    head_dim = embed_dim // num_heads
-    separate = (q_proj_weight, k_proj_weight, v_proj_weight) if use_separate_proj_weight else None
-    q, k, v = _in_projection(query, key, value, in_proj_weight, in_proj_bias, separate)
-    sdpa_causal = is_causal and key_padding_mask is None and not need_weights
-    if sdpa_causal:
-        attn_mask = None
-    if attn_mask is not None:
-        expected = (tgt_len, key.shape[0]) if attn_mask.dim() == 2 else (bsz * num_heads, tgt_len, key.shape[0])
-        if attn_mask.dim() not in (2, 3) or tuple(attn_mask.shape) != expected:
-            raise _error(op, f"attn_mask has shape {tuple(attn_mask.shape)}, expected {expected}")
-    if bias_k is not None and bias_v is not None:
-        if static_k is not None or static_v is not None:
-            raise _error(op, "bias_k and bias_v cannot be added to static_k and static_v")
-        k = torch.cat([k, bias_k.reshape(1, 1, embed_dim).expand(1, bsz, embed_dim)])
-        v = torch.cat([v, bias_v.reshape(1, 1, embed_dim).expand(1, bsz, embed_dim)])
-        attn_mask, key_padding_mask = _pad_last(attn_mask), _pad_last(key_padding_mask)
-    elif bias_k is not None or bias_v is not None:
-        raise _error(op, "bias_k and bias_v must be given together")
-    # [S, B, E] -> [B, H, S, hd]; static_k / static_v come as [B * H, S, hd]
-    q = q.reshape(tgt_len, bsz, num_heads, head_dim).permute(1, 2, 0, 3)
-    k = k.reshape(k.shape[0], bsz, num_heads, head_dim).permute(1, 2, 0, 3) if static_k is None else \
-        static_k.reshape(bsz, num_heads, -1, head_dim)
-    v = v.reshape(v.shape[0], bsz, num_heads, head_dim).permute(1, 2, 0, 3) if static_v is None else \
-        static_v.reshape(bsz, num_heads, -1, head_dim)
-    if add_zero_attn:
-        k = torch.cat([k, k.new_zeros((bsz, num_heads, 1, head_dim))], dim=2)
-        v = torch.cat([v, v.new_zeros((bsz, num_heads, 1, head_dim))], dim=2)
-        attn_mask, key_padding_mask = _pad_last(attn_mask), _pad_last(key_padding_mask)
-    src_len = k.shape[2]
-    masks: list[tuple[MaskKind, torch.Tensor]] = []
-    if attn_mask is not None:
-        shaped = attn_mask.reshape(1, 1, tgt_len, src_len) if attn_mask.dim() == 2 else \
-            attn_mask.reshape(bsz, num_heads, tgt_len, src_len)
-        masks.append((_mask_kind(attn_mask, query.dtype, "attn_mask"), shaped))
-    if key_padding_mask is not None:
-        if tuple(key_padding_mask.shape) != (bsz, src_len):
-            raise _error(op, f"key_padding_mask has shape {tuple(key_padding_mask.shape)}, expected {(bsz, src_len)}")
-        masks.append((_mask_kind(key_padding_mask, query.dtype, "key_padding_mask"),
-                      key_padding_mask.reshape(bsz, 1, 1, src_len)))
-    p = dropout_p if training else 0.0
-    scale = 1.0 / math.sqrt(head_dim)
-    weights = None
-    if need_weights:
-        weights = attend(q, k, None, masks, False, p, scale, False, op)  # torch's plain softmax: NaN rows stay
-        out = _batched_matmul(weights, v)
-    elif masks or p:
-        out = attend(q, k, v, masks, sdpa_causal, p, scale, True, op)
-    else:
-        out = torch_ops.attention(q, k, v, causal=sdpa_causal, scale=scale)
-    out = _project(out.permute(2, 0, 1, 3).reshape(tgt_len * bsz, embed_dim), out_proj_weight, out_proj_bias)
-    out = out.reshape(tgt_len, bsz, embed_dim)
-    if weights is not None and average_attn_weights:
-        weights = _head_mean(weights)
-    if not batched:
-        out = out.squeeze(1)
-        weights = None if weights is None else weights.squeeze(0)
-    return out, weights
-
-
-@lru_cache(maxsize=None)
-def _matmul_source() -> str:
-    return "function (P[B, H, L, S], V[B, H, S, D]) -> (O) { O[b, h, l, d: B, H, L, D] = +(P[b, h, l, s] * V[b, h, s, d]); }"
-
-
-def _batched_matmul(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    return run_program(_matmul_source(), [p, v], (*p.shape[:3], v.shape[3]))
-
-
-@lru_cache(maxsize=None)
-def _head_mean_source(heads: int) -> str:
-    return (f"function (W[B, H, L, S]) -> (A) {{ T[b, l, s: B, L, S] = +(W[b, h, l, s]); "
-            f"A = T / {float(heads)!r}; }}")
-
-
-def _head_mean(w: torch.Tensor) -> torch.Tensor:
-    """The weights averaged over heads, as torch's mean(dim=1) (a sum, then a division)."""
-    return run_program(_head_mean_source(w.shape[1]), [w], (w.shape[0], *w.shape[2:]))
-
-
-__all__ = ["scaled_dot_product_attention", "multi_head_attention_forward", "attention_source", "Layout"]
+__all__ = ["scaled_dot_product_attention", "attend", "attention_source", "attention_error", "check_dropout",
+           "check_inputs", "Layout", "MaskKind"]

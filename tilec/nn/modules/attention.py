@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from tilec.nn.functional.attention import multi_head_attention_forward
+from tilec.nn.functional.multihead import multi_head_attention_forward
 
 
 class MultiheadAttention(torch.nn.MultiheadAttention):
