@@ -32,7 +32,7 @@ import torch
 
 from tilec.ops import flops, torch_ops
 from tilec.ops.arguments import OpError
-from tilec.ops.eager import NODES, Node, eager, run_eager, signature
+from tilec.ops.eager import NODES, Node, eager, run_eager
 from tilec.ops.kernels import forward_fn, plan_for, run_forward
 from tilec.ops.tile_grad import input_grads
 
@@ -80,9 +80,9 @@ def run_program(source: str, tensors: Sequence[torch.Tensor], out_shape: Sequenc
     """The output of the Tile program `source` (one output) on `tensors`, in input order, as a
     differentiable torch tensor of shape `out_shape` (see the module docstring)."""
     dtype = tensors[0].dtype if dtype is None else dtype
-    shape = tuple(int(s) for s in out_shape)
+    shape = out_shape if type(out_shape) is tuple else tuple(int(s) for s in out_shape)
     if eager(*tensors):
-        key = (source, *[signature(t) for t in tensors])
+        key = (source, *[(t.shape, t.dtype) for t in tensors])  # (on the CPU: eager says so)
         node = NODES.get(key)
         if node is None:
             node = Node(source, (None,) * len(tensors), shape, tensors)

@@ -35,11 +35,12 @@ def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
     """torch.nn.functional.linear (weight of rank 2, or 1 for a single output feature with no axis)."""
     plan = planned(_PLANS, _plan, "linear", input, weight, bias)
     w = weight if weight.dim() == 2 else weight.unsqueeze(0)
-    tensors = [input.reshape(plan.rows, plan.in_features), w]
+    rows = input if input.dim() == 2 else input.reshape(plan.rows, plan.in_features)  # (views cost ~1 us)
+    tensors = [rows, w]
     if bias is not None:
-        tensors.append(bias.expand(plan.out_features))
+        tensors.append(bias if bias.dim() == 1 and bias.shape[0] == plan.out_features else bias.expand(plan.out_features))
     out = run_program(plan.source, tensors, (plan.rows, plan.out_features))
-    return out.reshape(plan.out_shape)
+    return out if input.dim() == 2 and weight.dim() == 2 else out.reshape(plan.out_shape)
 
 
 def _plan(op: str, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> _Plan:  # noqa: A002
