@@ -71,24 +71,37 @@ def conv_source(stride: tuple[int, ...], padding: tuple[tuple[int, int], ...], d
         out_sizes.append(f"({size} + {pad + d - 1} - {d}*{ksize}) / {s} + 1" if d != 1
                          else f"({size} + {pad} - {ksize}) / {s} + 1")
         reads.append(f"{s}*{out} + {d}*{tap} - {before}" if d != 1 else f"{s}*{out} + {tap} - {before}")
+    out_index = ", ".join(outs)
+    return _channels_last_gemm(sizes, kernel, taps, has_bias, groups, channels_last, transposed=False,
+                               gemm_index=out_index, gemm_shape=", ".join(out_sizes), image_index=", ".join(reads),
+                               out_index=out_index, wide=wide)
+
+
+def _channels_last_gemm(sizes: list[str], kernel: list[str], taps: list[str], has_bias: bool, groups: int,
+                        channels_last: bool, transposed: bool, gemm_index: str, gemm_shape: str, image_index: str,
+                        out_index: str, wide: bool = False) -> str:
+    """The program of conv_source and conv_transpose_source: X (NC* or N*C) converted to channels
+    last (I), F to K[*K, C, CO] (F[CO, C, *K], transposed: F[C, CO, *K]), the sum
+    Y[n, `gemm_index`, co: N, `gemm_shape`, CO] = +(I[n, `image_index`, c] * K[taps, c, co]), the
+    bias, and the result back to NC* O[n, co, `out_index`] (group axes where groups > 1)."""
     g, gd = ("", "") if groups == 1 else ("g, ", "G, ")  # the group index and its dimension
     spatial, kernel_sizes = ", ".join(sizes), ", ".join(kernel)
-    lower = ", ".join(size.lower() for size in sizes)
-    out_index, tap_index, out_shape = ", ".join(outs), ", ".join(taps), ", ".join(out_sizes)
+    lower, tap_index = ", ".join(size.lower() for size in sizes), ", ".join(taps)
     x_decl = f"X[N, {spatial}, {gd}C]" if channels_last else f"X[N, {gd}C, {spatial}]"
-    inputs = f"{x_decl}, F[{gd}CO, C, {kernel_sizes}]" + (f", Bias[{gd}CO]" if has_bias else "")
+    f_channels, f_read = ("C, CO", f"{g}c, co") if transposed else ("CO, C", f"{g}co, c")
+    inputs = f"{x_decl}, F[{gd}{f_channels}, {kernel_sizes}]" + (f", Bias[{gd}CO]" if has_bias else "")
     image = "X" if channels_last else "I"
     gemm = "O" if channels_last and not has_bias else "Y"
     lines = [] if channels_last else [f"I[n, {lower}, {g}c: N, {spatial}, {gd}C] = =(X[n, {g}c, {lower}]);"]
-    lines += [f"K[{g}{tap_index}, c, co: {gd}{kernel_sizes}, C, CO] = =(F[{g}co, c, {tap_index}]);",
-              f"{gemm}[n, {out_index}, {g}co: N, {out_shape}, {gd}CO] = "
-              f"+({image}[n, {', '.join(reads)}, {g}c] * K[{g}{tap_index}, c, co]);"]
+    lines += [f"K[{g}{tap_index}, c, co: {gd}{kernel_sizes}, C, CO] = =(F[{f_read}, {tap_index}]);",
+              f"{gemm}[n, {gemm_index}, {g}co: N, {gemm_shape}, {gd}CO] = "
+              f"+({image}[n, {image_index}, {g}c] * K[{g}{tap_index}, c, co]);"]
     result = gemm
     if has_bias:
         result = "O" if channels_last else "Yb"
         lines.append(f"{result} = Y + Bias;")
     if not channels_last:
-        lines.append(f"O[n, {g}co, {out_index}: N, {gd}CO, {out_shape}] = =({result}[n, {out_index}, {g}co]);")
+        lines.append(f"O[n, {g}co, {out_index}: N, {gd}CO, {gemm_shape}] = =({result}[n, {out_index}, {g}co]);")
     if wide:
         lines = _widened(lines)
     body = "".join(f"    {line}\n" for line in lines)
@@ -145,26 +158,11 @@ def conv_transpose_source(stride: tuple[int, ...], padding: tuple[int, ...], out
         taps.append(tap)
         writes.append(f"{s}*{size.lower()} + {d}*{tap}{_plus(-p)}")
         out_sizes.append(f"{s}*{size} + {d}*{ksize}{_plus(extra + 1 - s - d - 2 * p)}")
-    g, gd = ("", "") if groups == 1 else ("g, ", "G, ")
-    spatial, lower, tap_index = ", ".join(sizes), ", ".join(size.lower() for size in sizes), ", ".join(taps)
-    out_shape, out_index = ", ".join(out_sizes), ", ".join(writes)
-    x_decl = f"X[N, {spatial}, {gd}C]" if channels_last else f"X[N, {gd}C, {spatial}]"
-    inputs = f"{x_decl}, F[{gd}C, CO, {', '.join(kernel)}]" + (f", Bias[{gd}CO]" if has_bias else "")
-    image = "X" if channels_last else "I"
-    gemm = "O" if channels_last and not has_bias else "Y"
-    lines = [] if channels_last else [f"I[n, {lower}, {g}c: N, {spatial}, {gd}C] = =(X[n, {g}c, {lower}]);"]
-    lines += [f"K[{g}{tap_index}, c, co: {gd}{', '.join(kernel)}, C, CO] = =(F[{g}c, co, {tap_index}]);",
-              f"{gemm}[n, {out_index}, {g}co: N, {out_shape}, {gd}CO] = "
-              f"+({image}[n, {lower}, {g}c] * K[{g}{tap_index}, c, co]);"]
-    result = gemm
-    if has_bias:
-        result = "O" if channels_last else "Yb"
-        lines.append(f"{result} = Y + Bias;")
-    if not channels_last:
-        dims = ", ".join(f"o{size.lower()}" for size in sizes)
-        lines.append(f"O[n, {g}co, {dims}: N, {gd}CO, {out_shape}] = =({result}[n, {dims}, {g}co]);")
-    body = "".join(f"    {line}\n" for line in lines)
-    return f"function ({inputs}) -> (O) {{\n{body}}}"
+    lower = ", ".join(size.lower() for size in sizes)
+    dims = ", ".join(f"o{size.lower()}" for size in sizes)
+    return _channels_last_gemm(sizes, kernel, taps, has_bias, groups, channels_last, transposed=True,
+                               gemm_index=", ".join(writes), gemm_shape=", ".join(out_sizes), image_index=lower,
+                               out_index=dims)
 
 
 @lru_cache(maxsize=None)
