@@ -82,16 +82,23 @@ def run_program(source: str, tensors: Sequence[torch.Tensor], out_shape: Sequenc
     dtype = tensors[0].dtype if dtype is None else dtype
     shape = out_shape if type(out_shape) is tuple else tuple(int(s) for s in out_shape)
     if eager(*tensors):
-        key = (source, *[(t.shape, t.dtype) for t in tensors])  # (on the CPU: eager says so)
-        node = NODES.get(key)
-        if node is None:
-            node = Node(source, (None,) * len(tensors), shape, tensors)
-            if node.kernel_out != shape or node.dtype != dtype:
-                raise OpError(f"tilec: the program's output is {node.dtype}{list(node.kernel_out)}, its caller "
-                              f"expects {dtype}{list(shape)}:\n{source}")
-            NODES[key] = node
-        return run_eager(node, *tensors)
+        return run_eager(eager_node(source, tensors, shape, dtype), *tensors)
     return torch.ops.tilec.program(source, list(tensors), list(shape), dtype)
+
+
+def eager_node(source: str, tensors: Sequence[torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype) -> Node:
+    """The eager path's node of `source` for CPU tensors of these shapes and dtypes (made once; an
+    OpError where the program's output is not `dtype`[`shape`]). A caller that memoises its plans
+    per shape may keep the node and call `run_eager(node, *tensors)` itself where `eager(*tensors)`."""
+    key = (source, *[(t.shape, t.dtype) for t in tensors])
+    node = NODES.get(key)
+    if node is None:
+        node = Node(source, (None,) * len(tensors), shape, tensors)
+        if node.kernel_out != shape or node.dtype != dtype:
+            raise OpError(f"tilec: the program's output is {node.dtype}{list(node.kernel_out)}, its caller "
+                          f"expects {dtype}{list(shape)}:\n{source}")
+        NODES[key] = node
+    return node
 
 
 def run_program_no_grad(source: str, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -105,4 +112,4 @@ def run_program_no_grad(source: str, tensors: Sequence[torch.Tensor]) -> list[to
     return outputs
 
 
-__all__ = ["run_program", "run_program_no_grad"]
+__all__ = ["run_program", "run_program_no_grad", "eager_node"]

@@ -9,7 +9,8 @@ its rows); empty axes give empty results, and in_features 0 gives the bias (or z
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -17,15 +18,18 @@ from tilec.nn.functional.layout import check_float
 from tilec.nn.functional.plans import planned
 from tilec.ops import sources
 from tilec.ops.arguments import OpError, same_dtype
-from tilec.ops.program import run_program
+from tilec.ops.eager import Node, eager, run_eager
+from tilec.ops.program import eager_node, run_program
 
 
-class _Plan(NamedTuple):
+@dataclass(slots=True)
+class _Plan:
     source: str
     rows: int  # the GEMM's rows: input's leading axes flattened
     in_features: int
     out_features: int
     out_shape: tuple[int, ...]
+    node: Node | None = None  # the eager node, once a plain CPU call has made it (its shapes are the plan's)
 
 
 _PLANS: dict[tuple[Any, ...], _Plan] = {}
@@ -34,12 +38,18 @@ _PLANS: dict[tuple[Any, ...], _Plan] = {}
 def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:  # noqa: A002
     """torch.nn.functional.linear (weight of rank 2, or 1 for a single output feature with no axis)."""
     plan = planned(_PLANS, _plan, "linear", input, weight, bias)
+    if plan.node is not None and input.dim() == 2 and weight.dim() == 2 and eager(input, weight, bias):
+        # the common call, without views or the node lookup: its plan holds its node
+        return run_eager(plan.node, input, weight) if bias is None else run_eager(plan.node, input, weight, bias)
     w = weight if weight.dim() == 2 else weight.unsqueeze(0)
     rows = input if input.dim() == 2 else input.reshape(plan.rows, plan.in_features)  # (views cost ~1 us)
     tensors = [rows, w]
     if bias is not None:
         tensors.append(bias if bias.dim() == 1 and bias.shape[0] == plan.out_features else bias.expand(plan.out_features))
     out = run_program(plan.source, tensors, (plan.rows, plan.out_features))
+    direct = tensors[0] is input and tensors[1] is weight and (bias is None or tensors[2] is bias)
+    if direct and eager(*tensors):
+        plan.node = eager_node(plan.source, tensors, (plan.rows, plan.out_features), out.dtype)
     return out if input.dim() == 2 and weight.dim() == 2 else out.reshape(plan.out_shape)
 
 
