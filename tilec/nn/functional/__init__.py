@@ -4,8 +4,14 @@ programs that tilec compiles (forward, and backward through the derived gradient
 Each function takes exactly the arguments of its torch.nn.functional namesake and gives what it
 gives (shape, dtype, memory format, gradients, including at NaN and inf); an input tilec cannot
 compute raises a `tilec.TilecError` naming the option, never a wrong answer. No function calls
-torch's own kernel for its computation: torch does only views, layout changes and allocation.
-Every function is a Tile program run through tilec.ops.program.run_program.
+torch's own kernel for its computation: every value is computed by Tile programs run through
+tilec.ops.program.run_program (or the tuned tilec.ops kernels); torch only makes views and layout
+copies, allocates, concatenates (attention's bias_k and zero rows), checks index ranges, and draws
+dropout's keep-mask (`bernoulli_`, so that one seed gives torch's mask).
+
+One module per family: activation, convolution (and the padding modes), linear, attention (sdpa
+and its program), multihead, normalization, pooling, sparse (embedding), loss; layout and plans
+hold what they share (running on a tensor's memory order; memoised argument checks).
 
 This module imports torch; `import tilec` does not import it.
 """
