@@ -214,3 +214,26 @@ def test_module(options: dict[str, Any], batch_first: bool) -> None:
         if "kdim" not in options:
             x = make(2, 3, 4)
             same(ours, theirs, x, x, x, need_weights=need_weights, seed=1)  # self-attention: one projection
+
+
+@pytest.mark.parametrize("shape", [(0, 2, 8), (3, 0, 8), (0, 8)])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_multihead_attention_on_empty_inputs_equals_torch(shape, need_weights):
+    torch.manual_seed(0)
+    reference = torch.nn.MultiheadAttention(8, 2)
+    module = tilec.nn.MultiheadAttention(8, 2)
+    module.load_state_dict(reference.state_dict())
+    x = torch.randn(*shape, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    out, weights = module(x, x, x, need_weights=need_weights)
+    want, want_weights = reference(x_ref, x_ref, x_ref, need_weights=need_weights)
+    assert out.shape == want.shape
+    assert (weights is None) == (want_weights is None)
+    if weights is not None:
+        assert weights.shape == want_weights.shape
+    out.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    for ours, theirs in zip(module.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours.grad if ours.grad is not None else torch.zeros_like(ours),
+                                   theirs.grad if theirs.grad is not None else torch.zeros_like(theirs))

@@ -157,8 +157,14 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, masks: list
         if torch.broadcast_shapes(mask.shape, full) != full:
             raise attention_error(op, f"attn_mask of shape {tuple(mask.shape)} does not broadcast to the attention "
                              f"weights' shape {full}")
+    out_shape = (*batch, L, v.shape[-1]) if v is not None else full
     if min(t.numel() for t in (q, k) + ((v,) if v is not None else ())) == 0:
-        raise attention_error(op, f"empty tensors are not supported (query {tuple(q.shape)}, key {tuple(k.shape)})")
+        if math.prod(out_shape) and not (safe and v is not None):
+            raise attention_error(op, f"empty tensors with a non-empty result are not supported (query "
+                                      f"{tuple(q.shape)}, key {tuple(k.shape)})")
+        # an empty result, or sdpa's safe softmax over no key: zeros, and zero gradients
+        floats = [t for t in (q, k, v, *(m for _, m in masks)) if t is not None and t.is_floating_point()]
+        return _NothingToAttend.apply(out_shape, *floats)
 
     def flags(t: torch.Tensor, dims: tuple[int, ...] = tuple(batch)) -> tuple[bool, ...]:
         return tuple(t.shape[i] == 1 and dims[i] != 1 for i in range(len(dims)))
@@ -175,7 +181,6 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, masks: list
     # in float32 loses digits on sharp softmax rows (scores of ~100 in torch's samples) where
     # torch's own float32 kernels lose fewer; in float64, one rounding at the end remains.
     wide = [t.to(torch.float64) for t in tensors]
-    out_shape = (*batch, L, v.shape[-1]) if v is not None else full
     return run_program(attention_source(layout, scale), wide, out_shape).to(q.dtype)
 
 

@@ -15,17 +15,19 @@ import torch
 
 from tilec.nn.functional.attention import MaskKind, attend, attention_error, check_dropout, check_inputs
 from tilec.nn.functional.layout import physical, unpermute
+from tilec.nn.functional.linear import linear
 from tilec.ops import torch_ops
 from tilec.ops.program import run_program
 
 
 def _project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x @ weight.T + bias by tilec's linear op (the tuned GEMM template); a view whose leading
-    dims are permuted (batch_first's transpose) is projected in its memory order, without a copy."""
+    """x @ weight.T + bias by tilec.nn.functional.linear (the tuned GEMM template; empty tensors
+    too); a view whose leading dims are permuted (batch_first's transpose) is projected in its
+    memory order, without a copy."""
     dense, order = physical(x)
     if order[-1] == x.dim() - 1:
-        return unpermute(torch_ops.linear(dense, weight, bias), order)
-    return torch_ops.linear(x, weight, bias)
+        return unpermute(linear(dense, weight, bias), order)
+    return linear(x, weight, bias)
 
 
 def _in_projection(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, in_proj_weight: torch.Tensor | None,
@@ -143,7 +145,7 @@ def multi_head_attention_forward(
     if need_weights:
         weights = attend(q, k, None, masks, False, p, scale, False, op)  # torch's plain softmax: NaN rows stay
         out = _batched_matmul(weights, v)
-    elif masks or p:
+    elif masks or p or min(q.numel(), k.numel(), v.numel()) == 0:  # (the tuned kernel takes no empty tensor)
         out = attend(q, k, v, masks, sdpa_causal, p, scale, True, op)
     else:
         out = torch_ops.attention(q, k, v, causal=sdpa_causal, scale=scale)
