@@ -62,6 +62,12 @@ class Node:
         self.run = plan.run
         self._grads: dict[tuple[int, ...], tuple[Callable[[Sequence[int]], None], list[GradBuffer]]] = {}
 
+    def call(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The forward kernel on contiguous `inputs`: a new output tensor."""
+        out = torch.empty(self.out_shape, dtype=self.dtype)
+        self.run([*[t.data_ptr() for t in inputs], out.data_ptr()])
+        return out
+
     def grad(self, wrt: tuple[int, ...]) -> tuple[Callable[[Sequence[int]], None], list["GradBuffer"]]:
         """The derived gradient kernel's runner for inputs `wrt`, and the buffer each gradient is
         written to: the tensor's shape in the dtype the kernel writes (a program that computes in
@@ -113,11 +119,9 @@ class _TileOp(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, node: Node, *tensors: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         inputs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
-        out = torch.empty(node.out_shape, dtype=node.dtype)
-        node.run([*[t.data_ptr() for t in inputs], out.data_ptr()])
         ctx.node = node
         ctx.save_for_backward(*inputs)
-        return out
+        return node.call(inputs)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -152,7 +156,4 @@ def _run(node: Node, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         for t in tensors:
             if t.requires_grad:
                 return _TileOp.apply(node, *tensors)
-    inputs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
-    out = torch.empty(node.out_shape, dtype=node.dtype)
-    node.run([*[t.data_ptr() for t in inputs], out.data_ptr()])
-    return out
+    return node.call([t if t.is_contiguous() else t.contiguous() for t in tensors])

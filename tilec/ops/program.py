@@ -33,7 +33,7 @@ import torch
 from tilec.ops import flops, torch_ops
 from tilec.ops.arguments import OpError
 from tilec.ops.eager import NODES, Node, eager, run_eager
-from tilec.ops.kernels import forward_fn, plan_for, run_forward
+from tilec.ops.kernels import call, forward_fn, run_forward
 from tilec.ops.tile_grad import input_grads
 
 
@@ -58,16 +58,9 @@ def _setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
 
 
 def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-    tensors = ctx.saved_tensors
-    needs = [t.requires_grad or need for t, need in zip(tensors, _needs(ctx, len(tensors)))]
-    grads = input_grads(ctx.source, list(tensors), needs, [grad.contiguous()])
+    needs = list(ctx.needs_input_grad[1])  # one flag per tensor of the list argument
+    grads = input_grads(ctx.source, list(ctx.saved_tensors), needs, [grad.contiguous()])
     return None, grads, None, None
-
-
-def _needs(ctx: Any, n: int) -> list[bool]:
-    """Which list elements need a gradient (torch reports the list argument as one flag)."""
-    flag = ctx.needs_input_grad[1]
-    return list(flag) if isinstance(flag, (list, tuple)) else [bool(flag)] * n
 
 
 _program.register_autograd(_backward, setup_context=_setup)
@@ -104,12 +97,7 @@ def eager_node(source: str, tensors: Sequence[torch.Tensor], shape: tuple[int, .
 def run_program_no_grad(source: str, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Every output of the Tile program `source` on CPU `tensors`, outside autograd (statistics,
     running averages, masks)."""
-    fn = forward_fn(source)
-    inputs = [t.detach().contiguous() for t in tensors]
-    plan = plan_for(fn, inputs)
-    outputs = [torch.empty(shape, dtype=dt) for shape, dt in plan.outputs]
-    plan.run([t.data_ptr() for t in inputs] + [o.data_ptr() for o in outputs])
-    return outputs
+    return call(forward_fn(source), [t.detach() for t in tensors])
 
 
 __all__ = ["run_program", "run_program_no_grad", "eager_node"]

@@ -13,20 +13,16 @@ from functools import lru_cache
 
 import torch
 
-from tilec.ops.arguments import OpError
+from tilec.ops.arguments import check_tensor
 from tilec.ops.program import run_program
 
 FLOATS = (torch.float32, torch.float64)
 
 
 def check_float(op: str, name: str, t: torch.Tensor) -> None:
-    """An OpError unless `t` is a CPU or CUDA float32/float64 tensor."""
-    if not isinstance(t, torch.Tensor):
-        raise OpError(f"tilec.nn.functional.{op}: '{name}' must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in FLOATS:
-        raise OpError(f"tilec.nn.functional.{op}: '{name}' has dtype {t.dtype}; float32 and float64 are supported")
-    if t.device.type not in ("cpu", "cuda"):
-        raise OpError(f"tilec.nn.functional.{op}: '{name}' is on {t.device}; CPU and CUDA tensors are supported")
+    """An OpError unless `t` is a CPU or CUDA float32/float64 tensor (tilec.ops.arguments.check_tensor,
+    naming the function as tilec.nn.functional.`op`)."""
+    check_tensor(f"nn.functional.{op}", name, t)
 
 
 def physical(x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
