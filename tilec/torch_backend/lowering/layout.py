@@ -1,0 +1,232 @@
+"""Views and layout ops: permutations and expansions stay lazy (the consuming contraction reads
+through them, tilec.torch_backend.program.Value); reshapes, slices, concatenation and padding are
+affine `=` contractions (no division or modulo in an index).
+
+A reshape is affine when it only splits or merges neighbouring axes (with size-1 axes anywhere):
+`[B*T, C] -> [B, T, C]` reads `X[T*b + t, c]`, the reverse writes `O[T*b + t, c]`. Other reshapes
+(`[6, 4] -> [4, 6]`) are refused inside a kernel; at a kernel's boundary every view is torch's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from tilec.torch_backend.lowering import result, tile
+from tilec.torch_backend.lowering.elementwise import arguments
+from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, index_vars, literal
+
+aten = torch.ops.aten
+
+
+def _axis(d: int, rank: int) -> int:
+    return d + rank if d < 0 else d
+
+
+@tile(aten.permute.default)
+def _permute(p: ProgramWriter, node: fx.Node) -> Value:
+    x = p.tensor(node.args[0])
+    dims = [_axis(d, x.rank) for d in node.args[1]]
+    return permuted(p, x, dims)
+
+
+def permuted(p: ProgramWriter, x: Value, dims: list[int]) -> Value:
+    """x.permute(dims), lazily (a permutation of a permutation composes)."""
+    shape = tuple(x.shape[d] for d in dims)
+    if dims == list(range(x.rank)):
+        return x
+    if x.base is not None:
+        x = p.materialise(x)
+    perm = tuple(dims) if x.perm is None else tuple(x.perm[d] for d in dims)
+    if perm == tuple(range(x.rank)):
+        return Value(x.name, shape, x.dtype)
+    return Value(x.name, shape, x.dtype, None, perm)
+
+
+@tile(aten.transpose.int)
+def _transpose(p: ProgramWriter, node: fx.Node) -> Value:
+    x = p.tensor(node.args[0])
+    d0, d1 = _axis(node.args[1], x.rank), _axis(node.args[2], x.rank)
+    dims = list(range(x.rank))
+    dims[d0], dims[d1] = dims[d1], dims[d0]
+    return permuted(p, x, dims)
+
+
+@tile(aten.t.default)
+def _t(p: ProgramWriter, node: fx.Node) -> Value:
+    x = p.tensor(node.args[0])
+    return permuted(p, x, [1, 0]) if x.rank == 2 else x
+
+
+@tile(aten.expand.default)
+def _expand(p: ProgramWriter, node: fx.Node) -> Value:
+    shape, _ = result(p, node)
+    x = p.tensor(node.args[0])
+    if x.perm is not None:
+        x = p.materialise(x)
+    return Value(x.name, shape, x.dtype, x.base if x.base is not None else (x.shape if x.shape != shape else None))
+
+
+def _groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[list[int], list[int]]] | None:
+    """Pairs (source axes, destination axes) of equal products covering both shapes' axes of size
+    > 1, each pair one axis on one side at least; None where the reshape is not of that form."""
+    a = [d for d, s in enumerate(src) if s != 1]
+    b = [d for d, s in enumerate(dst) if s != 1]
+    out: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(a) or j < len(b):
+        if i >= len(a) or j >= len(b):
+            return None
+        ga, gb = [a[i]], [b[j]]
+        pa, pb = src[a[i]], dst[b[j]]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb:
+                if i >= len(a):
+                    return None
+                ga.append(a[i])
+                pa *= src[a[i]]
+                i += 1
+            else:
+                if j >= len(b):
+                    return None
+                gb.append(b[j])
+                pb *= dst[b[j]]
+                j += 1
+        if len(ga) > 1 and len(gb) > 1:
+            return None
+        out.append((ga, gb))
+    return out
+
+
+def _flat(axes: list[int], shape: tuple[int, ...], names: dict[int, str]) -> str:
+    """The row-major flat index of `axes` (of `shape`) named by `names`."""
+    terms, stride = [], 1
+    for d in reversed(axes):
+        terms.append(names[d] if stride == 1 else f"{stride}*{names[d]}")
+        stride *= shape[d]
+    return " + ".join(reversed(terms))
+
+
+def reshaped(p: ProgramWriter, x: Value, shape: tuple[int, ...]) -> Value:
+    """x viewed as `shape` (same element count), by an affine copy."""
+    if x.shape == shape:
+        return x
+    x = p.materialise(x)
+    groups = _groups(x.shape, shape)
+    if groups is None:
+        raise Unsupported(f"a reshape {list(x.shape)} -> {list(shape)} that is not a split or merge of axes")
+    src_idx = ["0"] * x.rank
+    dst_idx = ["0"] * len(shape)
+    for g, (sa, da) in enumerate(groups):
+        if len(sa) == 1:  # a split (or a 1:1 axis): the destination's variables
+            names = {d: f"v{g}_{d}" for d in da}
+            for d in da:
+                dst_idx[d] = names[d]
+            src_idx[sa[0]] = _flat(da, shape, names)
+        else:  # a merge: the source's variables
+            names = {d: f"u{g}_{d}" for d in sa}
+            for d in sa:
+                src_idx[d] = names[d]
+            dst_idx[da[0]] = _flat(sa, x.shape, names)
+    return p.contract(dst_idx, shape, f"=({x.name}[{', '.join(src_idx)}])", x.dtype)
+
+
+@tile(aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
+      aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.view.dtype, aten.flatten.using_ints)
+def _reshape(p: ProgramWriter, node: fx.Node) -> Value:
+    shape, dtype = result(p, node)
+    x = p.tensor(node.args[0])
+    if dtype != x.dtype:
+        raise Unsupported("a view as another dtype")
+    return reshaped(p, x, shape)
+
+
+@tile(aten.slice.Tensor)
+def _slice(p: ProgramWriter, node: fx.Node) -> Value:
+    a = arguments(node)
+    shape, _ = result(p, node)
+    x = p.tensor(a["self"])
+    dim = _axis(a.get("dim", 0), x.rank)
+    start = a.get("start") or 0
+    step = a.get("step", 1)
+    if start < 0:
+        start += x.shape[dim]
+    start = max(0, min(start, x.shape[dim]))
+    return window(p, x, shape, dim, start, step)
+
+
+def window(p: ProgramWriter, x: Value, shape: tuple[int, ...], dim: int, start: int, step: int) -> Value:
+    """x's cells start, start + step, ... along `dim` (`shape` the result's)."""
+    if shape == x.shape:
+        return x
+    idx = index_vars(len(shape))
+    read = list(idx)
+    read[dim] = f"{step}*{idx[dim]} + {start}" if step != 1 else f"{idx[dim]} + {start}"
+    return p.contract(idx, shape, f"=({p.access(x, read)})", x.dtype)
+
+
+@tile(aten.select.int)
+def _select(p: ProgramWriter, node: fx.Node) -> Value:
+    shape, _ = result(p, node)
+    x = p.tensor(node.args[0])
+    dim = _axis(node.args[1], x.rank)
+    index = node.args[2] + (x.shape[dim] if node.args[2] < 0 else 0)
+    idx = index_vars(len(shape))
+    read = idx[:dim] + [str(index)] + idx[dim:]
+    return p.contract(idx, shape, f"=({p.access(x, read)})", x.dtype)
+
+
+@tile(aten.split.Tensor, aten.split_with_sizes.default)
+def _split(p: ProgramWriter, node: fx.Node) -> tuple[Value, ...]:
+    x = p.tensor(node.args[0])
+    dim = _axis(node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0), x.rank)
+    size = node.args[1]
+    sizes = list(size) if isinstance(size, (list, tuple)) else \
+        [min(size, x.shape[dim] - s) for s in range(0, x.shape[dim], size)]
+    out, start = [], 0
+    for n in sizes:
+        shape = x.shape[:dim] + (n,) + x.shape[dim + 1:]
+        out.append(window(p, x, shape, dim, start, 1))
+        start += n
+    return tuple(out)
+
+
+@tile(aten.cat.default)
+def _cat(p: ProgramWriter, node: fx.Node) -> Value:
+    shape, dtype = result(p, node)
+    tensors = [t for t in node.args[0] if list(t.meta["val"].shape) != [0]]  # torch skips 1-D empties
+    dim = _axis(node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0), len(shape))
+    idx = index_vars(len(shape))
+    prev: Value | None = None
+    offset = 0
+    for t in tensors:
+        v = p.cast(p.tensor(t), dtype)
+        write = list(idx)
+        write[dim] = f"{idx[dim]} + {offset}" if offset else idx[dim]
+        tail = f" default {prev.name}" if prev is not None else ""
+        prev = p.contract(write, shape, f"=({p.access(v, idx)})", dtype, tail)
+        offset += v.shape[dim]
+    if prev is None:
+        raise Unsupported("cat of nothing")
+    return prev
+
+
+@tile(aten.constant_pad_nd.default)
+def _pad(p: ProgramWriter, node: fx.Node) -> Value:
+    shape, dtype = result(p, node)
+    x = p.tensor(node.args[0])
+    pad = list(node.args[1])
+    value = node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
+    idx = index_vars(x.rank)
+    write = list(idx)
+    for k in range(len(pad) // 2):
+        d = x.rank - 1 - k
+        before, after = pad[2 * k], pad[2 * k + 1]
+        if before < 0 or after < 0:
+            raise Unsupported("negative padding")
+        if before:
+            write[d] = f"{idx[d]} + {before}"
+    return p.contract(write, shape, f"=({p.access(x, idx)})", dtype, f" default {literal(value)}")

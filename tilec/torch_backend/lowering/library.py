@@ -1,0 +1,77 @@
+"""Convolutions through tilec's own convolution programs (tilec.nn.functional's: the input taken
+to channels-last inside, an implicit GEMM), each a kernel call of its own; the backward is the
+gradient program tilec derives from the same source (tilec.ops.tile_grad), the bias gradient a
+Tile reduction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from tilec.nn import functional
+from tilec.nn.functional import convolution
+from tilec.ops.program import run_program_no_grad
+from tilec.ops.tile_grad import input_grads
+from tilec.torch_backend.lowering import library_call
+from tilec.torch_backend.program import Unsupported
+
+aten = torch.ops.aten
+_FUNCTIONS = {1: "conv1d", 2: "conv2d", 3: "conv3d"}
+
+
+def _check(input: Any, weight: Any, bias: Any, stride: Sequence[int], padding: Sequence[int],  # noqa: A002
+           dilation: Sequence[int], transposed: bool, output_padding: Sequence[int], groups: int) -> None:
+    if transposed:
+        raise Unsupported("a transposed convolution")
+    if input.dim() - 2 not in _FUNCTIONS or input.dim() != weight.dim():
+        raise Unsupported(f"a convolution of a {input.dim()}-d input")
+    if groups != 1:
+        raise Unsupported("a grouped convolution")
+    if input.dtype not in (torch.float32, torch.float64) or weight.dtype != input.dtype:
+        raise Unsupported(f"a convolution in {input.dtype}")
+    if any(t is not None and t.device.type != "cpu" for t in (input, weight, bias)):
+        raise Unsupported("a convolution off the CPU")
+
+
+def _plan(x: torch.Tensor, w: torch.Tensor, stride: Sequence[int], padding: Sequence[int],
+          dilation: Sequence[int], has_bias: bool) -> Any:
+    n = x.dim() - 2
+    return convolution._conv_plan(_FUNCTIONS[n], x, w, torch.empty(w.shape[0]) if has_bias else None,
+                                  tuple(stride), tuple(padding), tuple(dilation), 1)
+
+
+@library_call(aten.convolution.default, check=_check)
+def conv(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],  # noqa: A002
+         padding: Sequence[int], dilation: Sequence[int], transposed: bool, output_padding: Sequence[int],
+         groups: int) -> torch.Tensor:
+    conv_fn = getattr(functional, _FUNCTIONS[input.dim() - 2])
+    with torch.no_grad():
+        return conv_fn(input, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups)
+
+
+def _check_backward(grad: Any, input: Any, weight: Any, bias_sizes: Any, stride: Any, padding: Any,  # noqa: A002
+                    dilation: Any, transposed: bool, output_padding: Any, groups: int, output_mask: Any) -> None:
+    _check(input, weight, None, stride, padding, dilation, transposed, output_padding, groups)
+    if input.shape[1] == 0:
+        raise Unsupported("a convolution backward with no input channels")
+
+
+@lru_cache(maxsize=None)
+def _channel_sum(rank: int) -> str:
+    axes = ", ".join(f"a{d}" for d in range(rank - 2))
+    sizes = ", ".join(f"S{d}" for d in range(rank - 2))
+    return f"function (G[N, C, {sizes}]) -> (O) {{ O[c: C] = +(G[n, c, {axes}]); }}"
+
+
+@library_call(aten.convolution_backward.default, check=_check_backward)
+def conv_backward(grad: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, bias_sizes: Any,  # noqa: A002
+                  stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], transposed: bool,
+                  output_padding: Sequence[int], groups: int, output_mask: Sequence[bool]) -> tuple[Any, ...]:
+    x, w, g = input.contiguous(), weight.contiguous(), grad.contiguous()
+    source = _plan(x, w, stride, padding, dilation, False).source  # (NC* tensors: not channels-last)
+    gi, gw = input_grads(source, [x, w], [bool(output_mask[0]), bool(output_mask[1])], [g])
+    gb = run_program_no_grad(_channel_sum(g.dim()), [g])[0] if output_mask[2] else None
+    return gi, gw, gb

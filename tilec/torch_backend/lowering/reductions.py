@@ -1,0 +1,89 @@
+"""Reductions over axes (sum, mean, amax, amin, any) as Tile contractions: the output keeps an
+index variable per kept axis (a literal 0 for a kept size-1 axis), the reduced axes' variables
+run free. A mean is the sum divided once by the count, as torch computes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.fx as fx
+
+from tilec.torch_backend.lowering import result, tile
+from tilec.torch_backend.lowering.elementwise import arguments
+from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, index_vars
+
+aten = torch.ops.aten
+
+
+def reduce(p: ProgramWriter, x: Value, dims: Sequence[int], keepdim: bool, agg: str, dtype: torch.dtype) -> Value:
+    """x reduced with `agg` (+ > <) over `dims` (all axes when empty), in `dtype`."""
+    rank = x.rank
+    axes = sorted({d + rank if d < 0 else d for d in dims}) if dims else list(range(rank))
+    x = p.cast(x, dtype)
+    idx = index_vars(rank)
+    out_idx, shape = [], []
+    for d in range(rank):
+        if d in axes:
+            if keepdim:
+                out_idx.append("0")
+                shape.append(1)
+        else:
+            out_idx.append(idx[d])
+            shape.append(x.shape[d])
+    if not axes:
+        return x
+    if any(x.shape[d] == 0 for d in axes):
+        raise Unsupported("a reduction over an empty axis")
+    return p.contract(out_idx, tuple(shape), f"{agg}({p.access(x, idx)})", dtype)
+
+
+def count(x: Value, dims: Sequence[int]) -> int:
+    rank = x.rank
+    axes = {d + rank if d < 0 else d for d in dims} if dims else set(range(rank))
+    n = 1
+    for d in axes:
+        n *= x.shape[d]
+    return n
+
+
+@tile(aten.sum.dim_IntList, aten.sum.default)
+def _sum(p: ProgramWriter, node: fx.Node) -> Value:
+    a = arguments(node)
+    _, dtype = result(p, node)
+    x = p.tensor(a["self"])
+    return reduce(p, x, a.get("dim") or [], a.get("keepdim", False), "+", dtype)
+
+
+@tile(aten.mean.dim, aten.mean.default)
+def _mean(p: ProgramWriter, node: fx.Node) -> Value:
+    a = arguments(node)
+    shape, dtype = result(p, node)
+    if not dtype.is_floating_point:
+        raise Unsupported(f"mean in {dtype}")
+    x = p.tensor(a["self"])
+    dims = a.get("dim") or []
+    s = reduce(p, x, dims, a.get("keepdim", False), "+", dtype)
+    return p.let(f"{s.name} / {float(count(x, dims))!r}", shape, dtype, s)
+
+
+@tile(aten.amax.default, aten.amin.default)
+def _extremum(p: ProgramWriter, node: fx.Node) -> Value:
+    a = arguments(node)
+    _, dtype = result(p, node)
+    x = p.tensor(a["self"])
+    agg = ">" if node.target == aten.amax.default else "<"
+    return reduce(p, x, a.get("dim") or [], a.get("keepdim", False), agg, dtype)
+
+
+@tile(aten.any.dim, aten.any.dims, aten.any.default)
+def _any(p: ProgramWriter, node: fx.Node) -> Value:
+    a = arguments(node)
+    shape, _ = result(p, node)
+    x = p.tensor(a["self"])
+    dims = a.get("dim")
+    dims = [dims] if isinstance(dims, int) else (dims or [])
+    flags = p.let(f"as_int(as_bool({p.elementwise(x)}), 32)", x.shape, torch.int32, x)
+    r = reduce(p, flags, dims, a.get("keepdim", False), ">", torch.int32)
+    return p.let(f"as_bool({r.name})", shape, torch.bool, r)

@@ -1,0 +1,229 @@
+"""One fused kernel's Tile program, written statement by statement from ATen nodes.
+
+The lowering rules (tilec.torch_backend.lowering) append statements to a `ProgramWriter`; each
+statement defines one tensor (a `Value`: its Tile name, shape and torch dtype). A node's tensor
+arguments are the values of earlier members of the same kernel, or become the program's inputs
+(declared with their concrete shapes: the backend compiles one program per shape signature).
+Every size is a literal, so names never clash and no size symbol needs binding.
+
+Requires: nodes carrying `meta["val"]` (AOTAutograd's fake tensors) with concrete shapes.
+Guarantees: `source(outputs)` is a Tile `function` whose inputs are `inputs` (in order) and whose
+outputs are the given values; a rule that cannot express a node raises `Unsupported` before the
+writer is changed in a way that matters (the partitioner tries every node alone first).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx as fx
+
+#: torch dtypes the Tile language has, by their Tile names
+TILE_DTYPES = {torch.bool: "bool", torch.int8: "int8", torch.int16: "int16", torch.int32: "int32",
+               torch.int64: "int64", torch.uint8: "uint8", torch.float16: "float16", torch.float32: "float32",
+               torch.float64: "float64"}
+
+
+class Unsupported(Exception):
+    """A node tilec does not lower (the reason is logged with TILEC_LOG=backend); it runs in torch."""
+
+
+@dataclass(frozen=True)
+class Value:
+    """A tensor of the program: its torch shape and dtype, and the Tile tensor `name` it reads.
+
+    Views cost nothing until a statement needs the tensor itself: `base` is the Tile tensor's
+    shape where it differs from `shape` (an expand: `base` broadcasts to `shape`, numpy's rule,
+    right-aligned), and `perm` says that logical axis d is axis perm[d] of the Tile tensor (a
+    permute or transpose). Contractions read such values through `ProgramWriter.access`;
+    elementwise statements read broadcasts directly and materialise permutations."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    base: tuple[int, ...] | None = None
+    perm: tuple[int, ...] | None = None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def dense(self) -> bool:
+        return self.base is None and self.perm is None
+
+
+def meta(node: fx.Node) -> Any:
+    """The fake value (tensor, tuple of them, or number) AOTAutograd recorded for `node`."""
+    if "val" not in node.meta:
+        raise Unsupported(f"{node.format_node()} has no recorded value")
+    return node.meta["val"]
+
+
+def concrete(shape: Sequence[Any]) -> tuple[int, ...]:
+    """`shape` as ints (Unsupported where a size is symbolic: the backend specialises first)."""
+    out = []
+    for s in shape:
+        if not isinstance(s, int):
+            raise Unsupported(f"symbolic size {s}")
+        out.append(s)
+    return tuple(out)
+
+
+def literal(x: Any) -> str:
+    """A Python number as a Tile literal (infinities as out-of-range literals, which round to inf)."""
+    if isinstance(x, bool):
+        return "1" if x else "0"
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        if math.isnan(x):
+            raise Unsupported("a NaN constant")
+        if math.isinf(x):
+            return "(1e308 * 1e308)" if x > 0 else "(-1e308 * 1e308)"  # (folds to an infinity)
+        text = repr(x)
+        return text if ("." in text or "e" in text) else text + ".0"
+    raise Unsupported(f"constant {x!r} of type {type(x).__name__}")
+
+
+@dataclass
+class ProgramWriter:
+    """The statements of one kernel under construction and the tensors it reads from outside."""
+
+    inputs: list[tuple[Value, fx.Node]] = field(default_factory=list)
+    #: torch callables run just before the kernel whose results are extra inputs (dropout masks)
+    generated: list[tuple[Value, Callable[[], torch.Tensor]]] = field(default_factory=list)
+    statements: list[str] = field(default_factory=list)
+    values: dict[fx.Node, Any] = field(default_factory=dict)
+    _count: int = 0
+    _outside: dict[fx.Node, Value] = field(default_factory=dict)
+
+    def fresh(self) -> str:
+        self._count += 1
+        return f"T{self._count}"
+
+    # ------------------------------------------------------------------ reading arguments
+
+    def tensor(self, arg: Any) -> Value:
+        """The value of a tensor argument (a node of this kernel, or a new input)."""
+        if not isinstance(arg, fx.Node):
+            raise Unsupported(f"expected a tensor argument, got {arg!r}")
+        if arg in self.values:
+            v = self.values[arg]
+            if not isinstance(v, Value):
+                raise Unsupported(f"{arg.name} is not a single tensor")
+            return v
+        if arg not in self._outside:
+            v = self._declare(arg)
+            self._outside[arg] = v
+            self.inputs.append((v, arg))
+        return self._outside[arg]
+
+    def _declare(self, node: fx.Node) -> Value:
+        val = meta(node)
+        if not isinstance(val, torch.Tensor):
+            raise Unsupported(f"{node.name} is not a tensor")
+        check_tensor(val, node.name)
+        return Value(self.fresh(), concrete(val.shape), val.dtype)
+
+    def operand(self, arg: Any) -> str:
+        """A tensor's name or a number's literal, for an elementwise expression."""
+        return self.elementwise(self.tensor(arg)) if isinstance(arg, fx.Node) else literal(arg)
+
+    def elementwise(self, v: Value) -> str:
+        """The name an elementwise statement reads `v` by (broadcasts as they are)."""
+        return self.materialise(v).name if v.perm is not None else v.name
+
+    def access(self, v: Value, index: Sequence[str]) -> str:
+        """`v`[index...] as a contraction reads it (through its lazy view)."""
+        if v.perm is not None:
+            parts = [""] * v.rank
+            for d, axis in enumerate(v.perm):
+                parts[axis] = index[d]
+            return f"{v.name}[{', '.join(parts)}]"
+        if v.base is not None:
+            lead = v.rank - len(v.base)
+            parts = [index[lead + b] if size == v.shape[lead + b] else "0" for b, size in enumerate(v.base)]
+            return f"{v.name}[{', '.join(parts)}]"
+        return f"{v.name}[{', '.join(index)}]"
+
+    def materialise(self, v: Value) -> Value:
+        """`v` as a Tile tensor of its own shape (itself when it is one)."""
+        if v.dense:
+            return v
+        idx = index_vars(v.rank)
+        return self.contract(idx, v.shape, f"=({self.access(v, idx)})", v.dtype)
+
+    def generate(self, shape: tuple[int, ...], dtype: torch.dtype, make: Callable[[], torch.Tensor]) -> Value:
+        """An extra input that torch makes right before the kernel runs (random masks)."""
+        v = Value(self.fresh(), shape, dtype)
+        self.generated.append((v, make))
+        return v
+
+    # ------------------------------------------------------------------ writing statements
+
+    def let(self, expr: str, shape: tuple[int, ...], dtype: torch.dtype, *operands: Value) -> Value:
+        """`Name = expr;`, an elementwise statement over `operands` (numpy broadcasting: the Tile
+        tensor has their broadcast shape, which broadcasts to `shape`)."""
+        actual = tuple(np.broadcast_shapes(*[v.base if v.base is not None else v.shape for v in operands])) \
+            if operands else ()
+        v = Value(self.fresh(), shape, dtype, None if actual == shape else actual)
+        self.statements.append(f"{v.name} = {expr};")
+        return v
+
+    def contract(self, out_index: Sequence[str], shape: tuple[int, ...], rhs: str, dtype: torch.dtype,
+                 tail: str = "") -> Value:
+        """`Name[out_index: shape] = rhs tail;` (a contraction; `tail`: constraints or a default)."""
+        v = Value(self.fresh(), shape, dtype)
+        sizes = ", ".join(str(s) for s in shape)
+        index = ", ".join(out_index)
+        head = f"{v.name}[{index}: {sizes}]" if shape else f"{v.name}[]"
+        self.statements.append(f"{head} = {rhs}{tail};")
+        return v
+
+    def cast(self, v: Value, dtype: torch.dtype) -> Value:
+        """`v` converted to `dtype` (itself when it has that dtype)."""
+        if v.dtype == dtype:
+            return v
+        return self.let(convert(self.elementwise(v), dtype), v.shape, dtype, v)
+
+    def copy(self, v: Value) -> Value:
+        """A new tensor equal to `v` (a program output must be computed by the program)."""
+        idx = index_vars(v.rank)
+        return self.contract(idx, v.shape, f"=({self.access(v, idx)})", v.dtype)
+
+    def source(self, outputs: Sequence[Value]) -> str:
+        decls = [f"{v.name}[{', '.join(str(s) for s in v.shape)}]" for v, _ in self.inputs]
+        decls += [f"{v.name}[{', '.join(str(s) for s in v.shape)}]" for v, _ in self.generated]
+        body = "".join(f"    {s}\n" for s in self.statements)
+        return f"function ({', '.join(decls)}) -> ({', '.join(v.name for v in outputs)}) {{\n{body}}}"
+
+
+def index_vars(rank: int, prefix: str = "i") -> list[str]:
+    return [f"{prefix}{d}" for d in range(rank)]
+
+
+def convert(expr: str, dtype: torch.dtype) -> str:
+    """A Tile expression converting `expr` to `dtype`."""
+    if dtype == torch.bool:
+        return f"as_bool({expr})"
+    if dtype.is_floating_point:
+        return f"as_float({expr}, {torch.finfo(dtype).bits})"
+    bits = torch.iinfo(dtype).bits
+    return f"as_uint({expr}, {bits})" if dtype == torch.uint8 else f"as_int({expr}, {bits})"
+
+
+def check_tensor(val: torch.Tensor, what: str) -> None:
+    """Unsupported unless tilec can hold `val`: a dense CPU tensor of a Tile dtype, concrete shape."""
+    if val.dtype not in TILE_DTYPES:
+        raise Unsupported(f"{what} has dtype {val.dtype}")
+    if val.device.type != "cpu":
+        raise Unsupported(f"{what} is on {val.device}")
+    if val.layout != torch.strided:
+        raise Unsupported(f"{what} has layout {val.layout}")
+    concrete(val.shape)
