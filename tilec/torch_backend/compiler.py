@@ -30,7 +30,7 @@ import torch.fx as fx
 from tilec.errors import TilecError, TilecWarning
 from tilec.ops.kernels import call, forward_fn, plan_for
 from tilec.torch_backend.lowering import LIBRARY_RULES, TILE_RULES, rule_key
-from tilec.torch_backend.partition import LIBRARY, TILE, TORCH, VIEW, Partition, partition
+from tilec.torch_backend.partition import LIBRARY, REPLAYABLE, TILE, TORCH, VIEW, Partition, partition
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value
 
 
@@ -111,9 +111,19 @@ def _op_name(node: fx.Node) -> str:
     return str(getattr(node.target, "__name__", node.target)).removesuffix(".default")
 
 
-def _write_group(members: list[fx.Node], outside: Callable[[fx.Node], bool]) -> tuple[ProgramWriter, list[fx.Node],
-                                                                                          list[Value]]:
-    """The program of one group and its outputs (member nodes used outside, with their values)."""
+@dataclass
+class Group:
+    """A kernel group's program and what leaves it: `values` (the kernel's outputs), `index` (the
+    output each member node used outside gives: members with one value share it) and `replay`
+    (views of the kernel's inputs used outside: torch takes them itself, for free)."""
+
+    writer: ProgramWriter
+    values: list[Value]
+    index: dict[fx.Node, int]
+    replay: list[fx.Node]
+
+
+def _write_group(members: list[fx.Node], outside: Callable[[fx.Node], bool]) -> Group:
     p = ProgramWriter()
     for node in members:
         try:
@@ -125,19 +135,27 @@ def _write_group(members: list[fx.Node], outside: Callable[[fx.Node], bool]) -> 
         except Unsupported as e:
             raise GroupRefused([node], str(e)) from e
         p.values[node] = value
-    out_nodes, out_values, names = [], [], set()
+    group = Group(p, [], {}, [])
+    inputs = {v.name for v, _ in [*p.inputs, *p.generated]}
+    by_name: dict[str, int] = {}
+    member_set = set(members)
     for node in members:
         value = p.values[node]
         if not isinstance(value, Value) or not any(outside(u) for u in node.users):
             continue
-        value = p.materialise(value)
-        if value.name in names or any(value.name == v.name for v, _ in p.inputs) \
-                or any(value.name == v.name for v, _ in p.generated):
-            value = p.copy(value)
-        names.add(value.name)
-        out_nodes.append(node)
-        out_values.append(value)
-    return p, out_nodes, out_values
+        if value.name in inputs and node.target in REPLAYABLE \
+                and not any(i in member_set for i in node.all_input_nodes):
+            group.replay.append(node)
+            continue
+        key = f"{value.name}{value.shape}{value.perm}"
+        if key not in by_name:
+            value = p.materialise(value)
+            if value.name in inputs:  # (a kernel output is a tensor the kernel writes)
+                value = p.copy(value)
+            by_name[key] = len(group.values)
+            group.values.append(value)
+        group.index[node] = by_name[key]
+    return group
 
 
 def compile_static(gm: fx.GraphModule) -> tuple[fx.GraphModule, GraphStats]:
@@ -164,8 +182,14 @@ def _build(gm: fx.GraphModule, part: Partition) -> tuple[fx.GraphModule, GraphSt
     def emit_group(g: int) -> None:
         members = part.members[g]
         member_set = set(members)
-        p, out_nodes, out_values = _write_group(members, lambda u: u not in member_set)
-        source = p.source(out_values)
+        group = _write_group(members, lambda u: u not in member_set)
+        p = group.writer
+        for node in group.replay:
+            env[node] = graph.node_copy(node, lambda n: env[n])
+        if not group.values:
+            stats.lowered += len(group.replay)
+            return
+        source = p.source(group.values)
         try:
             kernel = Kernel(source, [make for _, make in p.generated])
             plan_for(kernel.fn, [torch.empty(v.shape, dtype=v.dtype, device="meta")
@@ -173,8 +197,9 @@ def _build(gm: fx.GraphModule, part: Partition) -> tuple[fx.GraphModule, GraphSt
         except TilecError as e:
             raise GroupRefused(members, f"tilec cannot compile the kernel: {e}") from e
         result = graph.call_function(kernel, tuple(env[n] for _, n in p.inputs))
-        for i, node in enumerate(out_nodes):
-            env[node] = graph.call_function(operator.getitem, (result, i))
+        outputs = [graph.call_function(operator.getitem, (result, i)) for i in range(len(group.values))]
+        for node, i in group.index.items():
+            env[node] = outputs[i]
         stats.kernels += 1
         stats.lowered += sum(1 for n in members if n.target is not operator.getitem)
 

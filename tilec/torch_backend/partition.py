@@ -34,6 +34,8 @@ aten = torch.ops.aten
 TORCH_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
                aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.alias.default, aten.detach.default,
                aten.flatten.using_ints}
+#: views a kernel's output may be replaced by (torch's view of the kernel's input: no copy)
+REPLAYABLE = TORCH_VIEWS | {aten.permute.default, aten.transpose.int, aten.t.default, aten.expand.default}
 TILE, VIEW, LIBRARY, TORCH = "tile", "view", "library", "torch"
 #: the most nodes one kernel takes (its compile time grows with the program)
 MAX_GROUP = 300

@@ -14,7 +14,9 @@ writer is changed in a way that matters (the partitioner tries every node alone 
 
 from __future__ import annotations
 
+import bisect
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -200,8 +202,38 @@ class ProgramWriter:
     def source(self, outputs: Sequence[Value]) -> str:
         decls = [f"{v.name}[{', '.join(str(s) for s in v.shape)}]" for v, _ in self.inputs]
         decls += [f"{v.name}[{', '.join(str(s) for s in v.shape)}]" for v, _ in self.generated]
-        body = "".join(f"    {s}\n" for s in self.statements)
+        body = "".join(f"    {s}\n" for s in chained(self.statements))
         return f"function ({', '.join(decls)}) -> ({', '.join(v.name for v in outputs)}) {{\n{body}}}"
+
+
+_NAME = re.compile(r"\bT\d+\b")
+
+
+def chained(statements: list[str]) -> list[str]:
+    """The statements in an order where each one's consumers follow it as closely as their other
+    inputs allow (a statement that reads the one just written comes next), so that the compiler's
+    templates see a GEMM with its epilogue and a row-wise chain as consecutive statements."""
+    defined = [_NAME.match(s).group(0) for s in statements]  # type: ignore[union-attr]
+    position = {name: k for k, name in enumerate(defined)}
+    deps = [{position[n] for n in _NAME.findall(s.split("=", 1)[1]) if n in position} for s in statements]
+    users: list[list[int]] = [[] for _ in statements]
+    for k, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(k)
+    waiting = [len(ds) for ds in deps]
+    ready = sorted(k for k in range(len(statements)) if waiting[k] == 0)
+    order: list[int] = []
+    while ready:
+        last = order[-1] if order else None
+        follow = [k for k in ready if last is not None and last in deps[k]]
+        k = min(follow) if follow else ready[0]
+        ready.remove(k)
+        order.append(k)
+        for u in users[k]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                bisect.insort(ready, u)
+    return [statements[k] for k in order]
 
 
 def index_vars(rank: int, prefix: str = "i") -> list[str]:
