@@ -29,7 +29,7 @@ import torch.fx as fx
 
 from tilec.errors import TilecError, TilecWarning
 from tilec.ops.kernels import call, forward_fn, plan_for
-from tilec.torch_backend.lowering import LIBRARY_RULES, TILE_RULES, rule_key
+from tilec.torch_backend.lowering import LIBRARY_RULES, TILE_RULES, argv, rule_key
 from tilec.torch_backend.partition import LIBRARY, REPLAYABLE, TILE, TORCH, VIEW, Partition, partition
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value
 
@@ -128,7 +128,7 @@ def _write_group(members: list[fx.Node], outside: Callable[[fx.Node], bool]) -> 
     for node in members:
         try:
             if node.target is operator.getitem:
-                src, i = node.args
+                src, i = argv(node)
                 value = p.values[src][i]
             else:
                 value = TILE_RULES[rule_key(node.target)](p, node)
@@ -212,7 +212,7 @@ def _build(gm: fx.GraphModule, part: Partition) -> tuple[fx.GraphModule, GraphSt
             env[node].meta = dict(node.meta)
             continue
         if node.op == "output":
-            graph.output(fx.node.map_arg(node.args[0], lambda n: env[n]))
+            graph.output(fx.node.map_arg(argv(node)[0], lambda n: env[n]))
             continue
         if node.op != "call_function":
             env[node] = graph.node_copy(node, lambda n: env[n])

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 import torch.fx as fx

@@ -47,6 +47,11 @@ def library_call(*ops: Any, check: Callable[..., None] | None = None) -> Callabl
     return register
 
 
+def argv(node: fx.Node) -> tuple[Any, ...]:
+    """The node's positional arguments (untyped: each rule checks what it reads)."""
+    return tuple(node.args)
+
+
 def rule_key(target: Any) -> Any:
     """The registry key of a node's target: the overload itself, else its packet."""
     if target in TILE_RULES or target in LIBRARY_RULES:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from tilec.torch_backend.lowering import result, tile
+from tilec.torch_backend.lowering import argv, result, tile
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, convert, literal
 
 aten = torch.ops.aten
@@ -27,7 +27,7 @@ def arguments(node: fx.Node) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for i, a in enumerate(schema.arguments):
         if i < len(node.args):
-            out[a.name] = node.args[i]
+            out[a.name] = argv(node)[i]
         elif a.name in node.kwargs:
             out[a.name] = node.kwargs[a.name]
         elif a.has_default_value():
@@ -112,7 +112,7 @@ _UNARY = {aten.neg.default: "-{0}", aten.relu.default: "relu({0})", aten.abs.def
 
 def _unary(template: str, floating: bool) -> Any:
     def rule(p: ProgramWriter, node: fx.Node) -> Value:
-        x = node.args[0]
+        x = argv(node)[0]
         _, dtype = result(p, node)
         if floating and not dtype.is_floating_point:
             raise Unsupported(f"{node.target} of {dtype}")
@@ -130,7 +130,7 @@ for _op, _t in _UNARY.items():
 
 @tile(aten.pow.Tensor_Scalar)
 def _pow(p: ProgramWriter, node: fx.Node) -> Value:
-    x, e = node.args[0], node.args[1]
+    x, e = argv(node)[0], argv(node)[1]
     forms = {2: "{0} * {0}", 3: "{0} * {0} * {0}", 1: "{0}", 0.5: "sqrt({0})", -1: "1.0 / {0}",
              -0.5: "1.0 / sqrt({0})"}
     return pointwise(p, node, forms.get(e, "pow({0}, " + literal(e) + ")"), [x])
@@ -161,28 +161,28 @@ def _gelu_backward(p: ProgramWriter, node: fx.Node) -> Value:
 
 @tile(aten.tanh_backward.default)
 def _tanh_backward(p: ProgramWriter, node: fx.Node) -> Value:
-    return pointwise(p, node, "{0} * (1.0 - {1} * {1})", [node.args[0], node.args[1]])
+    return pointwise(p, node, "{0} * (1.0 - {1} * {1})", [argv(node)[0], argv(node)[1]])
 
 
 @tile(aten.sigmoid_backward.default)
 def _sigmoid_backward(p: ProgramWriter, node: fx.Node) -> Value:
-    return pointwise(p, node, "{0} * {1} * (1.0 - {1})", [node.args[0], node.args[1]])
+    return pointwise(p, node, "{0} * {1} * (1.0 - {1})", [argv(node)[0], argv(node)[1]])
 
 
 @tile(aten.threshold_backward.default)
 def _threshold_backward(p: ProgramWriter, node: fx.Node) -> Value:
-    grad, x, threshold = node.args[0], node.args[1], node.args[2]
+    grad, x, threshold = argv(node)[0], argv(node)[1], argv(node)[2]
     return pointwise(p, node, "{1} <= " + literal(threshold) + " ? 0 : {0}", [grad, x])
 
 
 @tile(aten.silu_backward.default)
 def _silu_backward(p: ProgramWriter, node: fx.Node) -> Value:
-    return pointwise(p, node, "{0} * sigmoid({1}) * (1.0 + {1} * (1.0 - sigmoid({1})))", [node.args[0], node.args[1]])
+    return pointwise(p, node, "{0} * sigmoid({1}) * (1.0 + {1} * (1.0 - sigmoid({1})))", [argv(node)[0], argv(node)[1]])
 
 
 @tile(aten.where.self)
 def _where(p: ProgramWriter, node: fx.Node) -> Value:
-    cond, x, y = node.args[0], node.args[1], node.args[2]
+    cond, x, y = argv(node)[0], argv(node)[1], argv(node)[2]
     shape, dtype = result(p, node)
     c = p.tensor(cond)
     exprs, values = operands(p, [x, y], dtype)
@@ -191,7 +191,7 @@ def _where(p: ProgramWriter, node: fx.Node) -> Value:
 
 @tile(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 def _masked_fill(p: ProgramWriter, node: fx.Node) -> Value:
-    x, mask, value = node.args[0], node.args[1], node.args[2]
+    x, mask, value = argv(node)[0], argv(node)[1], argv(node)[2]
     shape, dtype = result(p, node)
     m = p.tensor(mask)
     exprs, values = operands(p, [x, value], dtype)
@@ -227,12 +227,12 @@ def constant(p: ProgramWriter, node: fx.Node, value: Any) -> Value:
 
 @tile(aten.scalar_tensor.default)
 def _scalar_tensor(p: ProgramWriter, node: fx.Node) -> Value:
-    return constant(p, node, node.args[0])
+    return constant(p, node, argv(node)[0])
 
 
 @tile(aten.full.default, aten.full_like.default)
 def _full(p: ProgramWriter, node: fx.Node) -> Value:
-    return constant(p, node, node.args[1])
+    return constant(p, node, argv(node)[1])
 
 
 @tile(aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default)

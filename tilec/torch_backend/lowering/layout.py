@@ -9,12 +9,11 @@ A reshape is affine when it only splits or merges neighbouring axes (with size-1
 
 from __future__ import annotations
 
-from typing import Any
 
 import torch
 import torch.fx as fx
 
-from tilec.torch_backend.lowering import result, tile
+from tilec.torch_backend.lowering import argv, result, tile
 from tilec.torch_backend.lowering.elementwise import arguments
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, index_vars, literal
 
@@ -27,8 +26,8 @@ def _axis(d: int, rank: int) -> int:
 
 @tile(aten.permute.default)
 def _permute(p: ProgramWriter, node: fx.Node) -> Value:
-    x = p.tensor(node.args[0])
-    dims = [_axis(d, x.rank) for d in node.args[1]]
+    x = p.tensor(argv(node)[0])
+    dims = [_axis(d, x.rank) for d in argv(node)[1]]
     return permuted(p, x, dims)
 
 
@@ -47,8 +46,8 @@ def permuted(p: ProgramWriter, x: Value, dims: list[int]) -> Value:
 
 @tile(aten.transpose.int)
 def _transpose(p: ProgramWriter, node: fx.Node) -> Value:
-    x = p.tensor(node.args[0])
-    d0, d1 = _axis(node.args[1], x.rank), _axis(node.args[2], x.rank)
+    x = p.tensor(argv(node)[0])
+    d0, d1 = _axis(argv(node)[1], x.rank), _axis(argv(node)[2], x.rank)
     dims = list(range(x.rank))
     dims[d0], dims[d1] = dims[d1], dims[d0]
     return permuted(p, x, dims)
@@ -56,14 +55,14 @@ def _transpose(p: ProgramWriter, node: fx.Node) -> Value:
 
 @tile(aten.t.default)
 def _t(p: ProgramWriter, node: fx.Node) -> Value:
-    x = p.tensor(node.args[0])
+    x = p.tensor(argv(node)[0])
     return permuted(p, x, [1, 0]) if x.rank == 2 else x
 
 
 @tile(aten.expand.default)
 def _expand(p: ProgramWriter, node: fx.Node) -> Value:
     shape, _ = result(p, node)
-    x = p.tensor(node.args[0])
+    x = p.tensor(argv(node)[0])
     if x.perm is not None:
         x = p.materialise(x)
     return Value(x.name, shape, x.dtype, x.base if x.base is not None else (x.shape if x.shape != shape else None))
@@ -138,7 +137,7 @@ def reshaped(p: ProgramWriter, x: Value, shape: tuple[int, ...]) -> Value:
       aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.view.dtype, aten.flatten.using_ints)
 def _reshape(p: ProgramWriter, node: fx.Node) -> Value:
     shape, dtype = result(p, node)
-    x = p.tensor(node.args[0])
+    x = p.tensor(argv(node)[0])
     if dtype != x.dtype:
         raise Unsupported("a view as another dtype")
     return reshaped(p, x, shape)
@@ -171,9 +170,9 @@ def window(p: ProgramWriter, x: Value, shape: tuple[int, ...], dim: int, start: 
 @tile(aten.select.int)
 def _select(p: ProgramWriter, node: fx.Node) -> Value:
     shape, _ = result(p, node)
-    x = p.tensor(node.args[0])
-    dim = _axis(node.args[1], x.rank)
-    index = node.args[2] + (x.shape[dim] if node.args[2] < 0 else 0)
+    x = p.tensor(argv(node)[0])
+    dim = _axis(argv(node)[1], x.rank)
+    index = argv(node)[2] + (x.shape[dim] if argv(node)[2] < 0 else 0)
     idx = index_vars(len(shape))
     read = idx[:dim] + [str(index)] + idx[dim:]
     return p.contract(idx, shape, f"=({p.access(x, read)})", x.dtype)
@@ -181,9 +180,9 @@ def _select(p: ProgramWriter, node: fx.Node) -> Value:
 
 @tile(aten.split.Tensor, aten.split_with_sizes.default)
 def _split(p: ProgramWriter, node: fx.Node) -> tuple[Value, ...]:
-    x = p.tensor(node.args[0])
-    dim = _axis(node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0), x.rank)
-    size = node.args[1]
+    x = p.tensor(argv(node)[0])
+    dim = _axis(arguments(node)["dim"], x.rank)
+    size = argv(node)[1]
     sizes = list(size) if isinstance(size, (list, tuple)) else \
         [min(size, x.shape[dim] - s) for s in range(0, x.shape[dim], size)]
     out, start = [], 0
@@ -197,8 +196,8 @@ def _split(p: ProgramWriter, node: fx.Node) -> tuple[Value, ...]:
 @tile(aten.cat.default)
 def _cat(p: ProgramWriter, node: fx.Node) -> Value:
     shape, dtype = result(p, node)
-    tensors = [t for t in node.args[0] if list(t.meta["val"].shape) != [0]]  # torch skips 1-D empties
-    dim = _axis(node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0), len(shape))
+    tensors = [t for t in argv(node)[0] if list(t.meta["val"].shape) != [0]]  # torch skips 1-D empties
+    dim = _axis(arguments(node)["dim"], len(shape))
     idx = index_vars(len(shape))
     prev: Value | None = None
     offset = 0
@@ -217,9 +216,9 @@ def _cat(p: ProgramWriter, node: fx.Node) -> Value:
 @tile(aten.constant_pad_nd.default)
 def _pad(p: ProgramWriter, node: fx.Node) -> Value:
     shape, dtype = result(p, node)
-    x = p.tensor(node.args[0])
-    pad = list(node.args[1])
-    value = node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
+    x = p.tensor(argv(node)[0])
+    pad = list(argv(node)[1])
+    value = argv(node)[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
     idx = index_vars(x.rank)
     write = list(idx)
     for k in range(len(pad) // 2):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from tilec.torch_backend.lowering import result, tile
+from tilec.torch_backend.lowering import argv, result, tile
 from tilec.torch_backend.lowering.elementwise import arguments
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, literal
 
@@ -27,7 +27,7 @@ def matmul(p: ProgramWriter, a: Value, b: Value, shape: tuple[int, ...], dtype: 
 @tile(aten.mm.default, aten.bmm.default)
 def _mm(p: ProgramWriter, node: fx.Node) -> Value:
     shape, dtype = result(p, node)
-    return matmul(p, p.tensor(node.args[0]), p.tensor(node.args[1]), shape, dtype)
+    return matmul(p, p.tensor(argv(node)[0]), p.tensor(argv(node)[1]), shape, dtype)
 
 
 @tile(aten.addmm.default, aten.baddbmm.default)

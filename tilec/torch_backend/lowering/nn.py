@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from tilec.torch_backend.lowering import result, tile
+from tilec.torch_backend.lowering import argv, result, tile
 from tilec.torch_backend.lowering.elementwise import arguments
 from tilec.torch_backend.lowering.reductions import reduce
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, literal
@@ -48,11 +48,11 @@ def softmax(p: ProgramWriter, x: Value, dim: int, log: bool) -> Value:
 @tile(aten._softmax.default, aten._log_softmax.default, aten._safe_softmax.default)
 def _softmax(p: ProgramWriter, node: fx.Node) -> Value:
     _, dtype = result(p, node)
-    x = p.materialise(p.cast(p.tensor(node.args[0]), dtype))
+    x = p.materialise(p.cast(p.tensor(argv(node)[0]), dtype))
     _float(x, "softmax")
     if 0 in x.shape:
         raise Unsupported("an empty softmax")
-    dim = _dim(node.args[1], x.rank) if x.rank else 0
+    dim = _dim(argv(node)[1], x.rank) if x.rank else 0
     if x.rank == 0:
         raise Unsupported("a 0-d softmax")
     out = softmax(p, x, dim, node.target == aten._log_softmax.default)
@@ -65,8 +65,8 @@ def _softmax(p: ProgramWriter, node: fx.Node) -> Value:
 @tile(aten._softmax_backward_data.default)
 def _softmax_backward(p: ProgramWriter, node: fx.Node) -> Value:
     shape, dtype = result(p, node)
-    g, y = p.cast(p.tensor(node.args[0]), dtype), p.cast(p.tensor(node.args[1]), dtype)
-    dim = _dim(node.args[2], len(shape))
+    g, y = p.cast(p.tensor(argv(node)[0]), dtype), p.cast(p.tensor(argv(node)[1]), dtype)
+    dim = _dim(argv(node)[2], len(shape))
     gy = p.let(f"{p.elementwise(g)} * {p.elementwise(y)}", shape, dtype, g, y)
     s = reduce(p, gy, [dim], True, "+", dtype)
     return p.let(f"{gy.name} - {p.elementwise(y)} * {s.name}", shape, dtype, gy, y, s)
@@ -75,8 +75,8 @@ def _softmax_backward(p: ProgramWriter, node: fx.Node) -> Value:
 @tile(aten._log_softmax_backward_data.default)
 def _log_softmax_backward(p: ProgramWriter, node: fx.Node) -> Value:
     shape, dtype = result(p, node)
-    g, y = p.cast(p.tensor(node.args[0]), dtype), p.cast(p.tensor(node.args[1]), dtype)
-    dim = _dim(node.args[2], len(shape))
+    g, y = p.cast(p.tensor(argv(node)[0]), dtype), p.cast(p.tensor(argv(node)[1]), dtype)
+    dim = _dim(argv(node)[2], len(shape))
     s = reduce(p, g, [dim], True, "+", dtype)
     return p.let(f"{p.elementwise(g)} - exp({p.elementwise(y)}) * {s.name}", shape, dtype, g, y, s)
 
@@ -99,10 +99,10 @@ def _moments(p: ProgramWriter, x: Value, dims: list[int], keep: bool) -> tuple[V
 
 @tile(aten.native_layer_norm.default)
 def _layer_norm(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value, Value]:
-    x = p.materialise(p.tensor(node.args[0]))
+    x = p.materialise(p.tensor(argv(node)[0]))
     _float(x, "layer_norm")
-    k = len(node.args[1])
-    weight, bias, eps = node.args[2], node.args[3], node.args[4]
+    k = len(argv(node)[1])
+    weight, bias, eps = argv(node)[2], argv(node)[3], argv(node)[4]
     dims = list(range(x.rank - k, x.rank))
     if 0 in x.shape:
         raise Unsupported("an empty layer_norm")
@@ -286,7 +286,7 @@ def _nll_loss_backward(p: ProgramWriter, node: fx.Node) -> Value:
 @tile(aten.embedding.default)
 def _embedding(p: ProgramWriter, node: fx.Node) -> Value:
     shape, dtype = result(p, node)
-    w, i = p.materialise(p.tensor(node.args[0])), p.materialise(p.tensor(node.args[1]))
+    w, i = p.materialise(p.tensor(argv(node)[0])), p.materialise(p.tensor(argv(node)[1]))
     if w.rank != 2:
         raise Unsupported("embedding with a weight of rank other than 2")
     v = p.fresh()
@@ -316,8 +316,8 @@ def _embedding_backward(p: ProgramWriter, node: fx.Node) -> Value:
 
 @tile(aten.native_dropout.default)
 def _dropout(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value]:
-    x = p.tensor(node.args[0])
-    prob, train = float(node.args[1]), node.args[2]
+    x = p.tensor(argv(node)[0])
+    prob, train = float(argv(node)[1]), argv(node)[2]
     _float(x, "dropout")
     if not train or prob == 0.0:
         ones = p.let("as_bool(1)", x.shape, torch.bool)
@@ -333,8 +333,8 @@ def _dropout(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value]:
 @tile(aten.native_dropout_backward.default)
 def _dropout_backward(p: ProgramWriter, node: fx.Node) -> Value:
     shape, dtype = result(p, node)
-    g, m = p.tensor(node.args[0]), p.tensor(node.args[1])
-    scale = float(node.args[2])
+    g, m = p.tensor(argv(node)[0]), p.tensor(argv(node)[1])
+    scale = float(argv(node)[2])
     return p.let(f"{p.elementwise(g)} * as_float({p.elementwise(m)}, {torch.finfo(dtype).bits}) * {literal(scale)}",
                  shape, dtype, g, m)
 
