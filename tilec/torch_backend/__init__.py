@@ -4,7 +4,7 @@
     compiled = torch.compile(model, backend="tilec")
 
 TorchDynamo captures the model; AOTAutograd splits each captured graph into a forward and a
-backward ATen graph (torch's core-ATen decompositions expand the ops tilec has no rule for);
+backward ATen graph (torch.s decompositions expand the ops tilec has no rule for);
 tilec lowers each graph's ATen nodes to Tile programs, fusing chains of elementwise ops,
 reductions and the matrix products they feed or follow into one kernel each
 (tilec.torch_backend.partition), and compiles them with the host's tuned records and the disk
@@ -30,13 +30,16 @@ from tilec.torch_backend.lowering import lowered_ops
 
 
 def _decompositions() -> dict[Any, Any]:
-    """torch's core-ATen decompositions of the ops tilec has no rule for (the others stay whole:
-    their rules write better programs than the expansions)."""
-    from torch._decomp import core_aten_decompositions
+    """torch's decompositions of the ops tilec has no rule for (the others stay whole: their rules
+    write better programs than the expansions). The table is the one torch's own training
+    compiler uses: the core-ATen table also decomposes forward ops whose backward then runs in
+    torch's kernel and disagrees with the decomposition (`_scaled_dot_product_flash_attention_for_cpu`'s
+    logsumexp), which gives wrong gradients."""
+    from torch._inductor.decomposition import select_decomp_table
 
     mine = lowered_ops()
     table = {}
-    for op, fn in core_aten_decompositions().items():
+    for op, fn in select_decomp_table().items():
         packet = getattr(op, "overloadpacket", None)
         if op in mine or packet in mine:
             continue

@@ -229,3 +229,20 @@ def _pad(p: ProgramWriter, node: fx.Node) -> Value:
         if before:
             write[d] = f"{idx[d]} + {before}"
     return p.contract(write, shape, f"=({p.access(x, idx)})", dtype, f" default {literal(value)}")
+
+
+@tile(aten.slice_scatter.default)
+def _slice_scatter(p: ProgramWriter, node: fx.Node) -> Value:
+    a = arguments(node)
+    shape, dtype = result(p, node)
+    base, src = p.tensor(a["self"]), p.cast(p.tensor(a["src"]), dtype)
+    dim = _axis(a.get("dim", 0), len(shape))
+    start = a.get("start") or 0
+    start = max(0, min(start + shape[dim] if start < 0 else start, shape[dim]))
+    step = a.get("step", 1)
+    idx = index_vars(len(shape))
+    write = list(idx)
+    write[dim] = f"{step}*{idx[dim]} + {start}" if step != 1 else f"{idx[dim]} + {start}"
+    if not base.dense:
+        base = p.materialise(base)
+    return p.contract(write, shape, f"=({p.access(src, idx)})", dtype, f" default {base.name}")

@@ -11,6 +11,7 @@ so a compiled model draws the same masks as eager under one seed.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -440,3 +441,87 @@ def _arange(p: ProgramWriter, node: fx.Node) -> Value:
             (f" + {literal(start)}" if start != 0 else "")
         return p.let(expr, shape, dtype, base)
     return p.cast(p.let(f"as_int({expr}, 64)", shape, torch.int64, base), dtype)
+
+
+# ---------------------------------------------------------------------------------------------- attention
+
+
+def _attention_scores(p: ProgramWriter, a: dict[str, Any], q: Value, k: Value) -> tuple[Value, float, list[str]]:
+    """Z = scale * Q K^T (masked: -1e30 where torch's mask or causality excludes a key), and the batch
+    index variables."""
+    if q.rank < 3 or q.rank != k.rank or q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
+        raise Unsupported("attention with query and key of different batch or head shapes")
+    if float(a.get("dropout_p", 0.0)) != 0.0:
+        raise Unsupported("attention with dropout")
+    if 0 in q.shape or 0 in k.shape:
+        raise Unsupported("attention over empty tensors")
+    scale = a.get("scale")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    batch = [f"b{d}" for d in range(q.rank - 2)]
+    s_len, t_len = q.shape[-2], k.shape[-2]
+    shape = (*q.shape[:-2], s_len, t_len)
+    scores = p.contract([*batch, "s", "t"], shape,
+                        f"+({p.access(q, [*batch, 's', 'd'])} * {p.access(k, [*batch, 't', 'd'])})", q.dtype)
+    z = p.let(f"{scores.name} * {literal(scale)}", shape, q.dtype, scores)
+    mask = a.get("attn_mask")
+    if mask is not None:
+        m = p.tensor(mask)
+        if m.dtype == torch.bool:
+            z = p.let(f"{p.elementwise(m)} ? {z.name} : -1e30", shape, q.dtype, m, z)
+        else:
+            m = p.cast(m, q.dtype)
+            z = p.let(f"{z.name} + {p.elementwise(m)}", shape, q.dtype, m, z)
+    if a.get("is_causal"):
+        if mask is not None:
+            raise Unsupported("attention with both a mask and is_causal")
+        neg = p.let(literal(-1e30), (), q.dtype)
+        z = p.contract([*batch, "s", "t"], shape, f">({z.name}[{', '.join(batch)}, s, t])", q.dtype,
+                       f", s - t < {s_len} default {neg.name}")
+    return z, scale, batch
+
+
+@tile(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _sdpa(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value]:
+    a = arguments(node)
+    q, k, v = (p.tensor(a[n]) for n in ("query", "key", "value"))
+    _float(q, "attention")
+    if not (q.dtype == k.dtype == v.dtype) or v.shape[:-1] != k.shape[:-1]:
+        raise Unsupported("attention with mixed dtypes or a value not shaped like the key")
+    z, _, batch = _attention_scores(p, a, q, k)
+    last = z.rank - 1
+    m = reduce(p, z, [last], True, ">", q.dtype)
+    e = p.let(f"exp({z.name} - {m.name})", z.shape, q.dtype, z, m)
+    r = reduce(p, e, [last], True, "+", q.dtype)
+    prob = p.let(f"{e.name} / {r.name}", z.shape, q.dtype, e, r)
+    out_shape = (*q.shape[:-1], v.shape[-1])
+    out = p.contract([*batch, "s", "e"], out_shape,
+                     f"+({prob.name}[{', '.join(batch)}, s, t] * {p.access(v, [*batch, 't', 'e'])})", q.dtype)
+    lse = p.let(f"{m.name} + log({r.name})", m.shape, q.dtype, m, r)
+    from tilec.torch_backend.lowering.layout import reshaped
+    return out, reshaped(p, lse, q.shape[:-1])
+
+
+@tile(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def _sdpa_backward(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value, Value]:
+    a = arguments(node)
+    q, k, v = (p.tensor(a[n]) for n in ("query", "key", "value"))
+    go, o = p.materialise(p.tensor(a["grad_out"])), p.tensor(a["out"])
+    _float(q, "attention")
+    if not (q.dtype == k.dtype == v.dtype == go.dtype) or v.shape[:-1] != k.shape[:-1]:
+        raise Unsupported("attention with mixed dtypes or a value not shaped like the key")
+    z, scale, batch = _attention_scores(p, a, q, k)
+    from tilec.torch_backend.lowering.layout import reshaped
+    lse = reshaped(p, p.materialise(p.tensor(a["logsumexp"])), (*q.shape[:-1], 1))
+    prob = p.let(f"exp({z.name} - {lse.name})", z.shape, q.dtype, z, lse)
+    bi = ", ".join(batch)
+    gv = p.contract([*batch, "t", "e"], v.shape, f"+({prob.name}[{bi}, s, t] * {go.name}[{bi}, s, e])", q.dtype)
+    gp = p.contract([*batch, "s", "t"], z.shape, f"+({go.name}[{bi}, s, e] * {p.access(v, [*batch, 't', 'e'])})",
+                    q.dtype)
+    row = p.contract([*batch, "s", "0"], (*q.shape[:-1], 1),
+                     f"+({go.name}[{bi}, s, e] * {p.access(o, [*batch, 's', 'e'])})", q.dtype)
+    gs = p.let(f"{prob.name} * ({gp.name} - {row.name}) * {literal(scale)}", z.shape, q.dtype, prob, gp, row)
+    gq = p.contract([*batch, "s", "d"], q.shape, f"+({gs.name}[{bi}, s, t] * {p.access(k, [*batch, 't', 'd'])})",
+                    q.dtype)
+    gk = p.contract([*batch, "t", "d"], k.shape, f"+({gs.name}[{bi}, s, t] * {p.access(q, [*batch, 's', 'd'])})",
+                    q.dtype)
+    return gq, gk, gv
