@@ -246,3 +246,26 @@ def _slice_scatter(p: ProgramWriter, node: fx.Node) -> Value:
     if not base.dense:
         base = p.materialise(base)
     return p.contract(write, shape, f"=({p.access(src, idx)})", dtype, f" default {base.name}")
+
+
+@tile(aten.select_scatter.default)
+def _select_scatter(p: ProgramWriter, node: fx.Node) -> Value:
+    a = arguments(node)
+    shape, dtype = result(p, node)
+    base, src = p.materialise(p.tensor(a["self"])), p.cast(p.tensor(a["src"]), dtype)
+    dim = _axis(a["dim"], len(shape))
+    index = a["index"] + (shape[dim] if a["index"] < 0 else 0)
+    idx = index_vars(len(shape) - 1)
+    write = idx[:dim] + [str(index)] + idx[dim:]
+    return p.contract(write, shape, f"=({p.access(src, idx)})", dtype, f" default {base.name}")
+
+
+@tile(aten.copy.default)
+def _copy(p: ProgramWriter, node: fx.Node) -> Value:
+    shape, dtype = result(p, node)
+    src = p.cast(p.tensor(argv(node)[1]), dtype)
+    if src.shape == shape:
+        return src
+    if src.perm is not None:
+        src = p.materialise(src)
+    return Value(src.name, shape, dtype, src.base if src.base is not None else src.shape)
