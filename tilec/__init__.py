@@ -38,18 +38,6 @@ def explain(source: str, shapes: dict[str, Any], dtypes: dict[str, str] | None =
     return compile(source, target, **sizes).explain(shapes, dtypes, stage)
 
 
-def _register_torch_backend() -> None:
-    """`torch.compile(..., backend="tilec")`: the package's entry point registers the backend when
-    torch looks it up; where torch.compile is already loaded (an install without entry points,
-    PYTHONPATH), importing tilec registers it now (never importing torch itself: that takes seconds)."""
-    import sys
-
-    if "torch._dynamo" in sys.modules:
-        import tilec.torch_backend  # noqa: F401  (registers)
-
-
-_register_torch_backend()
-
 __all__ = ["compile", "explain", "grad", "parse", "Function", "Schedule", "TemplateSchedule", "TemplateConfig", "Target",
            "TilecError", "TilecWarning", "TileSyntaxError", "SemanticError", "BindError", "ScheduleError",
            "CodegenError", "__version__"]
