@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from tilec.torch_backend.compiler import COVERAGE, Compiled, Coverage
+from tilec.torch_backend.compiler import COMPILED, COVERAGE, Compiled, Coverage
 from tilec.torch_backend.lowering import lowered_ops
 
 
@@ -77,6 +77,20 @@ def reset_coverage() -> None:
     COVERAGE.kernels = 0
 
 
+def tuning_tasks() -> list[Any]:
+    """The tuner's tasks (tilec.autotune.task.Task) of every kernel the backend compiled in this
+    process: run a training step first, tune these (`tilec tune model`), and later compilations
+    of the same kernels use the best records (tilec.records), as every tilec kernel does."""
+    from tilec.autotune.task import tasks_for
+
+    tasks = []
+    for k, (source, inputs) in enumerate(COMPILED):
+        shapes = {name: shape for name, shape, _ in inputs}
+        dtypes = {name: dtype for name, _, dtype in inputs}
+        tasks.extend(tasks_for(source, shapes, dtypes, label=f"torch backend kernel {k}"))
+    return tasks
+
+
 def register() -> None:
     """Make `backend="tilec"` known to torch.compile (idempotent)."""
     from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
@@ -88,5 +102,5 @@ def register() -> None:
 
 register()
 
-__all__ = ["tilec_backend", "compile_graph", "coverage", "reset_coverage", "register", "Coverage"]
+__all__ = ["tilec_backend", "compile_graph", "coverage", "reset_coverage", "tuning_tasks", "register", "Coverage"]
 del torch

@@ -49,6 +49,8 @@ class Coverage:
 
 
 COVERAGE = Coverage()
+#: every kernel compiled in this process: (source, ((input name, shape, dtype name), ...)), for tuning
+COMPILED: dict[tuple[str, tuple[tuple[str, tuple[int, ...], str], ...]], None] = {}
 
 
 @dataclass
@@ -196,6 +198,8 @@ def _build(gm: fx.GraphModule, part: Partition) -> tuple[fx.GraphModule, GraphSt
                                  for v, _ in [*p.inputs, *p.generated]])  # compiles now, not mid-step
         except TilecError as e:
             raise GroupRefused(members, f"tilec cannot compile the kernel: {e}") from e
+        COMPILED[source, tuple((name, v.shape, str(v.dtype).removeprefix("torch."))
+                               for name, (v, _) in zip(kernel.fn.inputs, [*p.inputs, *p.generated]))] = None
         result = graph.call_function(kernel, tuple(env[n] for _, n in p.inputs))
         outputs = [graph.call_function(operator.getitem, (result, i)) for i in range(len(group.values))]
         for node, i in group.index.items():
