@@ -149,7 +149,7 @@ def _write_group(members: list[fx.Node], outside: Callable[[fx.Node], bool]) -> 
                 and not any(i in member_set for i in node.all_input_nodes):
             group.replay.append(node)
             continue
-        key = f"{value.name}{value.shape}{value.perm}"
+        key = f"{value.name}{value.shape}{value.index}"
         if key not in by_name:
             value = p.materialise(value)
             if value.name in inputs:  # (a kernel output is a tensor the kernel writes)

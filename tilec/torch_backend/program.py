@@ -39,17 +39,19 @@ class Unsupported(Exception):
 class Value:
     """A tensor of the program: its torch shape and dtype, and the Tile tensor `name` it reads.
 
-    Views cost nothing until a statement needs the tensor itself: `base` is the Tile tensor's
-    shape where it differs from `shape` (an expand: `base` broadcasts to `shape`, numpy's rule,
-    right-aligned), and `perm` says that logical axis d is axis perm[d] of the Tile tensor (a
-    permute or transpose). Contractions read such values through `ProgramWriter.access`;
-    elementwise statements read broadcasts directly and materialise permutations."""
+    Views cost nothing until a statement needs the tensor itself. `base` is the Tile tensor's
+    shape where it differs from `shape`; then either `index` is None and `base` broadcasts to
+    `shape` (an expand: numpy's rule, right-aligned), or `index` gives, for each axis of the Tile
+    tensor, the index it is read at as a template over the logical axes `{0}`, `{1}`, ... (a
+    permute: `{1}`, `{0}`; a split reshape [B*T, C] -> [B, T, C]: `64*{0} + {1}`, `{2}`; a
+    slice: `2*{1} + 3`). Contractions read every view through `ProgramWriter.access`;
+    elementwise statements read broadcasts directly and materialise other views."""
 
     name: str
     shape: tuple[int, ...]
     dtype: torch.dtype
     base: tuple[int, ...] | None = None
-    perm: tuple[int, ...] | None = None
+    index: tuple[str, ...] | None = None
 
     @property
     def rank(self) -> int:
@@ -57,7 +59,26 @@ class Value:
 
     @property
     def dense(self) -> bool:
-        return self.base is None and self.perm is None
+        return self.base is None and self.index is None
+
+    @property
+    def tile_shape(self) -> tuple[int, ...]:
+        """The shape of the tensor an elementwise statement reading this value sees."""
+        return self.base if self.base is not None and self.index is None else self.shape
+
+    def templates(self) -> tuple[str, ...]:
+        """The index of each axis of the Tile tensor as a template over the logical axes."""
+        if self.index is not None:
+            return self.index
+        if self.base is None:
+            return tuple(f"{{{a}}}" for a in range(self.rank))
+        lead = self.rank - len(self.base)
+        return tuple(f"{{{lead + b}}}" if size == self.shape[lead + b] else "0" for b, size in enumerate(self.base))
+
+
+def _wrapped(expr: str) -> str:
+    """`expr` safe to substitute into a product: parenthesised unless a name, placeholder or integer."""
+    return expr if re.fullmatch(r"[A-Za-z_]\w*|\{\d+\}|-?\d+", expr) else f"({expr})"
 
 
 def meta(node: fx.Node) -> Any:
@@ -139,20 +160,24 @@ class ProgramWriter:
 
     def elementwise(self, v: Value) -> str:
         """The name an elementwise statement reads `v` by (broadcasts as they are)."""
-        return self.materialise(v).name if v.perm is not None else v.name
+        return self.materialise(v).name if v.index is not None else v.name
 
     def access(self, v: Value, index: Sequence[str]) -> str:
         """`v`[index...] as a contraction reads it (through its lazy view)."""
-        if v.perm is not None:
-            parts = [""] * v.rank
-            for d, axis in enumerate(v.perm):
-                parts[axis] = index[d]
-            return f"{v.name}[{', '.join(parts)}]"
-        if v.base is not None:
-            lead = v.rank - len(v.base)
-            parts = [index[lead + b] if size == v.shape[lead + b] else "0" for b, size in enumerate(v.base)]
-            return f"{v.name}[{', '.join(parts)}]"
-        return f"{v.name}[{', '.join(index)}]"
+        if v.dense:
+            return f"{v.name}[{', '.join(index)}]"
+        args = [_wrapped(i) for i in index]
+        return f"{v.name}[{', '.join(t.format(*args) for t in v.templates())}]"
+
+    def view(self, x: Value, shape: tuple[int, ...], mapping: Sequence[str]) -> Value:
+        """A lazy view of x of `shape`: logical axis a of x is read at mapping[a], a template over
+        the view's axes ({0}, {1}, ...)."""
+        args = [_wrapped(m) for m in mapping]
+        index = tuple(t.format(*args) for t in x.templates())
+        base = x.base if x.base is not None else x.shape
+        if base == shape and index == tuple(f"{{{a}}}" for a in range(len(shape))):
+            return Value(x.name, shape, x.dtype)
+        return Value(x.name, shape, x.dtype, base, index)
 
     def materialise(self, v: Value) -> Value:
         """`v` as a Tile tensor of its own shape (itself when it is one)."""
@@ -172,8 +197,7 @@ class ProgramWriter:
     def let(self, expr: str, shape: tuple[int, ...], dtype: torch.dtype, *operands: Value) -> Value:
         """`Name = expr;`, an elementwise statement over `operands` (numpy broadcasting: the Tile
         tensor has their broadcast shape, which broadcasts to `shape`)."""
-        actual = tuple(np.broadcast_shapes(*[v.base if v.base is not None else v.shape for v in operands])) \
-            if operands else ()
+        actual = tuple(np.broadcast_shapes(*[v.tile_shape for v in operands])) if operands else ()
         v = Value(self.fresh(), shape, dtype, None if actual == shape else actual)
         self.statements.append(f"{v.name} = {expr};")
         return v

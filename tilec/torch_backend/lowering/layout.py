@@ -1,6 +1,7 @@
-"""Views and layout ops: permutations and expansions stay lazy (the consuming contraction reads
-through them, tilec.torch_backend.program.Value); reshapes, slices, concatenation and padding are
-affine `=` contractions (no division or modulo in an index).
+"""Views and layout ops: permutations, expansions, slices, selections and reshapes that split
+axes stay lazy (the statement that reads them indexes through them, tilec.torch_backend.program.
+Value); reshapes that merge axes, concatenation, padding and scatters are affine `=`
+contractions (no division or modulo in an index).
 
 A reshape is affine when it only splits or merges neighbouring axes (with size-1 axes anywhere):
 `[B*T, C] -> [B, T, C]` reads `X[T*b + t, c]`, the reverse writes `O[T*b + t, c]`. Other reshapes
@@ -32,16 +33,11 @@ def _permute(p: ProgramWriter, node: fx.Node) -> Value:
 
 
 def permuted(p: ProgramWriter, x: Value, dims: list[int]) -> Value:
-    """x.permute(dims), lazily (a permutation of a permutation composes)."""
-    shape = tuple(x.shape[d] for d in dims)
-    if dims == list(range(x.rank)):
-        return x
-    if x.base is not None:
-        x = p.materialise(x)
-    perm = tuple(dims) if x.perm is None else tuple(x.perm[d] for d in dims)
-    if perm == tuple(range(x.rank)):
-        return Value(x.name, shape, x.dtype)
-    return Value(x.name, shape, x.dtype, None, perm)
+    """x.permute(dims), lazily: logical axis dims[d] of x is the view's axis d."""
+    mapping = [""] * x.rank
+    for d, a in enumerate(dims):
+        mapping[a] = f"{{{d}}}"
+    return p.view(x, tuple(x.shape[a] for a in dims), mapping)
 
 
 @tile(aten.transpose.int)
@@ -63,9 +59,11 @@ def _t(p: ProgramWriter, node: fx.Node) -> Value:
 def _expand(p: ProgramWriter, node: fx.Node) -> Value:
     shape, _ = result(p, node)
     x = p.tensor(argv(node)[0])
-    if x.perm is not None:
-        x = p.materialise(x)
-    return Value(x.name, shape, x.dtype, x.base if x.base is not None else (x.shape if x.shape != shape else None))
+    if x.index is None:  # dense or a broadcast already: a broadcast of the same Tile tensor
+        return Value(x.name, shape, x.dtype, x.tile_shape if x.tile_shape != shape else None)
+    lead = len(shape) - x.rank
+    return p.view(x, shape, ["0" if x.shape[a] == 1 and shape[lead + a] != 1 else f"{{{lead + a}}}"
+                             for a in range(x.rank)])
 
 
 def _groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[list[int], list[int]]] | None:
@@ -110,13 +108,19 @@ def _flat(axes: list[int], shape: tuple[int, ...], names: dict[int, str]) -> str
 
 
 def reshaped(p: ProgramWriter, x: Value, shape: tuple[int, ...]) -> Value:
-    """x viewed as `shape` (same element count), by an affine copy."""
+    """x viewed as `shape` (same element count): lazily where it only splits axes (each of x's axes
+    is read at an affine index of the view's), else by an affine copy."""
     if x.shape == shape:
         return x
-    x = p.materialise(x)
     groups = _groups(x.shape, shape)
     if groups is None:
         raise Unsupported(f"a reshape {list(x.shape)} -> {list(shape)} that is not a split or merge of axes")
+    if all(len(sa) == 1 for sa, _ in groups):
+        mapping = ["0"] * x.rank
+        for sa, da in groups:
+            mapping[sa[0]] = _flat(da, shape, {d: f"{{{d}}}" for d in da})
+        return p.view(x, shape, mapping)
+    x = p.materialise(x)
     src_idx = ["0"] * x.rank
     dst_idx = ["0"] * len(shape)
     for g, (sa, da) in enumerate(groups):
@@ -158,13 +162,12 @@ def _slice(p: ProgramWriter, node: fx.Node) -> Value:
 
 
 def window(p: ProgramWriter, x: Value, shape: tuple[int, ...], dim: int, start: int, step: int) -> Value:
-    """x's cells start, start + step, ... along `dim` (`shape` the result's)."""
+    """x's cells start, start + step, ... along `dim` (`shape` the result's), lazily."""
     if shape == x.shape:
         return x
-    idx = index_vars(len(shape))
-    read = list(idx)
-    read[dim] = f"{step}*{idx[dim]} + {start}" if step != 1 else f"{idx[dim]} + {start}"
-    return p.contract(idx, shape, f"=({p.access(x, read)})", x.dtype)
+    mapping = [f"{{{a}}}" for a in range(x.rank)]
+    mapping[dim] = f"{step}*{{{dim}}} + {start}" if step != 1 else f"{{{dim}}} + {start}"
+    return p.view(x, shape, mapping)
 
 
 @tile(aten.select.int)
@@ -173,9 +176,8 @@ def _select(p: ProgramWriter, node: fx.Node) -> Value:
     x = p.tensor(argv(node)[0])
     dim = _axis(argv(node)[1], x.rank)
     index = argv(node)[2] + (x.shape[dim] if argv(node)[2] < 0 else 0)
-    idx = index_vars(len(shape))
-    read = idx[:dim] + [str(index)] + idx[dim:]
-    return p.contract(idx, shape, f"=({p.access(x, read)})", x.dtype)
+    mapping = [f"{{{a}}}" for a in range(dim)] + [str(index)] + [f"{{{a - 1}}}" for a in range(dim + 1, x.rank)]
+    return p.view(x, shape, mapping)
 
 
 @tile(aten.split.Tensor, aten.split_with_sizes.default)
@@ -266,6 +268,6 @@ def _copy(p: ProgramWriter, node: fx.Node) -> Value:
     src = p.cast(p.tensor(argv(node)[1]), dtype)
     if src.shape == shape:
         return src
-    if src.perm is not None:
-        src = p.materialise(src)
-    return Value(src.name, shape, dtype, src.base if src.base is not None else src.shape)
+    lead = len(shape) - src.rank
+    return p.view(src, shape, ["0" if src.shape[a] == 1 and shape[lead + a] != 1 else f"{{{lead + a}}}"
+                               for a in range(src.rank)])

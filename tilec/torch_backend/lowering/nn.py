@@ -177,16 +177,16 @@ def _batch_norm(p: ProgramWriter, node: fx.Node) -> tuple[Value, ...]:
     cs = _channel_shape(x)
     from tilec.torch_backend.lowering.layout import reshaped
     if a["weight"] is not None:
-        w = reshaped(p, p.tensor(a["weight"]), cs)
+        w = p.materialise(reshaped(p, p.tensor(a["weight"]), cs))
         expr += f" * {w.name}"
         ops.append(w)
     if a["bias"] is not None:
-        b = reshaped(p, p.tensor(a["bias"]), cs)
+        b = p.materialise(reshaped(p, p.tensor(a["bias"]), cs))
         expr += f" + {b.name}"
         ops.append(b)
     out = p.let(expr, x.shape, x.dtype, *ops)
-    mean_c, rstd_c = reshaped(p, mean, c), reshaped(p, rstd, c)
-    var_c = reshaped(p, var, c)
+    mean_c, rstd_c = p.materialise(reshaped(p, mean, c)), p.materialise(reshaped(p, rstd, c))
+    var_c = p.materialise(reshaped(p, var, c))
     rm, rv = p.tensor(a["running_mean"]), p.tensor(a["running_var"])
     unbiased = n / (n - 1) if n > 1 else float("inf")
     new_rm = p.let(f"{rm.name} * {literal(1 - momentum)} + {mean_c.name} * {literal(momentum)}", c, rm.dtype,
@@ -204,8 +204,8 @@ def _batch_norm_backward(p: ProgramWriter, node: fx.Node) -> tuple[Any, ...]:
     from tilec.torch_backend.lowering.layout import reshaped
     g, x = p.materialise(p.tensor(a["grad_out"])), p.materialise(p.tensor(a["input"]))
     cs = _channel_shape(x)
-    mean = reshaped(p, p.tensor(a["save_mean"]), cs)
-    rstd = reshaped(p, p.tensor(a["save_invstd"]), cs)
+    mean = p.materialise(reshaped(p, p.tensor(a["save_mean"]), cs))
+    rstd = p.materialise(reshaped(p, p.tensor(a["save_invstd"]), cs))
     dims = [0] + list(range(2, x.rank))
     n = 1
     for d in dims:
@@ -220,7 +220,7 @@ def _batch_norm_backward(p: ProgramWriter, node: fx.Node) -> tuple[Any, ...]:
         scale = rstd.name
         ops = [rstd, g, gb, xhat, gw]
         if a["weight"] is not None:
-            w = reshaped(p, p.tensor(a["weight"]), cs)
+            w = p.materialise(reshaped(p, p.tensor(a["weight"]), cs))
             scale = f"{rstd.name} * {w.name}"
             ops.append(w)
         outs[0] = p.let(f"{scale} * ({g.name} - {gb.name} / {float(n)!r} - {xhat.name} * {gw.name} / {float(n)!r})",
@@ -269,10 +269,10 @@ def _nll_loss_backward(p: ProgramWriter, node: fx.Node) -> Value:
     idx = p.fresh()
     xs = p.materialise(x)
     p.statements.append(f"{idx} = index({xs.name}, 1);")
-    tcol = reshaped(p, t, (x.shape[0], 1))
+    tcol = p.materialise(reshaped(p, t, (x.shape[0], 1)))
     scale = p.elementwise(g) if reduction != 1 else f"{p.elementwise(g)} / {p.elementwise(total)}"
     if reduction == 0:
-        gcol = reshaped(p, p.materialise(g), (x.shape[0], 1))
+        gcol = p.materialise(reshaped(p, p.materialise(g), (x.shape[0], 1)))
         scale = gcol.name
         ops = [tcol, gcol]
     else:
@@ -511,7 +511,7 @@ def _sdpa_backward(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value, Value
         raise Unsupported("attention with mixed dtypes or a value not shaped like the key")
     z, scale, batch = _attention_scores(p, a, q, k)
     from tilec.torch_backend.lowering.layout import reshaped
-    lse = reshaped(p, p.materialise(p.tensor(a["logsumexp"])), (*q.shape[:-1], 1))
+    lse = p.materialise(reshaped(p, p.materialise(p.tensor(a["logsumexp"])), (*q.shape[:-1], 1)))
     prob = p.let(f"exp({z.name} - {lse.name})", z.shape, q.dtype, z, lse)
     bi = ", ".join(batch)
     gv = p.contract([*batch, "t", "e"], v.shape, f"+({prob.name}[{bi}, s, t] * {go.name}[{bi}, s, e])", q.dtype)
