@@ -125,6 +125,7 @@ class ProgramWriter:
     values: dict[fx.Node, Any] = field(default_factory=dict)
     _count: int = 0
     _outside: dict[fx.Node, Value] = field(default_factory=dict)
+    _constraints: list[str] = field(default_factory=list)
 
     def fresh(self) -> str:
         self._count += 1
@@ -163,11 +164,23 @@ class ProgramWriter:
         return self.materialise(v).name if v.index is not None else v.name
 
     def access(self, v: Value, index: Sequence[str]) -> str:
-        """`v`[index...] as a contraction reads it (through its lazy view)."""
+        """`v`[index...] as a contraction reads it (through its lazy view). A logical axis the
+        view does not read alone, at an axis of its size, gets a constraint keeping its index in
+        range (a split axis `32*h + d` would otherwise let `d` run over 0..127; an expanded axis
+        would leave its variable unbounded): the next `contract` adds them."""
         if v.dense:
             return f"{v.name}[{', '.join(index)}]"
+        templates = v.templates()
+        base = v.base if v.base is not None else v.shape
+        alone = {t for t, size in zip(templates, base)
+                 if re.fullmatch(r"\{\d+\}", t) and size == v.shape[int(t[1:-1])]}
+        for d, i in enumerate(index):
+            if f"{{{d}}}" not in alone:
+                bound = f"{i} < {v.shape[d]}"
+                if bound not in self._constraints:
+                    self._constraints.append(bound)
         args = [_wrapped(i) for i in index]
-        return f"{v.name}[{', '.join(t.format(*args) for t in v.templates())}]"
+        return f"{v.name}[{', '.join(t.format(*args) for t in templates)}]"
 
     def view(self, x: Value, shape: tuple[int, ...], mapping: Sequence[str]) -> Value:
         """A lazy view of x of `shape`: logical axis a of x is read at mapping[a], a template over
@@ -204,7 +217,11 @@ class ProgramWriter:
 
     def contract(self, out_index: Sequence[str], shape: tuple[int, ...], rhs: str, dtype: torch.dtype,
                  tail: str = "") -> Value:
-        """`Name[out_index: shape] = rhs tail;` (a contraction; `tail`: constraints or a default)."""
+        """`Name[out_index: shape] = rhs tail;` (a contraction; `tail`: constraints or a default),
+        with the constraints the accesses in `rhs` asked for."""
+        if self._constraints:
+            tail = "".join(f", {c}" for c in self._constraints) + tail
+            self._constraints.clear()
         v = Value(self.fresh(), shape, dtype)
         sizes = ", ".join(str(s) for s in shape)
         index = ", ".join(out_index)
