@@ -1,0 +1,57 @@
+"""Tuning records apply to the kernels the torch.compile backend builds: a training step's kernels
+give tuner tasks (`tilec.torch_backend.tuning_tasks()`), a few candidates of one are measured into a
+fresh record database, and a new process compiling the same model applies that database's best
+schedule to the kernel (and computes the same loss)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+SCRIPT = textwrap.dedent("""
+    import json, sys, torch
+    import tilec.torch_backend as tb
+    from tilec.torch_backend import compiler
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(48, 96), torch.nn.ReLU(), torch.nn.Linear(96, 16))
+    x = torch.randn(40, 48)
+    loss = torch.compile(model, backend="tilec")(x).square().mean()
+    loss.backward()
+    tasks = tb.tuning_tasks()
+    if sys.argv[1] == "tune":
+        from tilec.autotune.measure import LocalMeasurer, MeasureOptions
+        from tilec.autotune.tuner import tune
+        from tilec.records import RecordDB
+        with RecordDB(None) as db, LocalMeasurer(MeasureOptions(timeout_s=60, build_workers=1)) as m:
+            best = tune(tasks[0], 3, m, db, strategy="random")
+        print(json.dumps({"tasks": len(tasks), "tuned": tasks[0].key, "best": best is not None}))
+    else:
+        functions = [compiler.forward_fn(source) for source, _ in compiler.COMPILED]
+        recorded = [fn for fn in functions if any(s is not None for s in fn._recorded.values())]
+        print(json.dumps({"tasks": len(tasks), "with_records": len(recorded), "loss": loss.item()}))
+""")
+
+
+def _run(mode: str, env: dict[str, str]) -> dict:
+    out = subprocess.run([sys.executable, "-c", SCRIPT, mode], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_tuned_records_apply_to_backend_kernels(tmp_path: Path) -> None:
+    env = {**os.environ, "TILEC_RECORDS": str(tmp_path / "records.sqlite"), "TILEC_CACHE_DIR": str(tmp_path / "cache")}
+    before = _run("check", env)
+    assert before["tasks"] >= 1 and before["with_records"] == 0
+    tuned = _run("tune", env)
+    assert tuned["best"], tuned
+    after = _run("check", env)
+    assert after["with_records"] >= 1, after
+    assert abs(after["loss"] - before["loss"]) <= 1e-4 * abs(before["loss"])
