@@ -1,10 +1,12 @@
-"""The training examples run, and tilec's modules track torch's step for step (a short run)."""
+"""The training examples run: tilec's modules track torch's step for step (a short run), and so does a
+model compiled with torch.compile(model, backend="tilec") track its eager copy."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import pytest
 import torch.nn.functional as F
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -39,3 +41,15 @@ def test_interleaved_train_steps_report_both_sides():
     result = interleaved(TrainStepCase("cnn", {"batch": 2}), steps=2)
     assert set(result) == {"tilec median", "tilec min", "torch median", "torch min", "ratio of mins"}
     assert all(v > 0 for v in result.values())
+
+
+@pytest.mark.parametrize("name", ["gpt2", "resnet18"])
+def test_compile_examples_track_eager(name: str, request: pytest.FixtureRequest):
+    """examples/compile_gpt2.py and compile_cnn.py, 12 steps: the compiled copy's curve follows eager's
+    (the backend is tilec's, or the stand-in that `pytest --compile-backend aot_eager` names)."""
+    pytest.importorskip("transformers")
+    from compiling import compare
+
+    backend = request.config.getoption("--compile-backend")
+    curves = compare(name, steps=12, backend=backend)
+    assert all(abs(a - b) <= 2e-2 * max(1.0, abs(a)) for a, b in zip(curves["eager"], curves[backend]))

@@ -103,7 +103,8 @@ def mlp() -> Workload:
 
 def gpt2() -> Workload:
     t = _transformers()
-    model = t.GPT2LMHeadModel(t.GPT2Config(n_layer=2, n_embd=256, n_head=4, vocab_size=1000, n_positions=128))
+    model = t.GPT2LMHeadModel(t.GPT2Config(n_layer=2, n_embd=256, n_head=4, vocab_size=1000, n_positions=128,
+                                           bos_token_id=0, eos_token_id=0))  # GPT-2's 50256 is past this vocabulary
 
     def batch(step: int) -> Batch:
         ids = _counting(8, 64, 50, step)
