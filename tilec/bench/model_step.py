@@ -94,6 +94,9 @@ def run_model(name: str, steps: int, warmup: int, sides: dict[str, str | None] |
     sides = SIDES if sides is None else sides
     result = ModelResult(name)
     torch._dynamo.reset()  # the previous model's compiled code and guards go
+    # Inductor compiles in this process: its pool of compile workers would otherwise stay busy in the
+    # background and slow every side's timed steps many times over on a small machine
+    torch._inductor.config.compile_threads = 1
     base = models.build(name)
     steppers = {}
     for side, backend in sides.items():
