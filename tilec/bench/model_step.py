@@ -87,6 +87,7 @@ def run_model(name: str, steps: int, warmup: int, sides: dict[str, str | None] |
               clock: Callable[[], float] = time.perf_counter) -> ModelResult:
     """Warm up and time one model's training step on every side (see the module docstring)."""
     import torch
+    import torch._inductor.config as inductor_config
 
     if steps < 1 or warmup < 1:
         raise TilecError(f"tilec bench model needs --steps >= 1 and --warmup >= 1 (the first warm-up round "
@@ -96,7 +97,7 @@ def run_model(name: str, steps: int, warmup: int, sides: dict[str, str | None] |
     torch._dynamo.reset()  # the previous model's compiled code and guards go
     # Inductor compiles in this process: its pool of compile workers would otherwise stay busy in the
     # background and slow every side's timed steps many times over on a small machine
-    torch._inductor.config.compile_threads = 1
+    inductor_config.compile_threads = 1
     base = models.build(name)
     steppers = {}
     for side, backend in sides.items():
