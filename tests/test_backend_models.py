@@ -9,7 +9,11 @@ least 90% of the graphs' ATen calls, and that kernels ran at all.
 `pytest --compile-backend aot_eager tests/test_backend_models.py` compares a stand-in backend's
 training instead; the coverage tests are the tilec backend's own and always compile with "tilec".
 bert and resnet18 are marked slow (`pytest -m slow`); resnet18's convolutions are also trained
-by the compile_cnn example's test.
+by the compile_cnn example's test. resnet18's end-of-curve check is a hard one: its last stage's
+batch norms see 8 values a channel (1x1 maps), which magnifies rounding, so any compiler that does
+not reproduce eager's arithmetic bit for bit drifts. Measured on 2026-11-24 with the same 25 steps:
+Inductor's last-10 mean was 4.6% off eager's, tilec's 2.3% (the first losses agree within 1e-6, and
+the first step's gradients of both compilers differ from eager's by the same 1.3%).
 """
 
 from __future__ import annotations
