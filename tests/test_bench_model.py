@@ -62,3 +62,13 @@ def test_cli_model_bad_input_is_one_clear_error(capsys: pytest.CaptureFixture[st
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_cli_model_without_transformers_still_runs_the_mlp(capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    code = main(["bench", "model", "--models", "gpt2,mlp", "--steps", "1", "--warmup", "1", "--backend", "aot_eager",
+                 "--json"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "need the package 'transformers'" in err and "Traceback" not in err
+    assert [json.loads(x)["model"] for x in out.splitlines() if x.startswith("{")] == ["mlp"]

@@ -83,15 +83,19 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0] if text else ''}"
 
 
+def check_counts(steps: int, warmup: int) -> None:
+    if steps < 1 or warmup < 1:
+        raise TilecError(f"tilec bench model needs --steps >= 1 and --warmup >= 1 (the first warm-up round "
+                         f"compiles), got --steps {steps} --warmup {warmup}")
+
+
 def run_model(name: str, steps: int, warmup: int, sides: dict[str, str | None] | None = None,
               clock: Callable[[], float] = time.perf_counter) -> ModelResult:
     """Warm up and time one model's training step on every side (see the module docstring)."""
     import torch
     import torch._inductor.config as inductor_config
 
-    if steps < 1 or warmup < 1:
-        raise TilecError(f"tilec bench model needs --steps >= 1 and --warmup >= 1 (the first warm-up round "
-                         f"compiles), got --steps {steps} --warmup {warmup}")
+    check_counts(steps, warmup)
     sides = SIDES if sides is None else sides
     result = ModelResult(name)
     torch._dynamo.reset()  # the previous model's compiled code and guards go

@@ -76,8 +76,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_model(args: argparse.Namespace) -> int:
-    """`tilec bench model`: tilec.bench.model_step, one table row per model; exit status 1 when a side
-    failed for some model (its error on stderr), the other sides' figures still printed."""
+    """`tilec bench model`: tilec.bench.model_step, one table row per model; exit status 1 when a model
+    could not be built or a side failed (its error on stderr), the other models' and sides' figures still printed."""
     import json
 
     from tilec.bench import model_step, models
@@ -89,6 +89,7 @@ def _bench_model(args: argparse.Namespace) -> int:
                          f"{args.models!r}")
     steps = 20 if args.steps is None else args.steps
     warmup = 3 if args.warmup is None else args.warmup
+    model_step.check_counts(steps, warmup)
     sides = {**model_step.SIDES, "tilec": args.backend}
     if not args.json:
         print(model_step.machine_header())
@@ -96,7 +97,12 @@ def _bench_model(args: argparse.Namespace) -> int:
         print(model_step.table_header(), flush=True)
     failed = 0
     for name in names:
-        result = model_step.run_model(name, steps, warmup, sides)
+        try:
+            result = model_step.run_model(name, steps, warmup, sides)
+        except models.ModelError as err:  # e.g. transformers is missing: the other models still run
+            print(f"tilec: error: {err}", file=sys.stderr, flush=True)
+            failed += 1
+            continue
         for side, error in result.errors.items():
             print(f"tilec: error: {name}, {side}: {error}", file=sys.stderr, flush=True)
         failed += bool(result.errors)
