@@ -64,7 +64,12 @@ class ModelResult:
 
 
 def machine_header() -> str:
-    """The CPU's model name (/proc/cpuinfo), the cores this process may use and the load average."""
+    """The CPU's model name (/proc/cpuinfo), the cores this process may use, torch's threads and the
+    load average. The load matters: where another process holds a core, every step whose OpenMP
+    team has a thread waiting for that core takes a scheduler slice longer (an mlp step measured
+    160 ms instead of 2 on 2 cores); `--threads 1` sidesteps that."""
+    import torch
+
     name = "unknown CPU"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -75,7 +80,7 @@ def machine_header() -> str:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"{name}, {cores} cores, load average {load} (1, 5, 15 min)"
+    return f"{name}, {cores} cores, torch threads {torch.get_num_threads()}, load average {load} (1, 5, 15 min)"
 
 
 def _first_line(err: BaseException) -> str:
@@ -93,15 +98,11 @@ def run_model(name: str, steps: int, warmup: int, sides: dict[str, str | None] |
               clock: Callable[[], float] = time.perf_counter) -> ModelResult:
     """Warm up and time one model's training step on every side (see the module docstring)."""
     import torch
-    import torch._inductor.config as inductor_config
 
     check_counts(steps, warmup)
     sides = SIDES if sides is None else sides
     result = ModelResult(name)
     torch._dynamo.reset()  # the previous model's compiled code and guards go
-    # Inductor compiles in this process: its pool of compile workers would otherwise stay busy in the
-    # background and slow every side's timed steps many times over on a small machine
-    inductor_config.compile_threads = 1
     base = models.build(name)
     steppers = {}
     for side, backend in sides.items():

@@ -48,8 +48,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.op == "model":
         return _bench_model(args)
-    if args.models is not None or args.steps is not None or args.backend != "tilec":
-        raise TilecError("--models, --steps and --backend belong to `tilec bench model` (whole models' training steps)")
+    if args.models is not None or args.steps is not None or args.threads is not None or args.backend != "tilec":
+        raise TilecError("--models, --steps, --threads and --backend belong to `tilec bench model` (whole models' training steps)")
     if args.target in ("cuda", "cuda-sim"):
         return _bench_gpu(args)
     cases: list[Any]
@@ -90,6 +90,12 @@ def _bench_model(args: argparse.Namespace) -> int:
     steps = 20 if args.steps is None else args.steps
     warmup = 3 if args.warmup is None else args.warmup
     model_step.check_counts(steps, warmup)
+    if args.threads is not None:
+        import torch
+
+        if args.threads < 1:
+            raise TilecError(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)  # tilec's kernels use torch's thread count too
     sides = {**model_step.SIDES, "tilec": args.backend}
     if not args.json:
         print(model_step.machine_header())
@@ -173,6 +179,9 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                             "three need the package transformers)")
     bench.add_argument("--steps", type=int, default=None, metavar="N",
                        help="`model` only: timed rounds, one step of each side per round (default 20)")
+    bench.add_argument("--threads", type=int, default=None, metavar="N",
+                       help="`model` only: torch.set_num_threads(N) for every side (default: torch's own); "
+                            "1 gives steadier figures on a machine that other processes load")
     bench.add_argument("--backend", default="tilec", metavar="NAME",
                        help="`model` only: the torch.compile backend of the 'tilec' column (default tilec; "
                             "another, such as aot_eager, tries the benchmark without tilec.torch_backend)")
