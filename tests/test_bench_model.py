@@ -57,6 +57,7 @@ def test_cli_model_with_a_stand_in_backend(capsys: pytest.CaptureFixture[str]):
     (["bench", "model", "--models", "mlp,vgg"], "--models takes names from mlp, gpt2, bert, resnet18"),
     (["bench", "model", "--models", "mlp", "--steps", "0"], "needs --steps >= 1"),
     (["bench", "gemm", "--steps", "3"], "belong to `tilec bench model`"),
+    (["bench", "model", "--models", "mlp", "--threads", "0"], "--threads must be at least 1"),
 ])
 def test_cli_model_bad_input_is_one_clear_error(capsys: pytest.CaptureFixture[str], argv: list[str], message: str):
     assert main(argv) == 1
