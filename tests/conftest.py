@@ -28,3 +28,9 @@ def verified_stages() -> Iterator[None]:
         mp.setattr(options, "debug", True)
         mp.setenv("TILEC_DEBUG", "1")
         yield
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--compile-backend", default="tilec", metavar="NAME",
+                     help="the torch.compile backend whose training tests/test_backend_models.py compares with "
+                          "eager (default tilec; aot_eager stands in for it; the coverage tests use tilec always)")

@@ -1,8 +1,10 @@
 """The main job (`bash scripts/main.sh`): compile Tile kernels on the host CPU, check them against
 numpy, report compile time and call overhead, tune a GEMM (`tilec tune`, 24 trials into a
 temporary records file) and benchmark it, then benchmark conv2d and attention side by side with
-numpy / PyTorch (`tilec bench`), and finally train a small CNN twice, with torch's modules and
-with tilec's (`examples/train_cnn.py`), printing both loss curves.
+numpy / PyTorch (`tilec bench`), train a small CNN twice, with torch's modules and with tilec's
+(`examples/train_cnn.py`), and finally train a ResNet-18 compiled with `torch.compile(model,
+backend="tilec")` next to an eager copy (`examples/compile_cnn.py`), printing both loss curves each
+time.
 """
 
 from __future__ import annotations
@@ -58,10 +60,14 @@ def main() -> None:
         for case in BENCH_CASES:
             subprocess.run([sys.executable, "-m", "tilec.cli", "bench", *case, "--repeats", "5", "--records", records],
                            check=False, env=dict(os.environ))
-    example = Path(__file__).resolve().parent.parent / "examples" / "train_cnn.py"
-    if example.is_file():
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    if (examples / "train_cnn.py").is_file():
         print("\nTraining a small CNN with torch's modules and with tilec's (examples/train_cnn.py):", flush=True)
-        subprocess.run([sys.executable, str(example)], check=False)
+        subprocess.run([sys.executable, str(examples / "train_cnn.py")], check=False)
+    if (examples / "compile_cnn.py").is_file():
+        print('\nTraining a ResNet-18 compiled with torch.compile(model, backend="tilec") and eagerly '
+              "(examples/compile_cnn.py):", flush=True)
+        subprocess.run([sys.executable, str(examples / "compile_cnn.py"), "--steps", "25"], check=False)
 
 
 if __name__ == "__main__":

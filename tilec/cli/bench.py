@@ -1,4 +1,6 @@
-"""`tilec bench [OP] [--shape M=1024,N=1024,K=1024] [--json]`: time tilec kernels against their baselines.
+"""`tilec bench [OP] [--shape M=1024,N=1024,K=1024] [--json]`: time tilec kernels against their baselines;
+`tilec bench model [--models mlp,gpt2,bert,resnet18] [--steps N] [--warmup N]`: whole models' training
+steps, eager vs Inductor vs backend "tilec" (tilec.bench.model_step).
 
 The CPU cases run through tilec.bench.harness (tilec and numpy/PyTorch interleaved in this
 process); `--target cuda` runs tilec.bench.gpu, `--target cuda-sim` its quick shapes on the GPU
@@ -44,6 +46,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                              f"{args.records})")
         options.records_path, options.use_records = Path(args.records), True
 
+    if args.op == "model":
+        return _bench_model(args)
+    if args.models is not None or args.steps is not None or args.threads is not None or args.backend != "tilec":
+        raise TilecError("--models, --steps, --threads and --backend belong to `tilec bench model` (whole models' training steps)")
     if args.target in ("cuda", "cuda-sim"):
         return _bench_gpu(args)
     cases: list[Any]
@@ -54,7 +60,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         cases = ops.select_cases(args.op, args.shape, causal=args.causal, quick=args.quick,
                                  dtype=args.dtype, target=args.target, backward=args.backward)
-    settings = harness.Settings(args.warmup, args.repeats, args.warmup_time, args.budget, args.cooldown)
+    settings = harness.Settings(1 if args.warmup is None else args.warmup, args.repeats, args.warmup_time, args.budget, args.cooldown)
     resolve_target(args.target)  # an unknown target fails here, before any case runs
     table = None if args.json else harness.Table(cases)
     if table is not None:
@@ -66,6 +72,47 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"tilec: error: {result.error}", file=sys.stderr, flush=True)
             failed += 1
         print(harness.to_json(result) if table is None else table.row(result), flush=True)
+    return 1 if failed else 0
+
+
+def _bench_model(args: argparse.Namespace) -> int:
+    """`tilec bench model`: tilec.bench.model_step, one table row per model; exit status 1 when a model
+    could not be built or a side failed (its error on stderr), the other models' and sides' figures still printed."""
+    import json
+
+    from tilec.bench import model_step, models
+
+    names = [n.strip() for n in (args.models or ",".join(models.MODELS)).split(",") if n.strip()]
+    unknown = [n for n in names if n not in models.MODELS]
+    if unknown or not names:
+        raise TilecError(f"--models takes names from {', '.join(models.MODELS)} separated by commas, got "
+                         f"{args.models!r}")
+    steps = 20 if args.steps is None else args.steps
+    warmup = 3 if args.warmup is None else args.warmup
+    model_step.check_counts(steps, warmup)
+    if args.threads is not None:
+        import torch
+
+        if args.threads < 1:
+            raise TilecError(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)  # tilec's kernels use torch's thread count too
+    sides = {**model_step.SIDES, "tilec": args.backend}
+    if not args.json:
+        print(model_step.machine_header())
+        print(model_step.explanation(steps, warmup, args.backend))
+        print(model_step.table_header(), flush=True)
+    failed = 0
+    for name in names:
+        try:
+            result = model_step.run_model(name, steps, warmup, sides)
+        except models.ModelError as err:  # e.g. transformers is missing: the other models still run
+            print(f"tilec: error: {err}", file=sys.stderr, flush=True)
+            failed += 1
+            continue
+        for side, error in result.errors.items():
+            print(f"tilec: error: {name}, {side}: {error}", file=sys.stderr, flush=True)
+        failed += bool(result.errors)
+        print(json.dumps(result.to_dict()) if args.json else model_step.table_row(result), flush=True)
     return 1 if failed else 0
 
 
@@ -109,8 +156,9 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                     "The first warm-up call of each side is checked against the other.")
     bench.add_argument("op", nargs="?", default="all", metavar="OP",
                        help=f"one of {', '.join(OP_NAMES)}, train_step (one SGD step of the training "
-                            f"examples' CNN and transformer, tilec's modules vs torch's), or all (the default: "
-                            f"every op's acceptance cases, causal attention included)")
+                            f"examples' CNN and transformer, tilec's modules vs torch's), model (a training step "
+                            f"of whole models: eager vs torch.compile with Inductor and with backend 'tilec'), "
+                            f"or all (the default: every op's acceptance cases, causal attention included)")
     bench.add_argument("--shape", action="append", default=[], metavar="NAME=N,...",
                        help="the op's sizes, e.g. M=1024,N=1024,K=1024 (gemm, gemm_bias_relu); "
                             "N=8,C=64,H=56,W=56,CO=64,KH=3,KW=3,stride=1,pad=1 (conv2d; stride 1 and pad 0 "
@@ -123,8 +171,20 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--quick", action="store_true", help="one small case per op, for a fast check")
     bench.add_argument("--dtype", default="float32", help="float32 (default) or float64")
     bench.add_argument("--target", default="llvm", help="compilation target (default: llvm, the host CPU)")
-    bench.add_argument("--warmup", type=int, default=1, metavar="N",
-                       help="untimed pairs before timing, at least 1: the first compiles and checks (default 1)")
+    bench.add_argument("--warmup", type=int, default=None, metavar="N",
+                       help="untimed pairs before timing, at least 1: the first compiles and checks (default 1; "
+                            "for `model`, untimed rounds, default 3)")
+    bench.add_argument("--models", default=None, metavar="NAME,...",
+                       help="`model` only: which of mlp, gpt2, bert, resnet18 (default: all four; the last "
+                            "three need the package transformers)")
+    bench.add_argument("--steps", type=int, default=None, metavar="N",
+                       help="`model` only: timed rounds, one step of each side per round (default 20)")
+    bench.add_argument("--threads", type=int, default=None, metavar="N",
+                       help="`model` only: torch.set_num_threads(N) for every side (default: torch's own); "
+                            "1 gives steadier figures on a machine that other processes load")
+    bench.add_argument("--backend", default="tilec", metavar="NAME",
+                       help="`model` only: the torch.compile backend of the 'tilec' column (default tilec; "
+                            "another, such as aot_eager, tries the benchmark without tilec.torch_backend)")
     bench.add_argument("--warmup-time", type=float, default=0.5, metavar="SECONDS",
                        help="and warm up for at least this long, the first pair included (default 0.5)")
     bench.add_argument("--repeats", type=int, default=3, metavar="N", help="timed pairs (default 3)")

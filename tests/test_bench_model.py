@@ -1,0 +1,75 @@
+"""`tilec bench model` and tilec.bench.models: the workloads are deterministic, a failing side is
+reported while the others go on, and the command's errors are one clear line."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+
+from tilec.bench import model_step, models
+from tilec.cli import main
+
+
+def test_a_workload_is_the_same_every_time():
+    a, b = models.build("mlp"), models.build("mlp")
+    assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
+    assert all(torch.equal(a.batch(3)[k], b.batch(3)[k]) for k in ("x", "y"))
+    assert not torch.equal(a.batch(3)["x"], a.batch(4)["x"])
+    assert a.model.training
+
+
+def test_copies_train_independently_and_alike():
+    work = models.build("mlp")
+    twin = models.copy_of(work)
+    assert models.train(work, 3, backend=None) == models.train(twin, 3, backend=None)
+    assert twin.model is not work.model
+
+
+def test_unknown_model_and_missing_transformers_are_clear(monkeypatch: pytest.MonkeyPatch):
+    with pytest.raises(models.ModelError, match="expected one of mlp, gpt2, bert, resnet18"):
+        models.build("vgg")
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers raises ImportError
+    with pytest.raises(models.ModelError, match="need the package 'transformers'"):
+        models.build("gpt2")
+
+
+def test_a_failing_side_is_reported_and_the_others_go_on():
+    result = model_step.run_model("mlp", steps=2, warmup=1, sides={"eager": None, "broken": "no_such_backend"})
+    assert "broken" in result.errors and result.median_ms("broken") is None
+    assert len(result.times_ms["eager"]) == 2 and result.median_ms("eager") > 0
+
+
+def test_cli_model_with_a_stand_in_backend(capsys: pytest.CaptureFixture[str]):
+    """All three sides (Inductor included) on the mlp, the tilec column compiled by aot_eager."""
+    code = main(["bench", "model", "--models", "mlp", "--steps", "2", "--warmup", "1", "--backend", "aot_eager",
+                 "--json"])
+    out, err = capsys.readouterr()
+    (line,) = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    assert code == 0, err
+    assert line["model"] == "mlp" and line["rounds"] == 2 and line["errors"] == {}
+    assert all(line[f"{side}_ms"] > 0 for side in ("eager", "inductor", "tilec")) and line["tilec_vs_eager"] > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "model", "--models", "mlp,vgg"], "--models takes names from mlp, gpt2, bert, resnet18"),
+    (["bench", "model", "--models", "mlp", "--steps", "0"], "needs --steps >= 1"),
+    (["bench", "gemm", "--steps", "3"], "belong to `tilec bench model`"),
+    (["bench", "model", "--models", "mlp", "--threads", "0"], "--threads must be at least 1"),
+])
+def test_cli_model_bad_input_is_one_clear_error(capsys: pytest.CaptureFixture[str], argv: list[str], message: str):
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_cli_model_without_transformers_still_runs_the_mlp(capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    code = main(["bench", "model", "--models", "gpt2,mlp", "--steps", "1", "--warmup", "1", "--backend", "aot_eager",
+                 "--json"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "need the package 'transformers'" in err and "Traceback" not in err
+    assert [json.loads(x)["model"] for x in out.splitlines() if x.startswith("{")] == ["mlp"]
