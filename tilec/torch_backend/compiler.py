@@ -78,13 +78,17 @@ class GraphStats:
 class Kernel:
     """One fused Tile program as a graph node: runs on the input tensors, returns its outputs."""
 
-    def __init__(self, source: str, generated: Sequence[Callable[[], torch.Tensor]]) -> None:
+    def __init__(self, source: str, generated: Sequence[Callable[[], torch.Tensor]],
+                 layouts: Sequence[tuple[int, ...] | None] = ()) -> None:
         self.source = source
         self.fn = forward_fn(source)
         self.generated = tuple(generated)
+        self.layouts = tuple(layouts) if any(o is not None for o in layouts) else ()
         self.__name__ = "tilec_kernel"
 
     def __call__(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
+        if self.layouts:  # inputs declared in their memory order: free views, no copies
+            tensors = tuple(t if o is None else t.permute(o) for t, o in zip(tensors, self.layouts))
         extra = [make() for make in self.generated]
         return call(self.fn, [*tensors, *extra])
 
@@ -193,7 +197,7 @@ def _build(gm: fx.GraphModule, part: Partition) -> tuple[fx.GraphModule, GraphSt
             return
         source = p.source(group.values)
         try:
-            kernel = Kernel(source, [make for _, make in p.generated])
+            kernel = Kernel(source, [make for _, make in p.generated], [p.layouts.get(v.name) for v, _ in p.inputs])
             plan_for(kernel.fn, [torch.empty(v.shape, dtype=v.dtype, device="meta")
                                  for v, _ in [*p.inputs, *p.generated]])  # compiles now, not mid-step
         except TilecError as e:

@@ -123,6 +123,8 @@ class ProgramWriter:
     generated: list[tuple[Value, Callable[[], torch.Tensor]]] = field(default_factory=list)
     statements: list[str] = field(default_factory=list)
     values: dict[fx.Node, Any] = field(default_factory=dict)
+    #: inputs declared in their memory order: name -> the permutation the caller applies first
+    layouts: dict[str, tuple[int, ...]] = field(default_factory=dict)
     _count: int = 0
     _outside: dict[fx.Node, Value] = field(default_factory=dict)
     _constraints: list[str] = field(default_factory=list)
@@ -143,17 +145,28 @@ class ProgramWriter:
                 raise Unsupported(f"{arg.name} is not a single tensor")
             return v
         if arg not in self._outside:
-            v = self._declare(arg)
-            self._outside[arg] = v
-            self.inputs.append((v, arg))
+            declared, order = self._declare(arg)
+            self.inputs.append((declared, arg))
+            self._outside[arg] = declared
+            if order is not None:  # read through a lazy permute of the memory's own order
+                self.layouts[declared.name] = order
+                self._outside[arg] = self.view(declared, concrete(meta(arg).shape),
+                                               [f"{{{axis}}}" for axis in order])
         return self._outside[arg]
 
-    def _declare(self, node: fx.Node) -> Value:
+    def _declare(self, node: fx.Node) -> tuple[Value, tuple[int, ...] | None]:
+        """The input's declaration: a permuted dense tensor (a transposed weight AOTAutograd saved
+        for the backward) is declared in its memory order, `order` (its axes by decreasing
+        stride), so that the kernel reads its memory without a copy; others as they are."""
         val = meta(node)
         if not isinstance(val, torch.Tensor):
             raise Unsupported(f"{node.name} is not a tensor")
         check_tensor(val, node.name)
-        return Value(self.fresh(), concrete(val.shape), val.dtype)
+        shape = concrete(val.shape)
+        order = memory_order(val)
+        if order is None:
+            return Value(self.fresh(), shape, val.dtype), None
+        return Value(self.fresh(), tuple(shape[a] for a in order), val.dtype), order
 
     def operand(self, arg: Any) -> str:
         """A tensor's name or a number's literal, for an elementwise expression."""
@@ -275,6 +288,17 @@ def chained(statements: list[str]) -> list[str]:
             if waiting[u] == 0:
                 bisect.insort(ready, u)
     return [statements[k] for k in order]
+
+
+def memory_order(t: torch.Tensor) -> tuple[int, ...] | None:
+    """The axes of a dense but permuted tensor by decreasing stride (t.permute(order) is
+    contiguous), or None for a contiguous tensor or one that is not a permutation of dense memory."""
+    if t.is_contiguous() or t.dim() < 2:
+        return None
+    strides = t.stride()
+    order = tuple(sorted(range(t.dim()), key=lambda a: (-strides[a], a)))
+    permuted = t.permute(order)
+    return order if permuted.is_contiguous() else None
 
 
 def index_vars(rank: int, prefix: str = "i") -> list[str]:
