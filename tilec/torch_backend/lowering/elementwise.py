@@ -56,7 +56,16 @@ def pointwise(p: ProgramWriter, node: fx.Node, template: str, args: list[Any],
     comparison (a bool result) on operands converted to `compare_in`."""
     shape, dtype = result(p, node)
     exprs, values = operands(p, args, compare_in or dtype)
-    return p.let(template.format(*[f"({e})" for e in exprs]), shape, dtype, *values)
+    expr = template.format(*[f"({e})" for e in exprs])
+    if compare_in is None and (not values or dtype not in _CLOSED):
+        # Tile types a literal-only expression by its literals (int32, float64) and bool or small
+        # integer arithmetic as int32: the result is converted to the node's dtype, as torch's is
+        expr = convert(expr, dtype)
+    return p.let(expr, shape, dtype, *values)
+
+
+#: dtypes whose Tile arithmetic stays in the dtype (with literals too)
+_CLOSED = (torch.float32, torch.float64, torch.int32, torch.int64)
 
 
 def promoted(node: fx.Node, *args: Any) -> torch.dtype:
@@ -70,8 +79,9 @@ def _binary(template: str) -> Any:
         a = arguments(node)
         x, y = a["self"], a["other"]
         alpha = a.get("alpha", 1)
-        if alpha != 1:
-            return pointwise(p, node, template.replace("{1}", "({1} * " + literal(alpha) + ")"), [x, y])
+        if alpha != 1:  # (add, sub: other * alpha; rsub: other - self * alpha)
+            scaled = "{0}" if node.target in (aten.rsub.Scalar, aten.rsub.Tensor) else "{1}"
+            return pointwise(p, node, template.replace(scaled, f"({scaled} * {literal(alpha)})"), [x, y])
         return pointwise(p, node, template, [x, y])
     return rule
 
@@ -108,6 +118,8 @@ _UNARY = {aten.neg.default: "-{0}", aten.relu.default: "relu({0})", aten.abs.def
           aten.bitwise_not.default: "~{0}", aten.logical_not.default: "as_bool({0}) == 0",
           aten.clone.default: "{0}", aten.alias.default: "{0}", aten.detach.default: "{0}",
           aten.lift_fresh_copy.default: "{0}", aten.sign.default: "sign({0})"}
+#: Tile's sign keeps a NaN (numpy's), torch's sign of NaN is 0
+_FLOAT_FORMS = {aten.sign.default: "{0} == {0} ? sign({0}) : 0.0"}
 
 
 def _unary(template: str, floating: bool) -> Any:
@@ -118,7 +130,8 @@ def _unary(template: str, floating: bool) -> Any:
             raise Unsupported(f"{node.target} of {dtype}")
         if template == "{0}":  # a copy: the same value (SSA: nothing is written in place)
             return p.tensor(x)
-        return pointwise(p, node, template, [x])
+        form = _FLOAT_FORMS.get(node.target, template) if dtype.is_floating_point else template
+        return pointwise(p, node, form, [x])
     return rule
 
 
