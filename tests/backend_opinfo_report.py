@@ -39,9 +39,11 @@ def main() -> None:
                     print(f"  {outcome.kind} {dtype} {describe(sample)}: {outcome.detail[:300]}", flush=True)
             totals.update(counts)
             parts.append(f"{str(dtype).removeprefix('torch.')} " +
-                         "/".join(str(counts[k]) for k in ("pass", "wrong", "fallback")))
+                         "/".join(str(counts[k]) for k in ("pass", "wrong", "fallback"))
+                         + (f" ({counts['torch rejects']} rejected by torch)" if counts["torch rejects"] else ""))
         print(f"{op_id(name, variant)}: {'; '.join(parts)}   (pass/wrong/fallback)", flush=True)
-    print(f"total: pass {totals['pass']}, wrong {totals['wrong']}, fallback {totals['fallback']} "
+    print(f"total: pass {totals['pass']}, wrong {totals['wrong']}, fallback {totals['fallback']}, "
+          f"rejected by torch {totals['torch rejects']} "
           f"({time.time() - start:.0f} s)")
 
 

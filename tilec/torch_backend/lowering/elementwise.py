@@ -57,11 +57,14 @@ def pointwise(p: ProgramWriter, node: fx.Node, template: str, args: list[Any],
     shape, dtype = result(p, node)
     exprs, values = operands(p, args, compare_in or dtype)
     expr = template.format(*[f"({e})" for e in exprs])
-    if compare_in is None and (not values or dtype not in _CLOSED):
-        # Tile types a literal-only expression by its literals (int32, float64) and bool or small
-        # integer arithmetic as int32: the result is converted to the node's dtype, as torch's is
-        expr = convert(expr, dtype)
-    return p.let(expr, shape, dtype, *values)
+    return p.let(expr if compare_in is not None else typed(expr, dtype, values), shape, dtype, *values)
+
+
+def typed(expr: str, dtype: torch.dtype, values: list[Value]) -> str:
+    """`expr` (over `values` and literals) as a `dtype` expression: Tile types a literal-only
+    expression by its literals (int32, float64) and bool or small-integer arithmetic and literals
+    as int32, so those are converted to the node's dtype (as torch's result is)."""
+    return convert(expr, dtype) if not values or dtype not in _CLOSED else expr
 
 
 #: dtypes whose Tile arithmetic stays in the dtype (with literals too)
@@ -199,7 +202,8 @@ def _where(p: ProgramWriter, node: fx.Node) -> Value:
     shape, dtype = result(p, node)
     c = p.tensor(cond)
     exprs, values = operands(p, [x, y], dtype)
-    return p.let(f"as_bool({p.elementwise(c)}) ? {exprs[0]} : {exprs[1]}", shape, dtype, c, *values)
+    return p.let(typed(f"as_bool({p.elementwise(c)}) ? {exprs[0]} : {exprs[1]}", dtype, values), shape, dtype, c,
+                 *values)
 
 
 @tile(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
@@ -208,7 +212,8 @@ def _masked_fill(p: ProgramWriter, node: fx.Node) -> Value:
     shape, dtype = result(p, node)
     m = p.tensor(mask)
     exprs, values = operands(p, [x, value], dtype)
-    return p.let(f"as_bool({p.elementwise(m)}) ? {exprs[1]} : {exprs[0]}", shape, dtype, m, *values)
+    return p.let(typed(f"as_bool({p.elementwise(m)}) ? {exprs[1]} : {exprs[0]}", dtype, values), shape, dtype, m,
+                 *values)
 
 
 @tile(aten.clamp.default)
