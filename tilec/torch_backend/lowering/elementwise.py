@@ -216,15 +216,26 @@ def _masked_fill(p: ProgramWriter, node: fx.Node) -> Value:
                  *values)
 
 
-@tile(aten.clamp.default)
+@tile(aten.clamp.default, aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_min.Tensor, aten.clamp_max.default,
+      aten.clamp_max.Tensor)
 def _clamp(p: ProgramWriter, node: fx.Node) -> Value:
+    """min(max(x, lo), hi) as torch's (hi wins where lo > hi; Tile's max and min keep a NaN, as
+    torch's clamp does); the bounds are numbers or tensors."""
     a = arguments(node)
-    expr = "{0}"
-    if a.get("min") is not None:
-        expr = f"max({expr}, {literal(a['min'])})"
-    if a.get("max") is not None:
-        expr = f"min({expr}, {literal(a['max'])})"
-    return pointwise(p, node, expr, [a["self"]])
+    lo = a.get("min") if node.target in (aten.clamp.default, aten.clamp.Tensor) else None
+    hi = a.get("max") if node.target in (aten.clamp.default, aten.clamp.Tensor) else None
+    if node.target in (aten.clamp_min.default, aten.clamp_min.Tensor):
+        lo = a["min"]
+    if node.target in (aten.clamp_max.default, aten.clamp_max.Tensor):
+        hi = a["max"]
+    args, expr = [a["self"]], "{0}"
+    if lo is not None:
+        args.append(lo)
+        expr = f"max({expr}, {{{len(args) - 1}}})"
+    if hi is not None:
+        args.append(hi)
+        expr = f"min({expr}, {{{len(args) - 1}}})"
+    return pointwise(p, node, expr, args)
 
 
 @tile(aten._to_copy.default, aten.to.dtype)
