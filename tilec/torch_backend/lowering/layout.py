@@ -220,13 +220,14 @@ def _pad(p: ProgramWriter, node: fx.Node) -> Value:
     x = p.tensor(node.args[0])
     pad = list(node.args[1])
     value = node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
+    if not dtype.is_floating_point and isinstance(value, float) and not value.is_integer():
+        raise Unsupported(f"padding {dtype} with {value}")
     idx = index_vars(x.rank)
     write = list(idx)
     for k in range(len(pad) // 2):
         d = x.rank - 1 - k
-        before, after = pad[2 * k], pad[2 * k + 1]
-        if before < 0 or after < 0:
-            raise Unsupported("negative padding")
+        before = pad[2 * k]  # (negative: a crop; writes outside the result are dropped, as after < 0's)
         if before:
-            write[d] = f"{idx[d]} + {before}"
+            write[d] = f"{idx[d]} + {before}" if before > 0 else f"{idx[d]} - {-before}"
+    value = int(value) if not dtype.is_floating_point else value
     return p.contract(write, shape, f"=({p.access(x, idx)})", dtype, f" default {literal(value)}")
