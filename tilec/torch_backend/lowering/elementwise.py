@@ -122,7 +122,7 @@ _UNARY = {aten.neg.default: "-{0}", aten.relu.default: "relu({0})", aten.abs.def
           aten.clone.default: "{0}", aten.alias.default: "{0}", aten.detach.default: "{0}",
           aten.lift_fresh_copy.default: "{0}", aten.sign.default: "sign({0})"}
 #: Tile's sign keeps a NaN (numpy's), torch's sign of NaN is 0
-_FLOAT_FORMS = {aten.sign.default: "{0} == {0} ? sign({0}) : 0.0"}
+_FLOAT_FORMS: dict[Any, str] = {aten.sign.default: "{0} == {0} ? sign({0}) : 0.0"}
 
 
 def _unary(template: str, floating: bool) -> Any:

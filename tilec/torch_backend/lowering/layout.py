@@ -9,7 +9,6 @@ A reshape is affine when it only splits or merges neighbouring axes (with size-1
 
 from __future__ import annotations
 
-from typing import Any
 
 import torch
 import torch.fx as fx
@@ -229,5 +228,5 @@ def _pad(p: ProgramWriter, node: fx.Node) -> Value:
         before = pad[2 * k]  # (negative: a crop; writes outside the result are dropped, as after < 0's)
         if before:
             write[d] = f"{idx[d]} + {before}" if before > 0 else f"{idx[d]} - {-before}"
-    value = int(value) if not dtype.is_floating_point else value
-    return p.contract(write, shape, f"=({p.access(x, idx)})", dtype, f" default {literal(value)}")
+    fill = value if dtype.is_floating_point or not isinstance(value, float) else int(value)
+    return p.contract(write, shape, f"=({p.access(x, idx)})", dtype, f" default {literal(fill)}")
