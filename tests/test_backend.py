@@ -177,3 +177,28 @@ print(json.dumps({"ok": ok, "lowered": b.coverage()["lowered"], "compiled": 0, "
 def test_the_backend_refuses_options():
     with pytest.raises(TypeError, match="takes no options"):
         backend.tilec_backend(None, [], mode="fast")
+
+
+def _attention(q, k, v):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_attention_gradients_are_torchs_and_inference_attention_is_lowered():
+    """Regression: torch's decomposition of the CPU flash attention returns the attention weights
+    where the op returns the logsumexp its backward reads (garbage gradients): a graph that will be
+    differentiated keeps the op whole; inference still decomposes it into tilec kernels."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, n, 8, generator=gen, dtype=torch.float64) for n in (3, 6, 6))
+    compiled = torch.compile(_attention, backend="tilec", dynamic=False)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    got = torch.autograd.grad(compiled(*leaves).sum(), leaves)
+    want = torch.autograd.grad(_attention(*leaves).sum(), leaves)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    torch._dynamo.reset()
+    backend.reset_coverage()
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(_attention, backend="tilec", dynamic=False)(q, k, v),
+                                   _attention(q, k, v))
+    cov = backend.coverage()
+    assert cov["lowered"] > 10 and not any("attention" in op for op in cov["fallback"])

@@ -29,16 +29,22 @@ from tilec.torch_backend.compiler import COVERAGE, Compiled, Coverage
 from tilec.torch_backend.lowering import lowered_ops
 
 
-def _decompositions() -> dict[Any, Any]:
+#: decompositions that are right for inference only: torch's decomposition of the CPU flash attention
+#: returns the attention weights where the op returns its logsumexp, which the op's backward reads
+_INFERENCE_ONLY = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default}
+
+
+def _decompositions(training: bool = False) -> dict[Any, Any]:
     """torch's core-ATen decompositions of the ops tilec has no rule for (the others stay whole:
-    their rules write better programs than the expansions)."""
+    their rules write better programs than the expansions); for a graph that will be
+    differentiated (`training`), without those whose outputs the op's backward cannot take."""
     from torch._decomp import core_aten_decompositions
 
     mine = lowered_ops()
     table = {}
     for op, fn in core_aten_decompositions().items():
         packet = getattr(op, "overloadpacket", None)
-        if op in mine or packet in mine:
+        if op in mine or packet in mine or (training and op in _INFERENCE_ONLY):
             continue
         table[op] = fn
     return table
@@ -52,12 +58,15 @@ def compile_graph(gm: fx.GraphModule, example_inputs: list[Any]) -> Compiled:
 
 def tilec_backend(gm: fx.GraphModule, example_inputs: list[Any], **options: Any) -> Any:
     """The torch.compile backend (`backend="tilec"`)."""
+    import torch
     from torch._dynamo.backends.common import aot_autograd
 
     if options:
         raise TypeError(f"the tilec backend takes no options, got {sorted(options)}")
+    training = torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
+                                               for x in example_inputs)
     backend = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
-                           inference_compiler=compile_graph, decompositions=_decompositions())
+                           inference_compiler=compile_graph, decompositions=_decompositions(training))
     return backend(gm, example_inputs)
 
 
