@@ -56,7 +56,19 @@ def pointwise(p: ProgramWriter, node: fx.Node, template: str, args: list[Any],
     comparison (a bool result) on operands converted to `compare_in`."""
     shape, dtype = result(p, node)
     exprs, values = operands(p, args, compare_in or dtype)
-    return p.let(template.format(*[f"({e})" for e in exprs]), shape, dtype, *values)
+    expr = template.format(*[f"({e})" for e in exprs])
+    return p.let(expr if compare_in is not None else typed(expr, dtype, values), shape, dtype, *values)
+
+
+def typed(expr: str, dtype: torch.dtype, values: list[Value]) -> str:
+    """`expr` (over `values` and literals) as a `dtype` expression: Tile types a literal-only
+    expression by its literals (int32, float64) and bool or small-integer arithmetic and literals
+    as int32, so those are converted to the node's dtype (as torch's result is)."""
+    return convert(expr, dtype) if not values or dtype not in _CLOSED else expr
+
+
+#: dtypes whose Tile arithmetic stays in the dtype (with literals too)
+_CLOSED = (torch.float32, torch.float64, torch.int32, torch.int64)
 
 
 def promoted(node: fx.Node, *args: Any) -> torch.dtype:
@@ -70,8 +82,9 @@ def _binary(template: str) -> Any:
         a = arguments(node)
         x, y = a["self"], a["other"]
         alpha = a.get("alpha", 1)
-        if alpha != 1:
-            return pointwise(p, node, template.replace("{1}", "({1} * " + literal(alpha) + ")"), [x, y])
+        if alpha != 1:  # (add, sub: other * alpha; rsub: other - self * alpha)
+            scaled = "{0}" if node.target in (aten.rsub.Scalar, aten.rsub.Tensor) else "{1}"
+            return pointwise(p, node, template.replace(scaled, f"({scaled} * {literal(alpha)})"), [x, y])
         return pointwise(p, node, template, [x, y])
     return rule
 
@@ -108,6 +121,8 @@ _UNARY = {aten.neg.default: "-{0}", aten.relu.default: "relu({0})", aten.abs.def
           aten.bitwise_not.default: "~{0}", aten.logical_not.default: "as_bool({0}) == 0",
           aten.clone.default: "{0}", aten.alias.default: "{0}", aten.detach.default: "{0}",
           aten.lift_fresh_copy.default: "{0}", aten.sign.default: "sign({0})"}
+#: Tile's sign keeps a NaN (numpy's), torch's sign of NaN is 0
+_FLOAT_FORMS: dict[Any, str] = {aten.sign.default: "{0} == {0} ? sign({0}) : 0.0"}
 
 
 def _unary(template: str, floating: bool) -> Any:
@@ -118,7 +133,8 @@ def _unary(template: str, floating: bool) -> Any:
             raise Unsupported(f"{node.target} of {dtype}")
         if template == "{0}":  # a copy: the same value (SSA: nothing is written in place)
             return p.tensor(x)
-        return pointwise(p, node, template, [x])
+        form = _FLOAT_FORMS.get(node.target, template) if dtype.is_floating_point else template
+        return pointwise(p, node, form, [x])
     return rule
 
 
@@ -186,7 +202,8 @@ def _where(p: ProgramWriter, node: fx.Node) -> Value:
     shape, dtype = result(p, node)
     c = p.tensor(cond)
     exprs, values = operands(p, [x, y], dtype)
-    return p.let(f"as_bool({p.elementwise(c)}) ? {exprs[0]} : {exprs[1]}", shape, dtype, c, *values)
+    return p.let(typed(f"as_bool({p.elementwise(c)}) ? {exprs[0]} : {exprs[1]}", dtype, values), shape, dtype, c,
+                 *values)
 
 
 @tile(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
@@ -195,18 +212,30 @@ def _masked_fill(p: ProgramWriter, node: fx.Node) -> Value:
     shape, dtype = result(p, node)
     m = p.tensor(mask)
     exprs, values = operands(p, [x, value], dtype)
-    return p.let(f"as_bool({p.elementwise(m)}) ? {exprs[1]} : {exprs[0]}", shape, dtype, m, *values)
+    return p.let(typed(f"as_bool({p.elementwise(m)}) ? {exprs[1]} : {exprs[0]}", dtype, values), shape, dtype, m,
+                 *values)
 
 
-@tile(aten.clamp.default)
+@tile(aten.clamp.default, aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_min.Tensor, aten.clamp_max.default,
+      aten.clamp_max.Tensor)
 def _clamp(p: ProgramWriter, node: fx.Node) -> Value:
+    """min(max(x, lo), hi) as torch's (hi wins where lo > hi; Tile's max and min keep a NaN, as
+    torch's clamp does); the bounds are numbers or tensors."""
     a = arguments(node)
-    expr = "{0}"
-    if a.get("min") is not None:
-        expr = f"max({expr}, {literal(a['min'])})"
-    if a.get("max") is not None:
-        expr = f"min({expr}, {literal(a['max'])})"
-    return pointwise(p, node, expr, [a["self"]])
+    lo = a.get("min") if node.target in (aten.clamp.default, aten.clamp.Tensor) else None
+    hi = a.get("max") if node.target in (aten.clamp.default, aten.clamp.Tensor) else None
+    if node.target in (aten.clamp_min.default, aten.clamp_min.Tensor):
+        lo = a["min"]
+    if node.target in (aten.clamp_max.default, aten.clamp_max.Tensor):
+        hi = a["max"]
+    args, expr = [a["self"]], "{0}"
+    if lo is not None:
+        args.append(lo)
+        expr = f"max({expr}, {{{len(args) - 1}}})"
+    if hi is not None:
+        args.append(hi)
+        expr = f"min({expr}, {{{len(args) - 1}}})"
+    return pointwise(p, node, expr, args)
 
 
 @tile(aten._to_copy.default, aten.to.dtype)

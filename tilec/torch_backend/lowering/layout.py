@@ -221,16 +221,17 @@ def _pad(p: ProgramWriter, node: fx.Node) -> Value:
     x = p.tensor(argv(node)[0])
     pad = list(argv(node)[1])
     value = argv(node)[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
+    if not dtype.is_floating_point and isinstance(value, float) and not value.is_integer():
+        raise Unsupported(f"padding {dtype} with {value}")
     idx = index_vars(x.rank)
     write = list(idx)
     for k in range(len(pad) // 2):
         d = x.rank - 1 - k
-        before, after = pad[2 * k], pad[2 * k + 1]
-        if before < 0 or after < 0:
-            raise Unsupported("negative padding")
+        before = pad[2 * k]  # (negative: a crop; writes outside the result are dropped, as after < 0's)
         if before:
-            write[d] = f"{idx[d]} + {before}"
-    return p.contract(write, shape, f"=({p.access(x, idx)})", dtype, f" default {literal(value)}")
+            write[d] = f"{idx[d]} + {before}" if before > 0 else f"{idx[d]} - {-before}"
+    fill = value if dtype.is_floating_point or not isinstance(value, float) else int(value)
+    return p.contract(write, shape, f"=({p.access(x, idx)})", dtype, f" default {literal(fill)}")
 
 
 @tile(aten.slice_scatter.default)

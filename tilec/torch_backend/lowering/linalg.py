@@ -38,6 +38,8 @@ def _addmm(p: ProgramWriter, node: fx.Node) -> Value:
                      p.tensor(a["mat2" if "mat2" in a else "batch2"]), shape, dtype)
     bias = p.tensor(a["self"])
     beta, alpha = a.get("beta", 1), a.get("alpha", 1)
+    if not dtype.is_floating_point and not (isinstance(beta, int) and isinstance(alpha, int)):
+        raise Unsupported(f"{dtype} {node.target} with beta {beta!r}, alpha {alpha!r}")
     term = p.elementwise(bias) if beta == 1 else f"{p.elementwise(bias)} * {literal(beta)}"
     scaled = product.name if alpha == 1 else f"{product.name} * {literal(alpha)}"
     return p.let(f"{scaled} + {term}", shape, dtype, product, bias)

@@ -150,10 +150,13 @@ def _layer_norm_backward(p: ProgramWriter, node: fx.Node) -> tuple[Any, ...]:
         s2 = reduce(p, p.let(f"{gxw.name} * {xhat.name}", x.shape, x.dtype, gxw, xhat), dims, True, "+", x.dtype)
         outs[0] = p.let(f"{p.elementwise(rstd)} * ({gxw.name} - {s1.name} / {float(n)!r} - {xhat.name} * "
                         f"{s2.name} / {float(n)!r})", x.shape, x.dtype, rstd, gxw, s1, xhat, s2)
+    # (no batch axes: the parameter gradients are the per-element terms; reduce() over no
+    # axes would sum over all of them)
     if mask[1] and weight is not None:
-        outs[1] = reduce(p, p.let(f"{g.name} * {xhat.name}", x.shape, x.dtype, g, xhat), batch, False, "+", x.dtype)
+        gwx = p.let(f"{g.name} * {xhat.name}", x.shape, x.dtype, g, xhat)
+        outs[1] = reduce(p, gwx, batch, False, "+", x.dtype) if batch else gwx
     if mask[2] and a["bias"] is not None:
-        outs[2] = reduce(p, g, batch, False, "+", x.dtype)
+        outs[2] = reduce(p, g, batch, False, "+", x.dtype) if batch else g
     return tuple(outs)
 
 
