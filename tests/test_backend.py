@@ -184,9 +184,10 @@ def _attention(q, k, v):
 
 
 def test_attention_gradients_are_torchs_and_inference_attention_is_lowered():
-    """Regression: torch's decomposition of the CPU flash attention returns the attention weights
-    where the op returns the logsumexp its backward reads (garbage gradients): a graph that will be
-    differentiated keeps the op whole; inference still decomposes it into tilec kernels."""
+    """Regression: torch's core-ATen decomposition of the CPU flash attention returns the attention
+    weights where the op returns the logsumexp its backward reads (garbage gradients when the
+    backward ran in torch). tilec lowers the op and its backward itself, with torch's logsumexp;
+    training and inference both run it in tilec kernels."""
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, n, 8, generator=gen, dtype=torch.float64) for n in (3, 6, 6))
     compiled = torch.compile(_attention, backend="tilec", dynamic=False)
@@ -201,4 +202,4 @@ def test_attention_gradients_are_torchs_and_inference_attention_is_lowered():
         torch.testing.assert_close(torch.compile(_attention, backend="tilec", dynamic=False)(q, k, v),
                                    _attention(q, k, v))
     cov = backend.coverage()
-    assert cov["lowered"] > 10 and not any("attention" in op for op in cov["fallback"])
+    assert cov["lowered"] >= 1 and cov["kernels"] >= 1 and not any("attention" in op for op in cov["fallback"])

@@ -19,7 +19,7 @@ pytest.importorskip("torch")
 SCRIPT = textwrap.dedent("""
     import json, sys, torch
     import tilec.torch_backend as tb
-    from tilec.torch_backend import compiler
+    from tilec.torch_backend import compiler, tasks as tasks_module
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(48, 96), torch.nn.ReLU(), torch.nn.Linear(96, 16))
     x = torch.randn(40, 48)
@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent("""
             best = tune(tasks[0], 3, m, db, strategy="random")
         print(json.dumps({"tasks": len(tasks), "tuned": tasks[0].key, "best": best is not None}))
     else:
-        functions = [compiler.forward_fn(source) for source, _ in compiler.COMPILED]
+        functions = [compiler.forward_fn(source) for source, _ in tasks_module.PROGRAMS]
         recorded = [fn for fn in functions if any(s is not None for s in fn._recorded.values())]
         print(json.dumps({"tasks": len(tasks), "with_records": len(recorded), "loss": loss.item()}))
 """)

@@ -37,6 +37,8 @@ def _tune_tasks(args: argparse.Namespace, quiet: bool = False) -> "tuple[list[Ta
     from tilec.target import host_target
 
     sizes: dict[str, int] = {}
+    if args.op == "model":
+        return _model_tasks(args)
     if args.op in ops.OP_NAMES:
         op = ops.get_op(args.op)
         op_sizes = ops.parse_shape(op, args.shape[0]) if args.shape else dict(op.cases[0])
@@ -79,6 +81,29 @@ def _tune_tasks(args: argparse.Namespace, quiet: bool = False) -> "tuple[list[Ta
                   f"product outside a fused kernel; attention's gradient is one fused kernel, whose block "
                   f"sizes the tuner does not search yet)", file=sys.stderr)
     return chosen, op_name, shape_text
+
+
+def _model_tasks(args: argparse.Namespace) -> "tuple[list[Task], str, str]":
+    """`tilec tune model --model NAME`: one training step of the model under
+    torch.compile(backend="tilec"), then every tunable statement of every program the backend ran
+    (its fused kernels and its convolutions' programs), or the one --stmt picks."""
+    from tilec.bench import models
+
+    import torch
+
+    import tilec.torch_backend as backend
+
+    work = models.build(args.model)
+    compiled = torch.compile(work.model, backend="tilec")
+    work.loss(compiled, work.batch(0)).backward()
+    tasks = backend.tuning_tasks()
+    if not tasks:
+        raise TilecError(f"nothing to tune in model {args.model}: its kernels have no tunable statement")
+    if args.stmt is not None:
+        if not 0 <= args.stmt < len(tasks):
+            raise TilecError(f"--stmt {args.stmt}: model {args.model} has {len(tasks)} tuning tasks, 0 to {len(tasks) - 1}")
+        tasks = [tasks[args.stmt]]
+    return tasks, f"model-{args.model}", ""
 
 
 TRANSFER_SHAPES = 3  # earlier tunings of other shapes whose records seed the cost model
@@ -140,7 +165,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"\r\033[Ktune {label}: {p.measured}/{p.total} measured, best {best}, ETA {eta}")
                 sys.stderr.flush()
 
-            kernel_op = op_name if task is tasks[0] else f"{op_name}-backward"  # as `tilec bench --backward` names it
+            kernel_op = op_name if task is tasks[0] or args.op == "model" else f"{op_name}-backward"  # as `tilec bench --backward` names it
             transfer = _transfer_tasks(args, db, index, kernel_op, shape_text, task.target.key)
             best = tune(task, args.trials, measurer, db, seed=args.seed, progress=show, op=kernel_op, shape=shape_text,
                         transfer=transfer)
@@ -160,7 +185,11 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
                                       "a .tile file, and with --backward of its gradient program), building candidates "
                                       "in parallel processes and measuring each in a separate process, and append "
                                       "every measurement to the tuning records.")
-    tune.add_argument("op", metavar="OP|FILE", help="gemm, conv2d, attention, ... or a Tile file")
+    tune.add_argument("op", metavar="OP|FILE", help="gemm, conv2d, attention, ... or a Tile file; or `model` "
+                                                    "(with --model): every kernel torch.compile(backend=\"tilec\") "
+                                                    "runs for that model's training step")
+    tune.add_argument("--model", default="mlp", help="with `tilec tune model`: mlp, gpt2, bert or resnet18 "
+                                                     "(tilec.bench.models; default mlp)")
     tune.add_argument("--shape", action="append", default=[], metavar="SHAPE",
                       help="an op's sizes as in `tilec bench` (M=1024,N=1024,K=1024; default: its first "
                            "acceptance case), or for a file each input's NAME=DIMS (repeat)")

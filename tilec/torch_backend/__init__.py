@@ -25,7 +25,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from tilec.torch_backend.compiler import COMPILED, COVERAGE, Compiled, Coverage
+from tilec.torch_backend.compiler import COVERAGE, Compiled, Coverage
+from tilec.torch_backend.tasks import PROGRAMS
 from tilec.torch_backend.lowering import lowered_ops
 
 
@@ -78,13 +79,14 @@ def reset_coverage() -> None:
 
 
 def tuning_tasks() -> list[Any]:
-    """The tuner's tasks (tilec.autotune.task.Task) of every kernel the backend compiled in this
-    process: run a training step first, tune these (`tilec tune model`), and later compilations
-    of the same kernels use the best records (tilec.records), as every tilec kernel does."""
+    """The tuner's tasks (tilec.autotune.task.Task) of every program the backend ran in this
+    process (its fused kernels and its convolutions' programs): run a training step first, tune
+    these (`tilec tune model`), and later compilations of the same programs use the best records
+    (tilec.records), as every tilec kernel does."""
     from tilec.autotune.task import tasks_for
 
     tasks = []
-    for k, (source, inputs) in enumerate(COMPILED):
+    for k, (source, inputs) in enumerate(PROGRAMS):
         shapes = {name: shape for name, shape, _ in inputs}
         dtypes = {name: dtype for name, _, dtype in inputs}
         tasks.extend(tasks_for(source, shapes, dtypes, label=f"torch backend kernel {k}"))

@@ -29,6 +29,7 @@ import torch.fx as fx
 
 from tilec.errors import TilecError, TilecWarning
 from tilec.ops.kernels import call, forward_fn, plan_for
+from tilec.torch_backend import tasks
 from tilec.torch_backend.lowering import LIBRARY_RULES, TILE_RULES, argv, rule_key
 from tilec.torch_backend.partition import LIBRARY, REPLAYABLE, TILE, TORCH, VIEW, Partition, partition
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value
@@ -49,8 +50,6 @@ class Coverage:
 
 
 COVERAGE = Coverage()
-#: every kernel compiled in this process: (source, ((input name, shape, dtype name), ...)), for tuning
-COMPILED: dict[tuple[str, tuple[tuple[str, tuple[int, ...], str], ...]], None] = {}
 
 
 @dataclass
@@ -202,8 +201,8 @@ def _build(gm: fx.GraphModule, part: Partition) -> tuple[fx.GraphModule, GraphSt
                                  for v, _ in [*p.inputs, *p.generated]])  # compiles now, not mid-step
         except TilecError as e:
             raise GroupRefused(members, f"tilec cannot compile the kernel: {e}") from e
-        COMPILED[source, tuple((name, v.shape, str(v.dtype).removeprefix("torch."))
-                               for name, (v, _) in zip(kernel.fn.inputs, [*p.inputs, *p.generated]))] = None
+        declared = [v for v, _ in [*p.inputs, *p.generated]]
+        tasks.note(source, kernel.fn.inputs, [v.shape for v in declared], [v.dtype for v in declared])
         result = graph.call_function(kernel, tuple(env[n] for _, n in p.inputs))
         outputs = [graph.call_function(operator.getitem, (result, i)) for i in range(len(group.values))]
         for node, i in group.index.items():

@@ -13,8 +13,10 @@ import torch
 
 from tilec.nn import functional
 from tilec.nn.functional import convolution
+from tilec.ops.kernels import forward_fn, grad_fn
 from tilec.ops.program import run_program_no_grad
 from tilec.ops.tile_grad import input_grads
+from tilec.torch_backend import tasks
 from tilec.torch_backend.lowering import library_call
 from tilec.torch_backend.program import Unsupported
 
@@ -49,7 +51,19 @@ def conv(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, s
          groups: int) -> torch.Tensor:
     conv_fn = getattr(functional, _FUNCTIONS[input.dim() - 2])
     with torch.no_grad():
-        return conv_fn(input, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups)
+        out = conv_fn(input, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups)
+    if (input.shape, weight.shape) not in _NOTED:
+        _NOTED.add((input.shape, weight.shape))
+        plan = _plan(input, weight, stride, padding, dilation, bias is not None)
+        if plan.source is not None and not plan.channels_last:
+            tasks.note(plan.source, forward_fn(plan.source).inputs,
+                       [t.shape for t in (input, weight, bias) if t is not None],
+                       [t.dtype for t in (input, weight, bias) if t is not None])
+    return out
+
+
+#: the shapes whose programs tasks.note has (a set lookup per call instead of a note)
+_NOTED: set[Any] = set()
 
 
 def _check_backward(grad: Any, input: Any, weight: Any, bias_sizes: Any, stride: Any, padding: Any,  # noqa: A002
@@ -72,6 +86,13 @@ def conv_backward(grad: torch.Tensor, input: torch.Tensor, weight: torch.Tensor,
                   output_padding: Sequence[int], groups: int, output_mask: Sequence[bool]) -> tuple[Any, ...]:
     x, w, g = input.contiguous(), weight.contiguous(), grad.contiguous()
     source = _plan(x, w, stride, padding, dilation, False).source  # (NC* tensors: not channels-last)
-    gi, gw = input_grads(source, [x, w], [bool(output_mask[0]), bool(output_mask[1])], [g])
+    needs = [bool(output_mask[0]), bool(output_mask[1])]
+    gi, gw = input_grads(source, [x, w], needs, [g])
+    if (g.shape, x.shape, w.shape, tuple(needs)) not in _NOTED:
+        _NOTED.add((g.shape, x.shape, w.shape, tuple(needs)))
+        names = forward_fn(source).inputs
+        wrt = tuple(n for n, need in zip(names, needs) if need)
+        derived = grad_fn(source, wrt)
+        tasks.note(derived.source, derived.inputs, [x.shape, w.shape, g.shape], [x.dtype, w.dtype, g.dtype])
     gb = run_program_no_grad(_channel_sum(g.dim()), [g])[0] if output_mask[2] else None
     return gi, gw, gb
