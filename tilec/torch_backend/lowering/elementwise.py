@@ -175,14 +175,20 @@ def _gelu_backward(p: ProgramWriter, node: fx.Node) -> Value:
     return pointwise(p, node, "{0} * (" + cdf + " + {1} * " + pdf + ")", [a["grad_output"], a["self"]])
 
 
-@tile(aten.tanh_backward.default)
-def _tanh_backward(p: ProgramWriter, node: fx.Node) -> Value:
-    return pointwise(p, node, "{0} * (1.0 - {1} * {1})", [argv(node)[0], argv(node)[1]])
+#: activation gradients of (grad_output, the forward's output or input), ATen's formulas
+_GRADIENTS = {aten.tanh_backward.default: "{0} * (1.0 - {1} * {1})",  # {1}: tanh's output
+              aten.sigmoid_backward.default: "{0} * {1} * (1.0 - {1})",  # {1}: sigmoid's output
+              aten.silu_backward.default: "{0} * sigmoid({1}) * (1.0 + {1} * (1.0 - sigmoid({1})))"}  # {1}: input
 
 
-@tile(aten.sigmoid_backward.default)
-def _sigmoid_backward(p: ProgramWriter, node: fx.Node) -> Value:
-    return pointwise(p, node, "{0} * {1} * (1.0 - {1})", [argv(node)[0], argv(node)[1]])
+def _gradient(template: str) -> Any:
+    def rule(p: ProgramWriter, node: fx.Node) -> Value:
+        return pointwise(p, node, template, [argv(node)[0], argv(node)[1]])
+    return rule
+
+
+for _op, _t in _GRADIENTS.items():
+    tile(_op)(_gradient(_t))
 
 
 @tile(aten.threshold_backward.default)
@@ -191,29 +197,23 @@ def _threshold_backward(p: ProgramWriter, node: fx.Node) -> Value:
     return pointwise(p, node, "{1} <= " + literal(threshold) + " ? 0 : {0}", [grad, x])
 
 
-@tile(aten.silu_backward.default)
-def _silu_backward(p: ProgramWriter, node: fx.Node) -> Value:
-    return pointwise(p, node, "{0} * sigmoid({1}) * (1.0 + {1} * (1.0 - sigmoid({1})))", [argv(node)[0], argv(node)[1]])
-
-
-@tile(aten.where.self)
-def _where(p: ProgramWriter, node: fx.Node) -> Value:
-    cond, x, y = argv(node)[0], argv(node)[1], argv(node)[2]
+def select(p: ProgramWriter, node: fx.Node, cond: Any, if_true: Any, if_false: Any) -> Value:
+    """`cond ? if_true : if_false` in the node's dtype (torch.where's broadcasting)."""
     shape, dtype = result(p, node)
     c = p.tensor(cond)
-    exprs, values = operands(p, [x, y], dtype)
+    exprs, values = operands(p, [if_true, if_false], dtype)
     return p.let(typed(f"as_bool({p.elementwise(c)}) ? {exprs[0]} : {exprs[1]}", dtype, values), shape, dtype, c,
                  *values)
 
 
+@tile(aten.where.self)
+def _where(p: ProgramWriter, node: fx.Node) -> Value:
+    return select(p, node, argv(node)[0], argv(node)[1], argv(node)[2])
+
+
 @tile(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 def _masked_fill(p: ProgramWriter, node: fx.Node) -> Value:
-    x, mask, value = argv(node)[0], argv(node)[1], argv(node)[2]
-    shape, dtype = result(p, node)
-    m = p.tensor(mask)
-    exprs, values = operands(p, [x, value], dtype)
-    return p.let(typed(f"as_bool({p.elementwise(m)}) ? {exprs[1]} : {exprs[0]}", dtype, values), shape, dtype, m,
-                 *values)
+    return select(p, node, argv(node)[1], argv(node)[2], argv(node)[0])
 
 
 @tile(aten.clamp.default, aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_min.Tensor, aten.clamp_max.default,
