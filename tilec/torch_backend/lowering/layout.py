@@ -14,21 +14,17 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from tilec.torch_backend.lowering import argv, result, tile
+from tilec.torch_backend.lowering.registry import argv, axis, result, tile
 from tilec.torch_backend.lowering.elementwise import arguments
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, index_vars, literal
 
 aten = torch.ops.aten
 
 
-def _axis(d: int, rank: int) -> int:
-    return d + rank if d < 0 else d
-
-
 @tile(aten.permute.default)
 def _permute(p: ProgramWriter, node: fx.Node) -> Value:
     x = p.tensor(argv(node)[0])
-    dims = [_axis(d, x.rank) for d in argv(node)[1]]
+    dims = [axis(d, x.rank) for d in argv(node)[1]]
     return permuted(p, x, dims)
 
 
@@ -43,7 +39,7 @@ def permuted(p: ProgramWriter, x: Value, dims: list[int]) -> Value:
 @tile(aten.transpose.int)
 def _transpose(p: ProgramWriter, node: fx.Node) -> Value:
     x = p.tensor(argv(node)[0])
-    d0, d1 = _axis(argv(node)[1], x.rank), _axis(argv(node)[2], x.rank)
+    d0, d1 = axis(argv(node)[1], x.rank), axis(argv(node)[2], x.rank)
     dims = list(range(x.rank))
     dims[d0], dims[d1] = dims[d1], dims[d0]
     return permuted(p, x, dims)
@@ -152,7 +148,7 @@ def _slice(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
     shape, _ = result(p, node)
     x = p.tensor(a["self"])
-    dim = _axis(a.get("dim", 0), x.rank)
+    dim = axis(a.get("dim", 0), x.rank)
     start = a.get("start") or 0
     step = a.get("step", 1)
     if start < 0:
@@ -174,7 +170,7 @@ def window(p: ProgramWriter, x: Value, shape: tuple[int, ...], dim: int, start: 
 def _select(p: ProgramWriter, node: fx.Node) -> Value:
     shape, _ = result(p, node)
     x = p.tensor(argv(node)[0])
-    dim = _axis(argv(node)[1], x.rank)
+    dim = axis(argv(node)[1], x.rank)
     index = argv(node)[2] + (x.shape[dim] if argv(node)[2] < 0 else 0)
     mapping = [f"{{{a}}}" for a in range(dim)] + [str(index)] + [f"{{{a - 1}}}" for a in range(dim + 1, x.rank)]
     return p.view(x, shape, mapping)
@@ -183,7 +179,7 @@ def _select(p: ProgramWriter, node: fx.Node) -> Value:
 @tile(aten.split.Tensor, aten.split_with_sizes.default)
 def _split(p: ProgramWriter, node: fx.Node) -> tuple[Value, ...]:
     x = p.tensor(argv(node)[0])
-    dim = _axis(arguments(node)["dim"], x.rank)
+    dim = axis(arguments(node)["dim"], x.rank)
     size = argv(node)[1]
     sizes = list(size) if isinstance(size, (list, tuple)) else \
         [min(size, x.shape[dim] - s) for s in range(0, x.shape[dim], size)]
@@ -199,7 +195,7 @@ def _split(p: ProgramWriter, node: fx.Node) -> tuple[Value, ...]:
 def _cat(p: ProgramWriter, node: fx.Node) -> Value:
     shape, dtype = result(p, node)
     tensors = [t for t in argv(node)[0] if list(t.meta["val"].shape) != [0]]  # torch skips 1-D empties
-    dim = _axis(arguments(node)["dim"], len(shape))
+    dim = axis(arguments(node)["dim"], len(shape))
     idx = index_vars(len(shape))
     prev: Value | None = None
     offset = 0
@@ -239,7 +235,7 @@ def _slice_scatter(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
     shape, dtype = result(p, node)
     base, src = p.tensor(a["self"]), p.cast(p.tensor(a["src"]), dtype)
-    dim = _axis(a.get("dim", 0), len(shape))
+    dim = axis(a.get("dim", 0), len(shape))
     start = a.get("start") or 0
     start = max(0, min(start + shape[dim] if start < 0 else start, shape[dim]))
     step = a.get("step", 1)
@@ -256,7 +252,7 @@ def _select_scatter(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
     shape, dtype = result(p, node)
     base, src = p.materialise(p.tensor(a["self"])), p.cast(p.tensor(a["src"]), dtype)
-    dim = _axis(a["dim"], len(shape))
+    dim = axis(a["dim"], len(shape))
     index = a["index"] + (shape[dim] if a["index"] < 0 else 0)
     idx = index_vars(len(shape) - 1)
     write = idx[:dim] + [str(index)] + idx[dim:]

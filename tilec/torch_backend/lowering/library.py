@@ -17,7 +17,7 @@ from tilec.ops.kernels import forward_fn, grad_fn
 from tilec.ops.program import run_program_no_grad
 from tilec.ops.tile_grad import input_grads
 from tilec.torch_backend import tasks
-from tilec.torch_backend.lowering import library_call
+from tilec.torch_backend.lowering.registry import library_call
 from tilec.torch_backend.program import Unsupported
 
 aten = torch.ops.aten

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from tilec.torch_backend.lowering import argv, result, tile
+from tilec.torch_backend.lowering.registry import argv, result, tile
 from tilec.torch_backend.lowering.elementwise import arguments
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, literal
 

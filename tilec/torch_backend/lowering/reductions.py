@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import torch
 import torch.fx as fx
 
-from tilec.torch_backend.lowering import result, tile
+from tilec.torch_backend.lowering.registry import result, tile
 from tilec.torch_backend.lowering.elementwise import arguments
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, index_vars
 
