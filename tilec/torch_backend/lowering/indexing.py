@@ -74,7 +74,7 @@ def _arange(p: ProgramWriter, node: fx.Node) -> Value:
     expr = count if step == 1 else f"{count} * {literal(step)}"
     expr = expr if start == 0 else f"{expr} + {literal(start)}"
     if dtype.is_floating_point:
-        expr = f"asrequire_float({count}, {torch.finfo(dtype).bits})" + (f" * {literal(step)}" if step != 1 else "") + \
+        expr = f"as_float({count}, {torch.finfo(dtype).bits})" + (f" * {literal(step)}" if step != 1 else "") + \
             (f" + {literal(start)}" if start != 0 else "")
         return p.let(expr, shape, dtype, base)
     return p.cast(p.let(f"as_int({expr}, 64)", shape, torch.int64, base), dtype)
