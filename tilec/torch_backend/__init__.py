@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from tilec.torch_backend.compiler import COVERAGE, Compiled, Coverage
+from tilec.torch_backend.compiler import COVERAGE, Compiled, GraphStats
 from tilec.torch_backend.tasks import PROGRAMS
 from tilec.torch_backend.lowering import lowered_ops
 
@@ -104,5 +104,5 @@ def register() -> None:
 
 register()
 
-__all__ = ["tilec_backend", "compile_graph", "coverage", "reset_coverage", "tuning_tasks", "register", "Coverage"]
+__all__ = ["tilec_backend", "compile_graph", "coverage", "reset_coverage", "tuning_tasks", "register", "GraphStats"]
 del torch

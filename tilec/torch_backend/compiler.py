@@ -4,7 +4,7 @@
 program per kernel group, and returns a new GraphModule whose nodes are the kernels (`Kernel`),
 the library calls (`LibraryCall`), torch's views and the ATen nodes tilec does not lower. A
 graph with symbolic sizes (`dynamic=True`, `mark_dynamic`) compiles one such module per
-concrete shape signature the first time it runs with it (`Specialising`).
+concrete shape signature the first time it runs with it (`Compiled`).
 
 Requires: an ATen graph whose nodes carry `meta["val"]`. Guarantees: the returned callable takes
 AOTAutograd's boxed argument list and returns what the graph returns; no node tilec refuses
@@ -31,36 +31,26 @@ from tilec.errors import TilecError, TilecWarning
 from tilec.ops.kernels import call, forward_fn, plan_for
 from tilec.torch_backend import tasks
 from tilec.torch_backend.lowering import LIBRARY_RULES, TILE_RULES, argv, rule_key
-from tilec.torch_backend.partition import LIBRARY, REPLAYABLE, TILE, TORCH, VIEW, Partition, partition
+from tilec.torch_backend.partition import (LIBRARY, REPLAYABLE, TILE, TORCH, VIEW, Partition, classify_all,
+                                           partition)
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value
 
 
 @dataclass
-class Coverage:
-    """Counts over every call of a compiled graph since the last reset."""
-
-    lowered: int = 0
-    fallback: Counter[str] = field(default_factory=Counter)
-    kernels: int = 0
-
-    def add(self, stats: "GraphStats") -> None:
-        self.lowered += stats.lowered
-        self.fallback.update(stats.fallback)
-        self.kernels += stats.kernels
-
-
-COVERAGE = Coverage()
-
-
-@dataclass
 class GraphStats:
-    """One compiled graph's counts per call: ATen calls in tilec kernels, ATen calls torch runs
-    (by op name), tilec kernels launched."""
+    """Counts of ATen calls in tilec kernels, ATen calls torch runs (by op name) and tilec kernels
+    launched: one compiled graph's per call, or (COVERAGE) the sum over every call since the last
+    reset."""
 
     lowered: int = 0
     fallback: Counter[str] = field(default_factory=Counter)
     kernels: int = 0
     reasons: dict[str, str] = field(default_factory=dict)
+
+    def add(self, other: "GraphStats") -> None:
+        self.lowered += other.lowered
+        self.fallback.update(other.fallback)
+        self.kernels += other.kernels
 
     def summary(self) -> str:
         total = self.lowered + sum(self.fallback.values())
@@ -72,6 +62,9 @@ class GraphStats:
         for op, why in self.reasons.items():
             text += f"\n  {op}: {why}"
         return text
+
+
+COVERAGE = GraphStats()
 
 
 class Kernel:
@@ -166,8 +159,9 @@ def _write_group(members: list[fx.Node], outside: Callable[[fx.Node], bool]) -> 
 def compile_static(gm: fx.GraphModule) -> tuple[fx.GraphModule, GraphStats]:
     """The graph with its tilec kernels (every size concrete)."""
     refused: set[fx.Node] = set()
+    kinds = classify_all(gm.graph)
     while True:
-        part = partition(gm.graph, refused)
+        part = partition(gm.graph, kinds, refused)
         try:
             return _build(gm, part)
         except GroupRefused as e:
@@ -195,13 +189,13 @@ def _build(gm: fx.GraphModule, part: Partition) -> tuple[fx.GraphModule, GraphSt
             stats.lowered += len(group.replay)
             return
         source = p.source(group.values)
+        declared = [v for v, _ in [*p.inputs, *p.generated]]
         try:
             kernel = Kernel(source, [make for _, make in p.generated], [p.layouts.get(v.name) for v, _ in p.inputs])
             plan_for(kernel.fn, [torch.empty(v.shape, dtype=v.dtype, device="meta")
-                                 for v, _ in [*p.inputs, *p.generated]])  # compiles now, not mid-step
+                                 for v in declared])  # compiles now, not mid-step
         except TilecError as e:
             raise GroupRefused(members, f"tilec cannot compile the kernel: {e}") from e
-        declared = [v for v, _ in [*p.inputs, *p.generated]]
         tasks.note(source, kernel.fn.inputs, [v.shape for v in declared], [v.dtype for v in declared])
         result = graph.call_function(kernel, tuple(env[n] for _, n in p.inputs))
         outputs = [graph.call_function(operator.getitem, (result, i)) for i in range(len(group.values))]
@@ -336,4 +330,4 @@ def specialise(gm: fx.GraphModule, args: Sequence[Any]) -> fx.GraphModule:
     return copied
 
 
-__all__ = ["Compiled", "compile_static", "COVERAGE", "Coverage", "GraphStats", "TORCH", "TILE"]
+__all__ = ["Compiled", "compile_static", "COVERAGE", "GraphStats", "TORCH", "TILE"]

@@ -48,14 +48,14 @@ class Partition:
     reasons: dict[fx.Node, str] = field(default_factory=dict)
 
 
-def _tensor_inputs(node: fx.Node) -> list[fx.Node]:
-    return [a for a in node.all_input_nodes]
+def classify_all(graph: fx.Graph) -> dict[fx.Node, tuple[str, str]]:
+    """(kind, reason) of every call node before grouping, once per graph (a partition after a
+    refusal reuses them)."""
+    return {node: classify(node) for node in graph.nodes if node.op == "call_function"}
 
 
-def classify(node: fx.Node, refused: set[fx.Node]) -> tuple[str, str]:
+def classify(node: fx.Node) -> tuple[str, str]:
     """(kind, reason) of a call node before grouping (VIEW candidates are decided in grouping)."""
-    if node in refused:
-        return TORCH, "refused inside its kernel"
     target = node.target
     if target is operator.getitem:
         return TILE, ""
@@ -81,7 +81,9 @@ def classify(node: fx.Node, refused: set[fx.Node]) -> tuple[str, str]:
     return TORCH, "no tilec lowering"
 
 
-def partition(graph: fx.Graph, refused: set[fx.Node]) -> Partition:
+def partition(graph: fx.Graph, kinds: dict[fx.Node, tuple[str, str]], refused: set[fx.Node]) -> Partition:
+    """The kernel groups of `graph`'s nodes of the `kinds` classify_all gave, the `refused` ones
+    (a rule refused them inside their kernel, or their kernel did not compile) in torch."""
     part = Partition()
     reach: dict[fx.Node, set[int]] = {}  # the groups a node's value depends on
     open_group = -1
@@ -89,8 +91,8 @@ def partition(graph: fx.Graph, refused: set[fx.Node]) -> Partition:
         if node.op != "call_function":
             reach[node] = set()
             continue
-        kind, reason = classify(node, refused)
-        inputs = _tensor_inputs(node)
+        kind, reason = (TORCH, "refused inside its kernel") if node in refused else kinds[node]
+        inputs = node.all_input_nodes
         if node.target is operator.getitem:
             src = inputs[0]
             kind = TILE if part.kind.get(src) == TILE else TORCH  # (picks from a torch or library result)

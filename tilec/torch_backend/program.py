@@ -25,10 +25,9 @@ import numpy as np
 import torch
 import torch.fx as fx
 
-#: torch dtypes the Tile language has, by their Tile names
-TILE_DTYPES = {torch.bool: "bool", torch.int8: "int8", torch.int16: "int16", torch.int32: "int32",
-               torch.int64: "int64", torch.uint8: "uint8", torch.float16: "float16", torch.float32: "float32",
-               torch.float64: "float64"}
+#: torch dtypes the Tile language has
+TILE_DTYPES = frozenset({torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.float16,
+                         torch.float32, torch.float64})
 
 
 class Unsupported(Exception):
@@ -60,6 +59,11 @@ class Value:
     @property
     def dense(self) -> bool:
         return self.base is None and self.index is None
+
+    @property
+    def stored(self) -> tuple[int, ...]:
+        """The shape of the Tile tensor `name`."""
+        return self.base if self.base is not None else self.shape
 
     @property
     def tile_shape(self) -> tuple[int, ...]:
@@ -168,10 +172,6 @@ class ProgramWriter:
             return Value(self.fresh(), shape, val.dtype), None
         return Value(self.fresh(), tuple(shape[a] for a in order), val.dtype), order
 
-    def operand(self, arg: Any) -> str:
-        """A tensor's name or a number's literal, for an elementwise expression."""
-        return self.elementwise(self.tensor(arg)) if isinstance(arg, fx.Node) else literal(arg)
-
     def elementwise(self, v: Value) -> str:
         """The name an elementwise statement reads `v` by (broadcasts as they are)."""
         return self.materialise(v).name if v.index is not None else v.name
@@ -184,8 +184,7 @@ class ProgramWriter:
         if v.dense:
             return f"{v.name}[{', '.join(index)}]"
         templates = v.templates()
-        base = v.base if v.base is not None else v.shape
-        alone = {t for t, size in zip(templates, base)
+        alone = {t for t, size in zip(templates, v.stored)
                  if re.fullmatch(r"\{\d+\}", t) and size == v.shape[int(t[1:-1])]}
         for d, i in enumerate(index):
             if f"{{{d}}}" not in alone:
@@ -200,17 +199,13 @@ class ProgramWriter:
         the view's axes ({0}, {1}, ...)."""
         args = [_wrapped(m) for m in mapping]
         index = tuple(t.format(*args) for t in x.templates())
-        base = x.base if x.base is not None else x.shape
-        if base == shape and index == tuple(f"{{{a}}}" for a in range(len(shape))):
+        if x.stored == shape and index == tuple(f"{{{a}}}" for a in range(len(shape))):
             return Value(x.name, shape, x.dtype)
-        return Value(x.name, shape, x.dtype, base, index)
+        return Value(x.name, shape, x.dtype, x.stored, index)
 
     def materialise(self, v: Value) -> Value:
         """`v` as a Tile tensor of its own shape (itself when it is one)."""
-        if v.dense:
-            return v
-        idx = index_vars(v.rank)
-        return self.contract(idx, v.shape, f"=({self.access(v, idx)})", v.dtype)
+        return v if v.dense else self.copy(v)
 
     def generate(self, shape: tuple[int, ...], dtype: torch.dtype, make: Callable[[], torch.Tensor]) -> Value:
         """An extra input that torch makes right before the kernel runs (random masks)."""
@@ -249,13 +244,13 @@ class ProgramWriter:
         return self.let(convert(self.elementwise(v), dtype), v.shape, dtype, v)
 
     def copy(self, v: Value) -> Value:
-        """A new tensor equal to `v` (a program output must be computed by the program)."""
+        """A new tensor equal to `v`, read through its view (a program output must be computed by
+        the program)."""
         idx = index_vars(v.rank)
         return self.contract(idx, v.shape, f"=({self.access(v, idx)})", v.dtype)
 
     def source(self, outputs: Sequence[Value]) -> str:
-        decls = [f"{v.name}[{', '.join(str(s) for s in v.shape)}]" for v, _ in self.inputs]
-        decls += [f"{v.name}[{', '.join(str(s) for s in v.shape)}]" for v, _ in self.generated]
+        decls = [f"{v.name}[{', '.join(str(s) for s in v.shape)}]" for v, _ in [*self.inputs, *self.generated]]
         body = "".join(f"    {s}\n" for s in chained(self.statements))
         return f"function ({', '.join(decls)}) -> ({', '.join(v.name for v in outputs)}) {{\n{body}}}"
 
@@ -301,8 +296,8 @@ def memory_order(t: torch.Tensor) -> tuple[int, ...] | None:
     return order if permuted.is_contiguous() else None
 
 
-def index_vars(rank: int, prefix: str = "i") -> list[str]:
-    return [f"{prefix}{d}" for d in range(rank)]
+def index_vars(rank: int) -> list[str]:
+    return [f"i{d}" for d in range(rank)]
 
 
 def convert(expr: str, dtype: torch.dtype) -> str:

@@ -13,6 +13,7 @@ import torch
 import torch.fx as fx
 
 from tilec.torch_backend.lowering.elementwise import arguments
+from tilec.torch_backend.lowering.layout import reshaped
 from tilec.torch_backend.lowering.reductions import reduce
 from tilec.torch_backend.lowering.registry import require_float, tile
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, literal
@@ -41,7 +42,6 @@ def _attention_scores(p: ProgramWriter, a: dict[str, Any], q: Value, k: Value) -
     if mask is not None:
         m = p.tensor(mask)
         if q.rank == 5 and m.rank >= 3:  # grouped heads: the mask's head axis splits as the query's did
-            from tilec.torch_backend.lowering.layout import reshaped
             heads = m.shape[-3]
             split = (1, 1) if heads == 1 else (k.shape[-4], heads // k.shape[-4])
             m = reshaped(p, m, (*m.shape[:-3], *split, *m.shape[-2:]))
@@ -71,7 +71,6 @@ def _groups(q: Value, k: Value) -> int:
 def _grouped(p: ProgramWriter, x: Value, groups: int, query_side: bool) -> Value:
     """(B, H*G, ...) query-side tensors as (B, H, G, ...) and key-side (B, H, ...) ones as
     (B, H, G, ...) broadcast over G: lazy views, so grouped attention is attention over 5-D tensors."""
-    from tilec.torch_backend.lowering.layout import reshaped
     if groups == 1:
         return x
     if query_side:
@@ -82,7 +81,6 @@ def _grouped(p: ProgramWriter, x: Value, groups: int, query_side: bool) -> Value
 
 def _ungrouped(p: ProgramWriter, x: Value, groups: int, query_side: bool) -> Value:
     """The inverse of `_grouped` for results: query-side ones merge (H, G), key-side ones sum over G."""
-    from tilec.torch_backend.lowering.layout import reshaped
     if groups == 1:
         return x
     if query_side:
@@ -109,7 +107,6 @@ def _sdpa(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value]:
     out = p.contract([*batch, "s", "e"], out_shape,
                      f"+({prob.name}[{', '.join(batch)}, s, t] * {p.access(v, [*batch, 't', 'e'])})", q.dtype)
     lse = p.let(f"{m.name} + log({r.name})", m.shape, q.dtype, m, r)
-    from tilec.torch_backend.lowering.layout import reshaped
     return _ungrouped(p, out, groups, True), _ungrouped(p, reshaped(p, lse, q.shape[:-1]), groups, True)
 
 
@@ -127,7 +124,6 @@ def _sdpa_backward(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value, Value
     k, v = _grouped(p, k, groups, False), _grouped(p, v, groups, False)
     go = p.materialise(go)
     z, scale, batch = _attention_scores(p, a, q, k)
-    from tilec.torch_backend.lowering.layout import reshaped
     lse = p.materialise(reshaped(p, lse, (*q.shape[:-1], 1)))
     prob = p.let(f"exp({z.name} - {lse.name})", z.shape, q.dtype, z, lse)
     bi = ", ".join(batch)

@@ -54,7 +54,7 @@ def pointwise(p: ProgramWriter, node: fx.Node, template: str, args: list[Any],
               compare_in: torch.dtype | None = None) -> Value:
     """`template` ({0}, {1}, ... the arguments) computed in the result's dtype, or for a
     comparison (a bool result) on operands converted to `compare_in`."""
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     exprs, values = operands(p, args, compare_in or dtype)
     expr = template.format(*[f"({e})" for e in exprs])
     return p.let(expr if compare_in is not None else typed(expr, dtype, values), shape, dtype, *values)
@@ -128,7 +128,7 @@ _FLOAT_FORMS: dict[Any, str] = {aten.sign.default: "{0} == {0} ? sign({0}) : 0.0
 def _unary(template: str, floating: bool) -> Any:
     def rule(p: ProgramWriter, node: fx.Node) -> Value:
         x = argv(node)[0]
-        _, dtype = result(p, node)
+        _, dtype = result(node)
         if floating and not dtype.is_floating_point:
             raise Unsupported(f"{node.target} of {dtype}")
         if template == "{0}":  # a copy: the same value (SSA: nothing is written in place)
@@ -199,7 +199,7 @@ def _threshold_backward(p: ProgramWriter, node: fx.Node) -> Value:
 
 def select(p: ProgramWriter, node: fx.Node, cond: Any, if_true: Any, if_false: Any) -> Value:
     """`cond ? if_true : if_false` in the node's dtype (torch.where's broadcasting)."""
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     c = p.tensor(cond)
     exprs, values = operands(p, [if_true, if_false], dtype)
     return p.let(typed(f"as_bool({p.elementwise(c)}) ? {exprs[0]} : {exprs[1]}", dtype, values), shape, dtype, c,
@@ -241,7 +241,7 @@ def _clamp(p: ProgramWriter, node: fx.Node) -> Value:
 @tile(aten._to_copy.default, aten.to.dtype)
 def _to_copy(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
-    _, dtype = result(p, node)
+    _, dtype = result(node)
     x = p.tensor(a["self"])
     if a.get("device") not in (None, torch.device("cpu")):
         raise Unsupported(f"a copy to {a['device']}")
@@ -250,7 +250,7 @@ def _to_copy(p: ProgramWriter, node: fx.Node) -> Value:
 
 def constant(p: ProgramWriter, node: fx.Node, value: Any) -> Value:
     """A tensor of the node's shape filled with `value`: a lazy 0-d broadcast."""
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     return p.let(convert(literal(value), dtype), shape, dtype)
 
 
@@ -292,7 +292,7 @@ def _dropout(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value]:
 
 @tile(aten.native_dropout_backward.default)
 def _dropout_backward(p: ProgramWriter, node: fx.Node) -> Value:
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     g, m = p.tensor(argv(node)[0]), p.tensor(argv(node)[1])
     scale = float(argv(node)[2])
     return p.let(f"{p.elementwise(g)} * as_float({p.elementwise(m)}, {torch.finfo(dtype).bits}) * {literal(scale)}",

@@ -15,7 +15,7 @@ aten = torch.ops.aten
 
 @tile(aten.embedding.default)
 def _embedding(p: ProgramWriter, node: fx.Node) -> Value:
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     w, i = p.materialise(p.tensor(argv(node)[0])), p.materialise(p.tensor(argv(node)[1]))
     if w.rank != 2:
         raise Unsupported("embedding with a weight of rank other than 2")
@@ -27,7 +27,7 @@ def _embedding(p: ProgramWriter, node: fx.Node) -> Value:
 @tile(aten.embedding_dense_backward.default)
 def _embedding_backward(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     if a["scale_grad_by_freq"]:
         raise Unsupported("embedding backward with scale_grad_by_freq")
     g, i = p.materialise(p.tensor(a["grad_output"])), p.materialise(p.tensor(a["indices"]))
@@ -47,7 +47,7 @@ def _embedding_backward(p: ProgramWriter, node: fx.Node) -> Value:
 @tile(aten.gather.default)
 def _gather(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     x, ind = p.materialise(p.tensor(a["self"])), p.materialise(p.tensor(a["index"]))
     if x.rank == 0 or x.rank != ind.rank:
         raise Unsupported("gather of a 0-d tensor")
@@ -63,7 +63,7 @@ def _gather(p: ProgramWriter, node: fx.Node) -> Value:
 
 @tile(aten.arange.start_step, aten.arange.default, aten.arange.start)
 def _arange(p: ProgramWriter, node: fx.Node) -> Value:
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     args = [a for a in node.args]
     start, step = (0, 1) if len(args) == 1 else (args[0], args[2] if len(args) > 2 else 1)
     n = shape[0]

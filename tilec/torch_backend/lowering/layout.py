@@ -11,6 +11,9 @@ A reshape is affine when it only splits or merges neighbouring axes (with size-1
 from __future__ import annotations
 
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.fx as fx
 
@@ -53,8 +56,14 @@ def _t(p: ProgramWriter, node: fx.Node) -> Value:
 
 @tile(aten.expand.default)
 def _expand(p: ProgramWriter, node: fx.Node) -> Value:
-    shape, _ = result(p, node)
-    x = p.tensor(argv(node)[0])
+    shape, _ = result(node)
+    return expanded(p, p.tensor(argv(node)[0]), shape)
+
+
+def expanded(p: ProgramWriter, x: Value, shape: tuple[int, ...]) -> Value:
+    """x broadcast to `shape` (torch's rule: axes aligned on the right, size-1 axes stretch), lazily."""
+    if x.shape == shape:
+        return x
     if x.index is None:  # dense or a broadcast already: a broadcast of the same Tile tensor
         return Value(x.name, shape, x.dtype, x.tile_shape if x.tile_shape != shape else None)
     lead = len(shape) - x.rank
@@ -136,7 +145,7 @@ def reshaped(p: ProgramWriter, x: Value, shape: tuple[int, ...]) -> Value:
 @tile(aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
       aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.view.dtype, aten.flatten.using_ints)
 def _reshape(p: ProgramWriter, node: fx.Node) -> Value:
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     x = p.tensor(argv(node)[0])
     if dtype != x.dtype:
         raise Unsupported("a view as another dtype")
@@ -146,15 +155,21 @@ def _reshape(p: ProgramWriter, node: fx.Node) -> Value:
 @tile(aten.slice.Tensor)
 def _slice(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
-    shape, _ = result(p, node)
+    shape, _ = result(node)
     x = p.tensor(a["self"])
     dim = axis(a.get("dim", 0), x.rank)
-    start = a.get("start") or 0
-    step = a.get("step", 1)
-    if start < 0:
-        start += x.shape[dim]
-    start = max(0, min(start, x.shape[dim]))
-    return window(p, x, shape, dim, start, step)
+    return window(p, x, shape, dim, _slice_start(a.get("start"), x.shape[dim]), a.get("step", 1))
+
+
+def _slice_start(start: int | None, size: int) -> int:
+    """A slice's first index as torch takes it (None: 0; negative: from the end), clamped to the axis."""
+    start = start or 0
+    return max(0, min(start + size if start < 0 else start, size))
+
+
+def _strided(index: str, start: int, step: int) -> str:
+    """The index of cell `index` of a slice start:...:step."""
+    return f"{step}*{index} + {start}" if step != 1 else f"{index} + {start}"
 
 
 def window(p: ProgramWriter, x: Value, shape: tuple[int, ...], dim: int, start: int, step: int) -> Value:
@@ -162,13 +177,13 @@ def window(p: ProgramWriter, x: Value, shape: tuple[int, ...], dim: int, start: 
     if shape == x.shape:
         return x
     mapping = [f"{{{a}}}" for a in range(x.rank)]
-    mapping[dim] = f"{step}*{{{dim}}} + {start}" if step != 1 else f"{{{dim}}} + {start}"
+    mapping[dim] = _strided(f"{{{dim}}}", start, step)
     return p.view(x, shape, mapping)
 
 
 @tile(aten.select.int)
 def _select(p: ProgramWriter, node: fx.Node) -> Value:
-    shape, _ = result(p, node)
+    shape, _ = result(node)
     x = p.tensor(argv(node)[0])
     dim = axis(argv(node)[1], x.rank)
     index = argv(node)[2] + (x.shape[dim] if argv(node)[2] < 0 else 0)
@@ -193,7 +208,7 @@ def _split(p: ProgramWriter, node: fx.Node) -> tuple[Value, ...]:
 
 @tile(aten.cat.default)
 def _cat(p: ProgramWriter, node: fx.Node) -> Value:
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     tensors = [t for t in argv(node)[0] if list(t.meta["val"].shape) != [0]]  # torch skips 1-D empties
     dim = axis(arguments(node)["dim"], len(shape))
     idx = index_vars(len(shape))
@@ -213,7 +228,7 @@ def _cat(p: ProgramWriter, node: fx.Node) -> Value:
 
 @tile(aten.constant_pad_nd.default)
 def _pad(p: ProgramWriter, node: fx.Node) -> Value:
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     x = p.tensor(argv(node)[0])
     pad = list(argv(node)[1])
     value = argv(node)[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
@@ -230,41 +245,34 @@ def _pad(p: ProgramWriter, node: fx.Node) -> Value:
     return p.contract(write, shape, f"=({p.access(x, idx)})", dtype, f" default {literal(fill)}")
 
 
+def _written_into(p: ProgramWriter, node: fx.Node, place: Callable[[list[str], int, dict[str, Any], int], list[str]]
+                  ) -> Value:
+    """`self` with `src` written into the cells `place(src's index, dim, arguments, dim's size)`
+    names (slice_scatter, select_scatter): an `=` contraction onto a default of `self`."""
+    a = arguments(node)
+    shape, dtype = result(node)
+    base, src = p.materialise(p.tensor(a["self"])), p.cast(p.tensor(a["src"]), dtype)
+    dim = axis(a.get("dim", 0), len(shape))
+    idx = index_vars(src.rank)
+    return p.contract(place(idx, dim, a, shape[dim]), shape, f"=({p.access(src, idx)})", dtype,
+                      f" default {base.name}")
+
+
 @tile(aten.slice_scatter.default)
 def _slice_scatter(p: ProgramWriter, node: fx.Node) -> Value:
-    a = arguments(node)
-    shape, dtype = result(p, node)
-    base, src = p.tensor(a["self"]), p.cast(p.tensor(a["src"]), dtype)
-    dim = axis(a.get("dim", 0), len(shape))
-    start = a.get("start") or 0
-    start = max(0, min(start + shape[dim] if start < 0 else start, shape[dim]))
-    step = a.get("step", 1)
-    idx = index_vars(len(shape))
-    write = list(idx)
-    write[dim] = f"{step}*{idx[dim]} + {start}" if step != 1 else f"{idx[dim]} + {start}"
-    if not base.dense:
-        base = p.materialise(base)
-    return p.contract(write, shape, f"=({p.access(src, idx)})", dtype, f" default {base.name}")
+    def place(idx: list[str], dim: int, a: dict[str, Any], size: int) -> list[str]:
+        return idx[:dim] + [_strided(idx[dim], _slice_start(a.get("start"), size), a.get("step", 1))] + idx[dim + 1:]
+    return _written_into(p, node, place)
 
 
 @tile(aten.select_scatter.default)
 def _select_scatter(p: ProgramWriter, node: fx.Node) -> Value:
-    a = arguments(node)
-    shape, dtype = result(p, node)
-    base, src = p.materialise(p.tensor(a["self"])), p.cast(p.tensor(a["src"]), dtype)
-    dim = axis(a["dim"], len(shape))
-    index = a["index"] + (shape[dim] if a["index"] < 0 else 0)
-    idx = index_vars(len(shape) - 1)
-    write = idx[:dim] + [str(index)] + idx[dim:]
-    return p.contract(write, shape, f"=({p.access(src, idx)})", dtype, f" default {base.name}")
+    def place(idx: list[str], dim: int, a: dict[str, Any], size: int) -> list[str]:
+        return idx[:dim] + [str(a["index"] + (size if a["index"] < 0 else 0))] + idx[dim:]
+    return _written_into(p, node, place)
 
 
 @tile(aten.copy.default)
 def _copy(p: ProgramWriter, node: fx.Node) -> Value:
-    shape, dtype = result(p, node)
-    src = p.cast(p.tensor(argv(node)[1]), dtype)
-    if src.shape == shape:
-        return src
-    lead = len(shape) - src.rank
-    return p.view(src, shape, ["0" if src.shape[a] == 1 and shape[lead + a] != 1 else f"{{{lead + a}}}"
-                               for a in range(src.rank)])
+    shape, dtype = result(node)
+    return expanded(p, p.cast(p.tensor(argv(node)[1]), dtype), shape)

@@ -26,14 +26,14 @@ def matmul(p: ProgramWriter, a: Value, b: Value, shape: tuple[int, ...], dtype: 
 
 @tile(aten.mm.default, aten.bmm.default)
 def _mm(p: ProgramWriter, node: fx.Node) -> Value:
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     return matmul(p, p.tensor(argv(node)[0]), p.tensor(argv(node)[1]), shape, dtype)
 
 
 @tile(aten.addmm.default, aten.baddbmm.default)
 def _addmm(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     product = matmul(p, p.tensor(a["mat1" if "mat1" in a else "batch1"]),
                      p.tensor(a["mat2" if "mat2" in a else "batch2"]), shape, dtype)
     bias = p.tensor(a["self"])

@@ -8,6 +8,7 @@ import torch
 import torch.fx as fx
 
 from tilec.torch_backend.lowering.elementwise import arguments
+from tilec.torch_backend.lowering.layout import reshaped
 from tilec.torch_backend.lowering.reductions import reduce
 from tilec.torch_backend.lowering.registry import result, tile
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value
@@ -39,13 +40,12 @@ def _nll_loss(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value]:
 @tile(aten.nll_loss_backward.default)
 def _nll_loss_backward(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     x, t = p.tensor(a["self"]), p.materialise(p.tensor(a["target"]))
     if x.rank != 2 or a.get("weight") is not None:
         raise Unsupported("nll_loss other than (N, C) input without class weights")
     g, total = p.tensor(a["grad_output"]), p.tensor(a["total_weight"])
     ignore, reduction = int(a["ignore_index"]), int(a["reduction"])
-    from tilec.torch_backend.lowering.layout import reshaped
     idx = p.fresh()
     xs = p.materialise(x)
     p.statements.append(f"{idx} = index({xs.name}, 1);")

@@ -12,7 +12,8 @@ import torch
 import torch.fx as fx
 
 from tilec.torch_backend.lowering.elementwise import arguments
-from tilec.torch_backend.lowering.reductions import reduce
+from tilec.torch_backend.lowering.layout import reshaped
+from tilec.torch_backend.lowering.reductions import count, reduce
 from tilec.torch_backend.lowering.registry import argv, axis, require_float, result, tile
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, literal
 
@@ -33,7 +34,7 @@ def softmax(p: ProgramWriter, x: Value, dim: int, log: bool) -> Value:
 
 @tile(aten._softmax.default, aten._log_softmax.default, aten._safe_softmax.default)
 def _softmax(p: ProgramWriter, node: fx.Node) -> Value:
-    _, dtype = result(p, node)
+    _, dtype = result(node)
     x = p.materialise(p.cast(p.tensor(argv(node)[0]), dtype))
     require_float(x, "softmax")
     if 0 in x.shape:
@@ -50,7 +51,7 @@ def _softmax(p: ProgramWriter, node: fx.Node) -> Value:
 
 @tile(aten._softmax_backward_data.default)
 def _softmax_backward(p: ProgramWriter, node: fx.Node) -> Value:
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     g, y = p.cast(p.tensor(argv(node)[0]), dtype), p.cast(p.tensor(argv(node)[1]), dtype)
     dim = axis(argv(node)[2], len(shape))
     gy = p.let(f"{p.elementwise(g)} * {p.elementwise(y)}", shape, dtype, g, y)
@@ -60,7 +61,7 @@ def _softmax_backward(p: ProgramWriter, node: fx.Node) -> Value:
 
 @tile(aten._log_softmax_backward_data.default)
 def _log_softmax_backward(p: ProgramWriter, node: fx.Node) -> Value:
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     g, y = p.cast(p.tensor(argv(node)[0]), dtype), p.cast(p.tensor(argv(node)[1]), dtype)
     dim = axis(argv(node)[2], len(shape))
     s = reduce(p, g, [dim], True, "+", dtype)
@@ -70,11 +71,9 @@ def _log_softmax_backward(p: ProgramWriter, node: fx.Node) -> Value:
 # ---------------------------------------------------------------------------------------------- norms
 
 
-def _moments(p: ProgramWriter, x: Value, dims: list[int], keep: bool) -> tuple[Value, Value, int]:
-    """mean and biased variance of x over `dims` (kept as size-1 axes when `keep`), and the count."""
-    n = 1
-    for d in dims:
-        n *= x.shape[d]
+def _moments(p: ProgramWriter, x: Value, dims: list[int]) -> tuple[Value, Value, int]:
+    """mean and biased variance of x over `dims` (kept as size-1 axes), and the count."""
+    n = count(x, dims)
     s = reduce(p, x, dims, True, "+", x.dtype)
     mean = p.let(f"{s.name} / {float(n)!r}", s.shape, x.dtype, s)
     xc = p.let(f"{p.elementwise(x)} - {mean.name}", x.shape, x.dtype, x, mean)
@@ -92,7 +91,7 @@ def _layer_norm(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value, Value]:
     dims = list(range(x.rank - k, x.rank))
     if 0 in x.shape:
         raise Unsupported("an empty layer_norm")
-    mean, var, _ = _moments(p, x, dims, True)
+    mean, var, _ = _moments(p, x, dims)
     rstd = p.let(f"1.0 / sqrt({var.name} + {literal(float(eps))})", var.shape, x.dtype, var)
     expr = f"({x.name} - {mean.name}) * {rstd.name}"
     operands = [x, mean, rstd]
@@ -117,9 +116,7 @@ def _layer_norm_backward(p: ProgramWriter, node: fx.Node) -> tuple[Any, ...]:
     mask = a["output_mask"]
     dims = list(range(x.rank - k, x.rank))
     batch = list(range(x.rank - k))
-    n = 1
-    for d in dims:
-        n *= x.shape[d]
+    n = count(x, dims)
     xhat = p.let(f"({x.name} - {p.elementwise(mean)}) * {p.elementwise(rstd)}", x.shape, x.dtype, x, mean, rstd)
     weight = a["weight"]
     gw_expr = g.name
@@ -157,13 +154,12 @@ def _batch_norm(p: ProgramWriter, node: fx.Node) -> tuple[Value, ...]:
     x = p.materialise(p.tensor(a["input"]))
     require_float(x, "batch_norm")
     dims = [0] + list(range(2, x.rank))
-    mean, var, n = _moments(p, x, dims, True)
+    mean, var, n = _moments(p, x, dims)
     eps, momentum = float(a["eps"]), float(a["momentum"])
     rstd = p.let(f"1.0 / sqrt({var.name} + {literal(eps)})", var.shape, x.dtype, var)
     expr, ops = f"({x.name} - {mean.name}) * {rstd.name}", [x, mean, rstd]
     c = (x.shape[1],)
     cs = _channel_shape(x)
-    from tilec.torch_backend.lowering.layout import reshaped
     if a["weight"] is not None:
         w = p.materialise(reshaped(p, p.tensor(a["weight"]), cs))
         expr += f" * {w.name}"
@@ -189,15 +185,12 @@ def _batch_norm_backward(p: ProgramWriter, node: fx.Node) -> tuple[Any, ...]:
     a = arguments(node)
     if not a["train"]:
         raise Unsupported("batch norm backward in eval mode")
-    from tilec.torch_backend.lowering.layout import reshaped
     g, x = p.materialise(p.tensor(a["grad_out"])), p.materialise(p.tensor(a["input"]))
     cs = _channel_shape(x)
     mean = p.materialise(reshaped(p, p.tensor(a["save_mean"]), cs))
     rstd = p.materialise(reshaped(p, p.tensor(a["save_invstd"]), cs))
     dims = [0] + list(range(2, x.rank))
-    n = 1
-    for d in dims:
-        n *= x.shape[d]
+    n = count(x, dims)
     xhat = p.let(f"({x.name} - {mean.name}) * {rstd.name}", x.shape, x.dtype, x, mean, rstd)
     gb = reduce(p, g, dims, True, "+", x.dtype)
     gw = reduce(p, p.let(f"{g.name} * {xhat.name}", x.shape, x.dtype, g, xhat), dims, True, "+", x.dtype)

@@ -65,7 +65,7 @@ def _max_pool2d(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value]:
 @tile(aten.max_pool2d_with_indices_backward.default)
 def _max_pool2d_backward(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     g, x = p.materialise(p.tensor(a["grad_output"])), p.materialise(p.tensor(a["self"]))
     ind = p.materialise(p.tensor(a["indices"]))
     if x.rank != 4:

@@ -5,12 +5,13 @@ run free. A mean is the sum divided once by the count, as torch computes it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 import torch.fx as fx
 
-from tilec.torch_backend.lowering.registry import result, tile
+from tilec.torch_backend.lowering.registry import axis, result, tile
 from tilec.torch_backend.lowering.elementwise import arguments
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, index_vars
 
@@ -20,7 +21,7 @@ aten = torch.ops.aten
 def reduce(p: ProgramWriter, x: Value, dims: Sequence[int], keepdim: bool, agg: str, dtype: torch.dtype) -> Value:
     """x reduced with `agg` (+ > <) over `dims` (all axes when empty), in `dtype`."""
     rank = x.rank
-    axes = sorted({d + rank if d < 0 else d for d in dims}) if dims else list(range(rank))
+    axes = sorted({axis(d, rank) for d in dims}) if dims else list(range(rank))
     x = p.cast(x, dtype)
     idx = index_vars(rank)
     out_idx, shape = [], []
@@ -40,18 +41,15 @@ def reduce(p: ProgramWriter, x: Value, dims: Sequence[int], keepdim: bool, agg: 
 
 
 def count(x: Value, dims: Sequence[int]) -> int:
-    rank = x.rank
-    axes = {d + rank if d < 0 else d for d in dims} if dims else set(range(rank))
-    n = 1
-    for d in axes:
-        n *= x.shape[d]
-    return n
+    """How many cells of x a reduction over `dims` (all axes when empty) takes together."""
+    axes = {axis(d, x.rank) for d in dims} if dims else set(range(x.rank))
+    return math.prod(x.shape[d] for d in axes)
 
 
 @tile(aten.sum.dim_IntList, aten.sum.default)
 def _sum(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
-    _, dtype = result(p, node)
+    _, dtype = result(node)
     x = p.tensor(a["self"])
     return reduce(p, x, a.get("dim") or [], a.get("keepdim", False), "+", dtype)
 
@@ -59,7 +57,7 @@ def _sum(p: ProgramWriter, node: fx.Node) -> Value:
 @tile(aten.mean.dim, aten.mean.default)
 def _mean(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
-    shape, dtype = result(p, node)
+    shape, dtype = result(node)
     if not dtype.is_floating_point:
         raise Unsupported(f"mean in {dtype}")
     x = p.tensor(a["self"])
@@ -71,7 +69,7 @@ def _mean(p: ProgramWriter, node: fx.Node) -> Value:
 @tile(aten.amax.default, aten.amin.default)
 def _extremum(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
-    _, dtype = result(p, node)
+    _, dtype = result(node)
     x = p.tensor(a["self"])
     agg = ">" if node.target == aten.amax.default else "<"
     return reduce(p, x, a.get("dim") or [], a.get("keepdim", False), agg, dtype)
@@ -80,7 +78,7 @@ def _extremum(p: ProgramWriter, node: fx.Node) -> Value:
 @tile(aten.any.dim, aten.any.dims, aten.any.default)
 def _any(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
-    shape, _ = result(p, node)
+    shape, _ = result(node)
     x = p.tensor(a["self"])
     dims = a.get("dim")
     dims = [dims] if isinstance(dims, int) else (dims or [])

@@ -57,17 +57,12 @@ def lowered_ops() -> set[Any]:
     return set(TILE_RULES) | set(LIBRARY_RULES)
 
 
-def out_meta(node: fx.Node) -> torch.Tensor:
+def result(node: fx.Node) -> tuple[tuple[int, ...], torch.dtype]:
+    """The node's output shape (ints) and dtype, checked (one tensor tilec can hold)."""
     val = meta(node)
     if not isinstance(val, torch.Tensor):
         raise Unsupported(f"{node.name} does not give one tensor")
     check_tensor(val, node.name)
-    return val
-
-
-def result(p: ProgramWriter, node: fx.Node) -> tuple[tuple[int, ...], torch.dtype]:
-    """The node's output shape (ints) and dtype, checked."""
-    val = out_meta(node)
     return concrete(val.shape), val.dtype
 
 
