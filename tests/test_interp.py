@@ -383,14 +383,15 @@ def test_a_literal_default_out_of_range_of_an_integer_output_is_refused():
 
 
 def test_order_dependent_names_sums_and_products_that_leave_their_range_in_some_order():
-    # a float16 product of twelve 3s onto the default 0: 0 in the written order, NaN (inf * 0) if
-    # the 3s are multiplied first, as a reassociating kernel may
+    # a float16 product (accumulated in float32) of twelve 60000s onto the default 0: 0 in the
+    # written order, NaN (inf * 0) if the 60000s are multiplied first, as a reassociating kernel may
     src = "function (D[M], S) -> (O, P, Q, R) { O[] = *(D[j]), k < 4 default S; P = O + 1; Q[] = +(D[j]); R[] = >(D[j]), k < 4 default S; }"
     f = tilec.compile(src, target="interp")
-    d, s = np.full(3, 3, np.int8), np.array(0, np.float16)
+    d, s = np.full(3, 60000, np.float16), np.array(0, np.float16)
     assert f.order_dependent(d, s) == {"O", "P"}      # O, and P computed from it; not the sum, nor the max
     assert f(d, s)[0] == 0
-    assert f.order_dependent(np.ones(3, np.int8), s) == set()
+    assert f.order_dependent(np.ones(3, np.float16), s) == set()
+    assert f.order_dependent(np.full(3, 3, np.int8), s) == set()  # 3^12 overflows float16, not its float32 accumulator
     # a sum whose partial sums overflow float32 in some order, and one with an inf that decides it
     g = tilec.compile("O[] = +(A[i])", target="interp")
     assert g.order_dependent(np.array([3e38, 3e38, -3e38], np.float32)) == {"O"}

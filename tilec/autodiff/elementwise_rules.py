@@ -125,6 +125,8 @@ def call_adjoints(e: ECall, g: EExpr) -> list[EExpr | None]:
         return [None] * len(e.args)
     if f == "as_float":  # a float-to-float conversion passes the gradient on (integers have none)
         return [g, None]
+    if f == "as_bfloat16":
+        return [g]
     if f == "abs":
         return [ESelect(ECompare(">", a, zero), g, ESelect(ECompare("<", a, zero), EUnary("-", g), zero))]
     if f == "relu":

@@ -84,7 +84,7 @@ IMPLEMENTATIONS: dict[str, Impl] = {
     "sign": lambda x: x if x.dtype == np.bool_ else np.sign(x), "abs": lambda x: x if x.dtype == np.bool_ else np.abs(x), "relu": _relu,
     "bit_and": np.bitwise_and, "bit_or": np.bitwise_or, "bit_xor": np.bitwise_xor, "bit_not": np.invert,
     "bit_left": _shift(np.left_shift, "bit_left"), "bit_right": _shift(np.right_shift, "bit_right"),
-    "as_float": _converted, "as_int": _converted, "as_uint": _converted, "as_bool": _converted,
+    "as_float": _converted, "as_int": _converted, "as_uint": _converted, "as_bool": _converted, "as_bfloat16": _converted,
     "reverse_grad": lambda x, _: x,
 }
 

@@ -29,7 +29,7 @@ from tilec.interp.polyhedron import Condition, Form, form_of, rational_box, size
 from tilec.interp.tuples import MAX_TUPLES, integer_form, valid_tuples
 from tilec.ir import tensor as T
 from tilec.ir.bounds import contraction_shape
-from tilec.ir.dtypes import contraction_dtype
+from tilec.ir.dtypes import accumulator_dtype, contraction_dtype, numpy_common
 
 _AT = {"+": np.add, "*": np.multiply, ">": np.maximum, "<": np.minimum}
 _AT_BOOL = {"+": np.logical_or, "*": np.logical_and, ">": np.logical_or, "<": np.logical_and}
@@ -88,16 +88,21 @@ def _flat_index(forms: list[Form], shape: tuple[int, ...], chunk: dict[str, np.n
     return flat
 
 
-def _tuple_values(stmt: T.Contraction, loaded: list[np.ndarray], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray | None]:
-    """(value of each tuple in `dtype`, mask of the tuples that contribute or None for all)."""
+def _tuple_values(stmt: T.Contraction, loaded: list[np.ndarray], result_dtype: np.dtype,
+                  dtype: np.dtype) -> tuple[np.ndarray, np.ndarray | None]:
+    """(value of each tuple in `dtype`, the accumulator's type, of operands converted to the
+    contraction's `result_dtype` first; mask of the tuples that contribute or None for all)."""
     combo = stmt.combo
+    if result_dtype != dtype:
+        loaded = [x.astype(result_dtype).astype(dtype) for x in loaded] if combo != "cond" else \
+            loaded[:2] + [loaded[2].astype(result_dtype).astype(dtype)]
     if combo == "single":
         return loaded[0].astype(dtype), None
     if combo == "mul":
         return loaded[0].astype(dtype) * loaded[1].astype(dtype), None
     if combo == "add":
         return loaded[0].astype(dtype) + loaded[1].astype(dtype), None
-    common = np.result_type(loaded[0].dtype, loaded[1].dtype)
+    common = numpy_common(loaded[0].dtype.name, loaded[1].dtype.name)
     equal = loaded[0].astype(common) == loaded[1].astype(common)
     if combo == "eq":
         return equal.astype(dtype), None
@@ -129,19 +134,20 @@ def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: d
     default = values[stmt.default] if stmt.default is not None else None
     dtype = np.dtype(contraction_dtype(stmt.combo, [values[a.tensor].dtype.name for a in stmt.operands],
                                        None if default is None or weak_default else default.dtype.name))
+    result_dtype, dtype = dtype, np.dtype(accumulator_dtype(dtype.name))  # 16-bit floats accumulate in float32
     if default is not None:
         if weak_default:
-            _check_literal_default(stmt, default, dtype)
+            _check_literal_default(stmt, default, result_dtype)
         try:
             with np.errstate(all="ignore"):  # a float default out of range becomes infinite
-                out = np.array(np.broadcast_to(default, shape), dtype=dtype)
+                out = np.array(np.broadcast_to(default, shape), dtype=result_dtype).astype(dtype)
         except ValueError:
             raise BindError(f"default tensor '{stmt.default}' has shape {default.shape}, which does not broadcast "
                             f"to output '{stmt.output}' of shape {shape}") from None
     else:
         out = np.full(shape, _identity(stmt.agg, dtype), dtype=dtype)
     if out.size == 0:
-        return out
+        return out.astype(result_dtype)
     box = rational_box(variables, conds)
     if box is None:
         raise SemanticError(f"an index variable is unbounded in {what}: no access or constraint limits its range")
@@ -153,7 +159,7 @@ def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: d
             loaded = [values[a.tensor].reshape(-1)[_flat_index([form_of(e, sizes, what) for e in a.indices],
                                                                 values[a.tensor].shape, chunk)]
                       for a in stmt.operands]
-            value, mask = _tuple_values(stmt, loaded, dtype)
+            value, mask = _tuple_values(stmt, loaded, result_dtype, dtype)
             cells = _flat_index(outs, shape, chunk)
             if mask is not None:
                 value, cells = value[mask], cells[mask]
@@ -164,7 +170,8 @@ def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: d
         flat_out[~written] = 0
     if bound is not None and order_dependent is not None and bound.exceeds(out.dtype):
         order_dependent.add(stmt.output)
-    return out
+    with np.errstate(over="ignore"):  # a float32 accumulator beyond a float16 output's range: inf
+        return out.astype(result_dtype, copy=False)
 
 
 class OrderBound:

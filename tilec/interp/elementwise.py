@@ -4,7 +4,9 @@ Requires the arrays the expression reads. Guarantees numpy broadcasting and the 
 rules: every subexpression is computed in the dtype tilec.ir.dtypes.expr_type gives it (the
 specification of promotion; literals are weak), literal-only subexpressions with Python numbers;
 comparisons in the operands' common type; integer ``/`` is floor division; ``+`` and ``*`` on
-booleans are ``or`` and ``and``.
+booleans are ``or`` and ``and``. A bfloat16 subexpression is computed in float32 on bfloat16
+operands (a literal or an integer converted to bfloat16 rounds first) and rounded where the
+statement stores it or an explicit cast asks, as the compiled code does.
 """
 
 from __future__ import annotations
@@ -46,6 +48,22 @@ def _cast(dtype: str, value: Value) -> np.ndarray:
     return np.asarray(value).astype(dtype)
 
 
+def _operand(dtype: str, value: Value) -> np.ndarray:
+    """`value` as an operand of an operation of `dtype`: `_cast`, except that bfloat16 operations run
+    in float32 (a float32 array is a bfloat16 subexpression's unrounded value; anything else converts
+    to bfloat16 first)."""
+    if dtype != "bfloat16":
+        return _cast(dtype, value)
+    if isinstance(value, np.ndarray) and value.dtype == np.float32:
+        return value
+    return _cast(dtype, value).astype(np.float32)
+
+
+def _computed(dtype: str) -> str:
+    """The dtype a subexpression of `dtype` is computed in."""
+    return "float32" if dtype == "bfloat16" else dtype
+
+
 class _Evaluator:
     def __init__(self, values: dict[str, np.ndarray], sizes: dict[str, int], what: str) -> None:
         self.values = values
@@ -64,35 +82,36 @@ class _Evaluator:
         if isinstance(e, T.EUnary):
             if t == "bool":
                 raise BindError("cannot negate a boolean; use 'c ? 0 : 1'")
-            return _cast(t, 0) - _cast(t, self.eval(e.a))
+            return _operand(t, 0) - _operand(t, self.eval(e.a))
         if isinstance(e, T.EBinary):
-            a, b = _cast(t, self.eval(e.a)), _cast(t, self.eval(e.b))
+            a, b = _operand(t, self.eval(e.a)), _operand(t, self.eval(e.b))
             if t == "bool":
                 if e.op not in "+*":
                     raise BindError(f"arithmetic '{e.op}' on booleans; convert with 'c ? 1 : 0' first")
                 return a | b if e.op == "+" else a & b
             if e.op == "/":
-                return a / b if np.dtype(t).kind == "f" else _trunc_divide(a, b)
+                return a / b if is_float(t) else _trunc_divide(a, b)
             return {"+": np.add, "-": np.subtract, "*": np.multiply}[e.op](a, b)
         if isinstance(e, T.ECompare):
             common = _common(expr_type(e.a, self.dtypes), expr_type(e.b, self.dtypes))
-            a, b = _cast(common, self.eval(e.a)), _cast(common, self.eval(e.b))
+            a, b = _operand(common, self.eval(e.a)), _operand(common, self.eval(e.b))
             return {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
                     "==": np.equal, "!=": np.not_equal}[e.op](a, b)
         if isinstance(e, T.ESelect):
             cond = self.eval(e.cond)
             truth = np.asarray(cond) != 0
-            return np.where(truth, _cast(t, self.eval(e.a)), _cast(t, self.eval(e.b)))
+            return np.where(truth, _operand(t, self.eval(e.a)), _operand(t, self.eval(e.b)))
         if isinstance(e, T.ECall):
             fn = IMPLEMENTATIONS.get(e.func)
             if fn is None:
                 raise TilecError(f"the interpreter has no implementation of '{e.func}'")
             values = [self.eval(a) for a in e.args]
-            if BUILTINS[e.func].kind == "cast":
+            cast = BUILTINS[e.func].kind == "cast"
+            if cast:
                 _check_conversion(e.func, values[0], t)
-            args = [_cast(t, v) for v in values]
+            args = [_operand(t, v) for v in values]
             try:
-                return np.asarray(fn(*args)).astype(t)
+                return np.asarray(fn(*args)).astype(t if cast else _computed(t))
             except ValueError as err:  # integers to negative integer powers
                 raise BindError(f"'{e.func}' on {t} fails in numpy: {err}") from None
         raise TilecError(f"the interpreter does not know the expression {e!r}")
@@ -102,8 +121,9 @@ def _check_conversion(func: str, value: Value, dtype: str) -> None:
     """A float converts to an integer type by truncation toward zero, wrapping into the type (numpy's
     astype); NaN, infinities and values beyond 64 bits have no integer value: a BindError."""
     array = np.asarray(value)
-    if array.dtype.kind != "f" or np.dtype(dtype).kind not in "iu":
+    if not is_float(array.dtype.name) or np.dtype(dtype).kind not in "iu":
         return
+    array = array.astype(np.float64)
     with np.errstate(all="ignore"):
         bad = ~np.isfinite(array) | (np.abs(array.astype(np.float64)) >= 2.0**63)
     if bad.any():

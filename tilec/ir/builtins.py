@@ -11,7 +11,7 @@ equivalent. Kinds and their dtype rules (tilec.ir.dtypes):
   argument is a BindError);
 - ``cast``: the type the function names: ``as_float(x, 16|32|64)``, ``as_int(x, 8|16|32|64)``,
   ``as_uint(x, 8|16|32|64)`` (the width is an integer literal), ``as_bool(x)`` (x != 0; NaN is
-  true); conversions from float to integer truncate toward zero (numpy's ``astype``);
+  true), ``as_bfloat16(x)``; conversions from float to integer truncate toward zero (numpy's ``astype``);
 - ``first``: the type of the first argument; ``reverse_grad(x, l)`` is ``x``, whose gradient is
   ``-l`` times the incoming one (PlaidML's gradient reversal; ``l`` matters to autodiff only);
 - ``alias``: another spelling of an operator, rewritten by sema into that operator
@@ -68,7 +68,8 @@ _ENTRIES = (
         ("as_float", "x.astype(float<bits>)"), ("as_int", "x.astype(int<bits>)"),
         ("as_uint", "x.astype(uint<bits>)"),
     ])
-    + _table("conversions", "cast", 1, [("as_bool", "x.astype(bool)")])
+    + _table("conversions", "cast", 1, [("as_bool", "x.astype(bool)"),
+                                        ("as_bfloat16", "x.astype(bfloat16), rounded to nearest even")])
     + _table("operators by name", "alias", 2, [
         ("cmp_eq", "a == b"), ("cmp_ne", "a != b"), ("cmp_lt", "a < b"), ("cmp_le", "a <= b"),
         ("cmp_gt", "a > b"), ("cmp_ge", "a >= b"), ("add", "a + b"), ("sub", "a - b"), ("mul", "a * b"),

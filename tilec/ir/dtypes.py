@@ -12,7 +12,14 @@ Where this differs from numpy (deliberately, to run PlaidML programs unchanged):
   (numpy: float64); PlaidML itself would keep the integer type and truncate, which no
   program wants;
 - one divergence from PlaidML: bool loses a tie of widths (``bool + int8 -> int8``), where
-  PlaidML keeps the first operand's bool and silently truncates the sum.
+  PlaidML keeps the first operand's bool and silently truncates the sum;
+- ``bfloat16`` (numpy arrays through ``ml_dtypes``) meets ``float16`` in float32, the narrowest type
+  holding both (as torch promotes), not in the first operand's type.
+
+The 16-bit floats are storage types: an elementwise expression on them is computed in float32 and
+rounded once, where its statement stores it (or at an explicit cast), and a contraction over them
+accumulates in float32 (`accumulator_dtype`) and rounds each output cell once, as torch's CPU
+kernels and fused compilers (Inductor, Triton) do.
 
 Literals stay weak (they adapt to the strong type they meet, as numpy >= 2 does): an integer
 literal takes any tensor's type (int32 beside a bool), a float literal takes a float tensor's
@@ -27,13 +34,16 @@ from typing import Union
 
 import numpy as np
 
+import ml_dtypes  # noqa: F401  (registers numpy's "bfloat16" dtype)
+
 from tilec.errors import BindError
 from tilec.ir import tensor as T
 from tilec.ir.builtins import BUILTINS, CAST_FAMILIES
 
 SIGNED = ("int8", "int16", "int32", "int64")
 UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
-FLOATS = ("float16", "float32", "float64")
+FLOATS = ("float16", "bfloat16", "float32", "float64")
+LOW_PRECISION = ("float16", "bfloat16")  # stored in 16 bits, computed and accumulated in float32
 SUPPORTED = ("bool",) + SIGNED + UNSIGNED + FLOATS
 DEFAULT_FLOAT = "float32"
 DEFAULT_INT = "int32"
@@ -41,6 +51,11 @@ DEFAULT_INT = "int32"
 
 def is_float(dtype: str) -> bool:
     return dtype in FLOATS
+
+
+def accumulator_dtype(dtype: str) -> str:
+    """The type a value of `dtype` is computed and accumulated in: float32 for the 16-bit floats."""
+    return "float32" if dtype in LOW_PRECISION else dtype
 
 
 def is_unsigned(dtype: str) -> bool:
@@ -69,7 +84,9 @@ def promote(*dtypes: str) -> str:
     """PlaidML's result type of strong operands, left to right (see the module doc)."""
     result = dtypes[0]
     for d in dtypes[1:]:
-        if is_float(d) != is_float(result):
+        if {d, result} == set(LOW_PRECISION):
+            result = "float32"
+        elif is_float(d) != is_float(result):
             result = d if is_float(d) else result
         elif bit_width(d) > bit_width(result) or (result == "bool" and d != "bool"):
             result = d
@@ -81,6 +98,13 @@ def compare_dtype(a: str, b: str) -> str:
     one (``int8`` vs ``uint8`` in int16), so a comparison never wraps; float64 for int64 vs uint64."""
     if is_float(a) or is_float(b):
         return promote(a, b)
+    return numpy_common(a, b)
+
+
+def numpy_common(a: str, b: str) -> str:
+    """numpy's common type of `a` and `b` (which holds both where one exists), bfloat16 counting as
+    the float32 that holds its values exactly (numpy knows no promotion of ml_dtypes' bfloat16)."""
+    a, b = ("float32" if d == "bfloat16" else d for d in (a, b))
     return np.result_type(np.dtype(a), np.dtype(b)).name
 
 
@@ -149,9 +173,11 @@ def expr_type(e: T.EExpr, tensor_dtypes: dict[str, str]) -> Typed:
 
 def cast_dtype(e: T.ECall) -> str:
     """The result type of as_float / as_int / as_uint (bit width in the second argument, an
-    integer literal that sema checked) or as_bool."""
+    integer literal that sema checked), as_bool or as_bfloat16."""
     if e.func == "as_bool":
         return "bool"
+    if e.func == "as_bfloat16":
+        return "bfloat16"
     width = e.args[1]
     assert isinstance(width, T.EConst)
     return f"{CAST_FAMILIES[e.func]}{int(width.value)}"

@@ -219,7 +219,7 @@ def cast(dtype: str, e: Expr) -> Expr:
     if isinstance(e, Const):
         if dtype == "bool":
             return Const(bool(e.value), dtype)
-        return Const(float(e.value) if dtype.startswith("float") else int(e.value), dtype)
+        return Const(float(e.value) if "float" in dtype else int(e.value), dtype)
     return Cast(dtype, e)
 
 

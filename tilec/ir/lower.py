@@ -34,7 +34,7 @@ from tilec.ir.index_width import INT64_MAX
 from tilec.ir.elementwise import lower_expression
 from tilec.ir.intrinsics import BoundIntrinsic
 from tilec.ir.lower_intrinsics import lower_intrinsic
-from tilec.ir.dtypes import is_float
+from tilec.ir.dtypes import accumulator_dtype, is_float, numpy_common
 
 KERNEL_NAME = "tilec_kernel"
 
@@ -196,19 +196,24 @@ class _Parts:
 
 
 def _tuple_value(b: BoundContraction, bp: BoundProgram) -> _Parts:
+    """Each tuple's value, in the type the contraction accumulates in, and the condition under which it counts."""
     loads = [L.Load(a.tensor, tuple(index_expr(i) for i in a.indices), bp.dtypes[a.tensor]) for a in b.operands]
-    dt = b.dtype
+    dt = accumulator_dtype(b.dtype)
+
+    def operand(x: L.Expr) -> L.Expr:  # converted to the contraction's type, then (exactly) to the accumulator's
+        return L.cast(dt, L.cast(b.dtype, x))
+
     combo = b.stmt.combo
     if combo == "single":
-        return _Parts(L.cast(dt, loads[0]), None)
+        return _Parts(operand(loads[0]), None)
     if combo in ("mul", "add"):
         op = {"mul": "*", "add": "+"}[combo]
-        return _Parts(combine(op, L.cast(dt, loads[0]), L.cast(dt, loads[1])), None)
-    ct = np.result_type(loads[0].dtype, loads[1].dtype).name
+        return _Parts(combine(op, operand(loads[0]), operand(loads[1])), None)
+    ct = numpy_common(loads[0].dtype, loads[1].dtype)
     equal = L.Cmp("eq", L.cast(ct, loads[0]), L.cast(ct, loads[1]))
     if combo == "eq":
         return _Parts(L.cast(dt, equal), None)
-    return _Parts(L.cast(dt, loads[2]), equal)
+    return _Parts(operand(loads[2]), equal)
 
 
 def _default_value(b: BoundContraction, bp: BoundProgram, cell: list[L.Expr]) -> L.Expr | None:
@@ -277,7 +282,7 @@ def _needs_written_flag(b: BoundContraction, always_written: bool) -> bool:
 
 
 def _lower_direct(b: BoundContraction, bp: BoundProgram) -> L.Stmt:
-    out, dt = b.output, b.dtype
+    out, dt = b.output, accumulator_dtype(b.dtype)
     out_vars = [e.coeffs[0][0] for e in b.out_indices]
     reduce = [(v, lo, hi) for v, lo, hi in b.ranges if v not in out_vars]
     cell: list[L.Expr] = [L.Var(v) for v in out_vars]
@@ -297,14 +302,14 @@ def _lower_direct(b: BoundContraction, bp: BoundProgram) -> L.Stmt:
     if outer_guards:
         reduction = L.If(L.logical_and([condition_expr(g) for g in outer_guards]), reduction)  # type: ignore[arg-type]
     default = _default_value(b, bp, cell)
-    init = default if default is not None else identity(b.stmt.agg, dt)
+    init = L.cast(dt, default) if default is not None else identity(b.stmt.agg, dt)
     result: L.Expr = acc_now
     if flagged:
         result = L.Select(L.Load(flag.name, (), "bool"), acc_now, L.cast(dt, L.const(0)))
     per_cell = L.seq(L.Store(acc.name, (), init),
                      L.Store(flag.name, (), L.Const(False, "bool")) if flagged else None,
                      reduction,
-                     L.Store(out, tuple(cell), result))
+                     L.Store(out, tuple(cell), L.cast(b.dtype, result)))
     cell_ranges = [(v, lo, hi) for v, lo, hi in b.ranges if v in out_vars]
     cell_ranges.sort(key=lambda r: out_vars.index(r[0]))
     body: L.Stmt = L.Allocate(acc, L.Allocate(flag, per_cell) if flagged else per_cell)
@@ -312,24 +317,32 @@ def _lower_direct(b: BoundContraction, bp: BoundProgram) -> L.Stmt:
 
 
 def _lower_scatter(b: BoundContraction, bp: BoundProgram, workspaces: list[L.Buffer]) -> L.Stmt:
-    out, dt = b.output, b.dtype
+    """Initialise, scatter every tuple, then (where needed) zero the unwritten cells; a 16-bit float
+    output is accumulated in a float32 workspace and rounded once per cell."""
+    out, dt = b.output, accumulator_dtype(b.dtype)
+    into = out if dt == b.dtype else f"{out}.acc"
     flagged = _needs_written_flag(b, always_written=False)
     flag_name = f"{out}.written"
     cells, cell = _cell_loops(b.shape, f"{out}.c")
     default = _default_value(b, bp, cell)
-    init = L.seq(L.Store(out, tuple(cell), default if default is not None else identity(b.stmt.agg, dt)),
+    init = L.seq(L.Store(into, tuple(cell), L.cast(dt, default) if default is not None else identity(b.stmt.agg, dt)),
                  L.Store(flag_name, tuple(cell), L.Const(False, "bool")) if flagged else None)
     parts = _tuple_value(b, bp)
     target = tuple(index_expr(e) for e in b.out_indices)
-    update = L.seq(L.Store(out, target, combine(b.stmt.agg, L.Load(out, target, dt), parts.value)),
+    update = L.seq(L.Store(into, target, combine(b.stmt.agg, L.Load(into, target, dt), parts.value)),
                    L.Store(flag_name, target, L.Const(True, "bool")) if flagged else None)
     if parts.cond is not None:
         update = L.If(parts.cond, update)
     stmts = [loop_nest(cells, init, []), loop_nest(list(b.ranges), update, list(b.guards))]
+    final: L.Expr | None = None
+    if into != out:
+        workspaces.append(L.Buffer(into, dt, b.shape))
+        final = L.Load(into, tuple(cell), dt)
     if flagged:
         workspaces.append(L.Buffer(flag_name, "bool", b.shape))
-        unwritten = L.Select(L.Load(flag_name, tuple(cell), "bool"), L.Load(out, tuple(cell), dt), L.cast(dt, L.const(0)))
-        stmts.append(loop_nest(cells, L.Store(out, tuple(cell), unwritten), []))
+        final = L.Select(L.Load(flag_name, tuple(cell), "bool"), L.Load(into, tuple(cell), dt), L.cast(dt, L.const(0)))
+    if final is not None:
+        stmts.append(loop_nest(cells, L.Store(out, tuple(cell), L.cast(b.dtype, final)), []))
     return L.seq(*stmts)
 
 

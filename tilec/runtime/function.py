@@ -251,7 +251,7 @@ def _as_array(name: str, value: Any) -> np.ndarray:
         raise BindError(f"argument '{name}' is not array-like: {err}") from None
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
-    if array.dtype.kind not in "biuf":
+    if array.dtype.kind not in "biuf" and array.dtype.name != "bfloat16":
         raise BindError(f"argument '{name}' has dtype {array.dtype}; tilec takes numeric arrays")
     return array
 

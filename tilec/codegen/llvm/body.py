@@ -27,7 +27,7 @@ from tilec.codegen.llvm.loop_metadata import loop_metadata
 from tilec.codegen.llvm.parallel import body_type, captured_names, chunk_function, context_type, run_chunks
 from tilec.codegen.llvm.scalar import ScalarEmitter
 from tilec.codegen.llvm.transpose import emit_transposed, transposable
-from tilec.codegen.llvm.types import I64, MEMORY_TYPES, PTR, value_name, value_type
+from tilec.codegen.llvm.types import I64, PTR, storage_type, value_name, value_type
 from tilec.codegen.llvm.vector import VectorLoop, power_of_two_pieces, vectorizable
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
@@ -92,7 +92,7 @@ class BodyEmitter(ScalarEmitter):
         if buf.scope not in ("local", "shared"):
             raise CodegenError(f"buffer {buf.name}: scope {buf.scope} cannot be allocated inside a CPU kernel")
         entry = ir.IRBuilder(self.entry)
-        mem = MEMORY_TYPES[buf.dtype]
+        mem = storage_type(buf)
         ptr = entry.alloca(mem, size=ir.Constant(I64, max(1, buf.size)) if buf.size != 1 else None,
                            name=value_name(buf.name))
         saved = self.pointers.get(buf.name)
@@ -112,9 +112,7 @@ class BodyEmitter(ScalarEmitter):
         v = self.expr(value, flags)
         if v.type != value_type(buf.dtype):
             raise CodegenError(f"store of {value.dtype} into {buf.name} ({buf.dtype})")
-        if buf.dtype == "bool":
-            v = self.b.zext(v, ir.IntType(8))
-        self.b.store(v, self.address(buf, s.indices))
+        self.b.store(self.to_memory(buf, v), self.address(buf, s.indices))
 
     def _stmt_For(self, s: L.For) -> None:
         if s.kind == "unrolled" and transposable(s, self.buffers):

@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 import llvmlite.ir as ir
 
-from tilec.codegen.llvm.types import I64, MEMORY_TYPES, bits, declare_intrinsic, like, value_type
+from tilec.codegen.llvm import bfloat
+from tilec.codegen.llvm.types import I64, bits, declare_intrinsic, like, packed_bfloat16, storage_type, value_type
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
 from tilec.ir.dtypes import is_float, is_unsigned
@@ -78,7 +79,7 @@ class ScalarEmitter:
         ptr = self.pointers[buf.name]
         if offset is None:
             return ptr
-        return self.b.gep(ptr, [offset], inbounds=True, source_etype=MEMORY_TYPES[buf.dtype])
+        return self.b.gep(ptr, [offset], inbounds=True, source_etype=storage_type(buf))
 
     # ------------------------------------------------------------ expressions
 
@@ -91,6 +92,8 @@ class ScalarEmitter:
     def _expr_Const(self, e: L.Const) -> ir.Value:
         if e.dtype == "bool":
             return ir.Constant(ir.IntType(1), int(bool(e.value)))
+        if e.dtype == "bfloat16":
+            return ir.Constant(ir.FloatType(), bfloat.constant(e.value))
         return ir.Constant(value_type(e.dtype), e.value)
 
     def _expr_Var(self, e: L.Var) -> ir.Value:
@@ -101,9 +104,23 @@ class ScalarEmitter:
 
     def _expr_Load(self, e: L.Load) -> ir.Value:
         buf = self.buffers[e.buffer]
-        v = self.b.load(self.address(buf, e.indices), typ=MEMORY_TYPES[buf.dtype])
+        return self.from_memory(buf, self.b.load(self.address(buf, e.indices), typ=storage_type(buf)))
+
+    def from_memory(self, buf: L.Buffer, v: ir.Value) -> ir.Value:
+        """A value (or vector) loaded from `buf` as registers hold it: bool as i1, bfloat16 as float."""
         if buf.dtype == "bool":
-            v = self.b.icmp_unsigned("!=", v, ir.Constant(ir.IntType(8), 0))
+            return self.b.icmp_unsigned("!=", v, ir.Constant(v.type, 0) if not isinstance(v.type, ir.VectorType)
+                                        else ir.Constant(v.type, [0] * v.type.count))
+        if packed_bfloat16(buf):
+            return bfloat.widen(self.b, v)
+        return v
+
+    def to_memory(self, buf: L.Buffer, v: ir.Value) -> ir.Value:
+        """A value (or vector) in registers as `buf` stores it: bool as a byte, bfloat16 rounded to its bits."""
+        if buf.dtype == "bool":
+            return self.b.zext(v, like(v, ir.IntType(8)))
+        if packed_bfloat16(buf):
+            return bfloat.narrow(self.b, v)
         return v
 
     def _expr_Cast(self, e: L.Cast) -> ir.Value:
@@ -114,6 +131,16 @@ class ScalarEmitter:
         integer truncates toward zero, to unsigned through int64 (so -1.0 becomes all ones)."""
         if src == dst:
             return v
+        if src == "bfloat16":  # registers hold its float32 value exactly
+            return self.convert(v, "float32", dst)
+        if dst == "bfloat16":  # through a float32 holding the value, or rounded to odd: one rounding in all
+            if src == "float64":
+                exact = self._round_to_odd_f32(v)
+            elif is_float(src) or src == "bool" or bits(src) <= 16:
+                exact = self.convert(v, src, "float32")
+            else:
+                exact = self._round_to_odd_f32(self.convert(v, src, "float64"))
+            return bfloat.round_float(self.b, exact)
         t = like(v, value_type(dst))
         if dst == "bool":
             if is_float(src):

@@ -2,7 +2,9 @@
 
 Requires: llvmlite.ir. Guarantees: `value_type` is the type a dtype's values have in registers
 (bool is i1) and `memory_type` the one they have in buffers (bool is one byte, as numpy stores
-it); a dtype the backend does not support is a CodegenError. `declare_intrinsic` and
+it; bfloat16 is float in registers and i16 in buffers: tilec.codegen.llvm.bfloat converts, and a
+local bfloat16 buffer, an accumulator, holds float); a dtype the backend does not support is a
+CodegenError. `declare_intrinsic` and
 `declare_masked` declare an LLVM intrinsic once per module, named after the (scalar or vector)
 type it works on.
 """
@@ -11,9 +13,14 @@ from __future__ import annotations
 
 import hashlib
 
+from typing import TYPE_CHECKING
+
 import llvmlite.ir as ir
 
 from tilec.errors import CodegenError
+
+if TYPE_CHECKING:
+    from tilec.ir import loop as L
 
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
@@ -21,9 +28,11 @@ VALUE_TYPES: dict[str, ir.Type] = {
     "bool": ir.IntType(1), "int8": ir.IntType(8), "int16": ir.IntType(16), "int32": ir.IntType(32),
     "int64": ir.IntType(64), "uint8": ir.IntType(8), "uint16": ir.IntType(16), "uint32": ir.IntType(32),
     "uint64": ir.IntType(64), "float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
+    "bfloat16": ir.FloatType(),  # computed in float32 (tilec.ir.dtypes: the 16-bit floats are storage types)
 }
-MEMORY_TYPES: dict[str, ir.Type] = dict(VALUE_TYPES, bool=ir.IntType(8))  # numpy stores a bool in one byte
-_BITS = {"float16": 16, "float32": 32, "float64": 64, "int8": 8, "int16": 16, "int32": 32, "int64": 64,
+# numpy stores a bool in one byte; bfloat16 is the upper half of a float32's bits
+MEMORY_TYPES: dict[str, ir.Type] = dict(VALUE_TYPES, bool=ir.IntType(8), bfloat16=ir.IntType(16))
+_BITS = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64, "int8": 8, "int16": 16, "int32": 32, "int64": 64,
          "uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64}
 _ALIGNMENT = {name: bits // 8 for name, bits in _BITS.items()}
 
@@ -47,6 +56,19 @@ def value_type(dtype: str) -> ir.Type:
 
 def memory_type(dtype: str) -> ir.Type:
     return MEMORY_TYPES[dtype]
+
+
+def storage_type(buf: "L.Buffer") -> ir.Type:
+    """The element type of `buf`'s memory: a local bfloat16 buffer (an accumulator, a register
+    tile) keeps float32 values, every other buffer its dtype's memory type."""
+    if buf.dtype == "bfloat16" and buf.scope == "local":
+        return ir.FloatType()
+    return MEMORY_TYPES[buf.dtype]
+
+
+def packed_bfloat16(buf: "L.Buffer") -> bool:
+    """Whether `buf` holds bfloat16 bits (loads widen them, stores round: tilec.codegen.llvm.bfloat)."""
+    return buf.dtype == "bfloat16" and buf.scope != "local"
 
 
 def bits(dtype: str) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 import llvmlite.ir as ir
 
 from tilec.codegen.llvm.scalar import ScalarEmitter
-from tilec.codegen.llvm.types import I64, alignment, declare_intrinsic, declare_masked, memory_type, value_type
+from tilec.codegen.llvm.types import I64, alignment, declare_intrinsic, declare_masked, storage_type, value_type
 from tilec.ir import loop as L
 from tilec.ir.dtypes import is_float, is_unsigned
 from tilec.ir.visitor import children, walk
@@ -32,6 +32,11 @@ _ERF_TAIL = (0.28262213428321226, 0.2741356192705947, 0.29763179332491946, -2.32
              0.4360836851755207, -0.3852051177469496, 0.09464298712239096)
 _SAFE_CALLS = {"exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "tanh", "pow", "max", "min"}
 _SAFE_BIN = {"add", "sub", "mul", "div", "min", "max", "and", "or", "xor", "shl", "shr"}
+
+
+def _register(dtype: str) -> str:
+    """The dtype whose registers hold `dtype`'s values (bfloat16 is computed in float32)."""
+    return "float32" if dtype == "bfloat16" else dtype
 
 
 def varies(e: Any, var: str) -> bool:
@@ -100,7 +105,7 @@ def vectorizable(loop: L.For, buffers: dict[str, L.Buffer]) -> bool:
             return True
         if isinstance(e, L.Bin) and (e.op not in _SAFE_BIN or (e.op == "div" and not is_float(e.dtype))):
             return False
-        if isinstance(e, L.Call) and ((e.func not in _SAFE_CALLS and (e.func, e.dtype) != ("erf", "float32"))
+        if isinstance(e, L.Call) and ((e.func not in _SAFE_CALLS and (e.func, _register(e.dtype)) != ("erf", "float32"))
                                       or not is_float(e.dtype) or e.dtype == "float16"):
             return False
         if isinstance(e, L.Load) and buffers.get(e.buffer) is None:
@@ -194,14 +199,14 @@ class VectorLoop:
         self.mask = mask
         value = self.vector(then.value)
         if orelse is None:
+            value = self.em.to_memory(buf, value)
             ptr = self.vector_pointer(buf, then.indices, value.type)
             store = declare_masked(self.em.module, "store", value.type)
             self.b.call(store, [value, ptr, ir.Constant(ir.IntType(32), alignment(buf.dtype)), mask])
         else:
             self.mask = self.b.not_(mask)
-            other = self.vector(orelse.value)
-            self.b.store(self.b.select(mask, value, other), self.vector_pointer(buf, then.indices, value.type),
-                         align=alignment(buf.dtype))
+            chosen = self.em.to_memory(buf, self.b.select(mask, value, self.vector(orelse.value)))
+            self.b.store(chosen, self.vector_pointer(buf, then.indices, chosen.type), align=alignment(buf.dtype))
         self.mask = saved
 
     def store(self, s: L.Store) -> None:
@@ -209,8 +214,10 @@ class VectorLoop:
         value = self.fused_update(s) or self.vector(s.value)
         stride = element_stride(buf, s.indices, self.var)
         if stride == 0:  # the value is uniform (vectorizable() checked it): one scalar store
-            self.b.store(self.em.expr(s.value), self.em.address(buf, s.indices))
-        elif stride == 1:
+            self.b.store(self.em.to_memory(buf, self.em.expr(s.value)), self.em.address(buf, s.indices))
+            return
+        value = self.em.to_memory(buf, value)
+        if stride == 1:
             self.b.store(value, self.vector_pointer(buf, s.indices, value.type), align=alignment(buf.dtype))
         else:
             for lane in range(self.lanes):
@@ -257,9 +264,9 @@ class VectorLoop:
             args = [self.vector(a) for a in e.args]
             if e.func in ("max", "min"):
                 return self.em.float_bin(e.func, args[0], args[1], ())
-            if e.func == "exp" and e.dtype == "float32":
+            if e.func == "exp" and _register(e.dtype) == "float32":
                 return self.exp_f32(args[0])
-            if e.func == "erf" and e.dtype == "float32":
+            if e.func == "erf" and _register(e.dtype) == "float32":
                 return self.erf_f32(args[0])
             return self.em.float_call(e.func, args, args[0].type)
         raise AssertionError(f"vectorizable() let {type(e).__name__} through")
@@ -326,7 +333,7 @@ class VectorLoop:
     def load(self, e: L.Load) -> ir.Value:
         buf = self.em.buffers[e.buffer]
         stride = element_stride(buf, e.indices, self.var)
-        elem = memory_type(buf.dtype)
+        elem = storage_type(buf)
         if stride == 0:
             return self.splat(self.em.expr(e))
         if stride == 1:
@@ -338,9 +345,7 @@ class VectorLoop:
                                          ir.Constant(vt, None)])
             else:
                 raw = self.b.load(self.vector_pointer(buf, e.indices, vt), typ=vt, align=alignment(buf.dtype))
-            if buf.dtype == "bool":
-                return self.b.icmp_unsigned("!=", raw, ir.Constant(raw.type, [0] * self.lanes))
-            return raw
+            return self.em.from_memory(buf, raw)
         out = ir.Constant(ir.VectorType(value_type(buf.dtype), self.lanes), None)
         for lane in range(self.lanes):
             self.em.vars[self.var] = ir.Constant(I64, self.begin + lane)

@@ -1,0 +1,63 @@
+"""bfloat16 in the CPU backend: float32 in registers, the upper 16 bits of a float32 in memory.
+
+A bfloat16 value is a float32 whose lower 16 mantissa bits are zero, so widening is exact (a shift)
+and every operation runs on float32 (tilec.ir.dtypes: expressions on the 16-bit floats are computed
+in float32 and rounded where they are stored). Rounding is done here with integer operations,
+round to nearest even, NaN kept quiet: LLVM would lower ``fptrunc float to bfloat`` to a call of
+``__truncsfbf2`` on CPUs without AVX512-BF16, which the JIT does not link, and the integer form
+vectorises on every x86-64 CPU.
+
+Requires: llvmlite.ir; values are scalars or vectors of float (i16 for `widen`). Guarantees:
+`widen(bits)` is the float of bfloat16 bits; `narrow(x)` the bits of `x` rounded to bfloat16;
+`round_float(x)` `x` rounded to bfloat16, as a float; `constant(value)` a Python float rounded so.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+import ml_dtypes
+import numpy as np
+
+from tilec.codegen.llvm.types import like
+
+_I32, _I16 = ir.IntType(32), ir.IntType(16)
+
+
+def _c(v: ir.Value, t: ir.Type, value: int) -> ir.Constant:
+    ty = like(v, t)
+    return ir.Constant(ty, [value] * ty.count) if isinstance(ty, ir.VectorType) else ir.Constant(ty, value)
+
+
+def widen(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
+    """bfloat16 bits (i16) as the float32 they stand for."""
+    wide = b.zext(bits, like(bits, _I32))
+    return b.bitcast(b.shl(wide, _c(bits, _I32, 16)), like(bits, ir.FloatType()))
+
+
+def _rounded_word(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """The float32 bits of `x` with bfloat16's rounding applied in the upper half (lower half garbage
+    for numbers; a quiet NaN's upper half for NaN)."""
+    word = b.bitcast(x, like(x, _I32))
+    odd = b.and_(b.lshr(word, _c(x, _I32, 16)), _c(x, _I32, 1))
+    rounded = b.add(word, b.add(odd, _c(x, _I32, 0x7FFF)))
+    quiet = b.or_(word, _c(x, _I32, 0x00400000))
+    return b.select(b.fcmp_unordered("uno", x, x), quiet, rounded)
+
+
+def narrow(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """The bfloat16 bits (i16) nearest to float32 `x` (ties to even)."""
+    return b.trunc(b.lshr(_rounded_word(b, x), _c(x, _I32, 16)), like(x, _I16))
+
+
+def round_float(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """float32 `x` rounded to the nearest bfloat16, kept as a float32."""
+    word = b.and_(_rounded_word(b, x), _c(x, _I32, -0x10000))
+    return b.bitcast(word, x.type)
+
+
+def constant(value: float) -> float:
+    """`value` rounded to bfloat16 (as the compiled code rounds), as a Python float."""
+    return float(np.float32(np.asarray(value, dtype=np.float64).astype(ml_dtypes.bfloat16)))
+
+
+__all__ = ["constant", "narrow", "round_float", "widen"]
