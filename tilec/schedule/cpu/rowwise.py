@@ -32,12 +32,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tilec.ir import loop as L
-from tilec.ir import tensor as T
+from tilec.ir import loop as L, tensor as T
 from tilec.ir.affine import IntAffine
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundIntrinsic, BoundProgram, BoundStatement
 from tilec.ir.elementwise import lower_expression
 from tilec.ir.lower import LoweredGroup, broadcast_indices, combine, identity, index_expr, loop_nest
+from tilec.ir.dtypes import numpy_common
 from tilec.ir.rewrite import map_expr
 from tilec.schedule.patterns.dataflow import reads
 from tilec.schedule.templates.base import Choice, Context, Template
@@ -270,7 +270,7 @@ class _Builder:
             return L.cast(dt, loads[0]), None
         if combo in ("mul", "add"):
             return combine({"mul": "*", "add": "+"}[combo], L.cast(dt, loads[0]), L.cast(dt, loads[1])), None
-        ct = np.result_type(loads[0].dtype, loads[1].dtype).name
+        ct = numpy_common(loads[0].dtype, loads[1].dtype)
         equal = L.Cmp("eq", L.cast(ct, loads[0]), L.cast(ct, loads[1]))
         if combo == "eq":
             return L.cast(dt, equal), None

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction
+from tilec.ir.dtypes import accumulator_dtype
 from tilec.ir.lower import LoweredGroup
 from tilec.schedule.cpu import copy_fold
 from tilec.schedule.cpu.implicit_gemm import inplace
@@ -71,11 +72,12 @@ class ImplicitGemm(Template):
         b = ctx.bp.statements[index]
         assert isinstance(b, BoundContraction)
         out_copy = output_copy(index, ctx.bp)
-        candidate = select_inplace(b, ctx, plan, out_copy) if out_copy is not None else None
+        packed_only = accumulator_dtype(b.dtype) != b.dtype  # 16-bit floats: converted while packing
+        candidate = select_inplace(b, ctx, plan, out_copy) if out_copy is not None and not packed_only else None
         if candidate is not None:
             knobs = inplace.default_knobs(candidate, b.dtype, ctx.target)
         else:
-            knobs = packed_or_direct(plan, ctx, b.dtype, padding(plan, ctx.bp) is not None)
+            knobs = packed_or_direct(plan, ctx, b.dtype, padding(plan, ctx.bp) is not None and not packed_only)
         return self._choice(index, ctx, plan, knobs, candidate, out_copy)
 
     def default_knobs(self, index: int, plan: GemmPlan, ctx: Context) -> GemmKnobs:

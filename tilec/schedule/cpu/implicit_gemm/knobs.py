@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tilec.ir.dtypes import accumulator_dtype
 from tilec.schedule.params import LoweringParams
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.knobs import knob
@@ -35,11 +36,14 @@ class GemmKnobs:
                                   "(tilec.schedule.cpu.implicit_gemm.inplace)")
 
 
-DTYPES = ("float32", "float64")  # the dtypes the CPU GEMM templates take
+DTYPES = ("float32", "float64", "bfloat16", "float16")  # the dtypes the CPU GEMM templates take
+# 16-bit floats are converted to float32 while packing (tilec.schedule.cpu.implicit_gemm.packed): the
+# variants that read an operand in place (pack_a or pack_b False) take float32 and float64 only
 
 
 def itemsize(dtype: str) -> int:
-    return np.dtype(dtype).itemsize
+    """Bytes of one element of `dtype` as the micro-kernel holds it (16-bit floats in float32)."""
+    return np.dtype(accumulator_dtype(dtype)).itemsize
 
 
 def round_up(x: int, m: int) -> int:
@@ -57,7 +61,7 @@ def default_knobs(plan: GemmPlan, dtype: str, target: Target, mc_rows: int) -> G
     """Register block from the vector width; KC so the B micro-panel (KC x NR) stays in L1;
     MC (about `mc_rows`) so that the row blocks split evenly over the threads when they share the rows."""
     assert target.host is not None
-    lanes = target.lanes(dtype)
+    lanes = target.lanes(accumulator_dtype(dtype))
     vectors = 4 if plan.n > 2 * lanes else 2 if plan.n > lanes else 1
     nr = vectors * lanes
     mr = min(14, accumulators(target) // vectors)
@@ -87,10 +91,13 @@ def plan_threads(plan: GemmPlan, knobs: GemmKnobs, target: Target, row_units: in
 def knob_problems(knobs: GemmKnobs, plan: GemmPlan, dtype: str, target: Target) -> list[str]:
     """Why `knobs` cannot be built for `plan` on `target`, each problem naming its knob (types and
     the record's bounds are checked before: tilec.schedule.templates.knobs)."""
-    lanes = target.lanes(dtype)
+    compute = accumulator_dtype(dtype)
+    lanes = target.lanes(compute)
     problems = []
     if knobs.nr % lanes:
-        problems.append(f"nr ({knobs.nr}) must be a multiple of the {lanes} {dtype} lanes of a vector register")
+        problems.append(f"nr ({knobs.nr}) must be a multiple of the {lanes} {compute} lanes of a vector register")
+    if compute != dtype and not (knobs.pack_a and knobs.pack_b):
+        problems.append(f"pack_a and pack_b must be true for {dtype}: its operands are converted to {compute} while packing")
     vectors = -(-knobs.nr // lanes)
     limit = 2 * accumulators(target)
     if knobs.mr * vectors > limit:

@@ -17,7 +17,8 @@ The loop nest (knobs in capitals)::
 
 Guards (padding, strides, constraints) and the zero padding of partial panels live in
 the packing loops, so the micro-kernel has no branch. Operands are converted to the
-output dtype while packing.
+accumulator's dtype while packing: the output's, or float32 for a 16-bit float output, whose
+partial sums between reduction blocks then live in a float32 workspace (one rounding per cell).
 
 Requires: a GemmPlan of the statement (tilec.schedule.patterns.gemm) and knobs that passed the
 template's checks. Guarantees: the statement's sum of products (and its fused epilogue) in the
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction
+from tilec.ir.dtypes import accumulator_dtype
 from tilec.ir.lower import index_expr, zero_fill
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, plan_threads
@@ -67,7 +69,7 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     packing into its own slices; otherwise over blocks of rows, after B is packed once.
     """
     bp, target = ctx.bp, ctx.target
-    dt = b.dtype
+    dt, ct = b.dtype, accumulator_dtype(b.dtype)  # the output's dtype, the one it is computed in
     mr, nr, mc = knobs.mr, knobs.nr, knobs.mc
     kc = min(knobs.kc, plan.k)
     m, n, k = plan.m, plan.n, plan.k
@@ -76,8 +78,11 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     outer_parallel, threads, n_outer = plan_threads(plan, knobs, target, row_blocks)
     out = b.output
     dest = epilogue.dest if epilogue is not None else out
-    bp_buf = L.Buffer(f"{out}.Bp", dt, (threads if outer_parallel else 1, panels, kc, nr))
-    ap_buf = L.Buffer(f"{out}.Ap", dt, (threads, mc // mr, kc, mr))
+    bp_buf = L.Buffer(f"{out}.Bp", ct, (threads if outer_parallel else 1, panels, kc, nr))
+    ap_buf = L.Buffer(f"{out}.Ap", ct, (threads, mc // mr, kc, mr))
+    blocks = -(-k // kc)
+    partial_buf = L.Buffer(f"{out}.partial", ct, b.shape) if ct != dt and blocks > 1 else None
+    partials = dest if partial_buf is None else partial_buf.name  # where a tile's sums wait for the next block
     v = L.Var
     o, pc, r, jr, jj, t, ic, ir, ii = (f"{out}.{s}" for s in ("o", "pc", "r", "jr", "jj", "t", "ic", "ir", "ii"))
     b_slot = v(t) if outer_parallel else L.const(0)
@@ -89,7 +94,7 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     col_var, col_lo, _ = plan.col
     col_index = L.add(L.mul(v(jr), L.const(nr)), v(jj))
     env_b = {**outer_env, **decompose(kk, plan.red), col_var: L.add(col_index, L.const(col_lo))}
-    b_store = guarded_store(bp_buf.name, (b_slot, v(jr), v(r), v(jj)), plan.b, plan.b_guards, env_b, dt,
+    b_store = guarded_store(bp_buf.name, (b_slot, v(jr), v(r), v(jj)), plan.b, plan.b_guards, env_b, ct,
                              bp.dtypes[plan.b.tensor], [L.Cmp("lt", col_index, L.const(n))])
     pack_b = L.For(jr, L.const(0), L.const(panels),
                    L.For(r, L.const(0), kc_here, L.For(jj, L.const(0), L.const(nr), b_store)),
@@ -98,17 +103,17 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     # -- pack A: Ap[t, ir, r, ii] = A(row, kk) for row = ic * MC + ir * MR + ii < M, else 0
     row_index = L.add(L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr))), v(ii))
     env_a = {**outer_env, **decompose(kk, plan.red), **decompose(row_index, plan.rows)}
-    a_store = guarded_store(ap_buf.name, (v(t), v(ir), v(r), v(ii)), plan.a, plan.a_guards, env_a, dt,
+    a_store = guarded_store(ap_buf.name, (v(t), v(ir), v(r), v(ii)), plan.a, plan.a_guards, env_a, ct,
                              bp.dtypes[plan.a.tensor], [L.Cmp("lt", row_index, L.const(m))])
     pack_a = L.For(ir, L.const(0), L.const(mc // mr),
                    L.For(r, L.const(0), kc_here, L.For(ii, L.const(0), L.const(mr), a_store)))
 
     # -- micro-kernel on acc[MR, NR]
-    acc = L.Buffer(f"{out}.acc", dt, (mr, nr), "local")
-    acc_now = L.Load(acc.name, (v(ii), v(jj)), dt)
+    acc = L.Buffer(f"{out}.acc", ct, (mr, nr), "local")
+    acc_now = L.Load(acc.name, (v(ii), v(jj)), ct)
     fma = L.Store(acc.name, (v(ii), v(jj)), L.Bin("add", acc_now, L.Bin(
-        "mul", L.Load(ap_buf.name, (v(t), v(ir), v(r), v(ii)), dt),
-        L.Load(bp_buf.name, (b_slot, v(jr), v(r), v(jj)), dt))))
+        "mul", L.Load(ap_buf.name, (v(t), v(ir), v(r), v(ii)), ct),
+        L.Load(bp_buf.name, (b_slot, v(jr), v(r), v(jj)), ct))))
     kernel = L.For(r, L.const(0), kc_here,
                    L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), fma, "vectorized"),
                          "unrolled"))
@@ -117,15 +122,16 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     row_of_tile = row_index
     cell_env = {**outer_env, **decompose(row_of_tile, plan.rows), col_var: L.add(col_index, L.const(col_lo))}
     out_cell = tuple(substitute_expr(index_expr(e), cell_env) for e in b.out_indices)
-    partial = L.Load(dest, out_cell, dt)
-    final = acc_now if epilogue is None else epilogue_value(epilogue, bp, out, acc_now, out_cell)
-    zero = L.cast(dt, L.const(0))
+    partial = L.cast(ct, L.Load(partials, out_cell, ct if partial_buf is not None else dt))
+    result = L.cast(dt, acc_now)  # the contraction's value of the cell (rounded once)
+    final = result if epilogue is None else epilogue_value(epilogue, bp, out, result, out_cell)
+    zero = L.cast(ct, L.const(0))
     row0 = L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr)))
     full = L.Bin("and", L.Cmp("le", L.add(row0, L.const(mr)), L.const(m)),
                  L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n)))
     inside = L.Bin("and", L.Cmp("lt", row_of_tile, L.const(m)), L.Cmp("lt", col_index, L.const(n)))
     first = L.Cmp("eq", v(pc), L.const(0))
-    last = L.Cmp("eq", v(pc), L.const(-(-k // kc) - 1))
+    last = L.Cmp("eq", v(pc), L.const(blocks - 1))
 
     def tile(body: L.Stmt, fast: bool) -> L.Stmt:
         return L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), body,
@@ -138,12 +144,19 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     def to_dest(value: L.Expr) -> L.Stmt:
         return L.Store(dest, out_cell, value)
 
+    def stores(guard: L.Expr | None) -> L.Stmt:
+        """The tile's sums: the final values after the last block, else the partial sums."""
+        def guarded(s: L.Stmt) -> L.Stmt:
+            return s if guard is None else L.If(guard, s)
+        if partial_buf is None:  # partial sums wait in the destination itself (or there is one block)
+            return tile(guarded(to_dest(L.Select(last, final, acc_now) if ct == dt else final)), True)
+        return L.If(last, tile(guarded(to_dest(final)), True),
+                    tile(guarded(L.Store(partials, out_cell, acc_now)), True))
+
     # Edge tiles keep the vector loops: the lane-varying `if`s become masked loads and stores.
     load_fast = tile(to_acc(L.Select(first, zero, partial)), True)
     load_edge = tile(L.If(L.Bin("and", L.Not(first), inside), to_acc(partial), to_acc(zero)), True)
-    store_fast = tile(to_dest(L.Select(last, final, acc_now)), True)
-    store_edge = tile(L.If(inside, to_dest(L.Select(last, final, acc_now))), True)
-    micro = L.Allocate(acc, L.seq(L.If(full, load_fast, load_edge), kernel, L.If(full, store_fast, store_edge)))
+    micro = L.Allocate(acc, L.seq(L.If(full, load_fast, load_edge), kernel, L.If(full, stores(None), stores(inside))))
 
     rows_here = L.Bin("min", L.const(mc // mr), L.Bin("div", L.add(L.sub(L.const(m), L.mul(v(ic), L.const(mc))),
                                                                    L.const(mr - 1)), L.const(mr)))
@@ -157,13 +170,13 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
 
     if outer_parallel:
         per_pc = L.seq(pack_b, L.For(ic, L.const(0), L.const(row_blocks), block))
-        nest = thread_loop(chunk(o, n_outer, L.For(pc, L.const(0), L.const(-(-k // kc)), per_pc)))
+        nest = thread_loop(chunk(o, n_outer, L.For(pc, L.const(0), L.const(blocks), per_pc)))
     else:
         per_pc = L.seq(pack_b, thread_loop(chunk(ic, row_blocks, block)))
-        nest = L.For(o, L.const(0), L.const(n_outer), L.For(pc, L.const(0), L.const(-(-k // kc)), per_pc))
+        nest = L.For(o, L.const(0), L.const(n_outer), L.For(pc, L.const(0), L.const(blocks), per_pc))
     if plan.partial:  # cells no tuple writes are 0
         nest = L.seq(zero_fill(dest, b.shape, dt, parallel=threads > 1), nest)
-    return nest, [bp_buf, ap_buf]
+    return nest, [bp_buf, ap_buf] + ([partial_buf] if partial_buf is not None else [])
 
 
 __all__ = ["PackedPlan", "build"]

@@ -45,7 +45,7 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import BoundAccess, BoundContraction
 from tilec.ir.lower import LoweredGroup
 from tilec.schedule.cpu import copy_fold
-from tilec.schedule.cpu.implicit_gemm import DTYPES, packed_or_direct
+from tilec.schedule.cpu.implicit_gemm import packed_or_direct
 from tilec.schedule.cpu.implicit_gemm.direct import DirectPlan, padding
 from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, knob_problems, worthwhile
 from tilec.schedule.cpu.implicit_gemm.packed import PackedPlan
@@ -58,6 +58,8 @@ from tilec.schedule.patterns import gemm as gemm_pattern
 from tilec.schedule.patterns.epilogue import covered, find_epilogue, fused_group
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.base import Choice, Context, Template
+
+DTYPES = ("float32", "float64")  # the dtypes the Winograd template takes
 
 
 def _operand(name: str, tensor: str, pads: Pads, ctx: Context, stmts: list[L.Stmt], workspaces: list[L.Buffer]) -> str:
@@ -123,7 +125,7 @@ class Winograd(Template):
         b = ctx.bp.statements[index]
         if not isinstance(b, BoundContraction):
             return None
-        conv = gemm_pattern.match(b, DTYPES)
+        conv = gemm_pattern.match(b, DTYPES)  # (its transforms would round 16-bit floats at every stage)
         wp = plan.match(b, conv, ctx.bp) if conv is not None else None
         return None if wp is None else replace(wp, epilogue=find_epilogue(index, ctx.bp))
 
