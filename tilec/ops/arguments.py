@@ -20,13 +20,18 @@ class OpError(TilecError, ValueError):
     """A tilec op was called with arguments it does not support (dtype, rank, shape, device, ...)."""
 
 
+LOW_PRECISION = (torch.bfloat16, torch.float16)  # stored in 16 bits, computed in float32 (tilec.ir.dtypes)
+FLOAT_DTYPES = (torch.float32, torch.float64) + LOW_PRECISION
+
+
 def check_tensor(op: str, name: str, t: Any, rank: int | None = None, min_rank: int | None = None) -> None:
     if not isinstance(t, torch.Tensor):
         raise OpError(f"tilec.{op}: '{name}' must be a torch.Tensor, got {type(t).__name__}")
     if t.device.type not in ("cpu", "cuda"):
         raise OpError(f"tilec.{op}: '{name}' is on {t.device}; tilec ops take CPU or CUDA tensors")
-    if t.dtype not in (torch.float32, torch.float64):
-        raise OpError(f"tilec.{op}: '{name}' has dtype {t.dtype}; torch.float32 and torch.float64 are supported")
+    if t.dtype not in FLOAT_DTYPES:
+        raise OpError(f"tilec.{op}: '{name}' has dtype {t.dtype}; torch.float32, torch.float64, torch.bfloat16 and "
+                      f"torch.float16 are supported")
     if rank is not None and t.dim() != rank:
         raise OpError(f"tilec.{op}: '{name}' must have rank {rank}, got shape {tuple(t.shape)}")
     if min_rank is not None and t.dim() < min_rank:

@@ -17,6 +17,7 @@ import torch
 
 from tilec.ops import sources
 from tilec.ops.arguments import OpError, check_tensor, same_dtype
+from tilec.ops.autocast import lower_precision
 from tilec.ops.eager import NODES, Node, eager, run_eager, signature
 from tilec.ops.kernels import run_forward
 from tilec.ops.tile_grad import input_grads
@@ -73,6 +74,7 @@ _attention.register_autograd(_attention_backward, setup_context=_attention_setup
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               scale: float | None = None) -> torch.Tensor:
     """softmax(scale * q k^T [causal]) v on [B, H, S, D]; scale defaults to 1/sqrt(D) like torch's sdpa."""
+    q, k, v = lower_precision(q, k, v)  # under torch.autocast
     if eager(q, k, v):
         key = ("attention", causal, scale, signature(q), signature(k), signature(v))
         node = NODES.get(key)

@@ -18,6 +18,7 @@ import torch
 
 from tilec.ops import sources
 from tilec.ops.arguments import OpError, as_list, check_tensor, pair, same_dtype
+from tilec.ops.autocast import lower_precision
 from tilec.ops.eager import NODES, Node, eager, run_eager, signature
 from tilec.ops.kernels import run_forward
 from tilec.ops.tile_grad import input_grads
@@ -121,6 +122,7 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
            stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
            dilation: int | Sequence[int] = 1, groups: int = 1) -> torch.Tensor:
     """Like torch.nn.functional.conv2d (NCHW, OIHW, integer padding only; any groups, depthwise too)."""
+    x, weight, bias = lower_precision(x, weight, bias)  # under torch.autocast
     if isinstance(padding, str):
         raise OpError(f"tilec.conv2d: padding={padding!r} is not supported; give the padding as integers")
     stride, padding, dilation = as_list(stride), as_list(padding), as_list(dilation)

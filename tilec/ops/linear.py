@@ -16,6 +16,7 @@ import torch
 
 from tilec.ops import sources
 from tilec.ops.arguments import OpError, check_tensor, flat, same_dtype
+from tilec.ops.autocast import lower_precision
 from tilec.ops.eager import NODES, Node, eager, run_eager, signature
 from tilec.ops.kernels import run_forward
 from tilec.ops.tile_grad import input_grads
@@ -80,6 +81,7 @@ _linear.register_autograd(_linear_backward, setup_context=_linear_setup)
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            activation: str | None = None) -> torch.Tensor:
     """x[..., in] @ weight[out, in].T + bias, then `activation` (None, "relu" or "gelu") fused."""
+    x, weight, bias = lower_precision(x, weight, bias)  # under torch.autocast
     act = activation or "none"
     if eager(x, weight, bias):
         tensors = (x, weight) if bias is None else (x, weight, bias)

@@ -134,7 +134,7 @@ def _normalize(name: str, log: bool, input: torch.Tensor, dim: int | None, stack
     if dtype is not None:
         if dtype not in FLOATS:
             raise OpError(f"tilec.nn.functional.{name}: dtype={dtype} is not supported; "
-                          "float32 and float64 are")
+                          "float32, float64, bfloat16 and float16 are")
         input = input.to(dtype)  # noqa: A001 (torch converts first, then normalises)
     check_float(name, "input", input)
     if dim is None:

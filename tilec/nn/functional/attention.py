@@ -36,6 +36,7 @@ import torch
 from tilec.nn.functional.layout import check_float
 from tilec.ops import torch_ops
 from tilec.ops.arguments import OpError
+from tilec.ops.autocast import lower_precision
 from tilec.ops.program import run_program
 
 MaskKind = str  # "add" (float, added), "keep" (bool, True takes part), "drop" (bool, True masked out)
@@ -215,6 +216,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
                                  is_causal: bool = False, scale: float | None = None,
                                  enable_gqa: bool = False) -> torch.Tensor:
     """torch.nn.functional.scaled_dot_product_attention (see the module docstring)."""
+    query, key, value, attn_mask = lower_precision(query, key, value, attn_mask)  # under torch.autocast
     op = "scaled_dot_product_attention"
     check_inputs(op, query, key, value)
     for name, t in (("query", query), ("key", key), ("value", value)):

@@ -23,6 +23,7 @@ from tilec.nn.functional.layout import check_float
 from tilec.nn.functional.plans import planned
 from tilec.ops import sources
 from tilec.ops.arguments import OpError, same_dtype
+from tilec.ops.autocast import lower_precision
 from tilec.ops.program import run_program
 
 IntOrTuple = int | Sequence[int]
@@ -201,6 +202,7 @@ def conv1d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
            stride: IntOrTuple = 1, padding: str | IntOrTuple = 0, dilation: IntOrTuple = 1,
            groups: int = 1) -> torch.Tensor:
     """torch.nn.functional.conv1d."""
+    input, weight, bias = lower_precision(input, weight, bias)  # noqa: A001 (under torch.autocast)
     plan = planned(_PLANS, _conv_plan, "conv1d", input, weight, bias, stride, padding, dilation, groups)
     return _execute(plan, input, weight, bias)
 
@@ -209,6 +211,7 @@ def conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
            stride: IntOrTuple = 1, padding: str | IntOrTuple = 0, dilation: IntOrTuple = 1,
            groups: int = 1) -> torch.Tensor:
     """torch.nn.functional.conv2d (the NCHW case with symmetric padding is the tuned conv2d_source)."""
+    input, weight, bias = lower_precision(input, weight, bias)  # noqa: A001 (under torch.autocast)
     plan = planned(_PLANS, _conv_plan, "conv2d", input, weight, bias, stride, padding, dilation, groups)
     return _execute(plan, input, weight, bias)
 
@@ -217,6 +220,7 @@ def conv3d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
            stride: IntOrTuple = 1, padding: str | IntOrTuple = 0, dilation: IntOrTuple = 1,
            groups: int = 1) -> torch.Tensor:
     """torch.nn.functional.conv3d."""
+    input, weight, bias = lower_precision(input, weight, bias)  # noqa: A001 (under torch.autocast)
     plan = planned(_PLANS, _conv_plan, "conv3d", input, weight, bias, stride, padding, dilation, groups)
     return _execute(plan, input, weight, bias)
 
@@ -225,6 +229,7 @@ def conv_transpose2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
                      stride: IntOrTuple = 1, padding: IntOrTuple = 0, output_padding: IntOrTuple = 0,
                      groups: int = 1, dilation: IntOrTuple = 1) -> torch.Tensor:
     """torch.nn.functional.conv_transpose2d (weight: in_channels, out_channels / groups, kH, kW)."""
+    input, weight, bias = lower_precision(input, weight, bias)  # noqa: A001 (under torch.autocast)
     plan = planned(_PLANS, _conv_transpose_plan, "conv_transpose2d", input, weight, bias, stride, padding, output_padding,
                     groups, dilation)
     return _execute(plan, input, weight, bias)

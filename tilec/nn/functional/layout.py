@@ -16,7 +16,7 @@ import torch
 from tilec.ops.arguments import check_tensor
 from tilec.ops.program import run_program
 
-FLOATS = (torch.float32, torch.float64)
+FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
 def check_float(op: str, name: str, t: torch.Tensor) -> None:

@@ -18,6 +18,7 @@ from tilec.nn.functional.layout import check_float
 from tilec.nn.functional.plans import planned
 from tilec.ops import sources
 from tilec.ops.arguments import OpError, same_dtype
+from tilec.ops.autocast import lower_precision
 from tilec.ops.eager import Node, eager, run_eager
 from tilec.ops.program import eager_node, run_program
 
@@ -37,6 +38,7 @@ _PLANS: dict[tuple[Any, ...], _Plan] = {}
 
 def linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:  # noqa: A002
     """torch.nn.functional.linear (weight of rank 2, or 1 for a single output feature with no axis)."""
+    input, weight, bias = lower_precision(input, weight, bias)  # noqa: A001 (under torch.autocast)
     plan = planned(_PLANS, _plan, "linear", input, weight, bias)
     if plan.node is not None and input.dim() == 2 and weight.dim() == 2 and eager(input, weight, bias):
         # the common call, without views or the node lookup: its plan holds its node

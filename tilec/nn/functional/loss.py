@@ -20,6 +20,7 @@ from torch.nn import _reduction
 
 from tilec.nn.functional.layout import check_float, physical, unpermute
 from tilec.ops.arguments import OpError
+from tilec.ops.autocast import full_precision
 from tilec.ops.program import run_program
 
 # Rows of X[R, C] (one row per sample and position, classes contiguous: the reductions run along
@@ -138,6 +139,7 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
                   size_average: bool | None = None, ignore_index: int = -100, reduce: bool | None = None,
                   reduction: str = "mean", label_smoothing: float = 0.0) -> torch.Tensor:
     """torch.nn.functional.cross_entropy (see the module docstring)."""
+    input, target, weight = full_precision(input, target, weight)  # noqa: A001 (under torch.autocast)
     check_float("cross_entropy", "input", input)
     reduction = _reduction_of(size_average, reduce, reduction)
     if not 0.0 <= label_smoothing <= 1.0:
@@ -230,6 +232,7 @@ def mse_loss(input: torch.Tensor, target: torch.Tensor, size_average: bool | Non
              reduce: bool | None = None, reduction: str = "mean", weight: torch.Tensor | None = None) -> torch.Tensor:
     """torch.nn.functional.mse_loss (see the module docstring); `weight` (the input's shape)
     multiplies each squared error, and the mean divides by the weights' sum, as torch's."""
+    input, target, weight = full_precision(input, target, weight)  # noqa: A001 (under torch.autocast)
     check_float("mse_loss", "input", input)
     check_float("mse_loss", "target", target)
     if target.shape != input.shape:

@@ -25,7 +25,7 @@ import torch
 
 from tilec.nn.functional.layout import check_float, unpermute
 from tilec.ops import normalization as normalization_op
-from tilec.ops.arguments import OpError, same_dtype
+from tilec.ops.arguments import LOW_PRECISION, OpError, same_dtype
 from tilec.ops.kernels import run_forward
 from tilec.ops.program import run_program
 
@@ -88,17 +88,25 @@ def running_stat_source(statistic: str) -> str:
             "}")
 
 
-def _check_affine(op: str, x: torch.Tensor, shape: tuple[int, ...], **params: torch.Tensor | None) -> None:
-    """Tensors of x's dtype and device (x checked already), each of `shape` (torch's requirement
-    for weight and bias); the full checks run only to word the error."""
+def _affine(op: str, x: torch.Tensor, shape: tuple[int, ...], **params: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """The parameters, checked (x's device, each of `shape`: torch's requirement for weight and bias)
+    and in x's dtype: float32 parameters of a 16-bit float input (autocast's mixed modules) are
+    converted, as a differentiable cast, as torch's CPU kernels read them; the full checks run only
+    to word the error."""
+    converted: list[torch.Tensor | None] = []
     for name, t in params.items():
         if t is None:
+            converted.append(None)
             continue
+        if isinstance(t, torch.Tensor) and t.dtype == torch.float32 and x.dtype in LOW_PRECISION and t.device == x.device:
+            t = t.to(x.dtype)
         if not isinstance(t, torch.Tensor) or t.dtype != x.dtype or t.device != x.device:
             check_float(op, name, t)
             same_dtype(f"nn.functional.{op}", input=x, **{name: t})
         if tuple(t.shape) != shape:
             raise RuntimeError(f"tilec.nn.functional.{op}: '{name}' has shape {tuple(t.shape)}, expected {shape}")
+        converted.append(t)
+    return converted
 
 
 def _normalized(op: str, x: torch.Tensor, normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
@@ -132,7 +140,7 @@ def layer_norm(input: torch.Tensor, normalized_shape: int | Sequence[int],  # no
     and zero gradients for the weight and bias."""
     check_float("layer_norm", "input", input)
     shape = _normalized("layer_norm", input, normalized_shape)
-    _check_affine("layer_norm", input, shape, weight=weight, bias=bias)
+    weight, bias = _affine("layer_norm", input, shape, weight=weight, bias=bias)
     if input.numel():
         return normalization_op.layer_norm(input, shape, weight, bias, float(eps))
     k = math.prod(shape)
@@ -150,7 +158,7 @@ def rms_norm(input: torch.Tensor, normalized_shape: int | Sequence[int],  # noqa
     contiguous otherwise."""
     check_float("rms_norm", "input", input)
     shape = _normalized("rms_norm", input, normalized_shape)
-    _check_affine("rms_norm", input, shape, weight=weight)
+    weight, = _affine("rms_norm", input, shape, weight=weight)
     eps = torch.finfo(input.dtype).eps if eps is None else float(eps)
     lead = input.dim() - len(shape)
     order = _channels_last_order(input, empty_keeps_strides=True)
@@ -185,7 +193,7 @@ def group_norm(input: torch.Tensor, num_groups: int, weight: torch.Tensor | None
     if groups <= 0 or c % groups:
         raise RuntimeError(f"tilec.nn.functional.group_norm: the {c} channels do not divide into "
                            f"num_groups={num_groups} groups")
-    _check_affine("group_norm", input, (c,), weight=weight, bias=bias)
+    weight, bias = _affine("group_norm", input, (c,), weight=weight, bias=bias)
     spatial = math.prod(input.shape[2:])
     order = _channels_last_order(input)
     if order is None:
@@ -210,8 +218,8 @@ def batch_norm(input: torch.Tensor, running_mean: torch.Tensor | None,  # noqa: 
     batch); evaluation uses the running statistics."""
     check_float("batch_norm", "input", input)
     c = input.shape[1] if input.dim() > 1 else (input.shape[0] if input.dim() == 1 else 1)
-    _check_affine("batch_norm", input, (c,), running_mean=running_mean, running_var=running_var,
-                  weight=weight, bias=bias)
+    stats = _affine("batch_norm", input, (c,), running_mean=running_mean, running_var=running_var)
+    weight, bias = _affine("batch_norm", input, (c,), weight=weight, bias=bias)
     batch, spatial = (input.shape[0], math.prod(input.shape[2:])) if input.dim() > 1 else (1, 1)
     if training:
         if input.dim() > 0 and input.shape[0] * math.prod(input.shape[2:]) == 1:  # torch's own test
@@ -235,10 +243,9 @@ def batch_norm(input: torch.Tensor, running_mean: torch.Tensor | None,  # noqa: 
         source = normalize_source(3, (0, 2), (1,), float(eps), True, weight is not None, bias is not None)
         out = run_program(source, [view, *params], view.shape)
     else:
-        assert running_mean is not None and running_var is not None
-        stats = [running_mean.reshape(1, c, 1), running_var.reshape(1, c, 1)]
+        assert stats[0] is not None and stats[1] is not None
         source = batch_norm_eval_source(float(eps), weight is not None, bias is not None)
-        out = run_program(source, [view, *stats, *params], view.shape)
+        out = run_program(source, [view, *(t.reshape(1, c, 1) for t in stats), *params], view.shape)
     return unpermute(out.reshape(dense.shape), order)
 
 
@@ -264,8 +271,9 @@ def _update_running_stats(view: torch.Tensor, running_mean: torch.Tensor, runnin
         raise OpError("tilec.nn.functional.batch_norm: momentum=None is a module option (a cumulative average "
                       "over num_batches_tracked); give the functional a number")
     c = view.shape[1]
-    factor = torch.full((1,), float(momentum), dtype=view.dtype, device=view.device)
-    mean, var = torch.ops.tilec.batch_norm_running_stats(view.detach(), running_mean.detach().reshape(1, c, 1),
+    factor = torch.full((1,), float(momentum), dtype=running_mean.dtype, device=view.device)
+    batch = view.detach().to(running_mean.dtype)  # float32 statistics of a 16-bit batch, as torch keeps them
+    mean, var = torch.ops.tilec.batch_norm_running_stats(batch, running_mean.detach().reshape(1, c, 1),
                                                          running_var.detach().reshape(1, c, 1), factor)
     with torch.no_grad():
         running_mean.copy_(mean.reshape(running_mean.shape))

@@ -1,0 +1,168 @@
+"""bfloat16 and float16: conversions bit-exact against ml_dtypes/numpy, float32 computation and
+accumulation (rounded once per stored value), the GEMM template's float32 packing, torch tensors
+through tilec.nn.functional, odd shapes included. References are float32 computations rounded to
+the 16-bit type; results must agree within the type's tolerance (relative 1e-2 for bfloat16)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import tilec
+from tilec.ir.dtypes import accumulator_dtype, promote
+
+BF16 = ml_dtypes.bfloat16
+LOW = [BF16, np.float16]
+GEMM = "C[i, j: M, N] = +(A[i, k] * B[k, j])"
+
+
+def bits(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x).view(np.uint16)
+
+
+def rel_error(got: np.ndarray, ref: np.ndarray) -> float:
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    return float(np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def special_floats(rng: np.random.Generator, n: int, dtype: type) -> np.ndarray:
+    """Random values over many magnitudes, plus the cases rounding gets wrong: ties, the largest
+    finite values, subnormals, infinities, NaN and signed zeros."""
+    x = rng.standard_normal(n) * np.exp2(rng.integers(-140, 128, n))
+    ties = (rng.integers(1, 1 << 8, 64) * 2 + 1).astype(np.float64) * 2.0 ** -9  # halfway between bfloat16 values
+    extra = [0.0, -0.0, np.inf, -np.inf, np.nan, 3.3895313892515355e38, -3.4e38, 1e-40, -1e-45, 65504.0, 65520.0]
+    return np.concatenate([x, ties, -ties, extra]).astype(dtype)
+
+
+def test_promotion_and_accumulation_types():
+    assert promote("bfloat16", "float16") == promote("float16", "bfloat16") == "float32"
+    assert promote("bfloat16", "float32") == "float32" and promote("int64", "bfloat16") == "bfloat16"
+    assert promote("bfloat16", "float64") == "float64"
+    assert accumulator_dtype("bfloat16") == accumulator_dtype("float16") == "float32"
+    assert accumulator_dtype("float64") == "float64"
+
+
+@pytest.mark.parametrize("source_dtype", [np.float32, np.float64, np.int32, np.int64, np.float16])
+def test_conversion_to_bfloat16_rounds_like_ml_dtypes(source_dtype):
+    rng = np.random.default_rng(1)
+    if np.dtype(source_dtype).kind == "i":
+        x = rng.integers(-(1 << 30), 1 << 30, 4099).astype(source_dtype)
+    else:
+        with np.errstate(over="ignore"):
+            x = special_floats(rng, 4000, source_dtype)
+    f = tilec.compile("Y = as_bfloat16(X)")
+    got = f(x)
+    assert got.dtype == BF16
+    with np.errstate(over="ignore"):
+        ref = x.astype(np.float64).astype(BF16) if source_dtype == np.float64 else x.astype(BF16)
+    nan = np.isnan(ref.astype(np.float32))
+    assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
+    assert np.array_equal(bits(got)[~nan], bits(ref)[~nan])
+
+
+def test_conversion_from_bfloat16_is_exact():
+    rng = np.random.default_rng(2)
+    x = special_floats(rng, 3000, np.float32).astype(BF16)
+    for spelling, dtype in [("as_float(X, 32)", np.float32), ("as_float(X, 64)", np.float64),
+                            ("as_float(X, 16)", np.float16), ("as_int(X, 32)", np.int32)]:
+        sample = x if dtype != np.int32 else np.clip(np.nan_to_num(x.astype(np.float32)), -1e9, 1e9).astype(BF16)
+        with np.errstate(all="ignore"):
+            got, ref = tilec.compile(f"Y = {spelling}")(sample), sample.astype(dtype)
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, ref)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 300), seed=st.integers(0, 2**31), dtype=st.sampled_from(LOW))
+def test_elementwise_is_computed_in_float32_and_rounded_once(n, seed, dtype):
+    """a * b + c - a / 3 in float32, one rounding at the store: equal to the interpreter and to numpy
+    computing in float32, bit for bit (no intermediate rounding, no fused multiply-add)."""
+    rng = np.random.default_rng(seed)
+    a, b, c = (rng.standard_normal(n).astype(dtype) for _ in range(3))
+    src = "function (A[N], B[N], C[N]) -> (Y) { Y = A * B + C - A / 3.0; }"
+    got, interp = tilec.compile(src)(a, b, c), tilec.compile(src, target="interp")(a, b, c)
+    assert got.dtype == interp.dtype == dtype
+    if dtype == BF16:
+        a32, b32, c32 = (v.astype(np.float32) for v in (a, b, c))
+        ref = (a32 * b32 + c32 - a32 / np.float32(3.0)).astype(BF16)
+        np.testing.assert_array_equal(bits(got), bits(ref))
+        np.testing.assert_array_equal(bits(interp), bits(ref))
+    else:  # float16 keeps numpy's semantics: every operation rounds to float16
+        np.testing.assert_array_equal(got, interp)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("target", ["llvm", "interp"])
+def test_sums_accumulate_in_float32(dtype, target):
+    """4096 ones: a 16-bit accumulator stops at 256 (bfloat16) or 2048 (float16)."""
+    f = tilec.compile("function (A[N], B[M, N]) -> (S, R) { S[] = +(A[i]); R[i: M] = +(B[i, j]); }", target=target)
+    s, r = f(np.ones(4096, dtype), np.ones((3, 4096), dtype))
+    assert s.dtype == r.dtype == dtype
+    assert float(s) == 4096.0 and np.all(r.astype(np.float32) == 4096.0)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (37, 53, 29), (67, 129, 45), (256, 200, 1000), (130, 257, 2100)])
+def test_gemm_matches_a_float32_reference(dtype, m, n, k):
+    """Large shapes take the packed GEMM template (float32 panels; K over the reduction block keeps
+    its partial sums in a float32 workspace), small ones the default loops."""
+    rng = np.random.default_rng(m * n + k)
+    a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+    got = tilec.compile(GEMM)(a, b)
+    ref = a.astype(np.float32) @ b.astype(np.float32)
+    assert got.dtype == dtype and got.shape == (m, n)
+    # one rounding of a float32 result: within half an ulp of the type, plus float32 reordering
+    assert rel_error(got, ref) < (4e-3 if dtype == BF16 else 5e-4)
+
+
+def test_gemm_with_fused_epilogue_in_bfloat16():
+    rng = np.random.default_rng(5)
+    src = "function (A[M, K], B[K, N], Bias[N]) -> (Y) { C[i, j: M, N] = +(A[i, k] * B[k, j]); Y = relu(C + Bias); }"
+    a, b = rng.standard_normal((200, 600)).astype(BF16), rng.standard_normal((600, 136)).astype(BF16)
+    bias = rng.standard_normal(136).astype(BF16)
+    got = tilec.compile(src)(a, b, bias)
+    c = (a.astype(np.float32) @ b.astype(np.float32)).astype(BF16).astype(np.float32)
+    ref = np.maximum(c + bias.astype(np.float32), 0)
+    assert got.dtype == BF16 and rel_error(got, ref) < 1e-2
+
+
+def test_mixed_bfloat16_and_float16_compute_in_float32():
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal(100).astype(BF16), rng.standard_normal(100).astype(np.float16)
+    got = tilec.compile("Y = A * B")(a, b)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, a.astype(np.float32) * b.astype(np.float32))
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_torch_low_precision_tensors_through_the_modules(name):
+    torch = pytest.importorskip("torch")
+    import tilec.nn.functional as F
+
+    dtype = getattr(torch, name)
+    torch.manual_seed(0)
+    tol = 1e-2 if dtype == torch.bfloat16 else 2e-3
+    x = torch.randn(3, 37, 48, dtype=dtype, requires_grad=True)
+    w, bias = torch.randn(40, 48, dtype=dtype, requires_grad=True), torch.randn(40, dtype=dtype, requires_grad=True)
+    x32, w32, b32 = (t.detach().float().requires_grad_() for t in (x, w, bias))
+    y, y32 = F.linear(x, w, bias), torch.nn.functional.linear(x32, w32, b32)
+    assert y.dtype == dtype and rel_error(y.detach().float(), y32.detach()) < tol
+    (y.float() ** 2).sum().backward()
+    (y32 ** 2).sum().backward()
+    for got, ref in [(x.grad, x32.grad), (w.grad, w32.grad), (bias.grad, b32.grad)]:
+        assert got.dtype == dtype and rel_error(got.float(), ref) < 3 * tol
+    img, kernel = torch.randn(2, 3, 17, 19, dtype=dtype), torch.randn(8, 3, 3, 3, dtype=dtype)
+    conv = F.conv2d(img, kernel, padding=1)
+    assert conv.dtype == dtype
+    assert rel_error(conv.float(), torch.nn.functional.conv2d(img.float(), kernel.float(), padding=1)) < tol
+    q = torch.randn(2, 4, 33, 16, dtype=dtype)
+    for causal in (False, True):
+        out = F.scaled_dot_product_attention(q, q, q, is_causal=causal)
+        ref = torch.nn.functional.scaled_dot_product_attention(q.float(), q.float(), q.float(), is_causal=causal)
+        assert out.dtype == dtype and rel_error(out.float(), ref) < tol
+    for ours, theirs in [(F.softmax(q, -1), torch.softmax(q.float(), -1)),
+                         (F.layer_norm(q, (16,)), torch.nn.functional.layer_norm(q.float(), (16,))),
+                         (F.gelu(q), torch.nn.functional.gelu(q.float()))]:
+        assert ours.dtype == dtype and rel_error(ours.float(), theirs) < tol

@@ -1,0 +1,53 @@
+"""torch.autocast for tilec's ops and tilec.nn: the casts torch's autocast applies to the same ops.
+
+Within ``torch.autocast(device, dtype=...)`` torch runs linear layers, convolutions, matrix products
+and attention in the autocast dtype (its "lower precision" ops), losses in float32, and everything
+else in its inputs' dtypes (tests/test_low_precision.py checks tilec against torch op by op). Ops
+registered through torch.library would get no cast (autocast falls through custom ops) and the eager
+fast path skips the dispatcher, so the ops and modules call these two functions on entry.
+
+Requires: torch tensors (None allowed). Guarantees: the tensors unchanged outside autocast; inside,
+`lower_precision` gives float32 tensors the autocast dtype of their device (float64 stays, as in
+torch), `full_precision` gives 16-bit float tensors float32. The casts are differentiable.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import torch
+
+from tilec.ops.arguments import LOW_PRECISION
+
+T = TypeVar("T", torch.Tensor, None)
+
+
+def _autocast_dtype(tensors: tuple[torch.Tensor | None, ...]) -> torch.dtype | None:
+    """The autocast dtype of the first tensor's device, or None where autocast is off there."""
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            device = t.device.type
+            if device in ("cpu", "cuda") and torch.is_autocast_enabled(device):
+                return torch.get_autocast_dtype(device)
+            return None
+    return None
+
+
+def lower_precision(*tensors: T) -> tuple[T, ...]:
+    """The tensors of a linear layer, convolution, product or attention as autocast runs them."""
+    dtype = _autocast_dtype(tensors)
+    if dtype is None:
+        return tensors
+    return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t  # type: ignore[misc]
+                 for t in tensors)
+
+
+def full_precision(*tensors: T) -> tuple[T, ...]:
+    """The tensors of a loss as autocast runs them: 16-bit floats in float32."""
+    if _autocast_dtype(tensors) is None:
+        return tensors
+    return tuple(t.float() if isinstance(t, torch.Tensor) and t.dtype in LOW_PRECISION else t  # type: ignore[misc]
+                 for t in tensors)
+
+
+__all__ = ["full_precision", "lower_precision"]
