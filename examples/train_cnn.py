@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
-from training import train
+from training import precision, train
 
 
 def _tilec_nn():  # imported only when asked for, so the torch half runs on its own
@@ -45,4 +45,4 @@ def batches(steps: int, size: int = 32, image: int = 16) -> Iterator[tuple[torch
 
 
 if __name__ == "__main__":
-    train("CNN", make_model, batches, F.cross_entropy)
+    train("CNN", make_model, batches, F.cross_entropy, autocast=precision())

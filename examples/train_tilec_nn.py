@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from training import train
+from training import precision, train
 
 VOCABULARY, MARKERS, GRID = 16, 4, 8
 
@@ -76,4 +76,5 @@ def loss_of(model: torch.nn.Module, logits: torch.Tensor, labels: torch.Tensor) 
 
 
 if __name__ == "__main__":
-    train("token-grid classifier (tilec.nn only)", make_model, batches, None, model_loss=loss_of, steps=150, lr=0.05)
+    train("token-grid classifier (tilec.nn only)", make_model, batches, None, model_loss=loss_of, steps=150, lr=0.05,
+          autocast=precision())

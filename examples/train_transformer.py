@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
-from training import train
+from training import precision, train
 
 
 def _tilec_nn():  # imported only when asked for, so the torch half runs on its own
@@ -63,4 +63,4 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 if __name__ == "__main__":
-    train("transformer", Block, batches, loss_fn, lr=0.3)
+    train("transformer", Block, batches, loss_fn, lr=0.3, autocast=precision())

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import torch.nn.functional as F
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -33,6 +34,23 @@ def test_tilec_nn_only_example_tracks_torch():
     curves = train("tilec.nn only", train_tilec_nn.make_model, train_tilec_nn.batches, None,
                    model_loss=train_tilec_nn.loss_of, steps=12, report_every=6)
     assert all(abs(a - b) <= 2e-3 * max(1.0, abs(a)) for a, b in zip(curves["torch"], curves["tilec"]))
+
+
+@pytest.mark.parametrize("example", ["cnn", "transformer", "tilec_nn"])
+def test_bf16_examples_follow_torchs_bf16_run(example):
+    """--bf16 (torch.autocast in bfloat16): tilec's loss follows torch's bf16 run within 2% (25 steps:
+    the first loss and the mean of the last 10)."""
+    args = {"cnn": ("CNN", train_cnn.make_model, train_cnn.batches, F.cross_entropy, {}),
+            "transformer": ("transformer", train_transformer.Block, train_transformer.batches, train_transformer.loss_fn,
+                            {"lr": 0.3}),
+            "tilec_nn": ("tilec.nn only", train_tilec_nn.make_model, train_tilec_nn.batches, None,
+                         {"model_loss": train_tilec_nn.loss_of})}[example]
+    name, make, batches, loss_fn, extra = args
+    curves = train(name, make, batches, loss_fn, steps=25, report_every=5, autocast=torch.bfloat16, **extra)
+    torch_curve, tilec_curve = curves["torch"], curves["tilec"]
+    assert abs(tilec_curve[0] - torch_curve[0]) <= 1e-2 * abs(torch_curve[0])
+    tail_t, tail_o = sum(torch_curve[-10:]) / 10, sum(tilec_curve[-10:]) / 10
+    assert abs(tail_o - tail_t) <= 0.02 * abs(tail_t)
 
 
 def test_interleaved_train_steps_report_both_sides():

@@ -7,6 +7,10 @@ check compares their losses. A step is forward, backward and the optimiser's upd
 Each model runs at two sizes: "small" is exactly the example (a step is a dozen tiny ops, so
 per-op overhead dominates) and "large" the same architecture at a realistic width: the CNN on
 32x32 images with 64 channels, the transformer block with d_model 256, sequence 128, 8 heads.
+
+With dtype "bfloat16" (or "float16") both sides run forward and loss under
+``torch.autocast("cpu", dtype=...)`` (mixed precision: float32 weights, 16-bit products), and the
+check allows bfloat16's tolerance.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from tilec.bench.ops import BenchError, Prepared
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MODELS = ("cnn", "transformer")
+LOW_PRECISION = ("bfloat16", "float16")
+DTYPES = ("float32",) + LOW_PRECISION
 SIZES = ("small", "large")
 #: keyword arguments of the examples' model and batch builders at each size (small: their defaults)
 LARGE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {"cnn": ({"channels": (64, 64), "image": 32}, {"image": 32}),
@@ -76,12 +82,15 @@ class TrainStepCase:
         reference, ours = make("torch", **model_args), make("tilec", **model_args)
         ours.load_state_dict(reference.state_dict())
 
+        autocast = self.dtype in LOW_PRECISION
+
         def stepper(model: Any) -> Callable[[], float]:
             optimiser = torch.optim.SGD(model.parameters(), lr=0.01)
 
             def step() -> float:
                 optimiser.zero_grad()
-                loss = loss_fn(model(x), y)
+                with torch.autocast("cpu", dtype=getattr(torch, self.dtype), enabled=autocast):
+                    loss = loss_fn(model(x), y)
                 loss.backward()
                 optimiser.step()
                 return float(loss.detach())
@@ -91,14 +100,17 @@ class TrainStepCase:
         return Prepared(stepper(ours), stepper(reference), self.check)
 
     def check(self, got: Any, expected: Any) -> None:
-        if abs(got - expected) > 1e-3 * max(1.0, abs(expected)):
+        tolerance = 2e-2 if self.dtype in LOW_PRECISION else 1e-3  # the products' rounding differs with their order
+        if abs(got - expected) > tolerance * max(1.0, abs(expected)):
             raise BenchError(f"train_step-{self.model}: tilec's loss {got} differs from torch's {expected}")
 
 
 def cases(models: tuple[str, ...] = MODELS, batch: int | None = None,
-          sizes: tuple[str, ...] | None = None) -> list[TrainStepCase]:
+          sizes: tuple[str, ...] | None = None, dtype: str = "float32") -> list[TrainStepCase]:
     """Both sizes of every model; with a `batch` (the CLI's --quick gives 4), the small ones only
-    unless `sizes` says otherwise."""
+    unless `sizes` says otherwise; `dtype` bfloat16 or float16 trains under autocast."""
+    if dtype not in DTYPES:
+        raise BenchError(f"train_step runs in {', '.join(DTYPES)} (the 16-bit types under torch.autocast), not {dtype}")
     chosen = sizes if sizes is not None else (("small",) if batch else SIZES)
     out = []
     for size in chosen:
@@ -111,7 +123,7 @@ def cases(models: tuple[str, ...] = MODELS, batch: int | None = None,
                 shape.update({k: v for k, v in model_args.items() if isinstance(v, int)})
                 if m == "cnn":
                     shape["channels"] = model_args["channels"][1]
-            out.append(TrainStepCase(m, shape, size))
+            out.append(TrainStepCase(m, shape, size, dtype))
     return out
 
 

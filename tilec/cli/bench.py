@@ -56,7 +56,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.op == "train_step":
         from tilec.bench import train_step
 
-        cases = list(train_step.cases(batch=4 if args.quick else None))
+        cases = list(train_step.cases(batch=4 if args.quick else None, dtype=args.dtype))
     else:
         cases = ops.select_cases(args.op, args.shape, causal=args.causal, quick=args.quick,
                                  dtype=args.dtype, target=args.target, backward=args.backward)
@@ -169,7 +169,8 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                        help="time the gradients (tilec.grad) against torch autograd's backward, forward excluded "
                             "(conv2d, attention)")
     bench.add_argument("--quick", action="store_true", help="one small case per op, for a fast check")
-    bench.add_argument("--dtype", default="float32", help="float32 (default) or float64")
+    bench.add_argument("--dtype", default="float32", help="float32 (default), float64, bfloat16 or float16 (16-bit inputs and results, float32 "
+                            "arithmetic; baselines in torch; train_step: under torch.autocast)")
     bench.add_argument("--target", default="llvm", help="compilation target (default: llvm, the host CPU)")
     bench.add_argument("--warmup", type=int, default=None, metavar="N",
                        help="untimed pairs before timing, at least 1: the first compiles and checks (default 1; "

@@ -10,7 +10,7 @@ arguments, or a BenchError for arguments that do not go together.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,8 @@ from tilec.bench.ops.backward import BACKWARD_OPS, backward_op
 from tilec.bench.ops.op import BenchError, Op, format_shape, parse_shape
 from tilec.bench.ops.table import OP_NAMES, OPS, get_op
 
-DTYPES = ("float32", "float64")
+LOW_PRECISION = ("bfloat16", "float16")  # checked at their own tolerance; baselines in torch
+DTYPES = ("float32", "float64") + LOW_PRECISION
 
 
 @dataclass(frozen=True)
@@ -70,14 +71,16 @@ class Case:
         self._check_one(got, expected, "")
 
     def _check_one(self, got: Any, expected: Any, what: str) -> None:
-        got = np.asarray(got)
-        expected = np.asarray(expected.detach()) if hasattr(expected, "detach") else np.asarray(expected)
+        got = np.asarray(got).astype(np.float64)
+        expected = expected.detach().double().numpy() if hasattr(expected, "detach") else np.asarray(expected)
+        expected = expected.astype(np.float64)
         where = f"{self.op.label}{what} {format_shape(self.shape)}"
         if got.shape != expected.shape:
             raise BenchError(f"{where}: tilec's result has shape {got.shape}, {self.op.baseline} gives "
                              f"{expected.shape}")
         scale = float(np.max(np.abs(expected))) if expected.size else 0.0
-        rtol, atol = 1e-3, 1e-3 * max(scale, 1e-6)
+        tolerance = 1e-2 if self.dtype in LOW_PRECISION else 1e-3  # a 16-bit result rounds once more
+        rtol, atol = tolerance, tolerance * max(scale, 1e-6)
         bad = ~np.isclose(got, expected, rtol=rtol, atol=atol)
         if bad.any():
             first = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -92,7 +95,7 @@ def select_cases(op_name: str, shapes: Sequence[str] = (), *, causal: bool = Fal
     acceptance cases. "all" includes causal attention; with `backward`, "all" is the ops that have
     a backward case (conv2d, attention, causal attention), each case's gradients."""
     if dtype not in DTYPES:
-        raise BenchError(f"--dtype {dtype}: the benchmarks run in {' or '.join(DTYPES)}")
+        raise BenchError(f"--dtype {dtype}: the benchmarks run in {', '.join(DTYPES)}")
     if shapes and quick:
         raise BenchError("give --shape or --quick, not both")
     if op_name == "all":
@@ -113,5 +116,8 @@ def select_cases(op_name: str, shapes: Sequence[str] = (), *, causal: bool = Fal
             picked: Sequence[Mapping[str, int]] = [parse_shape(op, text) for text in shapes]
         else:
             picked = [op.quick] if quick else list(op.cases)
+        if dtype in LOW_PRECISION and op.baseline.startswith("numpy"):  # numpy has no 16-bit products: torch's
+            op = replace(op, baseline=op.baseline.replace("numpy", "torch"),
+                         baseline_short=op.baseline_short.replace("numpy", "torch"))
         cases += [Case(op, dict(shape), dtype, target) for shape in picked]
     return cases

@@ -16,7 +16,9 @@ from tilec.bench.ops.op import BenchError, Inputs, Shape
 
 
 def random_array(rng: np.random.Generator, dtype: str, *dims: int) -> np.ndarray:
-    return rng.standard_normal(dims, dtype=np.dtype(dtype))  # type: ignore[call-overload]
+    if dtype in ("float32", "float64"):
+        return rng.standard_normal(dims, dtype=np.dtype(dtype))  # type: ignore[call-overload]
+    return rng.standard_normal(dims, dtype=np.float32).astype(dtype)  # 16-bit floats: float32 values rounded
 
 
 def gemm_inputs(s: Shape, dtype: str, rng: np.random.Generator) -> Inputs:
