@@ -9,14 +9,19 @@ measures them with small LLVM IR loops, JIT-compiled for the host like tilec's k
 * FMA throughput: a loop of independent chains of vector FMAs (`ACCUMULATORS` accumulators,
   enough to hide any core's FMA latency), float32 and float64 at every vector width the host has
   (128, 256, 512 bits), and with ``avx512bf16`` the bf16 dot product ``vdpbf16ps`` (64 flops per
-  512-bit instruction); on one core, then on one thread per core at once (ctypes calls release
-  the GIL, so Python threads run them concurrently);
+  512-bit instruction); on one core, then on one thread per core at once, each pinned to its own
+  CPU (ctypes calls release the GIL, so Python threads run them concurrently);
 * memory bandwidth: a read-only vector sum over a buffer of at least four times the L3 cache,
   on one core, then split across one thread per core;
 * the clock: a chain of dependent integer adds (one per cycle on every x86-64 core) in inline
   assembly, from which FLOP per cycle and the full-width FMAs per cycle (`fma_units`) follow.
 
-Every figure is the best of `REPEATS` runs (a peak, not an average). `machine_peaks()` measures
+Every figure is the best of `REPEATS` runs (a peak, not an average). The per-core figures (FMA,
+clock, one core's bandwidth) divide by the thread's CPU time, so that a shared machine's other
+processes, which take the core away now and then, do not lower them; the all-cores FMA figure is
+the sum of the threads' per-core rates while they ran together (on a machine with SMT whose
+sibling threads the scheduler never ran at once, that can exceed what the physical cores do);
+the all-cores bandwidth, a shared resource, is all the bytes over the wall time. `machine_peaks()` measures
 once per machine and keeps the result as JSON under the cache directory
 (``<cache dir>/peaks/<hash of the target key>.json``, the key inside), or, with the disk cache
 off, once per process.
@@ -361,44 +366,64 @@ def _calibrate(kernel: _Kernel, duration: float, clock: Callable[[], float] = ti
         n *= 2
 
 
-def _best_rate(kernels: list[_Kernel], n: int, repeats: int) -> float:
-    """The best over `repeats` of (work done / wall time) with each kernel on its own thread at once
-    (one kernel: this thread)."""
+def _best_rate(kernel: _Kernel, n: int, repeats: int) -> float:
+    """The best over `repeats` runs of n iterations of (work done / this thread's CPU seconds): the
+    time the scheduler gives another process does not count against the core."""
     best = 0.0
     for _ in range(repeats):
-        if len(kernels) == 1:
-            start = time.perf_counter()
-            kernels[0].call(n)
-            took = time.perf_counter() - start
-        else:
-            took = _concurrently(kernels, n)
-        best = max(best, sum(k.work for k in kernels) * n / max(took, 1e-9))
+        start = time.thread_time()
+        kernel.call(n)
+        best = max(best, kernel.work * n / max(time.thread_time() - start, 1e-9))
     return best
 
 
-def _concurrently(kernels: list[_Kernel], n: int) -> float:
-    """Seconds from the first thread's start to the last one's end, all started at a barrier."""
-    barrier = threading.Barrier(len(kernels))
-    spans: list[tuple[float, float]] = []
-    errors: list[BaseException] = []
+@dataclass(frozen=True)
+class _Together:
+    """One run of every kernel on its own thread at once."""
 
-    def run(kernel: _Kernel) -> None:
+    per_core: float  # the sum of each thread's work / its CPU seconds
+    overall: float  # all the work / the wall time from the first start to the last end
+
+
+def _best_together(kernels: list[_Kernel], chunk: int, window: float, repeats: int) -> _Together:
+    runs = [_together(kernels, chunk, window) for _ in range(repeats)]
+    return _Together(max(r.per_core for r in runs), max(r.overall for r in runs))
+
+
+def _together(kernels: list[_Kernel], chunk: int, window: float) -> _Together:
+    """Each kernel on its own thread, pinned to its own CPU where it can be and started at a barrier,
+    runs `chunk` iterations at a time until `window` seconds have passed since it started."""
+    barrier = threading.Barrier(len(kernels))
+    runs: list[tuple[float, float, float, float]] = []  # wall start, wall end, CPU seconds, work
+    errors: list[BaseException] = []
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+    def run(k: int, kernel: _Kernel) -> None:
         try:
+            if len(cpus) >= len(kernels):
+                os.sched_setaffinity(0, {cpus[k]})  # this thread only (Linux): one thread per core
             barrier.wait()
-            start = time.perf_counter()
-            kernel.call(n)
-            spans.append((start, time.perf_counter()))
+            start = now = time.perf_counter()
+            cpu = time.thread_time()
+            done = 0
+            while not done or now - start < window:
+                kernel.call(chunk)
+                done += 1
+                now = time.perf_counter()
+            runs.append((start, now, time.thread_time() - cpu, kernel.work * chunk * done))
         except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(err)
 
-    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in kernels]
+    threads = [threading.Thread(target=run, args=(k, kernel), daemon=True) for k, kernel in enumerate(kernels)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     if errors:
         raise PeakProbeError(f"a peak probe thread failed: {errors[0]!r}")
-    return max(end for _, end in spans) - min(start for start, _ in spans)
+    span = max(end for _, end, _, _ in runs) - min(start for start, _, _, _ in runs)
+    return _Together(sum(work / max(cpu, 1e-9) for _, _, cpu, work in runs),
+                     sum(work for _, _, _, work in runs) / max(span, 1e-9))
 
 
 def _stream_buffer(nbytes: int) -> np.ndarray:
@@ -431,23 +456,23 @@ def measure(cpu: CpuInfo | None = None, *, key: str | None = None, duration: flo
     clock_ghz = None
     if probe.has_clock:
         clock = probe.clock_kernel()
-        clock_ghz = _best_rate([clock], _calibrate(clock, duration), repeats) / 1e9
+        clock_ghz = _best_rate(clock, _calibrate(clock, duration), repeats) / 1e9
     fma = []
     for dtype, bits in probe.fma:
         kernel = probe.fma_kernel(dtype, bits)
         n = _calibrate(kernel, duration)
-        single = _best_rate([kernel], n, repeats) / 1e9
-        every = _best_rate([kernel] * cores, n, repeats) / 1e9 if cores > 1 else single
+        single = _best_rate(kernel, n, repeats) / 1e9
+        every = (_best_together([kernel] * cores, max(1, n // 4), 2 * duration, repeats).per_core / 1e9
+                 if cores > 1 else single)
         fma.append(FmaPeak(dtype, bits, _round(single), _round(every),
                            _round(single / clock_ghz) if clock_ghz else None))
     size = stream_size or stream_bytes(cpu)
     block = STREAM_VECTORS * probe.stream_bits // 8
     buffer = _stream_buffer(max(block * cores, size // (block * cores) * block * cores))
     whole = probe.stream_kernel(buffer)
-    passes = _calibrate(whole, duration)
-    single_gbs = _best_rate([whole], passes, repeats) / 1e9
-    slices = [probe.stream_kernel(part) for part in np.split(buffer, cores)] if cores > 1 else [whole]
-    all_gbs = _best_rate(slices, passes, repeats) / 1e9 if cores > 1 else single_gbs
+    single_gbs = _best_rate(whole, _calibrate(whole, duration), repeats) / 1e9
+    slices = [probe.stream_kernel(part) for part in np.split(buffer, cores)]
+    all_gbs = _best_together(slices, 1, 2 * duration, repeats).overall / 1e9 if cores > 1 else single_gbs
     _MEASUREMENTS += 1
     return MachinePeaks(key or target.key, cpu.name, cores, tuple(fma), _round(single_gbs), _round(all_gbs),
                         int(buffer.nbytes), _round(clock_ghz) if clock_ghz else None,
