@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tilec.codegen.llvm import probes
 from tilec.config import options
 from tilec.runtime import peaks
 from tilec.target import host_cpu, host_target
@@ -81,11 +82,11 @@ def test_clock_and_fma_units(measured: peaks.MachinePeaks):
 
 
 def test_kernel_text_is_what_the_docstrings_say():
-    ir = peaks.fma_kernel_ir("k", "float64", 256)
-    assert ir.count("@llvm.fma.v4f64(") == peaks.ACCUMULATORS * peaks.UNROLL + 1  # the calls and the declaration
-    unfused = peaks.fma_kernel_ir("k", "float32", 128, fused=False)
-    assert "llvm.fma" not in unfused and unfused.count("fmul <4 x float>") == peaks.ACCUMULATORS * peaks.UNROLL
-    assert peaks.stream_kernel_ir("s", 256).count("load <4 x double>") == peaks.STREAM_VECTORS
+    ir = probes.fma_kernel_ir("k", "float64", 256)
+    assert ir.count("@llvm.fma.v4f64(") == probes.ACCUMULATORS * probes.UNROLL + 1  # the calls and the declaration
+    unfused = probes.fma_kernel_ir("k", "float32", 128, fused=False)
+    assert "llvm.fma" not in unfused and unfused.count("fmul <4 x float>") == probes.ACCUMULATORS * probes.UNROLL
+    assert probes.stream_kernel_ir("s", 256).count("load <4 x double>") == probes.STREAM_VECTORS
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ A roofline needs two numbers per machine: how many floating-point operations a c
 cores) can issue per second, and how many bytes per second memory delivers. Tables of CPU names
 are wrong as often as not (a 512-bit FMA is one instruction per cycle on Zen 4 and two on
 Sapphire Rapids; a virtual machine's clock is whatever its host gives it), so this module
-measures them with small LLVM IR loops, JIT-compiled for the host like tilec's kernels:
+measures them with small LLVM IR loops, JIT-compiled for the host like tilec's kernels
+(tilec.codegen.llvm.probes):
 
 * FMA throughput: a loop of independent chains of vector FMAs (`ACCUMULATORS` accumulators,
   enough to hide any core's FMA latency), float32 and float64 at every vector width the host has
@@ -21,10 +22,11 @@ clock, one core's bandwidth) divide by the thread's CPU time, so that a shared m
 processes, which take the core away now and then, do not lower them; the all-cores FMA figure is
 the sum of the threads' per-core rates while they ran together (on a machine with SMT whose
 sibling threads the scheduler never ran at once, that can exceed what the physical cores do);
-the all-cores bandwidth, a shared resource, is all the bytes over the wall time. `machine_peaks()` measures
-once per machine and keeps the result as JSON under the cache directory
-(``<cache dir>/peaks/<hash of the target key>.json``, the key inside), or, with the disk cache
-off, once per process.
+the all-cores bandwidth, a shared resource, is all the bytes over the wall time.
+
+`machine_peaks()` measures once per machine and keeps the result as JSON under the cache
+directory (``<cache dir>/peaks/<hash of the target key>.json``, the key inside), or, with the
+disk cache off, once per process.
 
 Requires: llvmlite; an x86-64 host for the clock estimate (elsewhere `clock_ghz` is None).
 Guarantees: every measured figure is positive; a probe that cannot compile or run raises a
@@ -33,12 +35,10 @@ Guarantees: every measured figure is positive; a probe that cannot compile or ru
 
 from __future__ import annotations
 
-import ctypes
 import datetime
 import hashlib
 import json
 import os
-import platform
 import threading
 import time
 from collections.abc import Callable
@@ -48,22 +48,14 @@ from typing import Any
 
 import numpy as np
 
-from tilec.codegen.llvm.binding import LOCK, initialise_llvm, target_machine
+from tilec.codegen.llvm.probes import STREAM_VECTORS, PeakProbeError, ProbeKernel, ProbeKernels
 from tilec.config import options
-from tilec.errors import TilecError
 from tilec.target import CpuInfo, host_target
 
 PROBE_VERSION = 1  # part of the cache file: a new probe measures again
-ACCUMULATORS = 12  # independent FMA chains: latency (4-6 cycles) x issue width (up to 2) fits with room
-UNROLL = 4  # FMAs per accumulator per loop iteration
 REPEATS = 3  # best of this many runs per figure
 DURATION_S = 0.02  # each timed run lasts about this long
-CLOCK_ADDS = 64  # dependent adds per inline-assembly block
 MAX_STREAM_BYTES = 2 << 30
-
-
-class PeakProbeError(TilecError):
-    """The peak probe could not compile or run on this machine."""
 
 
 @dataclass(frozen=True)
@@ -149,212 +141,10 @@ class MachinePeaks:
         return cls(**d)
 
 
-# ------------------------------------------------------------------ the kernels, as LLVM IR text
+# ------------------------------------------------------------------ timing
 
 
-_LLVM_TYPES = {"float32": "float", "float64": "double"}
-
-
-def _splat(name: str, vec: str, elem: str, lanes: int, value: str) -> str:
-    return (f"  %{name}.0 = insertelement {vec} poison, {elem} {value}, i32 0\n"
-            f"  %{name} = shufflevector {vec} %{name}.0, {vec} poison, <{lanes} x i32> zeroinitializer\n")
-
-
-def fma_kernel_ir(name: str, dtype: str, bits: int, fused: bool = True) -> str:
-    """`double name(i64 n, double seed)`: n iterations of UNROLL x ACCUMULATORS independent vector
-    FMAs acc = acc * x + y (x = 0.5: the chains converge, no overflow or denormals); returns lane 0
-    of the accumulators' sum so that nothing is dead."""
-    elem = _LLVM_TYPES[dtype]
-    lanes = bits // (32 if dtype == "float32" else 64)
-    vec = f"<{lanes} x {elem}>"
-    head = f"define double @{name}(i64 %n, double %seed) {{\nentry:\n"
-    seed = "%seed"
-    if elem == "float":
-        head += "  %s32 = fptrunc double %seed to float\n"
-        seed = "%s32"
-    head += _splat("x", vec, elem, lanes, "0.5") + _splat("y", vec, elem, lanes, seed)
-    head += "".join(_distinct_start(a, vec, elem) for a in range(ACCUMULATORS))
-    head += "  br label %loop\nloop:\n  %i = phi i64 [0, %entry], [%i.next, %loop]\n"
-    body = ""
-    for a in range(ACCUMULATORS):
-        head += f"  %acc{a} = phi {vec} [%init{a}, %entry], [%acc{a}.{UNROLL}, %loop]\n"
-        body += f"  %acc{a}.0 = bitcast {vec} %acc{a} to {vec}\n"
-    for u in range(1, UNROLL + 1):
-        for a in range(ACCUMULATORS):
-            prev, cur = f"%acc{a}.{u - 1}", f"%acc{a}.{u}"
-            if fused:
-                body += f"  {cur} = call {vec} @llvm.fma.v{lanes}{_suffix(elem)}({vec} {prev}, {vec} %x, {vec} %y)\n"
-            else:
-                body += f"  {cur}.m = fmul {vec} {prev}, %x\n  {cur} = fadd {vec} {cur}.m, %y\n"
-    tail = "  %i.next = add i64 %i, 1\n  %more = icmp ult i64 %i.next, %n\n  br i1 %more, label %loop, label %exit\nexit:\n"
-    total = f"%acc0.{UNROLL}"
-    for a in range(1, ACCUMULATORS):
-        tail += f"  %sum{a} = fadd {vec} {total}, %acc{a}.{UNROLL}\n"
-        total = f"%sum{a}"
-    tail += f"  %lane = extractelement {vec} {total}, i32 0\n"
-    tail += "  %r = fpext float %lane to double\n  ret double %r\n}\n" if elem == "float" else "  ret double %lane\n}\n"
-    decl = f"declare {vec} @llvm.fma.v{lanes}{_suffix(elem)}({vec}, {vec}, {vec})\n" if fused else ""
-    return decl + head + body + tail
-
-
-def _distinct_start(a: int, vec: str, elem: str) -> str:
-    """%init<a> = %y + a: every chain starts elsewhere (identical chains would be merged by the code
-    generator, leaving one chain's worth of instructions)."""
-    return f"  %init{a} = fadd {vec} %y, {_splat_constant(vec, elem, float(a))}\n"
-
-
-def _splat_constant(vec: str, elem: str, value: float) -> str:
-    lanes = int(vec[1:].split()[0])
-    return "<" + ", ".join([f"{elem} {value!r}"] * lanes) + ">"
-
-
-def _suffix(elem: str) -> str:
-    return "f32" if elem == "float" else "f64"
-
-
-def bf16_kernel_ir(name: str) -> str:
-    """`double name(i64 n, double seed)`: vdpbf16ps chains (16 float32 lanes, each adding two bf16
-    products: 64 flops per instruction). The operands are bf16 pairs reinterpreted from a float32
-    splat of 0.5 (0.5 and 0.0: the accumulators stay finite)."""
-    vec, bvec = "<16 x float>", "<32 x bfloat>"
-    ir = f"declare {vec} @llvm.x86.avx512bf16.dpbf16ps.512({vec}, {bvec}, {bvec})\n"
-    ir += f"define double @{name}(i64 %n, double %seed) {{\nentry:\n  %s32 = fptrunc double %seed to float\n"
-    ir += _splat("y", vec, "float", 16, "%s32") + _splat("h", vec, "float", 16, "0.5")
-    ir += "".join(_distinct_start(a, vec, "float") for a in range(ACCUMULATORS))
-    ir += f"  %b = bitcast {vec} %h to {bvec}\n  br label %loop\nloop:\n  %i = phi i64 [0, %entry], [%i.next, %loop]\n"
-    body = ""
-    for a in range(ACCUMULATORS):
-        ir += f"  %acc{a} = phi {vec} [%init{a}, %entry], [%acc{a}.{UNROLL}, %loop]\n"
-        body += f"  %acc{a}.0 = bitcast {vec} %acc{a} to {vec}\n"
-    for u in range(1, UNROLL + 1):
-        for a in range(ACCUMULATORS):
-            body += (f"  %acc{a}.{u} = call {vec} @llvm.x86.avx512bf16.dpbf16ps.512({vec} %acc{a}.{u - 1}, "
-                     f"{bvec} %b, {bvec} %b)\n")
-    ir += body + "  %i.next = add i64 %i, 1\n  %more = icmp ult i64 %i.next, %n\n"
-    ir += "  br i1 %more, label %loop, label %exit\nexit:\n"
-    total = f"%acc0.{UNROLL}"
-    for a in range(1, ACCUMULATORS):
-        ir += f"  %sum{a} = fadd {vec} {total}, %acc{a}.{UNROLL}\n"
-        total = f"%sum{a}"
-    ir += f"  %lane = extractelement {vec} {total}, i32 0\n  %r = fpext float %lane to double\n  ret double %r\n}}\n"
-    return ir
-
-
-STREAM_VECTORS = 8  # independent sums, one vector each, per loop iteration
-
-
-def stream_kernel_ir(name: str, bits: int) -> str:
-    """`double name(ptr p, i64 n)`: the sum of n blocks of STREAM_VECTORS vectors of doubles at p
-    (a read-only stream: every byte crosses the memory bus once)."""
-    lanes = bits // 64
-    vec = f"<{lanes} x double>"
-    ir = f"define double @{name}(ptr %p, i64 %n) {{\nentry:\n  br label %loop\nloop:\n"
-    ir += "  %i = phi i64 [0, %entry], [%i.next, %loop]\n"
-    body = f"  %base = mul i64 %i, {STREAM_VECTORS * lanes}\n"
-    for a in range(STREAM_VECTORS):
-        ir += f"  %acc{a} = phi {vec} [zeroinitializer, %entry], [%acc{a}.next, %loop]\n"
-        body += (f"  %off{a} = add i64 %base, {a * lanes}\n  %q{a} = getelementptr double, ptr %p, i64 %off{a}\n"
-                 f"  %v{a} = load {vec}, ptr %q{a}, align 8\n  %acc{a}.next = fadd {vec} %acc{a}, %v{a}\n")
-    ir += body + "  %i.next = add i64 %i, 1\n  %more = icmp ult i64 %i.next, %n\n"
-    ir += "  br i1 %more, label %loop, label %exit\nexit:\n"
-    total = "%acc0.next"
-    for a in range(1, STREAM_VECTORS):
-        ir += f"  %sum{a} = fadd {vec} {total}, %acc{a}.next\n"
-        total = f"%sum{a}"
-    return ir + f"  %lane = extractelement {vec} {total}, i32 0\n  ret double %lane\n}}\n"
-
-
-def clock_kernel_ir(name: str) -> str:
-    """`i64 name(i64 n)`: n blocks of CLOCK_ADDS dependent register adds (x86-64 assembly, one
-    cycle each): the time of a call is n * CLOCK_ADDS cycles."""
-    adds = "\\0A".join(["addq $$1, $0"] * CLOCK_ADDS)
-    return (f"define i64 @{name}(i64 %n) {{\nentry:\n  br label %loop\nloop:\n"
-            f"  %i = phi i64 [0, %entry], [%i.next, %loop]\n  %v = phi i64 [0, %entry], [%v.next, %loop]\n"
-            f"  %v.next = call i64 asm sideeffect \"{adds}\", \"=r,0\"(i64 %v)\n"
-            f"  %i.next = add i64 %i, 1\n  %more = icmp ult i64 %i.next, %n\n"
-            f"  br i1 %more, label %loop, label %exit\nexit:\n  ret i64 %v.next\n}}\n")
-
-
-# ------------------------------------------------------------------ compiling and timing
-
-
-@dataclass(frozen=True)
-class _Kernel:
-    """A compiled probe: call(n) runs n loop iterations; `work` is the flops (or bytes) of one."""
-
-    name: str
-    call: Callable[[int], Any]
-    work: float
-
-
-def _features(cpu: CpuInfo) -> set[str]:
-    return {f[1:] for f in cpu.features.split(",") if f.startswith("+")}
-
-
-def _widths(cpu: CpuInfo) -> list[int]:
-    return [b for b in (128, 256, 512) if b <= cpu.vector_bits]
-
-
-def _is_x86() -> bool:
-    return platform.machine().lower() in ("x86_64", "amd64")
-
-
-class _Probe:
-    """The probe kernels of one CPU, compiled into one execution engine (kept alive with it)."""
-
-    def __init__(self, cpu: CpuInfo) -> None:
-        features = _features(cpu)
-        fused = "fma" in features or "avx512f" in features
-        self.fma: dict[tuple[str, int], int] = {}  # (dtype, bits) -> flops per iteration
-        parts = []
-        for dtype in ("float32", "float64"):
-            for bits in _widths(cpu):
-                lanes = bits // (32 if dtype == "float32" else 64)
-                parts.append(fma_kernel_ir(f"fma_{dtype}_{bits}", dtype, bits, fused))
-                self.fma[dtype, bits] = 2 * lanes * ACCUMULATORS * UNROLL
-        if "avx512bf16" in features:
-            parts.append(bf16_kernel_ir("fma_bfloat16_512"))
-            self.fma["bfloat16", 512] = 64 * ACCUMULATORS * UNROLL
-        self.stream_bits = max(_widths(cpu))
-        parts.append(stream_kernel_ir("stream", self.stream_bits))
-        self.has_clock = _is_x86()
-        if self.has_clock:
-            parts.append(clock_kernel_ir("clock"))
-        llvm = initialise_llvm()
-        with LOCK:
-            try:
-                module = llvm.parse_assembly("\n".join(parts))
-                module.verify()
-                self.engine = llvm.create_mcjit_compiler(module, target_machine(cpu))
-                self.engine.finalize_object()
-            except RuntimeError as err:
-                raise PeakProbeError(f"the peak probe's kernels do not compile for CPU {cpu.name} ({err}); "
-                                     f"this is a tilec bug: report it with `tilec info --json`'s versions") from None
-            self.addresses = {name: self.engine.get_function_address(name)
-                              for name in [f"fma_{d}_{b}" for d, b in self.fma] + ["stream"]
-                              + (["clock"] if self.has_clock else [])}
-
-    def fma_kernel(self, dtype: str, bits: int) -> _Kernel:
-        fn = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_int64, ctypes.c_double)(self.addresses[f"fma_{dtype}_{bits}"])
-        return _Kernel(f"fma_{dtype}_{bits}", lambda n: fn(n, 0.5), self.fma[dtype, bits])
-
-    def stream_kernel(self, buffer: np.ndarray) -> _Kernel:
-        """Reads all of `buffer` (float64, its length a multiple of a block) once per iteration."""
-        fn = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_void_p, ctypes.c_int64)(self.addresses["stream"])
-        blocks = buffer.size // (STREAM_VECTORS * self.stream_bits // 64)
-        pointer = buffer.ctypes.data
-
-        def call(n: int) -> None:
-            for _ in range(n):
-                fn(pointer, blocks)
-        return _Kernel("stream", call, float(buffer.nbytes))
-
-    def clock_kernel(self) -> _Kernel:
-        fn = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(self.addresses["clock"])
-        return _Kernel("clock", fn, float(CLOCK_ADDS))
-
-
-def _calibrate(kernel: _Kernel, duration: float, clock: Callable[[], float] = time.perf_counter) -> int:
+def _calibrate(kernel: ProbeKernel, duration: float, clock: Callable[[], float] = time.perf_counter) -> int:
     """Iterations for one run of about `duration` seconds (doubling from 1 until a run takes a tenth)."""
     n = 1
     while True:
@@ -366,7 +156,7 @@ def _calibrate(kernel: _Kernel, duration: float, clock: Callable[[], float] = ti
         n *= 2
 
 
-def _best_rate(kernel: _Kernel, n: int, repeats: int) -> float:
+def _best_rate(kernel: ProbeKernel, n: int, repeats: int) -> float:
     """The best over `repeats` runs of n iterations of (work done / this thread's CPU seconds): the
     time the scheduler gives another process does not count against the core."""
     best = 0.0
@@ -385,12 +175,12 @@ class _Together:
     overall: float  # all the work / the wall time from the first start to the last end
 
 
-def _best_together(kernels: list[_Kernel], chunk: int, window: float, repeats: int) -> _Together:
+def _best_together(kernels: list[ProbeKernel], chunk: int, window: float, repeats: int) -> _Together:
     runs = [_together(kernels, chunk, window) for _ in range(repeats)]
     return _Together(max(r.per_core for r in runs), max(r.overall for r in runs))
 
 
-def _together(kernels: list[_Kernel], chunk: int, window: float) -> _Together:
+def _together(kernels: list[ProbeKernel], chunk: int, window: float) -> _Together:
     """Each kernel on its own thread, pinned to its own CPU where it can be and started at a barrier,
     runs `chunk` iterations at a time until `window` seconds have passed since it started."""
     barrier = threading.Barrier(len(kernels))
@@ -398,7 +188,7 @@ def _together(kernels: list[_Kernel], chunk: int, window: float) -> _Together:
     errors: list[BaseException] = []
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
-    def run(k: int, kernel: _Kernel) -> None:
+    def run(k: int, kernel: ProbeKernel) -> None:
         try:
             if len(cpus) >= len(kernels):
                 os.sched_setaffinity(0, {cpus[k]})  # this thread only (Linux): one thread per core
@@ -452,7 +242,7 @@ def measure(cpu: CpuInfo | None = None, *, key: str | None = None, duration: flo
     assert cpu is not None
     cores = cores or cpu.cores
     started = time.perf_counter()
-    probe = _Probe(cpu)
+    probe = ProbeKernels(cpu)
     clock_ghz = None
     if probe.has_clock:
         clock = probe.clock_kernel()
