@@ -49,10 +49,16 @@ def test_quantiles_and_return_modes_summarise_the_timed_calls():
 def test_warmup_is_time_and_rep_sets_the_number_of_calls():
     clock = SteppingClock([0.001])  # every call 1 ms
     timing.do_bench(clock.step, warmup=20, rep=30, clock=clock)
-    assert 48 <= clock.calls <= 52  # 20 ms of warm-up calls, then 30 ms of timed ones (give or take rounding)
+    assert 49 <= clock.calls <= 53  # a first call, 20 ms of warm-up calls, 30 ms of timed ones (give or take rounding)
     slow = SteppingClock([1.0])  # a call longer than warmup and rep: one of each
     median, *_ = timing.do_bench(slow.step, warmup=5, rep=5, clock=slow)
-    assert slow.calls == 2 and median == pytest.approx(1000.0)
+    assert slow.calls == 3 and median == pytest.approx(1000.0)
+
+
+def test_the_first_call_does_not_set_the_number_of_calls():
+    clock = SteppingClock([0.5] + [0.001] * 10_000)  # a first call that compiles for half a second
+    median, p20, p80 = timing.do_bench(clock.step, warmup=10, rep=20, clock=clock)
+    assert 25 <= clock.calls <= 35 and median == p20 == p80 == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("kwargs, message", [

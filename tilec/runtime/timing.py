@@ -1,15 +1,15 @@
 """`do_bench`: the time of one call of a Python callable, as quantiles of many timed calls.
 
-The same contract as `triton.testing.do_bench`, for CPU code: warm up by time (the first calls of
-a kernel compile it, fault its pages in and ramp the clock; a count alone cannot tell how many),
-estimate one call's time from the warm-up, then time about `rep` milliseconds of calls one by one
-and summarise them. Every figure is in milliseconds.
+The same contract as `triton.testing.do_bench`, for CPU code: one first call (which may compile),
+then a warm-up by time (the first calls of a kernel fault its pages in and ramp the clock; a count
+alone cannot tell how many), one call's time estimated from the warm-up, then about `rep`
+milliseconds of calls timed one by one and summarised. Every figure is in milliseconds.
 
     >>> import tilec
     >>> median, p20, p80 = tilec.do_bench(lambda: sum(range(1000)))
 
-Requires: a callable taking no arguments. Guarantees: `warmup` ms of untimed calls (at least
-one), then between 1 and MAX_CALLS timed calls (about `rep` ms of them) with the garbage
+Requires: a callable taking no arguments. Guarantees: a first untimed call, `warmup` ms of
+untimed calls (at least one), then between 1 and MAX_CALLS timed calls (about `rep` ms of them) with the garbage
 collector paused; the quantiles in the order asked, or with `quantiles=None` the statistic
 `return_mode` names (every sample for "all"); bad arguments raise a TilecError that says which
 one and what it takes.
@@ -36,13 +36,14 @@ def do_bench(fn: Callable[[], Any], *, warmup: float = 25.0, rep: float = 100.0,
              clock: Callable[[], float] = time.perf_counter) -> Any:
     """Milliseconds per call of `fn()`.
 
-    warmup: milliseconds of untimed calls first (at least one call);
+    warmup: milliseconds of untimed calls after a first one (at least one call);
     rep: milliseconds of timed calls (at least one call, at most MAX_CALLS);
     quantiles: return these quantiles of the timed calls, in this order (default: the median,
         the 20th and the 80th percentile, a list of three floats); None to return `return_mode`;
     return_mode: "min", "max", "mean" or "median" (a float) or "all" (every timed call, a list).
     """
     _check(fn, warmup, rep, quantiles, return_mode)
+    fn()  # compiles, loads, allocates: slower than any later call and no guide to them
     warm = _warm_up(fn, warmup / 1e3, clock)
     estimate = statistics.median(warm)
     calls = int(min(MAX_CALLS, max(1, rep / 1e3 / estimate if estimate > 0 else MAX_CALLS)))
