@@ -11,6 +11,8 @@ counts say which share of the ATen calls tilec's kernels ran and how many kernel
 Requires: torch; transformers for gpt2, bert and resnet18. Guarantees: a side that fails (Inductor
 cannot compile here, tilec.torch_backend is missing, a step raises) is reported with the first line
 of its error and left out of the later rounds; the other sides go on, and so do the other models.
+A result carries the load average before and after its rounds and a warning when it says other
+processes competed for the cores (tilec.bench.roofline).
 """
 
 from __future__ import annotations

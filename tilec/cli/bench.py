@@ -7,6 +7,10 @@ process); `--target cuda` runs tilec.bench.gpu, `--target cuda-sim` its quick sh
 emulator. From the command line, `main` first re-executes the process with QUIET_BASELINE_ENV
 unless it is set (`reexec_with_quiet_baselines`).
 
+The CPU table opens with the roofline's peaks (tilec.runtime.peaks, measured on the first run on
+a machine); rows carry each side's %peak and spread (tilec.bench.roofline). Warnings go to
+stderr: the load average at the start and end of the run, a case whose samples scatter.
+
 Requires: a known op and target (an unknown one fails before any case runs). Guarantees: one
 table row or JSON line per case; exit status 1 when a case failed (its error on stderr) or a
 cuda-sim result was wrong, 2 for `--target cuda` without a GPU.
@@ -100,13 +104,11 @@ def _machine_peaks() -> Any:
         return None
 
 
-def _warn_if_busy(when: str) -> list[str]:
-    """Print (and return) a warning when the load average says other processes compete for the cores."""
+def _warn_if_busy(when: str) -> None:
+    """Print a warning when the load average says other processes compete for the cores."""
     warning = roofline.load_warning(roofline.load_average(), roofline.cores(), when)
-    if warning is None:
-        return []
-    print(f"tilec: warning: {warning}", file=sys.stderr, flush=True)
-    return [warning]
+    if warning is not None:
+        print(f"tilec: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def _bench_model(args: argparse.Namespace) -> int:
