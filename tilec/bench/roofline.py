@@ -109,8 +109,8 @@ def describe(peaks: "MachinePeaks", dtype: str) -> str:
     line = (f"roofline: {dtype} peak {figure}, memory {peaks.bandwidth_gbs():.1f} GB/s ({peaks.cores} cores, "
             f"measured {peaks.measured_at}; `tilec info` shows more)")
     if busy(peaks.load_average, peaks.cores):
-        line += (f"; measured at load {peaks.load_average:.2f}, so the all-core peaks may be low: "
-                 f"`tilec info --refresh` on a quiet machine measures them again")
+        line += (f"; measured at load {peaks.load_average:.2f}, so the all-core bandwidth may be low: "
+                 f"`tilec info --refresh` on a quiet machine measures it again")
     return line
 
 
