@@ -99,8 +99,8 @@ def _machine_peaks() -> Any:
               file=sys.stderr, flush=True)
     try:
         return peaks.machine_peaks()
-    except TilecError as err:
-        print(f"tilec: warning: no roofline figures: {err}", file=sys.stderr, flush=True)
+    except (TilecError, OSError, MemoryError) as err:  # e.g. no room for the bandwidth buffer
+        print(f"tilec: warning: no roofline figures: {err or type(err).__name__}", file=sys.stderr, flush=True)
         return None
 
 
