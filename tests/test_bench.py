@@ -16,7 +16,9 @@ from tilec.bench import harness, ops
 from tilec.bench.ops import BenchError, Case, Prepared, get_op, parse_shape, select_cases
 
 QUICK = ["--repeats", "1", "--warmup-time", "0"]
-JSON_KEYS = {"op", "shape", "dtype", "target", "tilec_ms", "baseline", "baseline_ms", "ratio"}
+JSON_KEYS = {"op", "shape", "dtype", "target", "tilec_ms", "baseline", "baseline_ms", "ratio", "tilec_spread",
+             "baseline_spread", "bytes", "intensity", "attainable_gflops", "tilec_peak_fraction",
+             "baseline_peak_fraction", "load_average", "warnings"}
 
 
 def run_cli(capsys, *argv):
@@ -199,17 +201,88 @@ def _result(tilec_s: list[float], baseline_s: list[float]) -> harness.Result:
 
 
 def test_result_dict_and_table_row():
-    result = _result([0.004, 0.002, 0.003], [0.0015, 0.0015, 0.0015])
+    result = _result([0.0031, 0.0029, 0.003], [0.0015, 0.0015, 0.0015])
     d = result.to_dict()
     assert JSON_KEYS <= set(d)
     assert d["op"] == "gemm" and d["shape"] == dict(M=100, N=100, K=100) and d["baseline"] == "numpy.matmul"
     assert (d["tilec_ms"], d["baseline_ms"], d["ratio"]) == (3.0, 1.5, 0.5)
     assert d["tilec_gflops"] == pytest.approx(2e6 / 3e-3 / 1e9, rel=1e-3)
+    assert d["tilec_spread"] == pytest.approx(0.2 / 3, rel=1e-3) and d["baseline_spread"] == 0
+    assert d["bytes"] == 3 * 100 * 100 * 4  # A, B and C in float32, once each
+    assert d["tilec_peak_fraction"] is None and d["warnings"] == []  # no peaks given: no roofline
     table = harness.format_table([result])
     header, row = table.splitlines()
     assert header.split()[:4] == ["op", "shape", "dtype", "target"]
-    assert row.split() == ["gemm", "M=100,N=100,K=100", "float32", "llvm", "3.000", "0.7", "numpy.matmul",
-                           "1.500", "1.3", "0.5", "3"]
+    assert row.split() == ["gemm", "M=100,N=100,K=100", "float32", "llvm", "3.000", "0.7", "-", "numpy.matmul",
+                           "1.500", "1.3", "-", "0.5", "7%/0%", "3"]
+
+
+def _peaks(gflops: float, gbs: float):
+    from tilec.runtime.peaks import FmaPeak, MachinePeaks
+
+    fma = (FmaPeak("float32", 256, gflops / 2, gflops), FmaPeak("float64", 256, gflops / 4, gflops / 2))
+    return MachinePeaks("test", "test-cpu", 2, fma, gbs / 2, gbs, 1 << 26, None, 1.0, "now", 0.0)
+
+
+@pytest.mark.parametrize("gflops, gbs", [(100.0, 10.0), (100.0, 1.0), (10.0, 0.5)])
+def test_roofline_is_the_lower_of_the_peak_and_intensity_times_bandwidth(gflops, gbs):
+    case = Case(get_op("gemm"), dict(M=100, N=120, K=80))
+    samples = harness.Samples((0.002,), (0.004,), warmup=1)
+    line = harness.roofline.roofline(_peaks(gflops, gbs), case.dtype, case.flops, case.bytes)
+    d = harness.Result(case, samples, roofline=line).to_dict()
+    nbytes = 4 * (100 * 80 + 80 * 120 + 100 * 120)
+    attainable = min(gflops, case.flops / nbytes * gbs)
+    assert d["bytes"] == nbytes and d["intensity"] == pytest.approx(case.flops / nbytes, rel=1e-3)
+    assert d["attainable_gflops"] == pytest.approx(attainable, rel=1e-3)
+    assert d["tilec_peak_fraction"] == pytest.approx(case.flops / 0.002 / 1e9 / attainable, rel=1e-3)
+    assert d["baseline_peak_fraction"] == pytest.approx(d["tilec_peak_fraction"] / 2, rel=1e-3)
+    row = harness.format_table([harness.Result(case, samples, roofline=line)]).splitlines()[1].split()
+    assert row[6] == f"{d['tilec_peak_fraction']:.0%}" and row[10] == f"{d['baseline_peak_fraction']:.0%}"
+
+
+def test_roofline_uses_the_cases_dtype_and_needs_flops_and_bytes():
+    peaks = _peaks(100.0, 1000.0)
+    big = Case(get_op("gemm"), dict(M=1000, N=1000, K=1000), dtype="float64")
+    assert harness.roofline.roofline(peaks, "float64", big.flops, big.bytes).attainable_gflops == 50.0
+    assert harness.roofline.roofline(peaks, "float32", 0.0, 8.0) is None
+    assert harness.roofline.roofline(peaks, "bfloat16", 1.0, 8.0) is None
+    conv = Case(get_op("conv2d"), dict(N=1, C=2, H=5, W=5, CO=3, KH=3, KW=3, stride=1, pad=0))
+    assert conv.bytes == 4 * (1 * 2 * 5 * 5 + 3 * 2 * 3 * 3 + 1 * 3 * 3 * 3)
+    backward = select_cases("conv2d", ["N=1,C=2,H=5,W=5,CO=3,KH=3,KW=3"], backward=True)[0]
+    assert backward.bytes == 4 * (2 * (1 * 2 * 5 * 5 + 3 * 2 * 3 * 3) + 1 * 3 * 3 * 3)  # x, w, dy in; dx, dw out
+
+
+def test_scattered_samples_warn_that_the_ratio_is_unreliable():
+    calm = _result([0.0030, 0.0031, 0.0029], [0.0015, 0.0016, 0.0015])
+    assert calm.warnings == ()
+    scattered = _result([0.0030, 0.0031, 0.0029], [0.0010, 0.0015, 0.0030])
+    (warning,) = scattered.warnings
+    assert "the baseline's samples spread over 133%" in warning and "unreliable" in warning
+    assert "--repeats" in warning and "quiet machine" in warning
+    assert scattered.to_dict()["warnings"] == [warning]
+    row = harness.format_table([scattered]).splitlines()[1].split()
+    assert row[11] == "0.5?"  # the ratio, marked
+
+
+def test_a_busy_machine_warns_at_the_cases_start_or_end(capsys):
+    case = Case(get_op("gemm"), dict(M=4, N=3, K=2))
+    settings = harness.Settings(warmup_s=0, repeats=1)
+    loads = iter([0.2, 7.5])
+    result = harness.run_case(case, settings, load=lambda: next(loads), cores=2)
+    assert result.loads == (0.2, 7.5) and result.to_dict()["load_average"] == [0.2, 7.5]
+    (warning,) = [w for w in result.warnings if "load average" in w]
+    assert "7.50 at its end on 2 cores" in warning and "unreliable" in warning
+    quiet = harness.run_case(case, settings, load=lambda: 1.4, cores=2)  # up to cores - 0.5 is quiet
+    assert not [w for w in quiet.warnings if "load average" in w]
+    unknown = harness.run_case(case, settings, load=lambda: None, cores=2)
+    assert not [w for w in unknown.warnings if "load average" in w]
+
+
+def test_cli_warns_on_a_busy_machine(capsys, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(harness.roofline, "load_average", lambda: 64.0)
+    rc, out, err = run_cli(capsys, "bench", "gemm", "--shape", "M=8,N=16,K=4", "--json", *QUICK)
+    assert rc == 0, err
+    assert "at the start of the run" in err and "at the end of the run" in err and "Traceback" not in err
 
 
 # ------------------------------------------------------------------ real runs (tiny shapes)
@@ -234,13 +307,17 @@ def test_cli_gemm_json(capsys):
     assert first["shape"] == dict(M=8, N=16, K=4) and second["shape"] == dict(M=3, N=5, K=7)
     assert first["dtype"] == "float32" and first["target"] == "llvm" and first["error"] is None
     assert first["ratio"] == pytest.approx(first["baseline_ms"] / first["tilec_ms"], rel=2e-3)
+    assert 0 < first["tilec_peak_fraction"] and 0 < first["attainable_gflops"] and isinstance(first["warnings"], list)
+    assert first["bytes"] == 4 * (8 * 4 + 4 * 16 + 8 * 16)
 
 
 def test_cli_table_and_float64(capsys):
     rc, out, err = run_cli(capsys, "bench", "gemm_bias_relu", "--shape", "M=5,N=6,K=7", "--dtype", "float64", *QUICK)
     assert rc == 0, err
-    header, row = out.splitlines()
-    assert "ratio" in header and row.split()[:4] == ["gemm_bias_relu", "M=5,N=6,K=7", "float64", "llvm"]
+    roof, header, row = out.splitlines()
+    assert roof.startswith("roofline: float64 peak") and "GB/s" in roof
+    assert "ratio" in header and "%peak" in header and "spread" in header
+    assert row.split()[:4] == ["gemm_bias_relu", "M=5,N=6,K=7", "float64", "llvm"]
 
 
 def test_every_op_runs_and_matches_its_baseline(capsys):

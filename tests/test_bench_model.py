@@ -42,6 +42,27 @@ def test_a_failing_side_is_reported_and_the_others_go_on():
     assert len(result.times_ms["eager"]) == 2 and result.median_ms("eager") > 0
 
 
+def test_a_busy_machine_makes_a_models_figures_unreliable():
+    loads = iter([6.0, 0.1])
+    result = model_step.run_model("mlp", steps=1, warmup=1, sides={"eager": None}, load=lambda: next(loads))
+    (warning,) = result.warnings
+    assert "6.00 before mlp's rounds" in warning and "unreliable" in warning
+    assert result.to_dict()["warnings"] == [warning] and result.to_dict()["load_average"] == [6.0, 0.1]
+    calm = model_step.run_model("mlp", steps=1, warmup=1, sides={"eager": None}, load=lambda: 0.0)
+    assert calm.warnings == []
+
+
+def test_cli_model_warns_on_a_busy_machine(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    from tilec.bench import roofline
+
+    monkeypatch.setattr(roofline, "load_average", lambda: 64.0)
+    code = main(["bench", "model", "--models", "mlp", "--steps", "1", "--warmup", "1", "--backend", "aot_eager",
+                 "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "load average was 64.00 at the start of the run" in err and "at the end of the run" in err
+
+
 def test_cli_model_with_a_stand_in_backend(capsys: pytest.CaptureFixture[str]):
     """All three sides (Inductor included) on the mlp, the tilec column compiled by aot_eager."""
     code = main(["bench", "model", "--models", "mlp", "--steps", "2", "--warmup", "1", "--backend", "aot_eager",

@@ -38,6 +38,15 @@ def explain(source: str, shapes: dict[str, Any], dtypes: dict[str, str] | None =
     return compile(source, target, **sizes).explain(shapes, dtypes, stage)
 
 
+def __getattr__(name: str) -> Any:
+    """`tilec.do_bench` (tilec.runtime.timing), imported on first use so that `import tilec` stays quick."""
+    if name == "do_bench":
+        from tilec.runtime.timing import do_bench
+
+        return do_bench
+    raise AttributeError(f"module 'tilec' has no attribute {name!r}")
+
+
 __all__ = ["compile", "explain", "grad", "parse", "Function", "Schedule", "TemplateSchedule", "TemplateConfig", "Target",
            "TilecError", "TilecWarning", "TileSyntaxError", "SemanticError", "BindError", "ScheduleError",
-           "CodegenError", "__version__"]
+           "CodegenError", "__version__", "do_bench"]

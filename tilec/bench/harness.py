@@ -10,6 +10,11 @@ calls of a fast kernel run several times slower (clock ramp, caches, page faults
 alone cannot tell how many. A slow case stops early: after the first warm-up and the first
 timed pair, another pair runs only while the case's total time is expected to stay within
 `budget_s`.
+
+Beside the ratio, each result carries the case's roofline (tilec.bench.roofline: the fraction of
+the attainable rate, from the machine's measured peaks, that each side reaches), the spread of
+each side's samples, the load average at the case's start and end, and warnings when the spread
+or the load make the ratio unreliable.
 """
 
 from __future__ import annotations
@@ -21,10 +26,14 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from tilec.bench import roofline
 from tilec.bench.ops import Case, Prepared, format_shape
 from tilec.errors import TilecError
+
+if TYPE_CHECKING:
+    from tilec.runtime.peaks import MachinePeaks
 
 Clock = Callable[[], float]
 
@@ -80,6 +89,14 @@ class Samples:
     @property
     def ratio(self) -> float:
         return self.baseline_ms / self.tilec_ms if self.tilec_ms > 0 else float("inf")
+
+    @property
+    def tilec_spread(self) -> float:
+        return roofline.spread(self.tilec)
+
+    @property
+    def baseline_spread(self) -> float:
+        return roofline.spread(self.baseline)
 
 
 class Benchable(Protocol):
@@ -140,9 +157,25 @@ class Result:
     case: Case
     samples: Samples | None = None
     error: str | None = None
+    roofline: roofline.Roofline | None = None
+    loads: tuple[float | None, float | None] = (None, None)  # the 1-minute load average at the start and end
+    cores: int = 1  # the cores the load is compared with
+
+    def _gflops(self, ms: float) -> float | None:
+        return self.case.flops / ms / 1e6 if ms > 0 and self.case.flops > 0 else None
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Why the ratio may mean little: a busy machine at the case's start or end, scattered samples."""
+        found = [roofline.load_warning(load, self.cores, when) for load, when in zip(self.loads, ("at the case's start",
+                                                                                                   "at its end"))]
+        if self.samples is not None:
+            what = f"{self.case.op.label} {format_shape(self.case.shape)}"
+            found.append(roofline.spread_warning(what, self.samples.tilec_spread, self.samples.baseline_spread))
+        return tuple(w for w in found if w is not None)
 
     def to_dict(self) -> dict[str, Any]:
-        case, s = self.case, self.samples
+        case, s, line = self.case, self.samples, self.roofline
         flops = case.flops
         d: dict[str, Any] = {
             "op": case.op.name,
@@ -165,21 +198,41 @@ class Result:
             "repeats": len(s.tilec) if s else 0,
             "tilec_samples_ms": [_round(t * 1e3) for t in s.tilec] if s else [],
             "baseline_samples_ms": [_round(t * 1e3) for t in s.baseline] if s else [],
+            "tilec_spread": _round(s.tilec_spread) if s else None,
+            "baseline_spread": _round(s.baseline_spread) if s else None,
+            "bytes": case.bytes,
+            "intensity": _round(line.intensity) if line else None,
+            "attainable_gflops": _round(line.attainable_gflops) if line else None,
+            "tilec_peak_fraction": _fraction(line, self._gflops(s.tilec_ms)) if line and s else None,
+            "baseline_peak_fraction": _fraction(line, self._gflops(s.baseline_ms)) if line and s else None,
+            "load_average": [None if x is None else round(x, 2) for x in self.loads],
+            "warnings": list(self.warnings),
             "error": self.error,
         })
         return d
+
+
+def _fraction(line: roofline.Roofline, gflops: float | None) -> float | None:
+    fraction = line.fraction(gflops)
+    return _round(fraction) if fraction is not None else None
 
 
 def _round(x: float) -> float:
     return float(f"{x:.4g}")
 
 
-def run_case(case: Case, settings: Settings, clock: Clock = time.perf_counter) -> Result:
-    """measure(), with tilec's errors and wrong results turned into a Result that carries the message."""
+def run_case(case: Case, settings: Settings, clock: Clock = time.perf_counter, *, peaks: "MachinePeaks | None" = None,
+             load: Callable[[], float | None] = roofline.load_average, cores: int | None = None) -> Result:
+    """measure(), with tilec's errors and wrong results turned into a Result that carries the message;
+    the roofline from `peaks` (None: none), the load average read by `load` before and after."""
+    line = roofline.roofline(peaks, case.dtype, case.flops, case.bytes)
+    ncores = cores if cores is not None else roofline.cores()
+    before = load()
     try:
-        return Result(case, measure(case, settings, clock))
+        samples = measure(case, settings, clock)
     except TilecError as err:
-        return Result(case, error=str(err))
+        return Result(case, error=str(err), roofline=line, loads=(before, load()), cores=ncores)
+    return Result(case, samples, roofline=line, loads=(before, load()), cores=ncores)
 
 
 def to_json(result: Result) -> str:
@@ -190,8 +243,9 @@ def to_json(result: Result) -> str:
 
 
 _COLUMNS = (("op", "<"), ("shape", "<"), ("dtype", "<"), ("target", "<"), ("tilec ms", ">"),
-            ("GFLOP/s", ">"), ("baseline", "<"), ("baseline ms", ">"), ("GFLOP/s", ">"),
-            ("ratio", ">"), ("reps", ">"))
+            ("GFLOP/s", ">"), ("%peak", ">"), ("baseline", "<"), ("baseline ms", ">"), ("GFLOP/s", ">"),
+            ("%peak", ">"), ("ratio", ">"), ("spread", ">"), ("reps", ">"))
+_BASELINE_COLUMN = 7
 
 
 def _cells(result: Result) -> list[str]:
@@ -199,10 +253,19 @@ def _cells(result: Result) -> list[str]:
     head = [result.case.op.label, format_shape(result.case.shape), d["dtype"], d["target"]]
     baseline = result.case.op.baseline_short
     if result.samples is None:
-        return head + ["error", "", baseline, "", "", "", ""]
-    return head + [_ms(d["tilec_ms"]), f"{d['tilec_gflops']:.1f}", baseline, _ms(d["baseline_ms"]),
-                   f"{d['baseline_gflops']:.1f}" if d["baseline_gflops"] is not None else "-",
-                   f"{d['ratio']:.3g}", str(d["repeats"])]
+        return head + ["error", "", "", baseline, "", "", "", "", "", ""]
+    spread = f"{_percent(d['tilec_spread'])}/{_percent(d['baseline_spread'])}"
+    return head + [_ms(d["tilec_ms"]), _number(d["tilec_gflops"]), _percent(d["tilec_peak_fraction"]), baseline,
+                   _ms(d["baseline_ms"]), _number(d["baseline_gflops"]), _percent(d["baseline_peak_fraction"]),
+                   f"{d['ratio']:.3g}" + ("?" if result.warnings else ""), spread, str(d["repeats"])]
+
+
+def _number(x: float | None) -> str:
+    return f"{x:.1f}" if x is not None else "-"
+
+
+def _percent(x: float | None) -> str:
+    return f"{x:.0%}" if x is not None else "-"
 
 
 def _ms(x: float) -> str:
@@ -217,10 +280,12 @@ class Table:
     def __init__(self, cases: Sequence[Case]) -> None:
         widths = [len(name) for name, _ in _COLUMNS]
         for case in cases:
-            known = [case.op.label, format_shape(case.shape), case.dtype, case.target, "", "", case.op.baseline_short]
+            known = [case.op.label, format_shape(case.shape), case.dtype, case.target, "", "", "",
+                     case.op.baseline_short]
             widths[:len(known)] = [max(w, len(k)) for w, k in zip(widths, known)]
         widths[4:6] = [max(w, 9) for w in widths[4:6]]
-        widths[7:] = [max(w, 7) for w in widths[7:]]
+        widths[_BASELINE_COLUMN + 1:] = [max(w, 7) for w in widths[_BASELINE_COLUMN + 1:]]
+        widths[-2] = max(widths[-2], 9)  # spread: "12%/130%"
         self.widths = widths
 
     def _line(self, cells: Iterable[str]) -> str:

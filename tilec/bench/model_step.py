@@ -11,6 +11,8 @@ counts say which share of the ATen calls tilec's kernels ran and how many kernel
 Requires: torch; transformers for gpt2, bert and resnet18. Guarantees: a side that fails (Inductor
 cannot compile here, tilec.torch_backend is missing, a step raises) is reported with the first line
 of its error and left out of the later rounds; the other sides go on, and so do the other models.
+A result carries the load average before and after its rounds and a warning when it says other
+processes competed for the cores (tilec.bench.roofline).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tilec.bench import models
+from tilec.bench import models, roofline
 from tilec.errors import TilecError
 
 #: the sides in the order each round runs them, and the torch.compile backend of each (None: eager)
@@ -37,6 +39,15 @@ class ModelResult:
     errors: dict[str, str] = field(default_factory=dict)  # side -> why it stopped
     coverage: dict[str, Any] | None = None  # tilec.torch_backend.coverage() over the timed rounds
     rounds: int = 0  # timed rounds run
+    loads: tuple[float | None, float | None] = (None, None)  # the 1-minute load average before and after
+    cores: int = 1
+
+    @property
+    def warnings(self) -> list[str]:
+        """A busy machine before or after the model's rounds: its speed-ups are unreliable."""
+        found = (roofline.load_warning(load, self.cores, when) for load, when in zip(
+            self.loads, (f"before {self.model}'s rounds", f"after {self.model}'s rounds")))
+        return [w for w in found if w is not None]
 
     def median_ms(self, side: str) -> float | None:
         times = self.times_ms.get(side)
@@ -52,7 +63,8 @@ class ModelResult:
         return {"model": self.model, **{f"{side}_ms": self.median_ms(side) for side in SIDES},
                 "tilec_vs_eager": self.speedup("tilec", "eager"),
                 "tilec_vs_inductor": self.speedup("tilec", "inductor"), "rounds": self.rounds,
-                "coverage": self.coverage_fraction, "kernels_per_step": self.kernels_per_step, "errors": self.errors}
+                "coverage": self.coverage_fraction, "kernels_per_step": self.kernels_per_step, "errors": self.errors,
+                "load_average": [None if x is None else round(x, 2) for x in self.loads], "warnings": self.warnings}
 
     @property
     def coverage_fraction(self) -> float | None:
@@ -95,13 +107,16 @@ def check_counts(steps: int, warmup: int) -> None:
 
 
 def run_model(name: str, steps: int, warmup: int, sides: dict[str, str | None] | None = None,
-              clock: Callable[[], float] = time.perf_counter) -> ModelResult:
-    """Warm up and time one model's training step on every side (see the module docstring)."""
+              clock: Callable[[], float] = time.perf_counter,
+              load: Callable[[], float | None] = roofline.load_average) -> ModelResult:
+    """Warm up and time one model's training step on every side (see the module docstring); `load`
+    reads the load average before and after (ModelResult.warnings)."""
     import torch
 
     check_counts(steps, warmup)
     sides = SIDES if sides is None else sides
-    result = ModelResult(name)
+    result = ModelResult(name, cores=roofline.cores())
+    before = load()
     torch._dynamo.reset()  # the previous model's compiled code and guards go
     base = models.build(name)
     steppers = {}
@@ -134,6 +149,7 @@ def run_model(name: str, steps: int, warmup: int, sides: dict[str, str | None] |
         result.rounds += 1
     if tilec_backend and "tilec" not in result.errors:
         result.coverage = models.coverage()
+    result.loads = (before, load())
     return result
 
 

@@ -51,6 +51,7 @@ class TrainStepCase:
     dtype: str = "float32"
     target: str = "llvm"
     flops: float = 0.0  # not counted
+    bytes: float = 0.0  # nor these: no roofline
 
     @property
     def op(self) -> TrainOp:

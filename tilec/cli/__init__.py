@@ -1,12 +1,12 @@
 """The `tilec` command line: `tilec explain SRC --shape A=64x32 [--stage tensor|loop|llvm|...]`,
-`tilec bench [OP] [--shape M=1024,N=1024,K=1024] [--json]`, `tilec tune OP|FILE`, `tilec plot`
-and `tilec records {list,show,export,import}`.
+`tilec bench [OP] [--shape M=1024,N=1024,K=1024] [--json]`, `tilec tune OP|FILE`, `tilec plot`,
+`tilec records {list,show,export,import}` and `tilec info [--json]`.
 
 Errors print one clear message on stderr (no traceback) and exit with status 1.
 
 `main` is the entry point (`tilec`, `python -m tilec.cli`); `parser` assembles the subcommands,
 each defined with its parser in its own module: `explain`, `bench`, `tune`, `records` (records
-and plot); `arguments` holds the argument types they share.
+and plot), `info`; `arguments` holds the argument types they share.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ process); `--target cuda` runs tilec.bench.gpu, `--target cuda-sim` its quick sh
 emulator. From the command line, `main` first re-executes the process with QUIET_BASELINE_ENV
 unless it is set (`reexec_with_quiet_baselines`).
 
+The CPU table opens with the roofline's peaks (tilec.runtime.peaks, measured on the first run on
+a machine); rows carry each side's %peak and spread (tilec.bench.roofline). Warnings go to
+stderr: the load average at the start and end of the run, a case whose samples scatter.
+
 Requires: a known op and target (an unknown one fails before any case runs). Guarantees: one
 table row or JSON line per case; exit status 1 when a case failed (its error on stderr) or a
 cuda-sim result was wrong, 2 for `--target cuda` without a GPU.
@@ -20,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from tilec.bench import roofline
 from tilec.bench.harness import QUIET_BASELINE_ENV
 from tilec.errors import TilecError
 
@@ -62,17 +67,48 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                  dtype=args.dtype, target=args.target, backward=args.backward)
     settings = harness.Settings(1 if args.warmup is None else args.warmup, args.repeats, args.warmup_time, args.budget, args.cooldown)
     resolve_target(args.target)  # an unknown target fails here, before any case runs
+    peaks = _machine_peaks()
     table = None if args.json else harness.Table(cases)
     if table is not None:
+        if peaks is not None:
+            print(roofline.describe(peaks, args.dtype), flush=True)
         print(table.header(), flush=True)
+    _warn_if_busy("at the start of the run")
     failed = 0
     for case in cases:
-        result = harness.run_case(case, settings)
+        result = harness.run_case(case, settings, peaks=peaks)
         if result.error is not None:
             print(f"tilec: error: {result.error}", file=sys.stderr, flush=True)
             failed += 1
         print(harness.to_json(result) if table is None else table.row(result), flush=True)
+        for warning in result.warnings:
+            if "samples spread" in warning:  # the load's warnings come once, at the start and the end
+                print(f"tilec: warning: {warning}", file=sys.stderr, flush=True)
+    _warn_if_busy("at the end of the run")
     return 1 if failed else 0
+
+
+def _machine_peaks() -> Any:
+    """The machine's measured peaks (tilec.runtime.peaks: measured once per machine, then cached), or
+    None with a warning when the probe cannot run here (the table then has no %peak figures)."""
+    from tilec.runtime import peaks
+
+    path = peaks.cache_path()
+    if path is None or not path.is_file():
+        print("tilec: measuring this machine's peaks (once" + (f"; kept in {path})" if path else " per process)"),
+              file=sys.stderr, flush=True)
+    try:
+        return peaks.machine_peaks()
+    except (TilecError, OSError, MemoryError) as err:  # e.g. no room for the bandwidth buffer
+        print(f"tilec: warning: no roofline figures: {err or type(err).__name__}", file=sys.stderr, flush=True)
+        return None
+
+
+def _warn_if_busy(when: str) -> None:
+    """Print a warning when the load average says other processes compete for the cores."""
+    warning = roofline.load_warning(roofline.load_average(), roofline.cores(), when)
+    if warning is not None:
+        print(f"tilec: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def _bench_model(args: argparse.Namespace) -> int:
@@ -101,6 +137,7 @@ def _bench_model(args: argparse.Namespace) -> int:
         print(model_step.machine_header())
         print(model_step.explanation(steps, warmup, args.backend))
         print(model_step.table_header(), flush=True)
+    _warn_if_busy("at the start of the run")
     failed = 0
     for name in names:
         try:
@@ -113,6 +150,7 @@ def _bench_model(args: argparse.Namespace) -> int:
             print(f"tilec: error: {name}, {side}: {error}", file=sys.stderr, flush=True)
         failed += bool(result.errors)
         print(json.dumps(result.to_dict()) if args.json else model_step.table_row(result), flush=True)
+    _warn_if_busy("at the end of the run")
     return 1 if failed else 0
 
 

@@ -11,6 +11,7 @@ import argparse
 
 from tilec.cli.bench import add_bench_parser
 from tilec.cli.explain import add_explain_parser
+from tilec.cli.info import add_info_parser
 from tilec.cli.records import add_plot_parser, add_records_parser
 from tilec.cli.tune import add_tune_parser
 
@@ -23,4 +24,5 @@ def build_parser() -> argparse.ArgumentParser:
     add_records_parser(sub)
     add_tune_parser(sub)
     add_plot_parser(sub)
+    add_info_parser(sub)
     return parser

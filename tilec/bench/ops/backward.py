@@ -79,7 +79,21 @@ def backward_op(op: Op) -> Op:
                    baseline_short=f"{op.baseline_short} bwd",
                    make_inputs=_with_grad_output(op.make_inputs, out_shape),
                    make_baseline=_backward_baseline(forward),
-                   flops=lambda s: flops_factor * forward_flops(s), wrt=wrt)
+                   flops=lambda s: flops_factor * forward_flops(s), wrt=wrt,
+                   elements=_backward_elements(op, out_shape))
+
+
+def _backward_elements(op: Op, out_shape: Callable[[Shape], tuple[int, ...]]) -> Callable[[Shape], float] | None:
+    """The forward inputs and the output gradient read, one gradient per input written: twice the
+    forward's inputs (its elements less its output) plus the output gradient."""
+    forward = op.elements
+    if forward is None:
+        return None
+
+    def elements(s: Shape) -> float:
+        out = float(np.prod(out_shape(s)))
+        return 2 * (forward(s) - out) + out
+    return elements
 
 
 BACKWARD_OPS = ("conv2d", "attention")

@@ -44,6 +44,13 @@ class Case:
     def flops(self) -> float:
         return self.op.flops(self.shape)
 
+    @property
+    def bytes(self) -> float:
+        """The bytes the case must move at least: its inputs read and its outputs written, once each
+        (0 where the op does not say)."""
+        elements = self.op.elements
+        return elements(self.shape) * np.dtype(self.dtype).itemsize if elements is not None else 0.0
+
     def source(self) -> str:
         return self.op.source(self.shape)
 

@@ -1,7 +1,8 @@
 """`Op`, the record of one op that `tilec bench` times, and the text of its --shape sizes.
 
 An Op names its sizes, acceptance cases and quick case, and holds the functions that make its
-Tile source, inputs and baseline and count its work. Requires of `parse_shape`: the text of one
+Tile source, inputs and baseline and count its work (flops) and its traffic (the elements it must
+read and write at least, for the roofline). Requires of `parse_shape`: the text of one
 --shape argument. Guarantees: every size of the op, in its order, its defaults filled in, each an
 integer at least the op's minimum, and the op's own shape check passed; anything else is a
 BenchError that shows the expected form.
@@ -49,6 +50,7 @@ class Op:
     minimums: Mapping[str, int] = field(default_factory=dict)  # sizes that may be 0 otherwise must be >= 1
     causal: bool = False
     wrt: tuple[str, ...] = ()  # a backward case: tilec.grad of `source` with respect to these inputs
+    elements: Callable[[Shape], float] | None = None  # elements of the inputs and outputs (each once): the roofline's bytes
 
     @property
     def backward(self) -> bool:

@@ -1,0 +1,140 @@
+"""tilec.runtime.peaks: the measured peaks are positive and consistent with each other and with the
+host's features, and they are measured once per machine (then read from the cache file) or, with
+the disk cache off, once per process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tilec.codegen.llvm import probes
+from tilec.config import options
+from tilec.runtime import peaks
+from tilec.target import host_cpu, host_target
+
+SHORT = 0.01  # seconds per timed run (all cores: twice that, a few scheduler slices); a second in all
+QUICK = 0.002  # for the tests of the cache, which do not look at the figures
+
+
+@pytest.fixture(scope="module")
+def measured() -> peaks.MachinePeaks:
+    return peaks.measure(duration=SHORT, stream_size=64 << 20)
+
+
+def _features() -> set[str]:
+    return {f[1:] for f in host_cpu().features.split(",") if f.startswith("+")}
+
+
+def test_every_figure_is_positive(measured: peaks.MachinePeaks):
+    assert measured.key == host_target().key and measured.cores == host_cpu().cores
+    assert measured.fma and all(p.single_gflops > 0 and p.all_gflops > 0 for p in measured.fma)
+    assert measured.single_gbs > 0 and measured.all_gbs > 0 and measured.stream_bytes >= 64 << 20
+    assert measured.seconds > 0
+
+
+def test_the_widths_and_dtypes_are_the_hosts(measured: peaks.MachinePeaks):
+    widths = [b for b in (128, 256, 512) if b <= host_cpu().vector_bits]
+    assert sorted(p.bits for p in measured.fma if p.dtype == "float32") == widths
+    assert sorted(p.bits for p in measured.fma if p.dtype == "float64") == widths
+    assert (measured.peak("bfloat16", 512) is not None) == ("avx512bf16" in _features())
+
+
+def test_all_cores_do_at_least_what_one_does(measured: peaks.MachinePeaks):
+    for p in measured.fma:
+        assert 0.8 * p.single_gflops <= p.all_gflops <= 1.25 * measured.cores * p.single_gflops, p
+    assert measured.all_gbs <= 1.25 * measured.cores * measured.single_gbs  # memory does not scale past the cores
+    assert measured.bandwidth_gbs() >= measured.single_gbs  # the roofline's: all cores, at least one core's
+
+
+def test_float64_runs_at_about_half_the_float32_rate(measured: peaks.MachinePeaks):
+    for bits in {p.bits for p in measured.fma}:
+        f32, f64 = measured.peak("float32", bits), measured.peak("float64", bits)
+        assert f32 is not None and f64 is not None
+        assert 0.3 < f64.single_gflops / f32.single_gflops < 0.8, (f32, f64)
+
+
+def test_wider_vectors_never_lose_and_256_bits_doubles_128(measured: peaks.MachinePeaks):
+    narrow, wide = measured.peak("float32", 128), measured.peak("float32", 256)
+    if wide is None:
+        pytest.skip("this CPU has no 256-bit vectors")
+    assert narrow is not None and 1.5 < wide.single_gflops / narrow.single_gflops < 2.6
+    gain = measured.width_gain("float32")
+    assert gain is not None and 0.7 < gain < 2.6
+
+
+def test_bf16_dot_products_outrun_float32_fmas(measured: peaks.MachinePeaks):
+    bf16 = measured.peak("bfloat16", 512)
+    if bf16 is None:
+        pytest.skip("this CPU has no avx512bf16")
+    assert bf16.single_gflops > 1.3 * measured.peak("float32", 512).single_gflops  # type: ignore[union-attr]
+
+
+def test_clock_and_fma_units(measured: peaks.MachinePeaks):
+    if measured.clock_ghz is None:
+        pytest.skip("the clock estimate needs an x86-64 host")
+    assert 0.5 < measured.clock_ghz < 7.0
+    narrow = measured.peak("float32", 128)
+    assert narrow is not None and narrow.flops_per_cycle is not None
+    assert 3 < narrow.flops_per_cycle < 40  # 4 lanes x 2 flops x 1 to 4 FMA pipes
+    assert measured.fma_per_cycle is not None and 0.6 < measured.fma_per_cycle < 4.5
+    assert measured.fma_units in (1, 2, 3, 4)
+
+
+def test_kernel_text_is_what_the_docstrings_say():
+    ir = probes.fma_kernel_ir("k", "float64", 256)
+    assert ir.count("@llvm.fma.v4f64(") == probes.ACCUMULATORS * probes.UNROLL + 1  # the calls and the declaration
+    unfused = probes.fma_kernel_ir("k", "float32", 128, fused=False)
+    assert "llvm.fma" not in unfused and unfused.count("fmul <4 x float>") == probes.ACCUMULATORS * probes.UNROLL
+    assert probes.stream_kernel_ir("s", 256).count("load <4 x double>") == probes.STREAM_VECTORS
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(options, "cache_dir", tmp_path)
+    monkeypatch.setattr(options, "disk_cache", True)
+    peaks.forget()
+    yield tmp_path
+    peaks.forget()
+
+
+def test_measured_once_per_machine_then_read_from_the_cache(fresh_cache):
+    before = peaks.measurements()
+    first = peaks.machine_peaks(duration=QUICK)
+    assert peaks.measurements() == before + 1
+    path = peaks.cache_path()
+    assert path is not None and path.is_file() and path.parent == fresh_cache / "peaks"
+    assert json.loads(path.read_text())["key"] == host_target().key
+    assert peaks.machine_peaks() is first  # this process's copy
+    peaks.forget()
+    again = peaks.machine_peaks()  # a new process would do this: read the file
+    assert peaks.measurements() == before + 1 and again == first
+    peaks.machine_peaks(refresh=True, duration=QUICK)
+    assert peaks.measurements() == before + 2
+
+
+def test_a_damaged_or_foreign_cache_file_is_measured_again(fresh_cache):
+    path = peaks.cache_path()
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    before = peaks.measurements()
+    peaks.machine_peaks(duration=QUICK)
+    assert peaks.measurements() == before + 1
+    stored = json.loads(path.read_text())
+    path.write_text(json.dumps({**stored, "key": "llvm:another-cpu:"}))
+    peaks.forget()
+    peaks.machine_peaks(duration=QUICK)
+    assert peaks.measurements() == before + 2
+
+
+def test_without_the_disk_cache_measured_once_per_process(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(options, "disk_cache", False)
+    peaks.forget()
+    try:
+        before = peaks.measurements()
+        assert peaks.cache_path() is None
+        first = peaks.machine_peaks(duration=QUICK)
+        assert peaks.machine_peaks() is first and peaks.measurements() == before + 1
+    finally:
+        peaks.forget()
