@@ -104,7 +104,7 @@ def test_sums_accumulate_in_float32(dtype, target):
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=["bfloat16", "float16"])
-@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (37, 53, 29), (67, 129, 45), (256, 200, 1000), (130, 257, 2100)])
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (37, 53, 29), (67, 129, 45), (256, 200, 1000), (130, 257, 2101), (96, 64, 777)])
 def test_gemm_matches_a_float32_reference(dtype, m, n, k):
     """Large shapes take the packed GEMM template (float32 panels; K over the reduction block keeps
     its partial sums in a float32 workspace), small ones the default loops."""
@@ -115,6 +115,18 @@ def test_gemm_matches_a_float32_reference(dtype, m, n, k):
     assert got.dtype == dtype and got.shape == (m, n)
     # one rounding of a float32 result: within half an ulp of the type, plus float32 reordering
     assert rel_error(got, ref) < (4e-3 if dtype == BF16 else 5e-4)
+
+
+def test_bfloat16_gemm_uses_the_pair_dot_product_where_the_cpu_has_it():
+    """On AVX512-BF16 CPUs the micro-kernel multiplies bfloat16 pairs (vdpbf16ps) on packed pairs."""
+    from tilec.target import host_cpu
+
+    if "+avx512bf16" not in host_cpu().features.split(","):
+        pytest.skip("this CPU lacks AVX512-BF16 (the float32 micro-kernel is tested above)")
+    f = tilec.compile(GEMM)
+    shapes, dtypes = {"A": (256, 999), "B": (999, 256)}, {"A": "bfloat16", "B": "bfloat16"}
+    assert "dot2_bf16" in f.explain(shapes, dtypes, stage="loop")
+    assert "vdpbf16ps" in f.explain(shapes, dtypes, stage="asm")
 
 
 def test_gemm_with_fused_epilogue_in_bfloat16():

@@ -107,9 +107,16 @@ class Cast:
     a: "Expr"
 
 
+# Call(DOT2_BF16, (acc, a0, a1, b0, b1), "float32"): acc + a0 * b0 + a1 * b1 on bfloat16 operands,
+# accumulated in float32 (products exact; the order of the two additions, and whether subnormals
+# flush to zero, unspecified): one lane of AVX512-BF16's vdpbf16ps, which the LLVM vector emitter
+# uses where the b pairs are contiguous across lanes and the a pair is the same for all of them.
+DOT2_BF16 = "dot2_bf16"
+
+
 @dataclass(frozen=True)
 class Call:
-    """A math builtin (see tilec.ir.builtins) on float operands of `dtype`, or abs/relu on ints."""
+    """A math builtin (see tilec.ir.builtins) on float operands of `dtype`, abs/relu on ints, or DOT2_BF16."""
 
     func: str
     args: tuple["Expr", ...]

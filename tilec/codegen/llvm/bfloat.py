@@ -9,7 +9,8 @@ vectorises on every x86-64 CPU.
 
 Requires: llvmlite.ir; values are scalars or vectors of float (i16 for `widen`). Guarantees:
 `widen(bits)` is the float of bfloat16 bits; `narrow(x)` the bits of `x` rounded to bfloat16;
-`round_float(x)` `x` rounded to bfloat16, as a float; `constant(value)` a Python float rounded so.
+`round_float(x)` `x` rounded to bfloat16, as a float; `constant(value)` a Python float rounded so;
+`dot2_lanes(acc, a_pair, b_pairs)` AVX512-BF16's pair dot product on 16 float32 lanes.
 """
 
 from __future__ import annotations
@@ -55,9 +56,40 @@ def round_float(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return b.bitcast(word, x.type)
 
 
+class _BFloat(ir.types.Type):
+    """LLVM's bfloat type, which llvmlite.ir lacks (only the pair dot product's operands use it)."""
+
+    def _to_string(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _BFloat)
+
+    def __hash__(self) -> int:
+        return hash("bfloat")
+
+
+DOT2_LANES = 16  # float32 accumulators of one vdpbf16ps on 512-bit registers
+_PAIRS = ir.VectorType(_BFloat(), 2 * DOT2_LANES)
+_ACC = ir.VectorType(ir.FloatType(), DOT2_LANES)
+_DOT2 = "llvm.x86.avx512bf16.dpbf16ps.512"
+
+
+def dot2_lanes(b: ir.IRBuilder, module: ir.Module, acc: ir.Value, a_pair: ir.Value, b_pairs: ir.Value) -> ir.Value:
+    """acc[l] + a[0] * b[2l] + a[1] * b[2l + 1] for the 16 lanes l: `a_pair` the i32 word holding
+    the a pair's bits, `b_pairs` the <32 x i16> bits of the lanes' b pairs (vdpbf16ps)."""
+    fn = module.globals.get(_DOT2)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(_ACC, [_ACC, _PAIRS, _PAIRS]), _DOT2)
+    words = ir.VectorType(_I32, DOT2_LANES)
+    splat = b.insert_element(ir.Constant(words, None), a_pair, ir.Constant(_I32, 0))
+    splat = b.shuffle_vector(splat, ir.Constant(words, None), ir.Constant(words, [0] * DOT2_LANES))
+    return b.call(fn, [acc, b.bitcast(splat, _PAIRS), b.bitcast(b_pairs, _PAIRS)])
+
+
 def constant(value: float) -> float:
     """`value` rounded to bfloat16 (as the compiled code rounds), as a Python float."""
     return float(np.float32(np.asarray(value, dtype=np.float64).astype(ml_dtypes.bfloat16)))
 
 
-__all__ = ["constant", "narrow", "round_float", "widen"]
+__all__ = ["DOT2_LANES", "constant", "dot2_lanes", "narrow", "round_float", "widen"]

@@ -19,8 +19,10 @@ from typing import Any
 
 import llvmlite.ir as ir
 
+from tilec.codegen.llvm import bfloat
 from tilec.codegen.llvm.scalar import ScalarEmitter
-from tilec.codegen.llvm.types import I64, alignment, declare_intrinsic, declare_masked, storage_type, value_type
+from tilec.codegen.llvm.types import (I64, alignment, declare_intrinsic, declare_masked, packed_bfloat16, storage_type,
+                                     value_type)
 from tilec.ir import loop as L
 from tilec.ir.dtypes import is_float, is_unsigned
 from tilec.ir.visitor import children, walk
@@ -37,6 +39,14 @@ _SAFE_BIN = {"add", "sub", "mul", "div", "min", "max", "and", "or", "xor", "shl"
 def _register(dtype: str) -> str:
     """The dtype whose registers hold `dtype`'s values (bfloat16 is computed in float32)."""
     return "float32" if dtype == "bfloat16" else dtype
+
+
+def _pair(first: L.Expr, second: L.Expr) -> bool:
+    """Whether two loads read adjacent bfloat16 cells of one buffer (the second's last index one more)."""
+    return (isinstance(first, L.Load) and isinstance(second, L.Load) and first.buffer == second.buffer
+            and first.dtype == second.dtype == "bfloat16" and first.indices[:-1] == second.indices[:-1]
+            and isinstance(first.indices[-1], L.Const) and isinstance(second.indices[-1], L.Const)
+            and second.indices[-1].value == first.indices[-1].value + 1)
 
 
 def varies(e: Any, var: str) -> bool:
@@ -105,6 +115,8 @@ def vectorizable(loop: L.For, buffers: dict[str, L.Buffer]) -> bool:
             return True
         if isinstance(e, L.Bin) and (e.op not in _SAFE_BIN or (e.op == "div" and not is_float(e.dtype))):
             return False
+        if isinstance(e, L.Call) and e.func == L.DOT2_BF16:
+            return all(expr_ok(c, masked) for c in children(e))
         if isinstance(e, L.Call) and ((e.func not in _SAFE_CALLS and (e.func, _register(e.dtype)) != ("erf", "float32"))
                                       or not is_float(e.dtype) or e.dtype == "float16"):
             return False
@@ -260,6 +272,8 @@ class VectorLoop:
             return self.b.select(self.vector(e.cond), self.vector(e.a), self.vector(e.b))
         if isinstance(e, L.Cast):
             return self.em.convert(self.vector(e.a), e.a.dtype, e.dtype)
+        if isinstance(e, L.Call) and e.func == L.DOT2_BF16:
+            return self.dot2(e)
         if isinstance(e, L.Call):
             args = [self.vector(a) for a in e.args]
             if e.func in ("max", "min"):
@@ -329,6 +343,37 @@ class VectorLoop:
         tail = b.fmul(b.fmul(horner(_ERF_TAIL, t), t), self.exp_f32(b.fneg(x2)))
         large = b.call(declare_intrinsic(self.em.module, "llvm.copysign", vt, 2), [b.fsub(c(1.0), tail), x])
         return b.select(b.fcmp_ordered("<", magnitude, c(1.0)), small, large)
+
+    def dot2(self, e: L.Call) -> ir.Value:
+        """DOT2_BF16 (tilec.ir.loop) as one vdpbf16ps where its operands have that instruction's layout:
+        16 lanes, the a pair the same in every lane and contiguous, the lanes' b pairs contiguous; else
+        lane by lane in float32."""
+        acc, a0, a1, b0, b1 = e.args
+        pairs_ok = (self.lanes % bfloat.DOT2_LANES == 0 and self.mask is None and not varies(a0, self.var)
+                    and _pair(a0, a1) and _pair(b0, b1) and isinstance(a0, L.Load) and isinstance(b0, L.Load)
+                    and packed_bfloat16(self.em.buffers[a0.buffer]) and packed_bfloat16(self.em.buffers[b0.buffer])
+                    and element_stride(self.em.buffers[b0.buffer], b0.indices, self.var) == 2)
+        if not pairs_ok:
+            total = self.em.float_bin("add", self.vector(acc), self.em.float_bin("mul", self.vector(a0), self.vector(b0), ()), ())
+            return self.em.float_bin("add", total, self.em.float_bin("mul", self.vector(a1), self.vector(b1), ()), ())
+        assert isinstance(a0, L.Load) and isinstance(b0, L.Load)
+        a_word = self.b.load(self.em.address(self.em.buffers[a0.buffer], a0.indices), typ=ir.IntType(32), align=2)
+        b_type = ir.VectorType(ir.IntType(16), 2 * bfloat.DOT2_LANES)
+        b_base = self.em.address(self.em.buffers[b0.buffer], b0.indices)
+        accs, n = self.vector(acc), bfloat.DOT2_LANES
+        parts = []
+        for c in range(self.lanes // n):  # one instruction per 16 lanes
+            part = self.b.shuffle_vector(accs, ir.Constant(accs.type, None),
+                                         ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(c * n, (c + 1) * n))))
+            b_ptr = self.b.gep(b_base, [ir.Constant(I64, 2 * n * c)], source_etype=ir.IntType(16))
+            b_bits = self.b.load(b_ptr, typ=b_type, align=2)
+            parts.append(bfloat.dot2_lanes(self.b, self.em.module, part, a_word, b_bits))
+        while len(parts) > 1:  # concatenate pairwise
+            width = 2 * parts[0].type.count
+            parts = [self.b.shuffle_vector(parts[i], parts[i + 1], ir.Constant(ir.VectorType(ir.IntType(32), width),
+                                                                               list(range(width))))
+                     for i in range(0, len(parts), 2)]
+        return parts[0]
 
     def load(self, e: L.Load) -> ir.Value:
         buf = self.em.buffers[e.buffer]

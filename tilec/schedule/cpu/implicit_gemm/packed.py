@@ -39,6 +39,7 @@ from tilec.schedule.nest import decompose, guarded_store, thread_share, threads_
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.base import Context
+from tilec.target import Target
 
 
 @dataclass(frozen=True)
@@ -71,31 +72,48 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     bp, target = ctx.bp, ctx.target
     dt, ct = b.dtype, accumulator_dtype(b.dtype)  # the output's dtype, the one it is computed in
     mr, nr, mc = knobs.mr, knobs.nr, knobs.mc
-    kc = min(knobs.kc, plan.k)
     m, n, k = plan.m, plan.n, plan.k
+    pairs = bf16_pairs(b, plan, bp.dtypes, target, nr)
+    kc = min(knobs.kc, k)
+    kc += kc % 2 if pairs else 0  # whole pairs (an odd K's last pair is padded with 0)
+    step = 2 if pairs else 1  # reduction indices per packed row
+    packed = "bfloat16" if pairs else ct
+    pair_axis: tuple[int, ...] = (2,) if pairs else ()
     panels = -(-n // nr)
     row_blocks = -(-m // mc)
     outer_parallel, threads, n_outer = plan_threads(plan, knobs, target, row_blocks)
     out = b.output
     dest = epilogue.dest if epilogue is not None else out
-    bp_buf = L.Buffer(f"{out}.Bp", ct, (threads if outer_parallel else 1, panels, kc, nr))
-    ap_buf = L.Buffer(f"{out}.Ap", ct, (threads, mc // mr, kc, mr))
+    bp_buf = L.Buffer(f"{out}.Bp", packed, (threads if outer_parallel else 1, panels, kc // step, nr) + pair_axis)
+    ap_buf = L.Buffer(f"{out}.Ap", packed, (threads, mc // mr, kc // step, mr) + pair_axis)
     blocks = -(-k // kc)
     partial_buf = L.Buffer(f"{out}.partial", ct, b.shape) if ct != dt and blocks > 1 else None
     partials = dest if partial_buf is None else partial_buf.name  # where a tile's sums wait for the next block
     v = L.Var
-    o, pc, r, jr, jj, t, ic, ir, ii = (f"{out}.{s}" for s in ("o", "pc", "r", "jr", "jj", "t", "ic", "ir", "ii"))
+    o, pc, r, jr, jj, t, ic, ir, ii, p = (f"{out}.{s}" for s in ("o", "pc", "r", "jr", "jj", "t", "ic", "ir", "ii", "p"))
     b_slot = v(t) if outer_parallel else L.const(0)
     outer_env = decompose(v(o), plan.outer) if plan.outer else {}
-    kk = L.add(L.mul(v(pc), L.const(kc)), v(r))  # the flat reduction index
-    kc_here = L.Bin("min", L.const(kc), L.sub(L.const(k), L.mul(v(pc), L.const(kc))))
+    # the flat reduction index of packed row r (and pair element p)
+    kk = L.add(L.mul(v(pc), L.const(kc)), L.add(L.mul(v(r), L.const(2)), v(p)) if pairs else v(r))
+    rows_left = L.sub(L.const(k), L.mul(v(pc), L.const(kc)))
+    kc_here = L.Bin("min", L.const(kc // step), L.Bin("div", L.add(rows_left, L.const(step - 1)), L.const(step))
+                    if pairs else rows_left)  # packed rows in this reduction block
+    in_k = [L.Cmp("lt", kk, L.const(k))] if pairs else []
+
+    def paired(index: tuple[L.Expr, ...], body: L.Stmt | None = None) -> tuple[tuple[L.Expr, ...], L.Stmt | None]:
+        """A packed cell's index (and the loop over a pair's two elements around `body`)."""
+        if not pairs:
+            return index, body
+        return index + (v(p),), None if body is None else L.For(p, L.const(0), L.const(2), body)
 
     # -- pack B: Bp[slot, jr, r, jj] = B(kk, col) for col = jr * NR + jj < N, else 0
     col_var, col_lo, _ = plan.col
     col_index = L.add(L.mul(v(jr), L.const(nr)), v(jj))
     env_b = {**outer_env, **decompose(kk, plan.red), col_var: L.add(col_index, L.const(col_lo))}
-    b_store = guarded_store(bp_buf.name, (b_slot, v(jr), v(r), v(jj)), plan.b, plan.b_guards, env_b, ct,
-                             bp.dtypes[plan.b.tensor], [L.Cmp("lt", col_index, L.const(n))])
+    b_cell, _ = paired((b_slot, v(jr), v(r), v(jj)))
+    _, b_store = paired(b_cell, guarded_store(bp_buf.name, b_cell, plan.b, plan.b_guards, env_b, packed,
+                                              bp.dtypes[plan.b.tensor], [L.Cmp("lt", col_index, L.const(n))] + in_k))
+    assert b_store is not None
     pack_b = L.For(jr, L.const(0), L.const(panels),
                    L.For(r, L.const(0), kc_here, L.For(jj, L.const(0), L.const(nr), b_store)),
                    "parallel" if not outer_parallel and panels >= threads > 1 else "serial")
@@ -103,17 +121,24 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     # -- pack A: Ap[t, ir, r, ii] = A(row, kk) for row = ic * MC + ir * MR + ii < M, else 0
     row_index = L.add(L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr))), v(ii))
     env_a = {**outer_env, **decompose(kk, plan.red), **decompose(row_index, plan.rows)}
-    a_store = guarded_store(ap_buf.name, (v(t), v(ir), v(r), v(ii)), plan.a, plan.a_guards, env_a, ct,
-                             bp.dtypes[plan.a.tensor], [L.Cmp("lt", row_index, L.const(m))])
+    a_cell, _ = paired((v(t), v(ir), v(r), v(ii)))
+    _, a_store = paired(a_cell, guarded_store(ap_buf.name, a_cell, plan.a, plan.a_guards, env_a, packed,
+                                              bp.dtypes[plan.a.tensor], [L.Cmp("lt", row_index, L.const(m))] + in_k))
+    assert a_store is not None
     pack_a = L.For(ir, L.const(0), L.const(mc // mr),
                    L.For(r, L.const(0), kc_here, L.For(ii, L.const(0), L.const(mr), a_store)))
 
     # -- micro-kernel on acc[MR, NR]
     acc = L.Buffer(f"{out}.acc", ct, (mr, nr), "local")
     acc_now = L.Load(acc.name, (v(ii), v(jj)), ct)
-    fma = L.Store(acc.name, (v(ii), v(jj)), L.Bin("add", acc_now, L.Bin(
-        "mul", L.Load(ap_buf.name, (v(t), v(ir), v(r), v(ii)), ct),
-        L.Load(bp_buf.name, (b_slot, v(jr), v(r), v(jj)), ct))))
+    if pairs:  # acc += the pair's two products (vdpbf16ps: tilec.ir.loop.DOT2_BF16)
+        a_pair = [L.Load(ap_buf.name, (v(t), v(ir), v(r), v(ii), L.const(e)), packed) for e in (0, 1)]
+        b_pair = [L.Load(bp_buf.name, (b_slot, v(jr), v(r), v(jj), L.const(e)), packed) for e in (0, 1)]
+        update: L.Expr = L.Call(L.DOT2_BF16, (acc_now, *a_pair, *b_pair), ct)
+    else:
+        update = L.Bin("add", acc_now, L.Bin("mul", L.Load(ap_buf.name, (v(t), v(ir), v(r), v(ii)), ct),
+                                             L.Load(bp_buf.name, (b_slot, v(jr), v(r), v(jj)), ct)))
+    fma = L.Store(acc.name, (v(ii), v(jj)), update)
     kernel = L.For(r, L.const(0), kc_here,
                    L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), fma, "vectorized"),
                          "unrolled"))
@@ -179,4 +204,12 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     return nest, [bp_buf, ap_buf] + ([partial_buf] if partial_buf is not None else [])
 
 
-__all__ = ["PackedPlan", "build"]
+def bf16_pairs(b: BoundContraction, plan: GemmPlan, dtypes: dict[str, str], target: Target, nr: int) -> bool:
+    """Whether the micro-kernel runs on bfloat16 pairs (AVX512-BF16's dot product: twice the products
+    of a float32 FMA per instruction): bfloat16 operands and output on a CPU that has it, NR whole vectors."""
+    host = target.host
+    return (host is not None and "+avx512bf16" in host.features.split(",") and host.vector_bits == 512
+            and b.dtype == dtypes[plan.a.tensor] == dtypes[plan.b.tensor] == "bfloat16" and nr % 16 == 0)
+
+
+__all__ = ["PackedPlan", "bf16_pairs", "build"]
