@@ -31,7 +31,7 @@ from tilec.schedule.templates.space import Config, Constraint, Knob, choices_wit
 from tilec.target import Target
 
 LANES = 16  # width of the partial row maxima and sums
-DTYPES = ("float32",)
+DTYPES = ("float32", "bfloat16", "float16")  # 16-bit inputs are read into float32 (the whole chain runs in it)
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: Attentio
     neg_inf = L.Const(-math.inf, f32)
 
     def access(op: BoundAccess, batch_env: dict[str, L.Expr], tail: tuple[L.Expr, ...]) -> L.Expr:
-        return L.Load(op.tensor, tuple(batch_env[var] for var, _, _ in plan.batch) + tail, bp.dtypes[op.tensor])
+        return L.cast(f32, L.Load(op.tensor, tuple(batch_env[var] for var, _, _ in plan.batch) + tail, bp.dtypes[op.tensor]))
 
     # -- prologue: Kt[bh, d, t] = K[.., t, d] (zero past T), once per batch
     env_bh = decompose(v(bh), plan.batch)
@@ -138,7 +138,7 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: Attentio
     out_row = L.add(q0, v(ii))
     finish = rows(L.If(L.Cmp("lt", out_row, c(plan.s)), lanes(e, plan.e, L.Store(
         plan.output, tuple(env[var] for var, _, _ in plan.batch) + (out_row, v(e)),
-        L.Bin("div", ld(acc, v(ii), v(e)), ld(run_sum, v(ii)))))))
+        L.cast(bp.dtypes[plan.output], L.Bin("div", ld(acc, v(ii), v(e)), ld(run_sum, v(ii))))))))
     body: L.Stmt = L.seq(init, stream, finish)
     for buf in (sacc, sblk, acc, run_max, run_sum, new_max, alpha, block_sum, lanes_max, lanes_sum):
         body = L.Allocate(buf, body)
@@ -158,7 +158,7 @@ class Attention(Template):
     knob_type = AttentionKnobs
     tunable = True
     requirement = ("it must start the chain scores, softmax, times V (tilec.schedule.patterns.attention) "
-                   "in float32")
+                   "in float32, or bfloat16 or float16 inputs read into float32")
     feature_names = NAMES
 
     def match(self, index: int, ctx: Context) -> AttentionPlan | None:
