@@ -77,7 +77,7 @@ def test_parse_shape_refuses_a_kernel_larger_than_the_image():
     (["gemm", "--causal"], "--causal applies to attention only"),
     (["all", "--shape", "M=4,N=4,K=4"], "--shape needs one op"),
     (["gemm", "--quick", "--shape", "M=4,N=4,K=4"], "not both"),
-    (["gemm", "--dtype", "int8"], "float32 or float64"),
+    (["gemm", "--dtype", "int8"], "float32, float64, bfloat16, float16"),
     (["gemm", "--quick", "--repeats", "0"], "--repeats must be at least 1"),
     (["gemm", "--quick", "--target", "tpu"], "unknown target 'tpu'"),
 ])
