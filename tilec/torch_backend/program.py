@@ -27,7 +27,7 @@ import torch.fx as fx
 
 #: torch dtypes the Tile language has
 TILE_DTYPES = frozenset({torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.float16,
-                         torch.float32, torch.float64})
+                         torch.bfloat16, torch.float32, torch.float64})
 
 
 class Unsupported(Exception):
@@ -304,6 +304,8 @@ def convert(expr: str, dtype: torch.dtype) -> str:
     """A Tile expression converting `expr` to `dtype`."""
     if dtype == torch.bool:
         return f"as_bool({expr})"
+    if dtype == torch.bfloat16:
+        return f"as_bfloat16({expr})"
     if dtype.is_floating_point:
         return f"as_float({expr}, {torch.finfo(dtype).bits})"
     bits = torch.iinfo(dtype).bits

@@ -295,5 +295,5 @@ def _dropout_backward(p: ProgramWriter, node: fx.Node) -> Value:
     shape, dtype = result(node)
     g, m = p.tensor(argv(node)[0]), p.tensor(argv(node)[1])
     scale = float(argv(node)[2])
-    return p.let(f"{p.elementwise(g)} * as_float({p.elementwise(m)}, {torch.finfo(dtype).bits}) * {literal(scale)}",
+    return p.let(f"{p.elementwise(g)} * {convert(p.elementwise(m), dtype)} * {literal(scale)}",
                  shape, dtype, g, m)

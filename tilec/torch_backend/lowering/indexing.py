@@ -8,7 +8,7 @@ import torch.fx as fx
 
 from tilec.torch_backend.lowering.elementwise import arguments
 from tilec.torch_backend.lowering.registry import argv, axis, result, tile
-from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, literal
+from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, convert, literal
 
 aten = torch.ops.aten
 
@@ -74,7 +74,7 @@ def _arange(p: ProgramWriter, node: fx.Node) -> Value:
     expr = count if step == 1 else f"{count} * {literal(step)}"
     expr = expr if start == 0 else f"{expr} + {literal(start)}"
     if dtype.is_floating_point:
-        expr = f"as_float({count}, {torch.finfo(dtype).bits})" + (f" * {literal(step)}" if step != 1 else "") + \
+        expr = convert(count, dtype) + (f" * {literal(step)}" if step != 1 else "") + \
             (f" + {literal(start)}" if start != 0 else "")
         return p.let(expr, shape, dtype, base)
     return p.cast(p.let(f"as_int({expr}, 64)", shape, torch.int64, base), dtype)
