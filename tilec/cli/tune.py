@@ -61,10 +61,12 @@ def _tune_tasks(args: argparse.Namespace, quiet: bool = False) -> "tuple[list[Ta
         if args.backward:
             raise TilecError("--backward tunes CPU kernels only (--target llvm); the gradient programs have no "
                              "GPU tuning tasks yet")
+        if args.dtype == "bfloat16":
+            raise TilecError("--dtype bfloat16 tunes CPU kernels only (--target llvm); the CUDA backend has no bfloat16")
         dtypes = {n: args.dtype for n in shapes}
         tasks = tasks_for(source, shapes, dtypes, resolve_target(args.target), label=label)
     else:
-        tasks = tasks_for(source, shapes, target=host_target(), sizes=sizes, label=label)
+        tasks = tasks_for(source, shapes, {n: args.dtype for n in shapes}, target=host_target(), sizes=sizes, label=label)
     if not tasks:
         raise TilecError(f"nothing to tune in {op_name}: no statement matches a tunable template "
                          f"(implicit_gemm: a sum of products; attention: the softmax(QK^T)V chain)")
@@ -202,8 +204,9 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
                       help="llvm (the host CPU, default); cuda (a GPU: gpu_gemm, gpu_tensorcore, gpu_attention "
                            "knobs, timed with CUDA events); cuda-sim (the same GPU spaces run on the CPU emulator: "
                            "a test of the plumbing only, its times mean nothing)")
-    tune.add_argument("--dtype", default="float32", choices=("float32", "float16"),
-                      help="input dtype for GPU targets (float16: tensor cores / fp16 attention)")
+    tune.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                      help="input dtype (GPU targets: float32 or float16, for tensor cores / fp16 attention; the CPU: "
+                           "bfloat16 too, whose GEMMs multiply bfloat16 pairs where the CPU has AVX512-BF16)")
     tune.add_argument("--backward", action="store_true",
                       help="tune the gradient kernels too (those tilec.grad and the torch ops compile), "
                            "each for --trials candidates")
