@@ -178,3 +178,24 @@ def test_torch_low_precision_tensors_through_the_modules(name):
                          (F.layer_norm(q, (16,)), torch.nn.functional.layer_norm(q.float(), (16,))),
                          (F.gelu(q), torch.nn.functional.gelu(q.float()))]:
         assert ours.dtype == dtype and rel_error(ours.float(), theirs) < tol
+
+
+@pytest.mark.parametrize("heads,causal", [(1, False), (1, True), (4, True)])
+def test_bfloat16_attention_gradients_match_float32(heads, causal):
+    """The fused attention-backward template reads bfloat16 Q, K, V and dO into float32 (one head: the
+    split variant with dQ partial sums; four: one head per thread)."""
+    torch = pytest.importorskip("torch")
+    import tilec.nn.functional as F
+
+    torch.manual_seed(heads)
+    q, k, v = (torch.randn(2 if heads > 1 else 1, heads, 77, 32, dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    grad = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    ref_inputs = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    ref_out = torch.nn.functional.scaled_dot_product_attention(*ref_inputs, is_causal=causal)
+    want = torch.autograd.grad(ref_out, ref_inputs, grad.float())
+    assert out.dtype == torch.bfloat16 and rel_error(out.detach().float(), ref_out.detach()) < 1e-2
+    for g, w in zip(got, want):
+        assert g.dtype == torch.bfloat16 and rel_error(g.float(), w) < 2e-2

@@ -32,6 +32,7 @@ import math
 from collections.abc import Callable
 
 from tilec.ir import loop as L
+from tilec.ir.dtypes import accumulator_dtype
 from tilec.ir.lower import LoweredGroup
 from tilec.schedule.cpu.attention_backward.kernel import Kernel, Out, lanes_loop
 from tilec.schedule.cpu.attention_backward.knobs import AttentionBackwardKnobs, default_knobs, knob_problems
@@ -50,7 +51,8 @@ def build(plan: BackwardPlan, knobs: AttentionBackwardKnobs, ctx: Context) -> Lo
     per head; pass 1 per (head, query block); pass 2 per (head, every parts-th key block), each
     part adding its dQ into its own partial sum; the partial sums added into dQ per (head, row)."""
     target = ctx.target
-    columns = 4 * target.lanes(plan.dtype)  # a register block: 4 vectors
+    compute = accumulator_dtype(plan.dtype)  # 16-bit floats: float32
+    columns = 4 * target.lanes(compute)  # a register block: 4 vectors
     bh_n = math.prod(hi - lo + 1 for _, lo, hi in plan.batch)
     v, c = L.Var, L.const
     if bh_n >= target.cores or target.cores == 1:
@@ -61,15 +63,15 @@ def build(plan: BackwardPlan, knobs: AttentionBackwardKnobs, ctx: Context) -> Lo
         env = decompose(v(w), plan.batch)
         bidx = tuple(env[var] for var, _, _ in plan.batch)
         tp = kernel.k_blocks * knobs.bk
-        if knobs.panel and 2 * tp * knobs.bq * (4 if plan.dtype == "float32" else 8) <= ctx.params.attention_backward_panel_bytes:
-            ps = L.Buffer(f"{kernel.prefix}.panel_s", plan.dtype, (threads, tp, knobs.bq))
-            pd = L.Buffer(f"{kernel.prefix}.panel_dp", plan.dtype, (threads, tp, knobs.bq))
+        if knobs.panel and 2 * tp * knobs.bq * (4 if compute == "float32" else 8) <= ctx.params.attention_backward_panel_bytes:
+            ps = L.Buffer(f"{kernel.prefix}.panel_s", compute, (threads, tp, knobs.bq))
+            pd = L.Buffer(f"{kernel.prefix}.panel_dp", compute, (threads, tp, knobs.bq))
             body = kernel.panel(v(x), bidx, ps, pd)
             main = threads_loop(x, threads, thread_share(x, threads, w, bh_n, body))
             workspaces = [kernel.qt, ps] + ([kernel.dot, pd] if kernel.need_dp else [])
             return LoweredGroup(main, tuple(workspaces), plan.consumed, plan.elided)
-        dq = Out(plan.dq, plan.dtype, bidx, None, plan.s) if plan.dq else None
-        body = L.seq(kernel.transposes(v(x), bidx), kernel.zero_rows(plan.dq, bidx) if plan.dq else None,
+        dq = kernel.output(plan.dq, bidx, None, plan.s) if plan.dq else None
+        body = L.seq(kernel.transposes(v(x), bidx), kernel.zero_rows(plan.dq, bidx, dtype=plan.dtype) if plan.dq else None,
                      kernel.pass1(v(x), bidx, c(0), c(kernel.q_blocks)),
                      kernel.pass2(v(x), bidx, (c(0), c(kernel.k_blocks), 1), dq))
         main = threads_loop(x, threads, thread_share(x, threads, w, bh_n, body))
@@ -93,12 +95,12 @@ def build(plan: BackwardPlan, knobs: AttentionBackwardKnobs, ctx: Context) -> Lo
         parallel(bh_n * qn, lambda w: kernel.pass1(L.Bin("div", w, c(qn)), head(L.Bin("div", w, c(qn))),
                                                    L.Bin("mod", w, c(qn)), L.add(L.Bin("mod", w, c(qn)), c(1)))),
     ]
-    partial = L.Buffer(f"{kernel.prefix}.dqpart", plan.dtype, (bh_n * parts, plan.s, plan.d))
+    partial = L.Buffer(f"{kernel.prefix}.dqpart", compute, (bh_n * parts, plan.s, plan.d))
     workspaces = kernel.workspaces + ([partial] if plan.dq else [])
 
     def key_part(w: L.Expr) -> L.Stmt:
         bh = L.Bin("div", w, c(parts))
-        dq = Out(partial.name, plan.dtype, (w,), None, plan.s) if plan.dq else None
+        dq = Out(partial.name, compute, (w,), None, plan.s) if plan.dq else None
         return L.seq(kernel.zero_rows(partial.name, (w,)) if plan.dq else None,
                      kernel.pass2(bh, head(bh), (L.Bin("mod", w, c(parts)), c(kernel.k_blocks), parts), dq))
 
@@ -108,17 +110,17 @@ def build(plan: BackwardPlan, knobs: AttentionBackwardKnobs, ctx: Context) -> Lo
 
         def add_parts(w: L.Expr) -> L.Stmt:
             bh, row, e = L.Bin("div", w, c(plan.s)), L.Bin("mod", w, c(plan.s)), g.var("e")
-            total: L.Expr = L.Load(partial.name, (L.mul(bh, c(parts)), row, v(e)), plan.dtype)
+            total: L.Expr = L.Load(partial.name, (L.mul(bh, c(parts)), row, v(e)), compute)
             for k in range(1, parts):
                 total = L.Bin("add", total, L.Load(partial.name, (L.add(L.mul(bh, c(parts)), c(k)), row, v(e)),
-                                                   plan.dtype))
-            return lanes_loop(e, plan.d, L.Store(dq_name, head(bh) + (row, v(e)), total))
+                                                   compute))
+            return lanes_loop(e, plan.d, L.Store(dq_name, head(bh) + (row, v(e)), L.cast(plan.dtype, total)))
 
         loops.append(parallel(bh_n * plan.s, add_parts))
     return LoweredGroup(L.seq(*loops), tuple(workspaces), plan.consumed, plan.elided)
 
 
-DTYPES = ("float32", "float64")
+DTYPES = ("float32", "float64", "bfloat16", "float16")  # 16-bit floats computed in float32 (kernel.py)
 
 
 class AttentionBackward(Template):

@@ -6,7 +6,9 @@ pieces (transposes of Q and dO, the panel pass, pass 1's online softmax, pass 2'
 
 Requires: a BackwardPlan (tilec.schedule.patterns.attention_backward) and knobs that passed the
 template's checks. Guarantees: each piece computes what its docstring says on the work item it is
-given, in the plan's dtype.
+given, in the plan's dtype, or float32 for 16-bit floats: their inputs are read into float32 and the
+gradients rounded where they are stored (dK and dV once per cell; dQ, which the panel variant and
+one head per thread add into in place, once per key block).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tilec.ir import loop as L
+from tilec.ir.dtypes import accumulator_dtype
 from tilec.schedule.cpu.attention import LANES
 from tilec.schedule.cpu.attention_backward.knobs import AttentionBackwardKnobs
 from tilec.schedule.patterns.attention_backward import BackwardPlan
@@ -60,22 +63,23 @@ class Builder:
 @dataclass(frozen=True)
 class Out:
     """Where a micro-GEMM's results go: buffer[prefix.., offset + row, column], rows from `limit` on
-    skipped (never read or written)."""
+    skipped (never read or written); values of `dtype` kept as `memory` (a 16-bit output), if given."""
 
     buffer: str
     dtype: str
     prefix: tuple[L.Expr, ...] = ()
     offset: L.Expr | None = None
     limit: int | None = None
+    memory: str | None = None
 
     def _at(self, m: L.Expr, n: L.Expr) -> tuple[L.Expr, ...]:
         return self.prefix + ((m if self.offset is None else L.add(self.offset, m)), n)
 
     def load(self, m: L.Expr, n: L.Expr) -> L.Expr:
-        return L.Load(self.buffer, self._at(m, n), self.dtype)
+        return L.cast(self.dtype, L.Load(self.buffer, self._at(m, n), self.memory or self.dtype))
 
     def store(self, m: L.Expr, n: L.Expr, value: L.Expr) -> L.Stmt:
-        return L.Store(self.buffer, self._at(m, n), value)
+        return L.Store(self.buffer, self._at(m, n), L.cast(self.memory or self.dtype, value))
 
     def guarded(self, m: L.Expr, then: L.Stmt, orelse: L.Stmt | None = None) -> L.Stmt:
         if self.limit is None:
@@ -108,15 +112,16 @@ class Kernel:
         self.plan, self.knobs = plan, knobs
         self.need_dp = plan.dq is not None or plan.dk is not None
         self.prefix = str(plan.dq or plan.dk or plan.dv)
-        self.dtype = plan.dtype
-        self.g = Builder(knobs, self.prefix, plan.dtype, columns)
+        self.io = plan.dtype  # the inputs' and gradients' dtype
+        self.dtype = accumulator_dtype(plan.dtype)  # the one the kernel computes in
+        self.g = Builder(knobs, self.prefix, self.dtype, columns)
         bq, bk = knobs.bq, knobs.bk
         self.sp = -(-plan.s // bq) * bq
         self.q_blocks, self.k_blocks = self.sp // bq, -(-plan.t // bk)
         # Q^T and dO^T, zero past S; rows one cache line longer than needed, so that a column's
         # elements do not all fall into the same few cache sets
         self.padded = -(-self.sp // LANES) * LANES
-        f32, p = plan.dtype, self.prefix
+        f32, p = self.dtype, self.prefix
         self.qt = L.Buffer(f"{p}.Qt", f32, (slots, plan.d, self.padded + LANES))
         self.dot = L.Buffer(f"{p}.dOt", f32, (slots, plan.e, self.padded + LANES))
         self.lse = L.Buffer(f"{p}.lse", f32, (slots, self.sp))  # log-sum-exp of the scaled scores
@@ -125,7 +130,11 @@ class Kernel:
 
     # -- helpers
     def tensor(self, bidx: tuple[L.Expr, ...], name: str, row: L.Expr, col: L.Expr) -> L.Expr:
-        return L.Load(name, bidx + (row, col), self.dtype)
+        return L.cast(self.dtype, L.Load(name, bidx + (row, col), self.io))
+
+    def output(self, name: str, prefix: tuple[L.Expr, ...], offset: L.Expr | None, limit: int) -> Out:
+        """An Out onto one of the gradients (plan.dq, dk or dv)."""
+        return Out(name, self.dtype, prefix, offset, limit, self.io)
 
     def query(self, r: L.Expr) -> L.Expr:  # queries past S read row S - 1 (their results are dropped)
         return L.Bin("min", r, L.const(self.plan.s - 1))
@@ -260,7 +269,7 @@ class Kernel:
         inner = L.For(qb, q_begin, c(self.q_blocks), L.seq(*steps))
         key_row = L.add(k0, v(a))
         store = L.seq(*(L.For(a, c(0), c(bk), L.If(L.Cmp("lt", key_row, c(plan.t)), lanes_loop(b, buf.shape[1], L.Store(
-            out, bidx + (key_row, v(b)), _ld(buf, v(a), v(b)))))) for buf, out in accs))
+            out, bidx + (key_row, v(b)), L.cast(self.io, _ld(buf, v(a), v(b))))))) for buf, out in accs))
         body: L.Stmt = L.For(kc, c(0), n_blocks, L.seq(clear, inner, store))
         for buf in [st, dpt] + [buf for buf, _ in accs]:
             body = L.Allocate(buf, body)
@@ -309,28 +318,30 @@ class Kernel:
         if plan.dv:  # dV[k0 + j] += sum_i P^T[j, i] dO[q0 + i]
             steps.append(g.gemm(bk, plan.e, bq, lambda mm, k: L.Load(ps.name, (slot, L.add(k0, mm), k), f),
                                 lambda k, n: self.tensor(bidx, plan.do, self.query(L.add(q0, k)), n),
-                                Out(plan.dv, f, bidx, k0, plan.t), zero=False))
+                                self.output(plan.dv, bidx, k0, plan.t), zero=False))
         if plan.dk:  # dK[k0 + j] += sum_i dS^T[j, i] Q[q0 + i]
             steps.append(g.gemm(bk, plan.d, bq, lambda mm, k: L.Load(pd.name, (slot, L.add(k0, mm), k), f),
                                 lambda k, n: self.tensor(bidx, plan.q, self.query(L.add(q0, k)), n),
-                                Out(plan.dk, f, bidx, k0, plan.t), zero=False))
+                                self.output(plan.dk, bidx, k0, plan.t), zero=False))
         if plan.dq:  # dQ[q0 + i] += sum_j dS^T[j, i] K[k0 + j]
             steps.append(g.gemm(bq, plan.d, bk, lambda mm, k: L.Load(pd.name, (slot, L.add(k0, k), mm), f),
                                 lambda k, n: self.tensor(bidx, plan.k, self.key(L.add(k0, k)), n),
-                                Out(plan.dq, f, bidx, q0, plan.s), zero=False))
+                                self.output(plan.dq, bidx, q0, plan.s), zero=False))
         body: L.Stmt = L.For(qb, c(0), c(self.q_blocks), L.seq(
             fill, maxima, sums, inv, L.For(kb2, c(0), k_end, L.seq(*steps))))
         for buf in (m, l_sum, d_sum):
             body = L.Allocate(buf, body)
         outputs = [(plan.dq, plan.s, plan.d), (plan.dk, plan.t, plan.d), (plan.dv, plan.t, plan.e)]
-        return L.seq(self.transposes(slot, bidx), *(self.zero_rows(name, bidx, rows, cols)
+        return L.seq(self.transposes(slot, bidx), *(self.zero_rows(name, bidx, rows, cols, self.io)
                                                      for name, rows, cols in outputs if name), body)
 
-    def zero_rows(self, buffer: str, prefix: tuple[L.Expr, ...], rows: int = 0, cols: int = 0) -> L.Stmt:
-        """buffer[prefix.., r, c] = 0 for r < rows, c < cols (by default S and D: dQ)."""
+    def zero_rows(self, buffer: str, prefix: tuple[L.Expr, ...], rows: int = 0, cols: int = 0,
+                  dtype: str | None = None) -> L.Stmt:
+        """buffer[prefix.., r, c] = 0 for r < rows, c < cols (by default S and D: dQ), a buffer of `dtype`
+        (by default the kernel's)."""
         a, b = self.g.var("a"), self.g.var("b")
         return L.For(a, L.const(0), L.const(rows or self.plan.s), lanes_loop(b, cols or self.plan.d, L.Store(
-            buffer, prefix + (L.Var(a), L.Var(b)), L.Const(0.0, self.dtype))))
+            buffer, prefix + (L.Var(a), L.Var(b)), L.Const(0.0, dtype or self.dtype))))
 
 
 __all__ = ["Builder", "Kernel", "Out", "lanes_loop"]
