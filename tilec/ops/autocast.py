@@ -13,13 +13,11 @@ torch), `full_precision` gives 16-bit float tensors float32. The casts are diffe
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any
 
 import torch
 
 from tilec.ops.arguments import LOW_PRECISION
-
-T = TypeVar("T", torch.Tensor, None)
 
 
 def _autocast_dtype(tensors: tuple[torch.Tensor | None, ...]) -> torch.dtype | None:
@@ -33,21 +31,19 @@ def _autocast_dtype(tensors: tuple[torch.Tensor | None, ...]) -> torch.dtype | N
     return None
 
 
-def lower_precision(*tensors: T) -> tuple[T, ...]:
+def lower_precision(*tensors: Any) -> tuple[Any, ...]:
     """The tensors of a linear layer, convolution, product or attention as autocast runs them."""
     dtype = _autocast_dtype(tensors)
     if dtype is None:
         return tensors
-    return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t  # type: ignore[misc]
-                 for t in tensors)
+    return tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t for t in tensors)
 
 
-def full_precision(*tensors: T) -> tuple[T, ...]:
+def full_precision(*tensors: Any) -> tuple[Any, ...]:
     """The tensors of a loss as autocast runs them: 16-bit floats in float32."""
     if _autocast_dtype(tensors) is None:
         return tensors
-    return tuple(t.float() if isinstance(t, torch.Tensor) and t.dtype in LOW_PRECISION else t  # type: ignore[misc]
-                 for t in tensors)
+    return tuple(t.float() if isinstance(t, torch.Tensor) and t.dtype in LOW_PRECISION else t for t in tensors)
 
 
 __all__ = ["full_precision", "lower_precision"]

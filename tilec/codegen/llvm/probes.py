@@ -59,27 +59,36 @@ def fma_kernel_ir(name: str, dtype: str, bits: int, fused: bool = True) -> str:
         seed = "%s32"
     head += _splat("x", vec, elem, lanes, "0.5") + _splat("y", vec, elem, lanes, seed)
     head += "".join(_distinct_start(a, vec, elem) for a in range(ACCUMULATORS))
-    head += "  br label %loop\nloop:\n  %i = phi i64 [0, %entry], [%i.next, %loop]\n"
-    body = ""
+    if fused:
+        def update(prev: str, cur: str) -> str:
+            return f"  {cur} = call {vec} @llvm.fma.v{lanes}{_suffix(elem)}({vec} {prev}, {vec} %x, {vec} %y)\n"
+    else:
+        def update(prev: str, cur: str) -> str:
+            return f"  {cur}.m = fmul {vec} {prev}, %x\n  {cur} = fadd {vec} {cur}.m, %y\n"
+    loop, tail = _chains(vec, update)
+    tail += "  %r = fpext float %lane to double\n  ret double %r\n}\n" if elem == "float" else "  ret double %lane\n}\n"
+    body = loop
+    decl = f"declare {vec} @llvm.fma.v{lanes}{_suffix(elem)}({vec}, {vec}, {vec})\n" if fused else ""
+    return decl + head + body + tail
+
+
+def _chains(vec: str, update: Callable[[str, str], str]) -> tuple[str, str]:
+    """The loop of ACCUMULATORS independent chains, UNROLL `update(previous, current)` steps each per
+    iteration (from `%init<a>`, opening with the loop label), and the exit block's sum of the chains
+    up to `%lane`, lane 0 of it."""
+    phis, body = "  br label %loop\nloop:\n  %i = phi i64 [0, %entry], [%i.next, %loop]\n", ""
     for a in range(ACCUMULATORS):
-        head += f"  %acc{a} = phi {vec} [%init{a}, %entry], [%acc{a}.{UNROLL}, %loop]\n"
+        phis += f"  %acc{a} = phi {vec} [%init{a}, %entry], [%acc{a}.{UNROLL}, %loop]\n"
         body += f"  %acc{a}.0 = bitcast {vec} %acc{a} to {vec}\n"
     for u in range(1, UNROLL + 1):
         for a in range(ACCUMULATORS):
-            prev, cur = f"%acc{a}.{u - 1}", f"%acc{a}.{u}"
-            if fused:
-                body += f"  {cur} = call {vec} @llvm.fma.v{lanes}{_suffix(elem)}({vec} {prev}, {vec} %x, {vec} %y)\n"
-            else:
-                body += f"  {cur}.m = fmul {vec} {prev}, %x\n  {cur} = fadd {vec} {cur}.m, %y\n"
+            body += update(f"%acc{a}.{u - 1}", f"%acc{a}.{u}")
     tail = "  %i.next = add i64 %i, 1\n  %more = icmp ult i64 %i.next, %n\n  br i1 %more, label %loop, label %exit\nexit:\n"
     total = f"%acc0.{UNROLL}"
     for a in range(1, ACCUMULATORS):
         tail += f"  %sum{a} = fadd {vec} {total}, %acc{a}.{UNROLL}\n"
         total = f"%sum{a}"
-    tail += f"  %lane = extractelement {vec} {total}, i32 0\n"
-    tail += "  %r = fpext float %lane to double\n  ret double %r\n}\n" if elem == "float" else "  ret double %lane\n}\n"
-    decl = f"declare {vec} @llvm.fma.v{lanes}{_suffix(elem)}({vec}, {vec}, {vec})\n" if fused else ""
-    return decl + head + body + tail
+    return phis + body, tail + f"  %lane = extractelement {vec} {total}, i32 0\n"
 
 
 def _distinct_start(a: int, vec: str, elem: str) -> str:
@@ -106,23 +115,12 @@ def bf16_kernel_ir(name: str) -> str:
     ir += f"define double @{name}(i64 %n, double %seed) {{\nentry:\n  %s32 = fptrunc double %seed to float\n"
     ir += _splat("y", vec, "float", 16, "%s32") + _splat("h", vec, "float", 16, "0.5")
     ir += "".join(_distinct_start(a, vec, "float") for a in range(ACCUMULATORS))
-    ir += f"  %b = bitcast {vec} %h to {bvec}\n  br label %loop\nloop:\n  %i = phi i64 [0, %entry], [%i.next, %loop]\n"
-    body = ""
-    for a in range(ACCUMULATORS):
-        ir += f"  %acc{a} = phi {vec} [%init{a}, %entry], [%acc{a}.{UNROLL}, %loop]\n"
-        body += f"  %acc{a}.0 = bitcast {vec} %acc{a} to {vec}\n"
-    for u in range(1, UNROLL + 1):
-        for a in range(ACCUMULATORS):
-            body += (f"  %acc{a}.{u} = call {vec} @llvm.x86.avx512bf16.dpbf16ps.512({vec} %acc{a}.{u - 1}, "
-                     f"{bvec} %b, {bvec} %b)\n")
-    ir += body + "  %i.next = add i64 %i, 1\n  %more = icmp ult i64 %i.next, %n\n"
-    ir += "  br i1 %more, label %loop, label %exit\nexit:\n"
-    total = f"%acc0.{UNROLL}"
-    for a in range(1, ACCUMULATORS):
-        ir += f"  %sum{a} = fadd {vec} {total}, %acc{a}.{UNROLL}\n"
-        total = f"%sum{a}"
-    ir += f"  %lane = extractelement {vec} {total}, i32 0\n  %r = fpext float %lane to double\n  ret double %r\n}}\n"
-    return ir
+    ir += f"  %b = bitcast {vec} %h to {bvec}\n"
+
+    def update(prev: str, cur: str) -> str:
+        return f"  {cur} = call {vec} @llvm.x86.avx512bf16.dpbf16ps.512({vec} {prev}, {bvec} %b, {bvec} %b)\n"
+    loop, tail = _chains(vec, update)
+    return ir + loop + tail + "  %r = fpext float %lane to double\n  ret double %r\n}\n"
 
 
 STREAM_VECTORS = 8  # independent sums, one vector each, per loop iteration

@@ -243,9 +243,10 @@ def batch_norm(input: torch.Tensor, running_mean: torch.Tensor | None,  # noqa: 
         source = normalize_source(3, (0, 2), (1,), float(eps), True, weight is not None, bias is not None)
         out = run_program(source, [view, *params], view.shape)
     else:
-        assert stats[0] is not None and stats[1] is not None
+        mean, var = stats
+        assert mean is not None and var is not None
         source = batch_norm_eval_source(float(eps), weight is not None, bias is not None)
-        out = run_program(source, [view, *(t.reshape(1, c, 1) for t in stats), *params], view.shape)
+        out = run_program(source, [view, mean.reshape(1, c, 1), var.reshape(1, c, 1), *params], view.shape)
     return unpermute(out.reshape(dense.shape), order)
 
 

@@ -30,9 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-import numpy as np
-
-from tilec.ir import loop as L, tensor as T
+from tilec.ir import loop as L
+from tilec.ir import tensor as T
 from tilec.ir.affine import IntAffine
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundIntrinsic, BoundProgram, BoundStatement
 from tilec.ir.elementwise import lower_expression

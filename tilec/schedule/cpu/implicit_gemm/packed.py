@@ -98,7 +98,7 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     rows_left = L.sub(L.const(k), L.mul(v(pc), L.const(kc)))
     kc_here = L.Bin("min", L.const(kc // step), L.Bin("div", L.add(rows_left, L.const(step - 1)), L.const(step))
                     if pairs else rows_left)  # packed rows in this reduction block
-    in_k = [L.Cmp("lt", kk, L.const(k))] if pairs else []
+    in_k: list[L.Expr] = [L.Cmp("lt", kk, L.const(k))] if pairs else []
 
     def paired(index: tuple[L.Expr, ...], body: L.Stmt | None = None) -> tuple[tuple[L.Expr, ...], L.Stmt | None]:
         """A packed cell's index (and the loop over a pair's two elements around `body`)."""
