@@ -7,13 +7,12 @@ engine takes ownership of the one it is given, so each gets its own).
 
 from __future__ import annotations
 
-import threading
 from types import ModuleType
 from typing import Any
 
-from tilec.target import CpuInfo
+from tilec.target import LLVM_LOCK, CpuInfo
 
-LOCK = threading.RLock()  # LLVM's C API is not safe to drive from several threads at once
+LOCK = LLVM_LOCK  # LLVM's C API is not safe to drive from several threads at once (tilec.target asks LLVM too)
 _INITIALISED: list[ModuleType] = []
 
 
