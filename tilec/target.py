@@ -41,6 +41,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -241,7 +242,7 @@ _PROBES: dict[str, tuple[str, str]] = {
 _PROBE_ATTRIBUTES = 'attributes #0 = { "min-legal-vector-width"="512" "prefer-vector-width"="512" nounwind }'
 
 
-def _llvm():  # type: ignore[no-untyped-def]
+def _llvm() -> Any:
     import llvmlite.binding as llvm
 
     with LLVM_LOCK:
@@ -380,7 +381,7 @@ def parse_target(text: str) -> tuple[str, dict[str, str]]:
             value = rest.pop(0)
         if key in opts:
             raise TilecError(f"option {key} given twice in target {text!r}")
-        if not value:
+        if not value and key != "-mattr":  # an empty feature list is a list
             raise TilecError(f"option {key} in target {text!r} has no value: write {key}=VALUE")
         opts[key] = value
     return name, opts
