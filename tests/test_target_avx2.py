@@ -8,6 +8,7 @@ target on that CPU (tests/conftest.py).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -285,3 +286,34 @@ def test_haswell_and_host_kernels_never_share_a_cache_entry(tmp_path, monkeypatc
     assert tilec.compile(GEMM, target=" llvm  -mcpu=haswell").kernel(sig).key == haswell.kernel(sig).key
     stored = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".sqlite"]
     assert len(stored) == 2, stored  # one object file per CPU
+
+
+# ------------------------------------------------------------------ the command line
+
+@needs_avx2
+def test_cli_explain_and_bench_take_an_explicit_cpu(capsys):
+    from tilec.cli import main
+
+    assert main(["explain", GEMM, "--shape", "A=64x32", "--shape", "B=32x48", "--target", HASWELL, "--stage", "asm"]) == 0
+    asm = capsys.readouterr().out
+    assert "%ymm" in asm and AVX512.search(asm) is None
+    assert main(["bench", "gemm", "--quick", "--json", "--repeats", "1", "--target", HASWELL]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert rows and all(r["target"] == HASWELL and r["tilec_ms"] > 0 for r in rows), rows
+    assert main(["bench", "gemm", "--quick", "--target", "llvm -mcpu=hasswell"]) == 1
+    assert "did you mean haswell" in capsys.readouterr().err
+
+
+@needs_avx2
+def test_cli_tune_records_under_the_explicit_cpu(tmp_path, capsys):
+    from tilec.cli import main
+    from tilec.records import RecordDB
+
+    path = tmp_path / "records.sqlite"
+    assert main(["tune", "gemm", "--shape", "M=64,N=64,K=64", "--trials", "2", "--records", str(path),
+                 "--target", HASWELL]) == 0
+    with RecordDB(path) as db:
+        targets = {r.target for r in db.records()}
+    assert targets == {resolve_target(HASWELL).key}
+    assert main(["tune", "gemm", "--target", "llvm -mcpu=haswell -mattr=+nope"]) == 1
+    assert "unknown CPU feature 'nope'" in capsys.readouterr().err
