@@ -22,8 +22,8 @@ Explicit CPUs (cross-compilation): `cpu_info` / `cpu_target` describe a CPU LLVM
 Requires: an x86-64 LLVM (llvmlite). Guarantees: names and features are checked against LLVM's
 own lists before LLVM sees them (an unknown CPU name makes LLVM abort the process); the facts the
 templates read (vector width, hence vector registers) come from what LLVM generates for that CPU
-(`cpu_isa`: tiny functions compiled for it, each needing one instruction-set extension); cores
-and cache sizes are the host's (the code runs here, and a named CPU has no one cache size: an
+(tilec.llvm_cpus.cpu_isa: tiny functions compiled for it, each needing one instruction-set
+extension); cores and cache sizes are the host's (the code runs here, and a named CPU has no one cache size: an
 explicit CPU changes the instructions, not the blocking's idea of the caches). `missing_on_host`
 says which of those extensions the host lacks: such code compiles (and `explain` shows it) but
 must not run here.
@@ -34,22 +34,17 @@ from __future__ import annotations
 import difflib
 import functools
 import os
-import re
-import sys
-import tempfile
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from tilec.errors import TilecError
+from tilec.llvm_cpus import EXTENSIONS, LLVM_LOCK, cpu_isa, llvm_catalogue
 
 KNOWN_TARGETS = ("llvm", "cuda", "cuda-sim")
 TARGET_OPTIONS = ("-mcpu", "-mattr")  # what follows a CPU target's name: `llvm -mcpu=haswell -mattr=+fma`
-LLVM_LOCK = threading.RLock()  # LLVM's C API is not safe to drive from several threads at once
 DEFAULT_CUDA_ARCH = "sm_90"
 CUDA_STATIC_SHARED_BYTES = 48 * 1024  # static shared memory of a block on every CUDA GPU (more needs an opt-in)
 
@@ -209,84 +204,6 @@ HOST_NAMES = ("native", "host")  # -mcpu values that mean the CPU this process r
 _MODE_FEATURES = ("16bit-mode", "32bit-mode", "64bit-mode")
 _BASELINE = ("64bit", "sse", "sse2", "cmov", "cx8", "fxsr", "x87")
 
-# One instruction-set extension each: a function LLVM lowers to an instruction of that extension
-# only when the CPU has it, and the pattern of that instruction in the assembly.
-_PROBES: dict[str, tuple[str, str]] = {
-    "sse4.1": ("declare float @llvm.floor.f32(float)\n"
-               "define float @p(float %a) #0 { %r = call float @llvm.floor.f32(float %a)\n ret float %r }", r"roundss"),
-    "popcnt": ("declare i64 @llvm.ctpop.i64(i64)\n"
-               "define i64 @p(i64 %a) #0 { %r = call i64 @llvm.ctpop.i64(i64 %a)\n ret i64 %r }", r"popcnt"),
-    "avx": ("define <8 x float> @p(<8 x float> %a, <8 x float> %b) #0 {"
-            " %r = fadd <8 x float> %a, %b\n ret <8 x float> %r }", r"vaddps\s+%ymm"),
-    "avx2": ("define <8 x i32> @p(<8 x i32> %a, <8 x i32> %b) #0 {"
-             " %r = add <8 x i32> %a, %b\n ret <8 x i32> %r }", r"vpaddd\s+%ymm"),
-    "fma": ("declare float @llvm.fma.f32(float, float, float)\n"
-            "define float @p(float %a, float %b, float %c) #0 {"
-            " %r = call float @llvm.fma.f32(float %a, float %b, float %c)\n ret float %r }", r"vfmadd"),
-    "f16c": ("define <8 x float> @p(<8 x half> %a) #0 { %r = fpext <8 x half> %a to <8 x float>\n ret <8 x float> %r }",
-             r"vcvtph2ps"),
-    "bmi2": ("define i64 @p(i64 %a, i64 %b) #0 { %r = shl i64 %a, %b\n ret i64 %r }", r"shlx"),
-    "avx512f": ("define <16 x float> @p(<16 x float> %a, <16 x float> %b) #0 {"
-                " %r = fadd <16 x float> %a, %b\n ret <16 x float> %r }", r"%zmm"),
-    "avx512vl": ("define <8 x i32> @p(<8 x i32> %a, <8 x i32> %b) #0 { %c = icmp sgt <8 x i32> %a, %b\n"
-                 " %r = select <8 x i1> %c, <8 x i32> %a, <8 x i32> zeroinitializer\n ret <8 x i32> %r }",
-                 r"vpcmpgtd\s+%ymm\d+, %ymm\d+, %k"),
-    "avx512bw": ("define <64 x i8> @p(<64 x i8> %a, <64 x i8> %b) #0 {"
-                 " %r = add <64 x i8> %a, %b\n ret <64 x i8> %r }", r"vpaddb\s+%zmm"),
-    "avx512dq": ("define <8 x i64> @p(<8 x double> %a) #0 { %r = fptosi <8 x double> %a to <8 x i64>\n"
-                 " ret <8 x i64> %r }", r"vcvttpd2qq"),
-    "avx512bf16": ("define bfloat @p(float %a) #0 { %r = fptrunc float %a to bfloat\n ret bfloat %r }",
-                   r"vcvtneps2bf16"),
-    "avx512fp16": ("define half @p(half %a, half %b) #0 { %r = fadd half %a, %b\n ret half %r }", r"vaddsh"),
-}
-_PROBE_ATTRIBUTES = 'attributes #0 = { "min-legal-vector-width"="512" "prefer-vector-width"="512" nounwind }'
-
-
-def _llvm() -> Any:
-    import llvmlite.binding as llvm
-
-    with LLVM_LOCK:
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-    return llvm
-
-
-@functools.cache
-def llvm_catalogue() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(CPU names, feature names) LLVM accepts for the host's target (x86-64), from its own help
-    text (printed on stderr when asked for CPU ``help``: captured at the file descriptor)."""
-    llvm = _llvm()
-    with LLVM_LOCK, tempfile.TemporaryFile() as sink:
-        sys.stderr.flush()
-        saved = os.dup(2)
-        try:
-            os.dup2(sink.fileno(), 2)
-            llvm.Target.from_default_triple().create_target_machine(cpu="help")
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        sink.seek(0)
-        text = sink.read().decode(errors="replace")
-    cpus, features = text.partition("Available features")[::2]
-    entry = re.compile(r"^\s+([\w.\-]+)\s+- ", re.M)
-    return tuple(entry.findall(cpus)), tuple(entry.findall(features))
-
-
-@functools.cache
-def cpu_isa(name: str, features: str) -> frozenset[str]:
-    """The instruction-set extensions (LLVM feature names, those of `_PROBES`) LLVM generates for
-    CPU `name` with `features`: each probe function compiled for it uses its extension or not."""
-    llvm = _llvm()
-    found = set()
-    with LLVM_LOCK:
-        machine = llvm.Target.from_default_triple().create_target_machine(cpu=name, features=features, opt=2)
-        for feature, (ir, pattern) in _PROBES.items():
-            asm = machine.emit_assembly(llvm.parse_assembly(f"{ir}\n{_PROBE_ATTRIBUTES}"))
-            if re.search(pattern, asm):
-                found.add(feature)
-    return frozenset(found)
-
-
 def _listing(names: Sequence[str]) -> str:
     return ", ".join(names)
 
@@ -357,7 +274,7 @@ def missing_on_host(cpu: CpuInfo) -> tuple[str, ...]:
     if cpu == host:
         return ()
     have = cpu_isa(host.name, host.features)
-    return tuple(f for f in _PROBES if f in cpu_isa(cpu.name, cpu.features) and f not in have)
+    return tuple(f for f in EXTENSIONS if f in cpu_isa(cpu.name, cpu.features) and f not in have)
 
 
 def parse_target(text: str) -> tuple[str, dict[str, str]]:

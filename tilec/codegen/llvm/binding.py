@@ -10,9 +10,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from tilec.target import LLVM_LOCK, CpuInfo
+from tilec.llvm_cpus import LLVM_LOCK
+from tilec.target import CpuInfo
 
-LOCK = LLVM_LOCK  # LLVM's C API is not safe to drive from several threads at once (tilec.target asks LLVM too)
+LOCK = LLVM_LOCK  # LLVM's C API is not safe to drive from several threads at once (tilec.llvm_cpus asks LLVM too)
 _INITIALISED: list[ModuleType] = []
 
 
