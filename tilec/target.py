@@ -204,6 +204,7 @@ HOST_NAMES = ("native", "host")  # -mcpu values that mean the CPU this process r
 _MODE_FEATURES = ("16bit-mode", "32bit-mode", "64bit-mode")
 _BASELINE = ("64bit", "sse", "sse2", "cmov", "cx8", "fxsr", "x87")
 
+
 def _listing(names: Sequence[str]) -> str:
     return ", ".join(names)
 
