@@ -1,8 +1,11 @@
 """Shared test set-up: the suite never reads or writes the developer's tuning records, and every
-compilation verifies its loop IR between the pipeline's stages (debug mode)."""
+compilation verifies its loop IR between the pipeline's stages (debug mode). `--cpu NAME` compiles
+the default target for that CPU instead of the host's (TILEC_TARGET='llvm -mcpu=NAME', here and in
+subprocesses): `pytest --cpu haswell` runs the suite on the AVX2 code path."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -30,7 +33,29 @@ def verified_stages() -> Iterator[None]:
         yield
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """`--cpu NAME`: before any test module compiles at import time, the target 'llvm' becomes that CPU."""
+    cpu = config.getoption("--cpu")
+    if cpu:
+        from tilec.pipeline import resolve_target
+
+        target = f"llvm -mcpu={cpu}"
+        resolve_target(target)  # an unknown CPU stops the run here, listing those LLVM knows
+        os.environ["TILEC_TARGET"] = options.cpu_target = target
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    from tilec.pipeline import resolve_target
+
+    host = resolve_target("llvm").host
+    assert host is not None
+    return f"tilec target llvm: CPU {host.name}, {host.vector_bits}-bit vectors, {host.vector_registers} vector registers"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cpu", default=None, metavar="NAME",
+                     help="compile the default target 'llvm' for this CPU as LLVM names it (e.g. haswell: the AVX2 "
+                          "code path) instead of the host's; TILEC_TARGET='llvm -mcpu=NAME' does the same")
     parser.addoption("--compile-backend", default="tilec", metavar="NAME",
                      help="the torch.compile backend whose training tests/test_backend_models.py compares with "
                           "eager (default tilec; aot_eager stands in for it; the coverage tests use tilec always)")

@@ -18,7 +18,7 @@ from tilec.ir.bounds import bind
 from tilec.schedule.cpu import attention_backward
 from tilec.schedule.patterns import attention_backward as backward_pattern
 from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
-from tilec.target import host_target
+from tilec.pipeline import resolve_target
 
 SMALL = TemplateSchedule((TemplateConfig(0, "attention_backward", (("bk", 16), ("bq", 8), ("mr", 4))),))
 NAMES = ("Q", "K", "V")
@@ -163,7 +163,7 @@ def test_two_passes_without_a_panel(causal, wrt):
 def test_fewer_heads_than_cores_split_the_keys(b, h, s, t, causal):
     """Fewer batch-and-heads than cores: pass 2 split over key blocks, dQ summed from parts."""
     arrays = inputs(b, h, s, t, 12, 10, seed=s + t)
-    target = host_target().with_cores(4)
+    target = resolve_target("llvm").with_cores(4)
     fn = tilec.grad(attention_source(causal, 0.3), wrt=list(NAMES), target=target).with_schedule(SMALL)
     shapes = dict(zip(fn.inputs, (a.shape for a in arrays)))
     assert ".dqpart" in fn.explain(shapes, stage="loop")

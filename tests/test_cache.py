@@ -18,9 +18,9 @@ import pytest
 import tilec
 from tilec import pipeline
 from tilec.config import options
+from tilec.pipeline import resolve_target
 from tilec.runtime.kernels import kernels
 from tilec.schedule import params
-from tilec.target import host_target
 
 GEMM = "C[i, j: M, N] = +(A[i, k] * B[k, j])"
 CONV = ("function (I[N, H, W, C], K[KH, KW, C, CO]) -> (O) {\n"
@@ -98,7 +98,7 @@ def test_lowering_parameters_are_part_of_the_key_across_processes(tmp_path):
 
 def _entry_path(cache_dir: Path, src: str, a_shape: tuple, b_shape: tuple) -> Path:
     """Where the disk cache keeps the default kernel of `src` for these float32 shapes."""
-    target = host_target()
+    target = resolve_target("llvm")
     sig = pipeline.Signature((("A", a_shape), ("B", b_shape)), (("A", "float32"), ("B", "float32")), ())
     key = pipeline.cache_key(tilec.parse(src), sig, target, None, params.current(), pipeline.backend_for(target))
     return cache_dir / "kernels" / key[:2] / f"{key}.o"
@@ -135,7 +135,7 @@ def test_an_entry_that_is_not_a_regular_file_is_a_miss(tmp_path, kind):
 
 def test_cache_key_covers_what_shapes_a_kernel():
     program = tilec.parse(GEMM)
-    target = host_target()
+    target = resolve_target("llvm")
     backend = pipeline.backend_for(target)
     sig = pipeline.Signature((("A", (2, 3)), ("B", (3, 4))), (("A", "float32"), ("B", "float32")), ())
     lowering = params.current()

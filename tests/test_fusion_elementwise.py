@@ -16,14 +16,14 @@ from tilec.ir.bounds import bind
 from tilec.ir.visitor import walk
 from tilec.schedule.cpu import rowwise as elementwise_fusion
 from tilec.schedule.lowering import lower_bound
-from tilec.target import host_target
+from tilec.pipeline import resolve_target
 
 RNG = np.random.default_rng(0)
 
 
 def _lowered(source: str, shapes: dict[str, tuple[int, ...]]) -> tuple[object, L.PrimFunc]:
     bp = bind(parse(source), shapes, {n: "float32" for n in shapes})
-    return bp, lower_bound(bp, host_target())
+    return bp, lower_bound(bp, resolve_target("llvm"))
 
 
 def _top_nests(func: L.PrimFunc) -> tuple[L.Stmt, ...]:
@@ -182,7 +182,7 @@ def test_layer_norm_gradient_is_one_nest_without_temporaries() -> None:
     bp, func = _lowered(src, {"X": (512, 64), "G": (64,), "Bt": (64,), "DO": (512, 64)})
     nests = _top_nests(func)
     assert len(nests) == 1 and isinstance(nests[0], L.For) and nests[0].var == "fuse.r0"
-    assert nests[0].kind == "parallel" or host_target().cores < 2
+    assert nests[0].kind == "parallel" or resolve_target("llvm").cores < 2
     params = {p.name for p in func.params}
     assert params == {"X", "G", "Bt", "DO", "DX"} | (params - {"X", "G", "Bt", "DO", "DX"})
     assert len(params) < 5 + len(bp.temporaries)  # most temporaries live in registers

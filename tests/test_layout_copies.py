@@ -15,12 +15,12 @@ from tilec.bench.ops import conv2d_source
 from tilec.ir.bounds import bind
 from tilec.schedule.cpu import permute
 from tilec.schedule.params import LoweringParams
-from tilec.target import host_target
+from tilec.pipeline import resolve_target
 
 MAX_CELLS = LoweringParams().permute_max_cells
 
 rng = np.random.default_rng(11)
-TARGET = host_target()
+TARGET = resolve_target("llvm")
 
 
 def kernel_params(src: str, shapes: dict[str, tuple[int, ...]]) -> str:

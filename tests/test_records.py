@@ -21,8 +21,7 @@ from tilec import records as R
 from tilec.records import lookup
 from tilec.records import Record, RecordDB, task_key
 from tilec.config import options
-from tilec.pipeline import compiler_fingerprint
-from tilec.target import host_target
+from tilec.pipeline import compiler_fingerprint, resolve_target
 
 GEMM = "C[i, j: M, N] = +(A[i, k] * B[k, j])"
 SHAPES = {"A": (128, 64), "B": (64, 96)}
@@ -38,7 +37,7 @@ def gemm_config(**knobs: object) -> list[dict]:
 
 def rec(time_s: float | None = 1e-3, error: str = "ok", task: str = TASK, target: str | None = None,
         compiler: str | None = None, trial: int = 0, **knobs: object) -> Record:
-    return Record(task, target or host_target().key, compiler or compiler_fingerprint(),
+    return Record(task, target or resolve_target("llvm").key, compiler or compiler_fingerprint(),
                   gemm_config(**(knobs or DISTINCT)), time_s, error, trial=trial, op="gemm", shape="M=128,N=96,K=64")
 
 
@@ -98,10 +97,10 @@ def test_add_records_and_best(db_path):
             db.add(r)
         assert len(db.records()) == 7 and len(db.records(TASK)) == 6
         assert all(time.time() - r.created < 60 for r in db.records())
-        best = db.best(TASK, host_target().key, compiler_fingerprint())
+        best = db.best(TASK, resolve_target("llvm").key, compiler_fingerprint())
         assert best is not None and best.trial == 1 and best.schedule == fast.schedule
-        assert db.best(TASK, host_target().key, "0.0.1+stale").compiler == "0.0.1+stale"
-        assert db.best("nothing", host_target().key, compiler_fingerprint()) is None
+        assert db.best(TASK, resolve_target("llvm").key, "0.0.1+stale").compiler == "0.0.1+stale"
+        assert db.best("nothing", resolve_target("llvm").key, compiler_fingerprint()) is None
 
 
 def test_default_path_is_in_the_cache_dir(tmp_path, monkeypatch):
@@ -240,7 +239,7 @@ def test_cli_list_show_export_import(db_path, tmp_path, capsys, monkeypatch):
     rc, out, _ = run_cli(capsys, "records", "list")
     header, *rows = out.splitlines()
     assert rc == 0 and header.split() == ["TASK", "OP", "SHAPE", "TARGET", "TIME", "ERROR", "TRIAL", "AGE"]
-    assert len(rows) == 4 and rows[0].split()[:5] == [TASK, "gemm", "M=128,N=96,K=64", host_target().key.rsplit(":", 1)[0], "2"]
+    assert len(rows) == 4 and rows[0].split()[:5] == [TASK, "gemm", "M=128,N=96,K=64", resolve_target("llvm").key.rsplit(":", 1)[0], "2"]
     assert "timeout" in rows[2] and "+avx" not in out
     rc, out, _ = run_cli(capsys, "records", "list", "--records", str(db_path), "--task", "000")
     assert rc == 0 and len(out.splitlines()) == 2
@@ -334,7 +333,7 @@ def test_the_lookup_is_one_query_per_statement_per_signature(db_path, monkeypatc
 ])
 def test_a_record_that_does_not_build_is_skipped_with_a_warning(db_path, schedule, match):
     with RecordDB(db_path) as db:
-        db.add(Record(TASK, host_target().key, compiler_fingerprint(), schedule, 1e-3, "ok", trial=9))
+        db.add(Record(TASK, resolve_target("llvm").key, compiler_fingerprint(), schedule, 1e-3, "ok", trial=9))
     a, b = gemm_inputs()
     with pytest.warns(tilec.TilecWarning, match=f"trial 9.*does not build and is skipped.*{match}"):
         out = tilec.compile(GEMM)(a, b)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from tilec.errors import BindError, CodegenError, ScheduleError, SemanticError, TilecError, TilecWarning, TileSyntaxError
+from tilec.errors import (BindError, CodegenError, ScheduleError, SemanticError, TargetError, TilecError, TilecWarning,
+                          TileSyntaxError)
 from tilec.frontend import parse
 from tilec.pipeline.backends import is_interpreted
 from tilec.runtime.function import Function
 from tilec.schedule.primitives.records import Schedule
 from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
-from tilec.target import Target
+from tilec.target import Target, cpu_target
 from tilec.version import __version__
 from tilec.autodiff import grad
 
@@ -48,5 +49,5 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["compile", "explain", "grad", "parse", "Function", "Schedule", "TemplateSchedule", "TemplateConfig", "Target",
-           "TilecError", "TilecWarning", "TileSyntaxError", "SemanticError", "BindError", "ScheduleError",
-           "CodegenError", "__version__", "do_bench"]
+           "cpu_target", "TilecError", "TilecWarning", "TileSyntaxError", "SemanticError", "BindError", "ScheduleError",
+           "CodegenError", "TargetError", "__version__", "do_bench"]

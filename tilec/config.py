@@ -11,6 +11,9 @@
   loaded (by default they run on torch's OpenMP team then: tilec.codegen.llvm.runtime).
 - ``TILEC_KERNEL_CACHE``: how many loaded kernels the process-wide memory cache keeps for
   Functions to come (default 64; tilec.runtime.kernels).
+- ``TILEC_TARGET``: what the CPU target ``llvm`` (and its aliases ``cpu``, ``host``, the default
+  of every ``target=``) compiles for: an explicit CPU such as ``llvm -mcpu=haswell`` (default: the
+  host CPU; tilec.pipeline.resolve_target).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class Options:
     use_records: bool = field(default_factory=lambda: os.environ.get("TILEC_RECORDS") != "")
     own_threads: bool = field(default_factory=lambda: os.environ.get("TILEC_OWN_THREADS", "") not in ("", "0"))
     kernel_cache_size: int = field(default_factory=lambda: _env_int("TILEC_KERNEL_CACHE", 64))
+    cpu_target: str = field(default_factory=lambda: os.environ.get("TILEC_TARGET", ""))  # "": the host CPU
 
 
 options = Options()

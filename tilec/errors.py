@@ -46,6 +46,10 @@ class CodegenError(TilecError):
     """The backend could not compile the lowered program (a tilec bug or an unsupported construct)."""
 
 
+class TargetError(TilecError):
+    """Code compiled for one machine cannot run on this one (an explicit CPU with features it lacks)."""
+
+
 def caret_snippet(source: str, line: int, column: int) -> str:
     """The offending source line with a caret under `column` (both 1-based)."""
     lines = source.splitlines() or [""]

@@ -15,20 +15,36 @@ may run on, the cache sizes from sysfs (falling back to ``sysconf``, then to the
 x86-64 core of the last decade has at least). Which backend serves a target name, and how a
 GPU target learns its device, is the pipeline's business (``tilec.pipeline.resolve_target``);
 this module imports no backend.
+
+Explicit CPUs (cross-compilation): `cpu_info` / `cpu_target` describe a CPU LLVM knows by name
+(``haswell``, ``skylake-avx512``, ``x86-64-v3``, ...) plus LLVM feature changes (``+avx2``,
+``-avx512f``), and `parse_target` reads the textual form ``llvm -mcpu=haswell -mattr=+fma,-avx512f``.
+Requires: an x86-64 LLVM (llvmlite). Guarantees: names and features are checked against LLVM's
+own lists before LLVM sees them (an unknown CPU name makes LLVM abort the process); the facts the
+templates read (vector width, hence vector registers) come from what LLVM generates for that CPU
+(tilec.llvm_cpus.cpu_isa: tiny functions compiled for it, each needing one instruction-set
+extension); cores and cache sizes are the host's (the code runs here, and a named CPU has no one cache size: an
+explicit CPU changes the instructions, not the blocking's idea of the caches). `missing_on_host`
+says which of those extensions the host lacks: such code compiles (and `explain` shows it) but
+must not run here.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from tilec.errors import TilecError
+from tilec.llvm_cpus import EXTENSIONS, LLVM_LOCK, cpu_isa, llvm_catalogue
 
 KNOWN_TARGETS = ("llvm", "cuda", "cuda-sim")
+TARGET_OPTIONS = ("-mcpu", "-mattr")  # what follows a CPU target's name: `llvm -mcpu=haswell -mattr=+fma`
 DEFAULT_CUDA_ARCH = "sm_90"
 CUDA_STATIC_SHARED_BYTES = 48 * 1024  # static shared memory of a block on every CUDA GPU (more needs an opt-in)
 
@@ -180,6 +196,115 @@ def host_target() -> Target:
     return Target("llvm", host_cpu())
 
 
+# ------------------------------------------------------------------ explicit CPUs
+
+HOST_NAMES = ("native", "host")  # -mcpu values that mean the CPU this process runs on
+# Features no CPU target may change: the execution mode (LLVM aborts the process on a 64-bit
+# triple without 64-bit mode) and x86-64's baseline, which the calling convention needs.
+_MODE_FEATURES = ("16bit-mode", "32bit-mode", "64bit-mode")
+_BASELINE = ("64bit", "sse", "sse2", "cmov", "cx8", "fxsr", "x87")
+
+
+def _listing(names: Sequence[str]) -> str:
+    return ", ".join(names)
+
+
+def _check_cpu_name(name: str) -> None:
+    cpus, _ = llvm_catalogue()
+    if name in cpus:
+        return
+    close = difflib.get_close_matches(name, cpus, n=3)
+    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+    raise TilecError(f"unknown CPU '{name}' in -mcpu{hint}; LLVM knows: {_listing(cpus)}; "
+                     f"or -mcpu={HOST_NAMES[0]} for this machine's CPU")
+
+
+def feature_list(features: "str | Sequence[str]") -> tuple[str, ...]:
+    """`features` (``"+avx2,-avx512f"`` or a sequence of such items) checked against LLVM's
+    features, as a tuple of ``+name`` / ``-name``."""
+    items = [f.strip() for f in (features.split(",") if isinstance(features, str) else features)]
+    _, known = llvm_catalogue()
+    out = []
+    for item in items:
+        if not item:
+            continue
+        sign, name = item[0], item[1:]
+        if sign not in "+-" or not name:
+            raise TilecError(f"CPU feature {item!r} in -mattr: expected +NAME to enable or -NAME to disable a "
+                             f"feature, e.g. -mattr=+avx2,-avx512f")
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=3)
+            hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+            raise TilecError(f"unknown CPU feature '{name}' in -mattr{hint}; LLVM knows: {_listing(known)}")
+        if name in _MODE_FEATURES or (sign == "-" and name in _BASELINE):
+            raise TilecError(f"CPU feature {item!r} in -mattr cannot be changed: tilec compiles x86-64 code, which "
+                             f"needs {', '.join(_BASELINE)} (and 64-bit mode)")
+        out.append(sign + name)
+    return tuple(out)
+
+
+@functools.cache
+def _cpu_info(mcpu: str | None, features: tuple[str, ...]) -> CpuInfo:
+    host = host_cpu()
+    if mcpu is None or mcpu in HOST_NAMES:
+        name, flags = host.name, ",".join((host.features,) + features)
+    else:
+        _check_cpu_name(mcpu)
+        # +64bit first: LLVM gives a 32-bit CPU's name 64-bit code instead of aborting
+        name, flags = mcpu, ",".join(("+64bit",) + features)
+    isa = cpu_isa(name, flags)
+    vector_bits = 512 if "avx512f" in isa else 256 if "avx" in isa else 128
+    return CpuInfo(name, flags, vector_bits, host.cores, _FMA_UNITS.get(name, 2) if vector_bits >= 512 else 2,
+                   host.l1d_bytes, host.l2_bytes, host.l3_bytes)
+
+
+def cpu_info(mcpu: str | None = None, features: "str | Sequence[str]" = ()) -> CpuInfo:
+    """CPU `mcpu` as LLVM knows it (None, ``native`` or ``host``: this machine's), with LLVM
+    feature changes `features` (``"+avx2,-avx512f"``). Cores and caches are the host's."""
+    return _cpu_info(mcpu, feature_list(features))
+
+
+def cpu_target(mcpu: str | None = None, features: "str | Sequence[str]" = ()) -> Target:
+    """Target ``llvm`` for an explicit CPU, e.g. ``cpu_target("haswell")`` (AVX2, no AVX-512)."""
+    return Target("llvm", cpu_info(mcpu, features))
+
+
+def missing_on_host(cpu: CpuInfo) -> tuple[str, ...]:
+    """The instruction-set extensions code for `cpu` may use that this machine lacks (empty: it runs here)."""
+    host = host_cpu()
+    if cpu == host:
+        return ()
+    have = cpu_isa(host.name, host.features)
+    return tuple(f for f in EXTENSIONS if f in cpu_isa(cpu.name, cpu.features) and f not in have)
+
+
+def parse_target(text: str) -> tuple[str, dict[str, str]]:
+    """A target string, ``NAME [-mcpu=CPU] [-mattr=+F,-G]`` (``-opt VALUE`` also reads), as its name
+    and options; an option given twice, or one outside TARGET_OPTIONS, is a TilecError."""
+    words = text.split()
+    if not words:
+        raise TilecError("empty target: expected a name such as 'llvm' or 'llvm -mcpu=haswell'")
+    name, rest, opts = words[0], words[1:], {}
+    while rest:
+        word = rest.pop(0)
+        key, eq, value = word.partition("=")
+        key = "-" + key.lstrip("-") if key.startswith("-") else key
+        if key not in TARGET_OPTIONS:
+            raise TilecError(f"unknown option {word!r} in target {text!r}; a CPU target accepts "
+                             f"{' and '.join(o + '=...' for o in TARGET_OPTIONS)}, e.g. 'llvm -mcpu=haswell "
+                             f"-mattr=+fma,-avx512f'")
+        if not eq:
+            if not rest:
+                raise TilecError(f"option {key} in target {text!r} has no value: write {key}=VALUE")
+            value = rest.pop(0)
+        if key in opts:
+            raise TilecError(f"option {key} given twice in target {text!r}")
+        if not value and key != "-mattr":  # an empty feature list is a list
+            raise TilecError(f"option {key} in target {text!r} has no value: write {key}=VALUE")
+        opts[key] = value
+    return name, opts
+
+
 # ------------------------------------------------------------------ GPUs
 
 # Streaming multiprocessors of the flagship part of each architecture, for a GPU nobody asked.
@@ -200,5 +325,7 @@ def cuda_sim_target(gpu: GpuInfo | None = None) -> Target:
     return Target("cuda-sim", host_cpu(), gpu or gpu_info())
 
 
-__all__ = ["CpuInfo", "GpuInfo", "Target", "KNOWN_TARGETS", "CUDA_STATIC_SHARED_BYTES", "DEFAULT_CUDA_ARCH", "cache_sizes", "cuda_sim_target",
-           "cuda_target", "gpu_info", "host_cpu", "host_target"]
+__all__ = ["CpuInfo", "GpuInfo", "Target", "KNOWN_TARGETS", "CUDA_STATIC_SHARED_BYTES", "DEFAULT_CUDA_ARCH", "HOST_NAMES",
+           "LLVM_LOCK", "TARGET_OPTIONS", "cache_sizes", "cpu_info", "cpu_isa", "cpu_target", "cuda_sim_target",
+           "cuda_target", "feature_list", "gpu_info", "host_cpu", "host_target", "llvm_catalogue", "missing_on_host",
+           "parse_target"]

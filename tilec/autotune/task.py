@@ -32,7 +32,7 @@ from tilec.schedule import registry
 from tilec.schedule.templates.base import Context, Template, config_of
 from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
 from tilec.schedule.templates.space import Config
-from tilec.target import Target, host_target
+from tilec.target import Target
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def tasks_for(source: str, shapes: Mapping[str, tuple[int, ...]], dtypes: Mappin
     """The tunable statements of a program: at each statement, the first template of the target
     kind's tuning order that applies gets a task if it is tunable (statements it lowers together
     with it are skipped; the fused attention gradient, which has no search space yet, has no task)."""
-    target = target or host_target()
+    target = target or pipeline.resolve_target("llvm")  # the host, or the CPU TILEC_TARGET names
     dtypes = dict(dtypes or {})
     program = parse(source, dict(sizes or {}))
     names = program.input_names

@@ -44,6 +44,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from tilec.bench import harness, ops
     from tilec.config import options
     from tilec.pipeline import resolve_target
+    from tilec.target import parse_target
 
     if args.records is not None:  # compile with the best schedules these records hold
         if not Path(args.records).is_file():
@@ -55,7 +56,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _bench_model(args)
     if args.models is not None or args.steps is not None or args.threads is not None or args.backend != "tilec":
         raise TilecError("--models, --steps, --threads and --backend belong to `tilec bench model` (whole models' training steps)")
-    if args.target in ("cuda", "cuda-sim"):
+    name, target_options = parse_target(args.target)
+    if name in ("cuda", "cuda-sim"):
+        if target_options:
+            raise TilecError(f"--target {args.target!r}: the GPU benchmarks take no CPU options (-mcpu, -mattr)")
         return _bench_gpu(args)
     cases: list[Any]
     if args.op == "train_step":
@@ -209,7 +213,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--quick", action="store_true", help="one small case per op, for a fast check")
     bench.add_argument("--dtype", default="float32", help="float32 (default), float64, bfloat16 or float16 (16-bit inputs and results, float32 "
                             "arithmetic; baselines in torch; train_step: under torch.autocast)")
-    bench.add_argument("--target", default="llvm", help="compilation target (default: llvm, the host CPU)")
+    bench.add_argument("--target", default="llvm", help="compilation target (default: llvm, the host CPU; 'llvm -mcpu=haswell -mattr=-avx512f': an explicit CPU)")
     bench.add_argument("--warmup", type=int, default=None, metavar="N",
                        help="untimed pairs before timing, at least 1: the first compiles and checks (default 1; "
                             "for `model`, untimed rounds, default 3)")

@@ -44,5 +44,5 @@ def add_explain_parser(sub: argparse._SubParsersAction) -> None:
     explain.add_argument("--size", action="append", type=parse_pair, default=[], metavar="SYMBOL=N",
                          help="bind a size symbol that the shapes do not determine")
     explain.add_argument("--stage", choices=STAGES, help="print only this stage, with no headers")
-    explain.add_argument("--target", default="llvm", help="compilation target (default: llvm, the host CPU)")
+    explain.add_argument("--target", default="llvm", help="compilation target (default: llvm, the host CPU; 'llvm -mcpu=haswell -mattr=-avx512f': an explicit CPU)")
     explain.set_defaults(run=cmd_explain)

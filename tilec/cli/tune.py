@@ -34,9 +34,10 @@ def _tune_tasks(args: argparse.Namespace, quiet: bool = False) -> "tuple[list[Ta
     from tilec.autotune.task import backward_tasks, tasks_for
     from tilec.bench import ops
     from tilec.frontend import parse
-    from tilec.target import host_target
+    from tilec.pipeline import resolve_target
 
     sizes: dict[str, int] = {}
+    target = resolve_target(args.target)
     if args.op == "model":
         return _model_tasks(args)
     if args.op in ops.OP_NAMES:
@@ -55,18 +56,16 @@ def _tune_tasks(args: argparse.Namespace, quiet: bool = False) -> "tuple[list[Ta
         wrt = tuple(parse(source).input_names)
     label = f"{op_name} {shape_text}"
     tasks: list[Task]
-    if args.target in ("cuda", "cuda-sim"):
-        from tilec.pipeline import resolve_target
-
+    if target.is_gpu:
         if args.backward:
             raise TilecError("--backward tunes CPU kernels only (--target llvm); the gradient programs have no "
                              "GPU tuning tasks yet")
         if args.dtype == "bfloat16":
             raise TilecError("--dtype bfloat16 tunes CPU kernels only (--target llvm); the CUDA backend has no bfloat16")
         dtypes = {n: args.dtype for n in shapes}
-        tasks = tasks_for(source, shapes, dtypes, resolve_target(args.target), label=label)
+        tasks = tasks_for(source, shapes, dtypes, target, label=label)
     else:
-        tasks = tasks_for(source, shapes, {n: args.dtype for n in shapes}, target=host_target(), sizes=sizes, label=label)
+        tasks = tasks_for(source, shapes, {n: args.dtype for n in shapes}, target=target, sizes=sizes, label=label)
     if not tasks:
         raise TilecError(f"nothing to tune in {op_name}: no statement matches a tunable template "
                          f"(implicit_gemm: a sum of products; attention: the softmax(QK^T)V chain)")
@@ -74,7 +73,7 @@ def _tune_tasks(args: argparse.Namespace, quiet: bool = False) -> "tuple[list[Ta
         raise TilecError(f"--stmt {args.stmt}: {op_name} has {len(tasks)} tunable statement(s), 0 to {len(tasks) - 1}")
     chosen = [tasks[args.stmt if args.stmt is not None else 0]]
     if args.backward:
-        grads = backward_tasks(source, shapes, wrt, target=host_target(), sizes=sizes,
+        grads = backward_tasks(source, shapes, wrt, target=target, sizes=sizes,
                                label=f"{op_name} {shape_text} backward")
         for g in grads:
             chosen.append(replace(g, label=f"{g.label} (gradient statement {g.stmt})"))
@@ -153,8 +152,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
         except gpu.NoGpu as err:
             print(f"tilec: tune --target cuda needs a GPU: {err}", file=sys.stderr)
             return 2
-    if args.target not in ("llvm", "cpu", "host", "cuda", "cuda-sim"):
-        raise TilecError(f"--target {args.target}: known targets are llvm, cuda and cuda-sim")
+    from tilec.pipeline import resolve_target
+    from tilec.target import parse_target
+
+    resolve_target(args.target)  # an unknown target, CPU or option fails here, naming what is accepted
+    if args.op == "model" and parse_target(args.target)[1]:
+        raise TilecError(f"tune model: --target {args.target!r}: the model's kernels are compiled by the torch.compile "
+                         f"backend for target 'llvm'; set TILEC_TARGET={args.target!r} to tune them for that CPU")
     tasks, op_name, shape_text = _tune_tasks(args)
     options = MeasureOptions(timeout_s=args.timeout, build_workers=args.jobs)
     with RecordDB(args.records) as db, LocalMeasurer(options) as measurer:
@@ -201,7 +205,7 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
     tune.add_argument("--stmt", type=int, default=None, help="which tunable statement (default: the first)")
     tune.add_argument("--timeout", type=float, default=20.0, help="seconds per candidate before it is killed")
     tune.add_argument("--target", default="llvm",
-                      help="llvm (the host CPU, default); cuda (a GPU: gpu_gemm, gpu_tensorcore, gpu_attention "
+                      help="llvm (the host CPU, default; 'llvm -mcpu=haswell -mattr=-avx512f': an explicit CPU); cuda (a GPU: gpu_gemm, gpu_tensorcore, gpu_attention "
                            "knobs, timed with CUDA events); cuda-sim (the same GPU spaces run on the CPU emulator: "
                            "a test of the plumbing only, its times mean nothing)")
     tune.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),

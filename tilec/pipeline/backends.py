@@ -9,22 +9,28 @@ stage a backend names `cached` (keyed by everything that shapes it, the stage li
 tilec.pipeline.cache_key) and `load` turns the last stage's output into something that runs.
 `resolve_target` maps a target name to the Target its backend compiles for (target cuda asks
 the GPU, when one answers, for its architecture; the SM count comes from tilec.target's table).
+The CPU targets take options after the name, ``llvm -mcpu=haswell -mattr=+fma,-avx512f``
+(tilec.target.parse_target): code for that CPU, run on this one. A plain ``llvm`` is the host's
+CPU, or what ``TILEC_TARGET`` (tilec.config.options.cpu_target) names.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any, Callable
 
 import numpy as np
 
 from tilec.codegen.cuda.loader import device_arch, load_cuda
 from tilec.codegen.llvm.jit import load_object
+from tilec.config import options
 from tilec.errors import TilecError
 from tilec.ir.lower import KERNEL_NAME
 from tilec.pipeline.stages import (ASM, CUDA, DEFAULT_NEST, EMULATED, GPU, LLVM, LLVM_RAW, LOOP, OBJECT, TEMPLATES,
                                    TENSOR, Compilation, Stage)
-from tilec.target import DEFAULT_CUDA_ARCH, KNOWN_TARGETS, Target, cuda_sim_target, cuda_target, host_target
+from tilec.target import (DEFAULT_CUDA_ARCH, KNOWN_TARGETS, Target, cpu_info, cuda_sim_target, cuda_target, host_target,
+                          parse_target)
 
 Invoke = Callable[[list[np.ndarray]], None]
 
@@ -131,13 +137,31 @@ def is_interpreted(target: "str | Target") -> bool:
 
 
 def resolve_target(target: "str | Target") -> Target:
-    """The Target of a target name (``llvm``, alias ``cpu`` or ``host``; ``cuda``; ``cuda-sim``)."""
+    """The Target of a target string: ``llvm`` (alias ``cpu`` or ``host``), ``cuda`` or ``cuda-sim``,
+    the CPU targets optionally followed by ``-mcpu=CPU`` and ``-mattr=+F,-G``; a Target is itself."""
     if isinstance(target, Target):
         return target
-    name = ALIASES.get(target, target) if isinstance(target, str) else target
+    if not isinstance(target, str):
+        raise TilecError(f"a target is a string such as 'llvm' or 'llvm -mcpu=haswell', or a tilec.Target; got "
+                         f"{type(target).__name__}")
+    word, opts = parse_target(target)
+    name = ALIASES.get(word, word)
     if name not in BACKENDS:
-        raise TilecError(f"unknown target {target!r}; known targets: {', '.join(KNOWN_TARGETS + INTERPRETED)}")
-    return BACKENDS[name].default_target()
+        raise TilecError(f"unknown target {word!r}; known targets: {', '.join(KNOWN_TARGETS + INTERPRETED)} "
+                         f"(a CPU target may name its CPU: 'llvm -mcpu=haswell')")
+    if name == "llvm" and not opts and options.cpu_target and parse_target(options.cpu_target) != (word, opts):
+        chosen = resolve_target(options.cpu_target)
+        if chosen.name != "llvm":
+            raise TilecError(f"TILEC_TARGET={options.cpu_target!r} names target '{chosen.name}'; it says what the CPU "
+                             f"target 'llvm' compiles for, e.g. TILEC_TARGET='llvm -mcpu=haswell'")
+        return chosen
+    default = BACKENDS[name].default_target()
+    if not opts:
+        return default
+    if default.host is None:
+        raise TilecError(f"target '{name}' runs on a GPU and takes no CPU options ({', '.join(opts)}); "
+                         f"-mcpu and -mattr apply to the CPU targets llvm and cuda-sim")
+    return replace(default, host=cpu_info(opts.get("-mcpu"), opts.get("-mattr", "")))
 
 
 __all__ = ["BACKENDS", "INTERPRETED", "STAGES", "Backend", "CudaBackend", "CudaSimBackend", "LLVMBackend", "backend_for",

@@ -31,7 +31,7 @@ from tilec.version import __version__
 # Tools around the compiler (cli, bench, autotune, demo) are left out, so editing them keeps
 # cached kernels and tuning records valid.
 KERNEL_CODE = ("frontend", "ir", "schedule", "passes", "codegen", "pipeline", "runtime", "disk_cache.py", "target.py",
-               "version.py")
+               "llvm_cpus.py", "version.py")
 
 
 @functools.lru_cache(maxsize=1)

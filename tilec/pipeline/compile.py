@@ -20,13 +20,13 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import BoundProgram
 from tilec.ir.tensor import Program
 from tilec.ir.verify import verify
-from tilec.pipeline.backends import Backend, Invoke, backend_for
+from tilec.pipeline.backends import Backend, Invoke, backend_for, resolve_target
 from tilec.pipeline.cache_key import cache_key
 from tilec.pipeline.stages import Compilation, Signature
 from tilec.schedule import params as lowering_params
 from tilec.schedule.lowering import AnySchedule
 from tilec.schedule.params import LoweringParams
-from tilec.target import Target, host_target
+from tilec.target import Target
 
 
 @dataclass
@@ -88,9 +88,9 @@ def run_stages(c: Compilation, backend: Backend, until: str) -> Any:
 
 def lower_program(program: Program, sig: Signature, schedule: AnySchedule = None,
                   target: Target | None = None, params: LoweringParams | None = None) -> tuple[BoundProgram, L.PrimFunc]:
-    """The bound program and its loop IR on `target` (by default the host CPU): the templates'
+    """The bound program and its loop IR on `target` (by default what target 'llvm' means): the templates'
     (a TemplateSchedule fixing some of them), or a user's Schedule applied to the plain nest."""
-    c = compilation(program, sig, target or host_target(), schedule, params)
+    c = compilation(program, sig, target or resolve_target("llvm"), schedule, params)
     backend = backend_for(c.target)
     func = run_stages(c, backend, backend.ir_stage)
     return c.bound, func

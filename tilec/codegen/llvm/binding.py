@@ -7,13 +7,13 @@ engine takes ownership of the one it is given, so each gets its own).
 
 from __future__ import annotations
 
-import threading
 from types import ModuleType
 from typing import Any
 
+from tilec.llvm_cpus import LLVM_LOCK
 from tilec.target import CpuInfo
 
-LOCK = threading.RLock()  # LLVM's C API is not safe to drive from several threads at once
+LOCK = LLVM_LOCK  # LLVM's C API is not safe to drive from several threads at once (tilec.llvm_cpus asks LLVM too)
 _INITIALISED: list[ModuleType] = []
 
 

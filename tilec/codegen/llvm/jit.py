@@ -12,8 +12,8 @@ from typing import Any
 
 from tilec.codegen.llvm.binding import LOCK, initialise_llvm, target_machine
 from tilec.codegen.llvm.runtime import ensure_runtime
-from tilec.errors import CodegenError
-from tilec.target import CpuInfo
+from tilec.errors import CodegenError, TargetError
+from tilec.target import CpuInfo, missing_on_host
 
 _MACHINES: dict[CpuInfo, Any] = {}
 
@@ -70,7 +70,19 @@ class LoadedKernel:
     function: Any  # ctypes function: void(void**)
 
 
+def check_runs_here(cpu: CpuInfo) -> None:
+    """Code for `cpu` may run on this machine: a TargetError, before anything runs, where it needs an
+    instruction-set extension this CPU lacks (compiling for it, and explaining it, stay legal)."""
+    missing = missing_on_host(cpu)
+    if missing:
+        raise TargetError(f"kernels compiled for CPU '{cpu.name}' use {', '.join(missing)}, which this machine's CPU "
+                          f"lacks; they cannot run here. Compile for this machine (target 'llvm', or -mcpu=native), "
+                          f"disable those features (-mattr={','.join('-' + f for f in missing)}), or run them on "
+                          f"a {cpu.name}")
+
+
 def load_object(obj: bytes, name: str, cpu: CpuInfo) -> LoadedKernel:
+    check_runs_here(cpu)
     llvm = initialise_llvm()
     ensure_runtime(cpu.cores)  # kernels with parallel loops link to its tilec_parallel_for
     with LOCK:

@@ -164,6 +164,14 @@ class Attention(Template):
     def match(self, index: int, ctx: Context) -> AttentionPlan | None:
         return pattern.match(index, ctx.bp, DTYPES)
 
+    def default_knobs(self, index: int, plan: AttentionPlan, ctx: Context) -> AttentionKnobs:
+        """6 x 64 score blocks, fewer rows where that holds more vectors than `problems` allows
+        (with 8-lane vectors and 16 registers, AVX2: 4 x 64)."""
+        assert ctx.target.host is not None
+        base = AttentionKnobs()
+        vectors = -(-base.bk // ctx.target.lanes("float32"))
+        return AttentionKnobs(bq=max(1, min(base.bq, 2 * ctx.target.host.vector_registers // vectors)), bk=base.bk)
+
     def problems(self, knobs: AttentionKnobs, plan: AttentionPlan, ctx: Context) -> list[str]:
         problems = []
         if knobs.bk % LANES:

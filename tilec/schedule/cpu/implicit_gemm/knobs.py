@@ -57,14 +57,29 @@ def accumulators(target: Target) -> int:
     return target.host.vector_registers * 3 // 4
 
 
+def register_block(target: Target, widths: tuple[int, ...]) -> tuple[int, int]:
+    """(mr, vectors): of the widths allowed (in vectors), the block with the most accumulators that
+    fits the register file beside a B row and an A broadcast (mr x vectors + vectors + 1 registers),
+    the widest on a tie: 6 x 4 vectors with 32 registers (AVX-512), 4 x 3 with 16 (AVX2), whose
+    4 x 4 would need 21 and spill."""
+    assert target.host is not None
+    regs = target.host.vector_registers
+
+    def rows(vectors: int) -> int:
+        return max(1, min(14, accumulators(target) // vectors, (regs - vectors - 1) // vectors))
+
+    best = max(widths, key=lambda v: (rows(v) * v, v))
+    return rows(best), best
+
+
 def default_knobs(plan: GemmPlan, dtype: str, target: Target, mc_rows: int) -> GemmKnobs:
-    """Register block from the vector width; KC so the B micro-panel (KC x NR) stays in L1;
-    MC (about `mc_rows`) so that the row blocks split evenly over the threads when they share the rows."""
+    """Register block from the vector width and register count; KC so the B micro-panel (KC x NR)
+    stays in L1; MC (about `mc_rows`) so that the row blocks split evenly over the threads when they
+    share the rows."""
     assert target.host is not None
     lanes = target.lanes(accumulator_dtype(dtype))
-    vectors = 4 if plan.n > 2 * lanes else 2 if plan.n > lanes else 1
+    mr, vectors = register_block(target, (4, 3, 2, 1) if plan.n > 2 * lanes else (2, 1) if plan.n > lanes else (1,))
     nr = vectors * lanes
-    mr = min(14, accumulators(target) // vectors)
     kc = min(plan.k, max(16, target.host.l1d_bytes // (nr * itemsize(dtype))))
     threads = target.cores
     n_outer = plan.batch
@@ -115,5 +130,5 @@ def knob_problems(knobs: GemmKnobs, plan: GemmPlan, dtype: str, target: Target) 
     return problems
 
 
-__all__ = ["DTYPES", "GemmKnobs", "MAX_THREADS", "accumulators", "default_knobs", "itemsize", "knob_problems", "plan_threads",
+__all__ = ["DTYPES", "GemmKnobs", "MAX_THREADS", "accumulators", "default_knobs", "register_block", "itemsize", "knob_problems", "plan_threads",
            "round_up", "worthwhile"]

@@ -39,7 +39,7 @@ from tilec.schedule.nest import decompose, guarded_store, thread_share, threads_
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.base import Context
-from tilec.target import Target
+from tilec.target import Target, cpu_isa
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ def bf16_pairs(b: BoundContraction, plan: GemmPlan, dtypes: dict[str, str], targ
     """Whether the micro-kernel runs on bfloat16 pairs (AVX512-BF16's dot product: twice the products
     of a float32 FMA per instruction): bfloat16 operands and output on a CPU that has it, NR whole vectors."""
     host = target.host
-    return (host is not None and "+avx512bf16" in host.features.split(",") and host.vector_bits == 512
+    return (host is not None and host.vector_bits == 512 and "avx512bf16" in cpu_isa(host.name, host.features)
             and b.dtype == dtypes[plan.a.tensor] == dtypes[plan.b.tensor] == "bfloat16" and nr % 16 == 0)
 
 
