@@ -20,8 +20,9 @@ implicit_gemm.packed: the vector dimension is NR, the columns; A is broadcast ro
   possible), then the widest.
 * KC, the reduction block (`reduction_block`): each reduction block reloads and stores every C
   tile, a cache miss per row of the tile, so KC is as large as the caches allow: the B
-  micro-panel (KC x NR) in a quarter of L2, the packed B block (KC x N, shared by the threads) in
-  half of L3, and K split into equal blocks. The B micro-panel does not stay in L1 (with NR the
+  micro-panel (KC x NR) in a quarter of L2, the packed B block (KC x N, shared by the threads, read
+  again by every row block) in a quarter of L3 (which the other cores and processes share), and K
+  split into equal blocks. The B micro-panel does not stay in L1 (with NR the
   vector dimension it is 4 vectors wide: L1 would cap KC near 100); measured on Zen 4 (1024^3, one
   core), KC = K ran 1.06x KC = K / 2 and 1.17x KC = 128, the B micro-panel streaming from L2.
 * MC, the rows packed at once (`row_block`): the packed A block (MC x KC) in another quarter of
@@ -111,8 +112,8 @@ def register_block(m: int, n: int, lanes: int, cpu: CpuInfo) -> tuple[int, int]:
 
 
 def reduction_block(k: int, n: int, nr: int, size: int, cpu: CpuInfo) -> int:
-    """KC: the B micro-panel in a quarter of L2, the packed B block in half of L3, K in equal blocks."""
-    most = min(cpu.l2_bytes // (4 * nr * size), cpu.l3_bytes // (2 * round_up(n, nr) * size))
+    """KC: the B micro-panel in a quarter of L2, the packed B block in a quarter of L3, K in equal blocks."""
+    most = min(cpu.l2_bytes // (4 * nr * size), cpu.l3_bytes // (4 * round_up(n, nr) * size))
     most = max(16, most)
     blocks = -(-k // most)
     return -(-k // blocks)
