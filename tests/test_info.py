@@ -27,6 +27,7 @@ def test_info_prints_the_target_the_peaks_and_the_versions(capsys):
     cpu = host_cpu()
     assert f"LLVM CPU {cpu.name}" in out and f"{cpu.cores} cores" in out
     assert f"{cpu.vector_bits} bits" in out and f"fma_units  {cpu.fma_units}" in out
+    assert f"FMA latency {cpu.fma_latency} cycles" in out
     assert "L1d" in out and "L3" in out
     assert "GFLOP/s" in out and "GB/s" in out and "float32" in out and "float64" in out
     assert "records" in out and f"tilec {tilec.__version__}" in out and "llvmlite" in out

@@ -266,9 +266,11 @@ def test_local_measurer_catches_faults() -> None:
 def test_parallel_builds_catch_builder_faults_and_feed_the_measurer() -> None:
     """A compile that segfaults, hangs or raises in a builder is recorded and skipped; the other
     candidates are built by the pool (the measurement process only loads their object code)."""
-    t = faulty_task(BUILDER_FAULTS)
-    good = t.default_config()
-    configs = [dict(good, mr=mr, nr=16, mc=mr * 2, pack_a=True) for mr in (8, 10, 12, 2, 4)] + [good]
+    good = faulty_task(()).default_config()
+    faulty = [mr for mr, _ in BUILDER_FAULTS if mr != good["mr"]]  # the default's mr (the host's) must build
+    faulty += [mr for mr in (9, 11, 13) if mr != good["mr"]][:len(BUILDER_FAULTS) - len(faulty)]
+    t = faulty_task(tuple(zip(faulty, (fault for _, fault in BUILDER_FAULTS))))
+    configs = [dict(good, mr=mr, nr=16, mc=mr * 2, pack_a=True) for mr in faulty + [2, 4]] + [good]
     from tilec import pipeline
     from tilec.config import options
 

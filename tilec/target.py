@@ -5,7 +5,8 @@ capabilities the templates and code generators read, instead of constants scatte
 them:
 
 * :class:`CpuInfo` (targets ``llvm`` and ``cuda-sim``, whose code runs on the host): the LLVM
-  CPU name and features, vector width, cores, full-width FMA units and data-cache sizes;
+  CPU name and features, vector width, cores, full-width FMA units, FMA latency and data-cache
+  sizes;
 * :class:`GpuInfo` (targets ``cuda`` and ``cuda-sim``, whose programs are lowered to GPU
   kernels): the architecture, SM count and the per-block limits on threads, shared memory and
   registers.
@@ -61,6 +62,7 @@ class CpuInfo:
     l1d_bytes: int  # data cache per core
     l2_bytes: int  # per core
     l3_bytes: int  # shared
+    fma_latency: int = 5  # cycles from a vector FMA's inputs to its result (the longest of x86-64 cores)
 
     def lanes(self, dtype: str) -> int:
         """Elements of `dtype` in the widest vector register."""
@@ -143,6 +145,14 @@ class Target:
 # Full-width vector FMA units by LLVM CPU name, where they differ from two: Zen 4 executes a
 # 512-bit FMA as two 256-bit halves (one per cycle at full width).
 _FMA_UNITS = {"znver4": 1}
+# Vector FMA latency in cycles by LLVM CPU name, where it is below the default of five (Haswell,
+# Broadwell, Zen 1 and 2, and any core this table does not know): four on Skylake and its successors
+# and on Zen 3 and later. The GEMM heuristic needs latency x units independent accumulators
+# (tilec.schedule.cpu.implicit_gemm.knobs); a latency too long only asks for more of them.
+_FMA_LATENCY = {name: 4 for name in (
+    "skylake", "skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
+    "tigerlake", "rocketlake", "alderlake", "raptorlake", "meteorlake", "arrowlake", "lunarlake", "sapphirerapids",
+    "emeraldrapids", "graniterapids", "znver3", "znver4", "znver5")}
 _CACHE_FALLBACK = {1: 32 * 1024, 2: 1024 * 1024, 3: 8 * 1024 * 1024}
 
 
@@ -188,7 +198,7 @@ def host_cpu() -> CpuInfo:
     name = llvm.get_host_cpu_name()
     caches = cache_sizes()
     return CpuInfo(name, features.flatten(), vector_bits, _host_cores(), _FMA_UNITS.get(name, 2),
-                   caches[1], caches[2], caches[3])
+                   caches[1], caches[2], caches[3], _FMA_LATENCY.get(name, CpuInfo.fma_latency))
 
 
 @functools.cache

@@ -51,7 +51,7 @@ def target_info() -> dict[str, Any]:
             "vector_bits": cpu.vector_bits, "vector_registers": cpu.vector_registers,
             "features": [f for f in NOTABLE_FEATURES if f in features],
             "features_absent": [f for f in NOTABLE_FEATURES if f not in features],
-            "cores": cpu.cores, "fma_units": cpu.fma_units, "l1d_bytes": cpu.l1d_bytes, "l2_bytes": cpu.l2_bytes,
+            "cores": cpu.cores, "fma_units": cpu.fma_units, "fma_latency": cpu.fma_latency, "l1d_bytes": cpu.l1d_bytes, "l2_bytes": cpu.l2_bytes,
             "l3_bytes": cpu.l3_bytes, "key": target.key}
 
 
@@ -119,7 +119,8 @@ def format_info(info: dict[str, Any]) -> str:
         f"vectors    {t['vector_bits']} bits, {t['vector_registers']} registers; features {' '.join(t['features']) or '-'}"
         + (f" (absent: {' '.join(t['features_absent'])})" if t["features_absent"] else ""),
         f"caches     L1d {_size(t['l1d_bytes'])}, L2 {_size(t['l2_bytes'])} per core; L3 {_size(t['l3_bytes'])}",
-        f"fma_units  {t['fma_units']} (full-width FMAs per cycle, as the compiler's Target has it)",
+        f"fma_units  {t['fma_units']} (full-width FMAs per cycle, as the compiler's Target has it); "
+        f"FMA latency {t['fma_latency']} cycles",
     ]
     lines += _format_peaks(p)
     lines += [f"cache      {where['cache_dir'] or '-'} (disk cache {'on' if where['disk_cache'] else 'off'})",

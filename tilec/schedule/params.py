@@ -28,7 +28,6 @@ class LoweringParams:
     gemm_min_work: int = 32**3  # M x N x K below which a product is faster as plain loops than packed
     gemm_min_columns: int = 8  # and columns below which
     direct_max_panels: int = 4  # column panels up to which reading A in place beats packing it
-    gemm_mc_rows: int = 144  # rows of A the packed GEMM packs at once (MC x KC stays in L2)
     winograd_min_channels: int = 128  # channels and columns below which Winograd's GEMMs are too slow to gain
     winograd_min_tiles: int = 16
     permute_max_cells: int = 1 << 20  # larger permutations keep the default nest (tilec.schedule.cpu.permute)

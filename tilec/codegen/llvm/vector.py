@@ -19,7 +19,7 @@ from typing import Any
 
 import llvmlite.ir as ir
 
-from tilec.codegen.llvm import bfloat
+from tilec.codegen.llvm import bfloat, vector_math
 from tilec.codegen.llvm.scalar import ScalarEmitter
 from tilec.codegen.llvm.types import (I64, alignment, declare_intrinsic, declare_masked, packed_bfloat16, storage_type,
                                      value_type)
@@ -27,11 +27,6 @@ from tilec.ir import loop as L
 from tilec.ir.dtypes import is_float, is_unsigned
 from tilec.ir.visitor import children, walk
 
-# erf(x) / x as a polynomial in x^2 on [0, 1], and erfc(a) e^(a^2) / t as one in t = 1 / (1 + a/2) on [1, 4]
-_ERF_SMALL = (1.1283791659888347, -0.3761262771950353, 0.1128360747074919, -0.026854774262668385,
-              0.005190202704224378, -0.0008027023985713588, 7.91047898367897e-05)
-_ERF_TAIL = (0.28262213428321226, 0.2741356192705947, 0.29763179332491946, -2.325149435374041e-05,
-             0.4360836851755207, -0.3852051177469496, 0.09464298712239096)
 _SAFE_CALLS = {"exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "tanh", "pow", "max", "min"}
 _SAFE_BIN = {"add", "sub", "mul", "div", "min", "max", "and", "or", "xor", "shl", "shr"}
 
@@ -279,70 +274,11 @@ class VectorLoop:
             if e.func in ("max", "min"):
                 return self.em.float_bin(e.func, args[0], args[1], ())
             if e.func == "exp" and _register(e.dtype) == "float32":
-                return self.exp_f32(args[0])
+                return vector_math.exp_f32(self.b, self.em.module, args[0])
             if e.func == "erf" and _register(e.dtype) == "float32":
-                return self.erf_f32(args[0])
+                return vector_math.erf_f32(self.b, self.em.module, args[0])
             return self.em.float_call(e.func, args, args[0].type)
         raise AssertionError(f"vectorizable() let {type(e).__name__} through")
-
-    def exp_f32(self, x: ir.Value) -> ir.Value:
-        """e^x on a float32 vector without libm (LLVM would call expf once per lane): the
-        Cephes recipe, x = n ln2 + r with |r| <= ln2 / 2, a degree-6 polynomial for e^r, and
-        2^n built in the exponent bits. About 1 ulp; inputs below -87.3 give 0, above 88.7 inf."""
-        b, lanes = self.b, self.lanes
-        vt = x.type
-
-        def c(value: float) -> ir.Constant:
-            return ir.Constant(vt, [value] * lanes)
-
-        nan = b.fcmp_unordered("uno", x, x)
-        over = b.fcmp_ordered(">", x, c(88.72283935546875))
-        under = b.fcmp_ordered("<", x, c(-87.33654022216797))
-        clamped = b.select(over, c(88.0), b.select(under, c(-87.0), x))
-        rint = declare_intrinsic(self.em.module, "llvm.rint", vt, 1)
-        n = b.call(rint, [b.fmul(clamped, c(1.4426950408889634))])
-        r = b.fsub(b.fsub(clamped, b.fmul(n, c(0.693359375))), b.fmul(n, c(-2.12194440e-4)))
-        p = c(1.9875691500e-4)
-        for coeff in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
-            p = b.fadd(b.fmul(p, r), c(coeff))
-        y = b.fadd(b.fadd(b.fmul(b.fmul(p, r), r), r), c(1.0))
-        i32v = ir.VectorType(ir.IntType(32), lanes)
-
-        def power_of_two(k: ir.Value) -> ir.Value:  # 2^k for -126 <= k <= 127, in the exponent bits
-            biased = b.add(k, ir.Constant(i32v, [127] * lanes))
-            return b.bitcast(b.shl(biased, ir.Constant(i32v, [23] * lanes)), vt)
-
-        k = b.fptosi(n, i32v)  # in [-126, 128]: 2^k as two factors keeps both representable
-        half = b.ashr(k, ir.Constant(i32v, [1] * lanes))
-        result = b.fmul(b.fmul(y, power_of_two(half)), power_of_two(b.sub(k, half)))
-        result = b.select(over, c(float("inf")), b.select(under, c(0.0), result))
-        return b.select(nan, x, result)
-
-    def erf_f32(self, x: ir.Value) -> ir.Value:
-        """erf on a float32 vector without libm (erff is a call per lane, and GELU's forward and
-        gradient are mostly erf): below |x| = 1 an odd polynomial x P(x^2), above it
-        sign(x) (1 - e^(-x^2) t Q(t)) with t = 1 / (1 + |x| / 2); both least-squares fits to
-        math.erf in float64 (relative error 2e-9 and absolute 2e-9 before float32 rounding), so
-        about 1 ulp below 1 and 2 ulp above (e^(-x^2) inherits x^2's rounding)."""
-        b, lanes = self.b, self.lanes
-        vt = x.type
-
-        def c(value: float) -> ir.Constant:
-            return ir.Constant(vt, [value] * lanes)
-
-        def horner(coeffs: tuple[float, ...], v: ir.Value) -> ir.Value:
-            acc = c(coeffs[-1])
-            for coeff in reversed(coeffs[:-1]):
-                acc = b.fadd(b.fmul(acc, v), c(coeff))
-            return acc
-
-        x2 = b.fmul(x, x)
-        small = b.fmul(x, horner(_ERF_SMALL, x2))
-        magnitude = b.call(declare_intrinsic(self.em.module, "llvm.fabs", vt, 1), [x])
-        t = b.fdiv(c(1.0), b.fadd(c(1.0), b.fmul(magnitude, c(0.5))))
-        tail = b.fmul(b.fmul(horner(_ERF_TAIL, t), t), self.exp_f32(b.fneg(x2)))
-        large = b.call(declare_intrinsic(self.em.module, "llvm.copysign", vt, 2), [b.fsub(c(1.0), tail), x])
-        return b.select(b.fcmp_ordered("<", magnitude, c(1.0)), small, large)
 
     def dot2(self, e: L.Call) -> ir.Value:
         """DOT2_BF16 (tilec.ir.loop) as one vdpbf16ps where its operands have that instruction's layout:

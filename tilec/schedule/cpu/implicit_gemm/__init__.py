@@ -84,7 +84,7 @@ class ImplicitGemm(Template):
         choice = self.heuristic(index, ctx)
         if choice is not None:
             return choice.knobs
-        return default_knobs(plan, plan.dtype, ctx.target, ctx.params.gemm_mc_rows)
+        return default_knobs(plan, plan.dtype, ctx.target)
 
     def choose(self, index: int, ctx: Context, items: Any = None) -> Choice:
         if items is None:
@@ -157,7 +157,7 @@ class ImplicitGemm(Template):
 def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, a_in_place: bool) -> GemmKnobs:
     """The packed variant's default knobs, A read in place (direct) where it can be (`a_in_place`)
     and the column panels are few."""
-    knobs = default_knobs(plan, dtype, ctx.target, ctx.params.gemm_mc_rows)
+    knobs = default_knobs(plan, dtype, ctx.target)
     if -(-plan.n // knobs.nr) <= ctx.params.direct_max_panels and a_in_place:
         knobs = replace(knobs, pack_a=False)  # each packed A element would serve too few panels
     return knobs

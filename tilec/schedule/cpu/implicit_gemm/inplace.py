@@ -47,7 +47,7 @@ from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import index_expr, lone_output_vars
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.patterns.layout_copy import Copy
-from tilec.schedule.cpu.implicit_gemm.knobs import DTYPES, GemmKnobs, register_block
+from tilec.schedule.cpu.implicit_gemm.knobs import DTYPES, GemmKnobs, widths_block
 from tilec.schedule.cpu.implicit_gemm.padding import Pads, access_padding, gathered, padded_index, padded_operand, zero_slabs
 from tilec.schedule.nest import decompose, thread_share, threads_loop
 from tilec.schedule.patterns import gemm as gemm_pattern
@@ -118,10 +118,10 @@ def candidates(b: BoundContraction, bp: BoundProgram, lanes: int) -> list[Candid
 
 
 def default_knobs(ip: Candidate, dtype: str, target: Target) -> GemmKnobs:
-    """The register block (tilec.schedule.cpu.implicit_gemm.knobs.register_block) of those up to four
+    """The register block (tilec.schedule.cpu.implicit_gemm.knobs.widths_block) of those up to four
     vectors wide that divide the columns."""
     lanes = target.lanes(dtype)
-    mr, vectors = register_block(target, tuple(k for k in (4, 2, 1) if ip.gemm.n % (k * lanes) == 0))
+    mr, vectors = widths_block(target, tuple(k for k in (4, 2, 1) if ip.gemm.n % (k * lanes) == 0))
     return GemmKnobs(mr=mr, nr=vectors * lanes, threads=target.cores, pack_a=False, pack_b=False)
 
 

@@ -1,9 +1,34 @@
 """The implicit-GEMM template's knob record and the blocking the heuristic derives from the target.
 
 Requires: a GemmPlan (tilec.schedule.patterns.gemm) and a CPU Target. Guarantees:
-`default_knobs` gives the BLIS-style blocking (register block from the vector width and
-register count, KC so the B micro-panel stays in L1, MC so row blocks split evenly over the
-threads); `knob_problems` says why knobs cannot be built for a plan on a target.
+`default_knobs` gives a blocking derived from the target's CpuInfo by the model below (no
+constant measured on one chip); `knob_problems` says why knobs cannot be built for a plan on a
+target.
+
+The model (BLIS's analytical recipe, adapted to this template's loop nest, tilec.schedule.cpu.
+implicit_gemm.packed: the vector dimension is NR, the columns; A is broadcast row by row):
+
+* Register block (`register_block`). A k step of the micro-kernel issues MR x V vector FMAs
+  (V = NR / lanes vectors per row), V vector loads of B and MR broadcasts of A. It takes at least
+  MR x V / units cycles (the FMA units), `fma_latency` cycles (each accumulator's chain gets one
+  FMA per step: latency x units accumulators hide it), (V + MR) / 2 cycles (two loads per cycle)
+  and V x vector bytes / 32 cycles (the B micro-panel streams from L2 at half a 64-byte line per
+  cycle, see KC). Its efficiency is the FMA-bound time over the longest of these. The registers
+  hold the MR x V accumulators, V B vectors and a broadcast. Among the blocks that fit, the one
+  whose efficiency times the share of useful cells (edge tiles of M and N compute padding) is
+  highest, then the one with the fewest loads per FMA (BLIS: MR x NR / (MR + NR) as large as
+  possible), then the widest.
+* KC, the reduction block (`reduction_block`): each reduction block reloads and stores every C
+  tile, a cache miss per row of the tile, so KC is as large as the caches allow: the B
+  micro-panel (KC x NR) in a quarter of L2, the packed B block (KC x N, shared by the threads, read
+  again by every row block) in a quarter of L3 (which the other cores and processes share), and K
+  split into equal blocks. The B micro-panel does not stay in L1 (with NR the
+  vector dimension it is 4 vectors wide: L1 would cap KC near 100); measured on Zen 4 (1024^3, one
+  core), KC = K ran 1.06x KC = K / 2 and 1.17x KC = 128, the B micro-panel streaming from L2.
+* MC, the rows packed at once (`row_block`): the packed A block (MC x KC) in another quarter of
+  L2, and, when the threads share the rows, MC so that the row blocks give every thread the same
+  number of MR-row tiles as nearly as whole blocks can.
+* Threads: one per core.
 """
 
 from __future__ import annotations
@@ -16,7 +41,7 @@ from tilec.ir.dtypes import accumulator_dtype
 from tilec.schedule.params import LoweringParams
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.knobs import knob
-from tilec.target import Target
+from tilec.target import CpuInfo, Target
 
 MAX_THREADS = 256  # threads a template splits its work over: more only multiplies the packing buffers
 MAX_WORKSPACE_BYTES = 1 << 30  # packed panels a choice of knobs may ask for
@@ -51,17 +76,46 @@ def round_up(x: int, m: int) -> int:
 
 
 def accumulators(target: Target) -> int:
-    """Vector registers the register block may hold: three quarters of the register file (the rest
-    holds a row of B, a broadcast of A and addresses)."""
+    """Vector registers a register block may hold at most: three quarters of the register file (a
+    bound for the checks and the in-place variant; `register_block` counts registers exactly)."""
     assert target.host is not None
     return target.host.vector_registers * 3 // 4
 
 
-def register_block(target: Target, widths: tuple[int, ...]) -> tuple[int, int]:
-    """(mr, vectors): of the widths allowed (in vectors), the block with the most accumulators that
-    fits the register file beside a B row and an A broadcast (mr x vectors + vectors + 1 registers),
-    the widest on a tie: 6 x 4 vectors with 32 registers (AVX-512), 4 x 3 with 16 (AVX2), whose
-    4 x 4 would need 21 and spill."""
+LOADS_PER_CYCLE = 2  # loads a core issues per cycle: two on every x86-64 core since Haswell and Zen
+L2_BYTES_PER_CYCLE = 32  # what L2 sustains into L1: half of the 64-byte line most cores fill per cycle
+MAX_ROWS = 16  # MR at most: a taller block only adds broadcasts (and compile time) for no more reuse
+
+
+def kernel_efficiency(mr: int, vectors: int, cpu: CpuInfo) -> float:
+    """Share of the FMA peak an MR x (vectors) register block sustains (module doc)."""
+    fma = mr * vectors / cpu.fma_units
+    cycles = max(fma, cpu.fma_latency, (vectors + mr) / LOADS_PER_CYCLE,
+                 vectors * cpu.vector_bits / 8 / L2_BYTES_PER_CYCLE)
+    return fma / cycles
+
+
+def register_block(m: int, n: int, lanes: int, cpu: CpuInfo) -> tuple[int, int]:
+    """(MR, NR): the register block of the module doc for an M x N output, NR a multiple of `lanes`."""
+    most_vectors = max(1, min(4, -(-n // lanes)))
+    best: tuple[tuple[float, float, int], tuple[int, int]] | None = None
+    for vectors in range(1, most_vectors + 1):
+        nr = vectors * lanes
+        rows = min(MAX_ROWS, (cpu.vector_registers - vectors - 1) // vectors, max(1, m))
+        for mr in range(1, rows + 1):
+            useful = m / round_up(m, mr) * n / round_up(n, nr)
+            key = (kernel_efficiency(mr, vectors, cpu) * useful, -(vectors + mr) / (mr * vectors), nr)
+            if best is None or key > best[0]:
+                best = (key, (mr, nr))
+    assert best is not None
+    return best[1]
+
+
+def widths_block(target: Target, widths: tuple[int, ...]) -> tuple[int, int]:
+    """(mr, vectors) for a template whose width must be one of `widths` (in vectors; the in-place
+    variant's divide the columns): the block with the most accumulators that fits the register file
+    beside a B row and an A broadcast (mr x vectors + vectors + 1 registers), the widest on a tie:
+    6 x 4 vectors with 32 registers (AVX-512), 4 x 3 with 16 (AVX2), whose 4 x 4 would spill."""
     assert target.host is not None
     regs = target.host.vector_registers
 
@@ -72,21 +126,39 @@ def register_block(target: Target, widths: tuple[int, ...]) -> tuple[int, int]:
     return rows(best), best
 
 
-def default_knobs(plan: GemmPlan, dtype: str, target: Target, mc_rows: int) -> GemmKnobs:
-    """Register block from the vector width and register count; KC so the B micro-panel (KC x NR)
-    stays in L1; MC (about `mc_rows`) so that the row blocks split evenly over the threads when they
-    share the rows."""
-    assert target.host is not None
-    lanes = target.lanes(accumulator_dtype(dtype))
-    mr, vectors = register_block(target, (4, 3, 2, 1) if plan.n > 2 * lanes else (2, 1) if plan.n > lanes else (1,))
-    nr = vectors * lanes
-    kc = min(plan.k, max(16, target.host.l1d_bytes // (nr * itemsize(dtype))))
+def reduction_block(k: int, n: int, nr: int, size: int, cpu: CpuInfo) -> int:
+    """KC: the B micro-panel in a quarter of L2, the packed B block in a quarter of L3, K in equal blocks."""
+    most = min(cpu.l2_bytes // (4 * nr * size), cpu.l3_bytes // (4 * round_up(n, nr) * size))
+    most = max(16, most)
+    blocks = -(-k // most)
+    return -(-k // blocks)
+
+
+def row_block(m: int, mr: int, kc: int, size: int, cpu: CpuInfo, sharing: int) -> int:
+    """MC: the packed A block in a quarter of L2; with `sharing` threads splitting the rows, row blocks
+    that give each thread as nearly the same number of MR-row tiles as whole blocks can."""
+    tiles = -(-m // mr)
+    most = max(1, min(tiles, cpu.l2_bytes // (4 * kc * size * mr)))  # tiles per block
+    if sharing <= 1:
+        return mr * -(-tiles // -(-tiles // most))
+
+    def heaviest(per_block: int) -> int:  # tiles of the busiest thread (tilec.schedule.nest.thread_share)
+        blocks = -(-tiles // per_block)
+        return min(per_block * -(-blocks // sharing), tiles)
+
+    return mr * min(range(1, most + 1), key=lambda b: (heaviest(b), -b))
+
+
+def default_knobs(plan: GemmPlan, dtype: str, target: Target) -> GemmKnobs:
+    """The blocking of the module doc for `plan` on `target`."""
+    cpu = target.host
+    assert cpu is not None
+    size = itemsize(dtype)
+    mr, nr = register_block(plan.m, plan.n, target.lanes(accumulator_dtype(dtype)), cpu)
+    kc = reduction_block(plan.k, plan.n, nr, size, cpu)
     threads = target.cores
-    n_outer = plan.batch
-    share = 1 if n_outer >= threads else threads  # row blocks are split over threads only then
-    blocks = share * -(-plan.m // (share * mc_rows))
-    mc = round_up(-(-plan.m // blocks), mr)
-    return GemmKnobs(mr=mr, nr=nr, kc=kc, mc=mc, threads=threads)
+    sharing = 1 if plan.batch >= threads else threads  # row blocks are split over threads only then
+    return GemmKnobs(mr=mr, nr=nr, kc=kc, mc=row_block(plan.m, mr, kc, size, cpu, sharing), threads=threads)
 
 
 def worthwhile(plan: GemmPlan, params: LoweringParams) -> bool:
@@ -130,5 +202,6 @@ def knob_problems(knobs: GemmKnobs, plan: GemmPlan, dtype: str, target: Target) 
     return problems
 
 
-__all__ = ["DTYPES", "GemmKnobs", "MAX_THREADS", "accumulators", "default_knobs", "register_block", "itemsize", "knob_problems", "plan_threads",
-           "round_up", "worthwhile"]
+__all__ = ["DTYPES", "GemmKnobs", "MAX_THREADS", "accumulators", "default_knobs", "itemsize", "kernel_efficiency",
+           "knob_problems", "plan_threads", "reduction_block", "register_block", "round_up", "row_block", "widths_block",
+           "worthwhile"]

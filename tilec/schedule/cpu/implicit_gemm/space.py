@@ -37,7 +37,7 @@ def gemm_space(index: int, plan: GemmPlan, ctx: Context, default: Config) -> tup
     mrs = choices_with((1, 2, 3, 4, 6, 8, 10, 12, 14), default["mr"])
     nrs = choices_with(tuple(lanes * v for v in (1, 2, 3, 4) if lanes * v <= max(lanes, -(-n // lanes) * lanes)),
                 default["nr"])
-    kcs = choices_with(tuple(c for c in (16, 32, 64, 128, 256, 512) if c < k) + (min(k, 512),), default["kc"])
+    kcs = choices_with(tuple(c for c in (16, 32, 64, 128, 256, 512, 1024, 2048) if c < k) + (min(k, 2048),), default["kc"])
     m_up = max(mrs) * -(-m // max(mrs))
     mcs = choices_with(tuple(sorted({mr * j for mr in mrs for j in (1, 2, 4, 8, 12, 16, 24, 32) if mr * j <= m_up})),
                 default["mc"])

@@ -1,0 +1,138 @@
+"""The GEMM heuristic's analytical blocking (tilec.schedule.cpu.implicit_gemm.knobs) on synthetic CPUs.
+
+Three CpuInfos stand for the machines the model must serve: a Sapphire Rapids-like core (two
+512-bit FMA units, 48 KiB L1, 2 MiB L2), a Zen 4-like one (one full-width unit, 32 KiB L1, 1 MiB
+L2) and an AVX2 core (256-bit vectors, 16 registers, 256 KiB L2). Each derives knobs that must
+satisfy the model's own constraints (registers, latency hiding, cache fits, lanes, thread
+balance), and GEMMs compiled for each (its vector width and caches, the host's instruction set)
+must compute what numpy does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tilec
+from tilec.ir.bounds import bind
+from tilec.schedule import params
+from tilec.schedule.cpu.implicit_gemm import IMPLICIT_GEMM
+from tilec.schedule.cpu.implicit_gemm.knobs import (default_knobs, kernel_efficiency, knob_problems, register_block,
+                                                    row_block)
+from tilec.schedule.templates.base import Context
+from tilec.target import CpuInfo, Target, host_cpu
+
+GEMM = "C[i, j: M, N] = +(A[i, k] * B[k, j])"
+HOST = host_cpu()
+# Synthetic CPUs: the host's LLVM name and features (so that their code runs here), the model's inputs replaced.
+CPUS = {
+    "spr": replace(HOST, vector_bits=512, cores=4, fma_units=2, fma_latency=4, l1d_bytes=48 << 10, l2_bytes=2 << 20,
+                   l3_bytes=105 << 20),
+    "zen4": replace(HOST, vector_bits=512, cores=2, fma_units=1, fma_latency=4, l1d_bytes=32 << 10, l2_bytes=1 << 20,
+                    l3_bytes=32 << 20),
+    "avx2": replace(HOST, vector_bits=256, cores=3, fma_units=2, fma_latency=5, l1d_bytes=32 << 10,
+                    l2_bytes=256 << 10, l3_bytes=8 << 20),
+}
+SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (128, 4096, 1024), (4096, 512, 512), (64, 1024, 1024),
+          (1021, 999, 1003), (25088, 64, 576), (40, 40, 40)]
+
+
+def knobs_for(cpu: CpuInfo, m: int, n: int, k: int, dtype: str = "float32"):
+    target = Target("llvm", cpu)
+    bp = bind(tilec.parse(GEMM), {"A": (m, k), "B": (k, n)}, {"A": dtype, "B": dtype})
+    plan = IMPLICIT_GEMM.match(0, Context(bp, target, params.current()))
+    assert plan is not None
+    return target, plan, default_knobs(plan, dtype, target)
+
+
+@pytest.mark.parametrize("name", sorted(CPUS))
+@pytest.mark.parametrize("shape", SHAPES)
+def test_derived_knobs_meet_the_model_constraints(name, shape):
+    cpu = CPUS[name]
+    m, n, k = shape
+    target, plan, knobs = knobs_for(cpu, m, n, k)
+    lanes = cpu.lanes("float32")
+    vectors = knobs.nr // lanes
+    assert knobs.nr % lanes == 0 and 1 <= vectors <= 4
+    assert knobs.mr * vectors + vectors + 1 <= cpu.vector_registers  # accumulators, a B row, a broadcast
+    assert knobs.nr <= max(lanes, -(-n // lanes) * lanes)  # no wholly empty vector
+    if m >= 64:  # room for a block that hides the FMA latency and keeps the FMA units busy
+        assert knobs.mr * vectors >= cpu.fma_latency * cpu.fma_units
+        assert kernel_efficiency(knobs.mr, vectors, cpu) == 1.0
+    assert 1 <= knobs.kc <= k
+    if knobs.kc > 16:
+        assert knobs.kc * knobs.nr * 4 <= cpu.l2_bytes // 4  # the B micro-panel: a quarter of L2
+    blocks = -(-k // knobs.kc)
+    assert blocks * knobs.kc - k < blocks  # K in equal blocks (the last short by less than one per block)
+    assert knobs.mc % knobs.mr == 0
+    if knobs.mc > knobs.mr:
+        assert knobs.mc * knobs.kc * 4 <= cpu.l2_bytes // 4  # the packed A block: another quarter
+    assert knobs.threads == cpu.cores
+    assert knob_problems(knobs, plan, "float32", target) == []
+
+
+@pytest.mark.parametrize("name", ["spr", "zen4"])
+def test_a_block_fits_the_rows_exactly_when_one_can(name):
+    """1024 rows and columns on AVX-512: a register block that tiles them with no edge (4 rows of 4
+    vectors, where 6 would leave a partial tile). (On the AVX2 CPU no edge-free block hides the FMA
+    latency: it takes 5 rows of 2 vectors, the 10 accumulators latency 5 x 2 units asks for.)"""
+    cpu = CPUS[name]
+    lanes = cpu.lanes("float32")
+    mr, nr = register_block(1024, 1024, lanes, cpu)
+    assert 1024 % mr == 0 and 1024 % nr == 0
+    assert kernel_efficiency(mr, nr // lanes, cpu) == 1.0
+
+
+@pytest.mark.parametrize("tiles, threads", [(256, 2), (171, 2), (170, 3), (16, 16), (1000, 7), (5, 8)])
+def test_row_blocks_balance_the_threads(tiles, threads):
+    """The busiest thread gets less than one block more than an even share of the MR-row tiles."""
+    mr, kc, size = 4, 512, 4
+    cpu = CPUS["zen4"]
+    mc = row_block(tiles * mr, mr, kc, size, cpu, threads)
+    per_block = mc // mr
+    assert mc % mr == 0 and per_block * kc * size * mr <= max(cpu.l2_bytes // 4, kc * size * mr)
+    blocks = -(-tiles // per_block)
+    busiest = min(-(-blocks // threads) * per_block, tiles)
+    assert busiest - -(-tiles // threads) < per_block
+
+
+def test_more_fma_units_or_latency_ask_for_more_accumulators():
+    """A block that hides one FMA unit's latency is not enough for two: its efficiency halves."""
+    one, two = CPUS["zen4"], CPUS["spr"]
+    assert kernel_efficiency(2, 2, one) == 1.0
+    assert kernel_efficiency(2, 2, two) == pytest.approx(0.5)
+    slow = replace(one, fma_latency=8)
+    assert kernel_efficiency(2, 2, slow) == pytest.approx(0.5)
+    mr, nr = register_block(1024, 1024, slow.lanes("float32"), slow)
+    assert mr * (nr // slow.lanes("float32")) >= 8
+
+
+@pytest.mark.parametrize("name", sorted(CPUS))
+@pytest.mark.parametrize("shape", [(100, 70, 300), (64, 1024, 96), (193, 130, 257)])
+def test_gemms_with_the_derived_knobs_match_numpy(name, shape):
+    m, n, k = shape
+    target, _, knobs = knobs_for(CPUS[name], m, n, k)
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    fn = tilec.compile(GEMM, target)
+    shown = fn.explain({"A": a.shape, "B": b.shape}, stage="templates")
+    assert f"mr={knobs.mr} nr={knobs.nr} kc={knobs.kc} mc={knobs.mc}" in shown
+    np.testing.assert_allclose(fn(a, b), a @ b, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", sorted(CPUS))
+def test_bfloat16_gemm_with_the_derived_knobs(name):
+    """16-bit operands share the template: the knobs count float32 lanes, the results match a float32 product."""
+    m, n, k = 96, 80, 200
+    target, plan, knobs = knobs_for(CPUS[name], m, n, k, "bfloat16")
+    assert knob_problems(knobs, plan, "bfloat16", target) == []
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    out = tilec.compile(GEMM, target)(a, b)
+    np.testing.assert_allclose(np.asarray(out, np.float32), a.astype(np.float32) @ b.astype(np.float32),
+                               rtol=2e-2, atol=2e-1)
