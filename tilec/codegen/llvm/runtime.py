@@ -1,11 +1,32 @@
-"""The CPU runtime kernels link against: a persistent, spinning worker pool.
+"""The CPU runtime kernels link against: a persistent worker pool that shares cores politely.
 
-``void tilec_parallel_for(void (*chunk)(ptr ctx, i64 c), ptr ctx, i64 n)`` runs
-``chunk(ctx, c)`` for every ``c`` in ``[0, n)`` on the calling thread and the pool's
-workers, and returns when all are done. Workers are created on first use (one per core
-beyond the caller), spin (with ``pause``) between jobs so back-to-back parallel regions
-start in microseconds on warm cores, then poll with short sleeps, and exit after about a
-second without work. One job runs at a time (a mutex); jobs do not nest.
+``void tilec_parallel_for(void (*chunk)(ptr ctx, i64 c), ptr ctx, i64 n, i64 work)`` runs
+``chunk(ctx, c)`` for every ``c`` in ``[0, n)`` and returns when all are done. ``work`` is the
+loop's estimated work in units (iterations x a per-iteration estimate from the loop body,
+tilec.codegen.llvm.work; < 0: unknown). Three paths, decided at every call:
+
+* serially on the calling thread when ``work`` is below the serial threshold: parallelism
+  cannot pay for a small job (a 32^3 GEMM, a 16x16 attention);
+* on torch's OpenMP team when torch is loaded (`adopt_openmp`) and the work is unknown or at
+  least the OpenMP threshold (about OPENMP_ABOVE_US of work): right after a torch op torch's
+  workers spin for milliseconds, and on its own team the spinning workers take tilec's chunks
+  instead of competing with tilec's threads for the cores;
+* else on the own pool: the caller and the pool's workers (one per core beyond the caller,
+  created on first use) claim chunks; the caller runs whatever is left unclaimed, so a worker
+  the OS has parked costs at most the chunk it holds. Between jobs a worker spins for at most
+  SPIN_US (``pause``, with a ``sched_yield`` every YIELD_EVERY polls, so on a busy core others
+  run), fewer after jobs it was late for (the bound halves each time the caller ran a whole
+  job alone, and doubles back as workers take part), then polls with SLEEP_US sleeps and exits
+  after about a second without work. The caller waits for claimed chunks the same way: spins
+  politely for at most WAIT_SPIN_US, then sleep-polls, which frees its core for a parked worker.
+  One job runs at a time (a mutex); jobs do not nest.
+
+Thresholds come from measurements, once per process (`calibrate`): what a parallel region costs
+on the pool when every thread takes part (the cheapest of 60 regions whose chunks wait for each
+other; measured again at every kernel load, so a moment's load at start-up does not decide for
+the process), and what a work unit costs (a scalar load, multiply-add and store). A job runs in
+parallel when its estimated time saved is PAYOFF times a region's cost. `thresholds`,
+`runs_in_parallel` and `runs_on_openmp` report the decision; `set_thresholds` overrides it.
 
 Claiming is generation-tagged: the job counter holds ``generation << 32 | next chunk`` and
 is advanced by compare-and-swap only while it belongs to the claimer's job, so a worker that
@@ -13,11 +34,11 @@ saw an old job can neither run a chunk of a new one with stale arguments nor use
 its chunk numbers.
 The module is compiled once per process from LLVM IR and its entry point registered with
 the JIT's symbol resolver, so kernels loaded from the disk cache link to it by name.
+``TILEC_OWN_THREADS=1`` keeps every parallel job off torch's OpenMP team.
 
-When torch is loaded in the process, ``tilec_parallel_for`` runs its chunks on torch's OpenMP
-team instead (``GOMP_parallel``, found in the library torch loaded; `adopt_openmp`): torch's
-workers spin for milliseconds after each torch op, and two pools spinning on the same cores
-made each side wait for the other. ``TILEC_OWN_THREADS=1`` keeps the own pool.
+Requires: llvmlite, an x86-64 host (``pause``, the cycle counter), pthreads. Guarantees: every
+chunk runs exactly once per call, on whichever path; `ensure_runtime` returns the calibrated
+engine for a core count.
 """
 
 from __future__ import annotations
@@ -34,6 +55,7 @@ import llvmlite.ir as ir
 from tilec.codegen.llvm.binding import LOCK, initialise_llvm, target_machine
 
 ENTRY = "tilec_parallel_for"
+SERIAL_FOR, POOL_FOR = "tilec_serial_for", "tilec_pool_for"  # its two paths besides OpenMP (same arguments)
 I32, I64, PTR = ir.IntType(32), ir.IntType(64), ir.PointerType()
 SPIN_US = 200  # longest a worker spins between jobs (pause + sched_yield) before it sleep-polls
 WAIT_SPIN_US = 50  # longest the caller spins on claimed chunks (pause + sched_yield) before it sleep-polls
@@ -52,6 +74,7 @@ CYCLES, CALIBRATE = "tilec_cycles", "tilec_calibrate"
 NOOP, MEET = "tilec_noop_chunk", "tilec_meet_chunk"
 CALIBRATION_SLOTS = 64  # doubles the calibration loop updates
 MEET_LIMIT_US = 200  # longest a calibration chunk waits for the others
+REMEASURE_CALLS = 10  # regions measured again at each kernel load
 
 
 class _Runtime:
@@ -105,7 +128,7 @@ def build_module(cores: int) -> str:
     m.triple = initialise_llvm().get_process_triple()
     rt = _Runtime(m)
     run = _run_chunks(rt)
-    _entry(rt, run, _worker(rt, run), _team(m), cores)
+    _entry(rt, _serial_for(m), _pool_for(rt, run, _worker(rt, run), cores), _team(m))
     _calibration_functions(m)
     return str(m)
 
@@ -212,38 +235,51 @@ def _team(m: ir.Module) -> ir.Function:
     return team
 
 
-def _entry(rt: _Runtime, run: ir.Function, worker: ir.Function, team: ir.Function, cores: int) -> None:
+def _serial_for(m: ir.Module) -> ir.Function:
+    """tilec_serial_for(fn, ctx, n, work): every chunk on the calling thread, in order."""
+    serial = ir.Function(m, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]), SERIAL_FOR)
+    fn_arg, ctx_arg, n_arg, _ = serial.args
+    b = ir.IRBuilder(serial.append_basic_block("entry"))
+    with _counted_loop(b, n_arg) as c:
+        b.call(b.inttoptr(b.ptrtoint(fn_arg, I64), ir.PointerType(CHUNK_FN)), [ctx_arg, c])
+    b.ret_void()
+    return serial
+
+
+def _entry(rt: _Runtime, serial: ir.Function, pool: ir.Function, team: ir.Function) -> None:
     """tilec_parallel_for(fn, ctx, n, work): serially when `work` (estimated work units, < 0:
     unknown) is below SERIAL_BELOW; else on the OpenMP runtime's team when one is adopted (see
     `adopt_openmp`) and the work is unknown or at least OPENMP_ABOVE; else on this module's pool."""
     entry = ir.Function(rt.m, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]), ENTRY)
     fn_arg, ctx_arg, n_arg, work_arg = entry.args
     b = ir.IRBuilder(entry.append_basic_block("entry"))
-    handle, job, polls_slot, since_slot = b.alloca(I64), b.alloca(I64, size=4), b.alloca(I64), b.alloca(I64)
+    job = b.alloca(I64, size=4)
     small = b.and_(b.icmp_signed(">=", work_arg, ir.Constant(I64, 0)),
                    b.icmp_signed("<", work_arg, rt.load(b, rt.serial_below)))
-    serial, parallel = entry.append_basic_block("serial"), entry.append_basic_block("parallel")
-    b.cbranch(small, serial, parallel)
-    b.position_at_end(serial)  # parallelism cannot pay: every chunk on the calling thread, in order
-    with _counted_loop(b, n_arg) as c:
-        b.call(b.inttoptr(b.ptrtoint(fn_arg, I64), ir.PointerType(CHUNK_FN)), [ctx_arg, c])
-    b.ret_void()
-
-    b.position_at_end(parallel)
+    with b.if_then(small):  # parallelism cannot pay
+        b.call(serial, entry.args)
+        b.ret_void()
     omp = rt.load(b, rt.openmp)
-    use_omp, own_pool = entry.append_basic_block("openmp"), entry.append_basic_block("pool")
     big = b.or_(b.icmp_signed("<", work_arg, ir.Constant(I64, 0)),
                 b.icmp_signed(">=", work_arg, rt.load(b, rt.openmp_above)))
-    b.cbranch(b.and_(b.icmp_unsigned("!=", omp, ir.Constant(I64, 0)), big), use_omp, own_pool)
-    b.position_at_end(use_omp)
-    for k, value in enumerate((b.ptrtoint(fn_arg, I64), b.ptrtoint(ctx_arg, I64), n_arg, ir.Constant(I64, 0))):
-        b.store(value, _field(b, job, k))
-    gomp_parallel = ir.FunctionType(ir.VoidType(), [PTR, PTR, I32, I32])  # GOMP_parallel(fn, data, threads, flags)
-    zero32 = ir.Constant(I32, 0)
-    b.call(b.inttoptr(omp, ir.PointerType(gomp_parallel)), [team, job, zero32, zero32])  # 0: the default team
+    with b.if_then(b.and_(b.icmp_unsigned("!=", omp, ir.Constant(I64, 0)), big)):
+        for k, value in enumerate((b.ptrtoint(fn_arg, I64), b.ptrtoint(ctx_arg, I64), n_arg, ir.Constant(I64, 0))):
+            b.store(value, _field(b, job, k))
+        gomp_parallel = ir.FunctionType(ir.VoidType(), [PTR, PTR, I32, I32])  # GOMP_parallel(fn, data, threads, flags)
+        zero32 = ir.Constant(I32, 0)
+        b.call(b.inttoptr(omp, ir.PointerType(gomp_parallel)), [team, job, zero32, zero32])  # 0: the default team
+        b.ret_void()
+    b.call(pool, entry.args)
     b.ret_void()
 
-    b.position_at_end(own_pool)
+
+def _pool_for(rt: _Runtime, run: ir.Function, worker: ir.Function, cores: int) -> ir.Function:
+    """tilec_pool_for(fn, ctx, n, work): the chunks on this module's pool (the caller claims
+    chunks too; it then waits for those workers claimed, spinning politely, then sleep-polling)."""
+    entry = ir.Function(rt.m, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]), POOL_FOR)
+    fn_arg, ctx_arg, n_arg, _ = entry.args
+    b = ir.IRBuilder(entry.append_basic_block("entry"))
+    handle, polls_slot, since_slot = b.alloca(I64), b.alloca(I64), b.alloca(I64)
     b.call(rt.lock, [rt.mutex])
     # start missing workers (they exit after a long idle time; restart them here)
     check, start, publish = (entry.append_basic_block(x) for x in ("check", "start", "publish"))
@@ -295,6 +331,7 @@ def _entry(rt: _Runtime, run: ir.Function, worker: ir.Function, team: ir.Functio
     b.position_at_end(finished)
     b.call(rt.unlock, [rt.mutex])
     b.ret_void()
+    return entry
 
 
 def _adapt_spin(rt: _Runtime, b: ir.IRBuilder, mine: ir.Value, n: ir.Value) -> None:
@@ -399,12 +436,14 @@ class Calibration:
 
 
 _CALIBRATIONS: dict[int, Calibration] = {}  # engine id -> its calibration
+_PINNED: set[int] = set()  # engines whose thresholds were set by hand (set_thresholds)
 
 
 def ensure_runtime(cores: int) -> Any:
-    """Compile the runtime once per process, register `tilec_parallel_for` for kernels to link,
-    calibrate it (on its own pool, before any OpenMP team is adopted), and adopt torch's OpenMP team
-    once torch is loaded."""
+    """Compile the runtime once per process and register `tilec_parallel_for` for kernels to link;
+    calibrate it, and measure its parallel regions again at each later call (each kernel load), so
+    the threshold follows the cheapest region seen, not a moment's load at start-up; adopt torch's
+    OpenMP team once torch is loaded."""
     from tilec.target import host_cpu
 
     with LOCK:  # one runtime, even when two threads compile their first kernels at once
@@ -418,18 +457,32 @@ def ensure_runtime(cores: int) -> Any:
             _CALIBRATIONS[id(engine)] = calibrate(engine, cores)
             llvm.add_symbol(ENTRY, engine.get_function_address(ENTRY))
             _ENGINES[cores] = engine
+        else:
+            _remeasure(engine, cores)
         adopt_openmp(engine)
         return engine
 
 
 def calibrate(engine: Any, cores: int) -> Calibration:
-    """Measure the runtime on this machine, now, and set its spin bounds and serial threshold:
-    a job runs in parallel only where `cores` threads would save PAYOFF times what an empty
-    parallel region costs, i.e. its work exceeds PAYOFF * region * cores / (cores - 1) in time."""
+    """Measure the runtime on this machine, now, and set its spin bounds and thresholds: a job runs
+    in parallel only where `cores` threads would save PAYOFF times what a parallel region costs,
+    i.e. its work exceeds PAYOFF * region * cores / (cores - 1) in time (`_thresholds`)."""
     ticks = _ticks_per_us(engine)
     _slot(engine, SPIN_CYCLES).value = _slot(engine, SPIN_NOW).value = int(SPIN_US * ticks)
     _slot(engine, WAIT_CYCLES).value = int(WAIT_SPIN_US * ticks)
     region, unit = _region_ns(engine, cores, ticks), _unit_ns(engine)
+    return _thresholds(engine, cores, region, unit, ticks)
+
+
+def _remeasure(engine: Any, cores: int) -> None:
+    """A few more regions; the thresholds follow when one was cheaper than any before."""
+    old = _CALIBRATIONS[id(engine)]
+    region = _region_ns(engine, cores, old.ticks_per_us, calls=REMEASURE_CALLS)
+    if region < old.region_ns and id(engine) not in _PINNED:
+        _CALIBRATIONS[id(engine)] = _thresholds(engine, cores, region, old.unit_ns, old.ticks_per_us)
+
+
+def _thresholds(engine: Any, cores: int, region: float, unit: float, ticks: float) -> Calibration:
     below = int(PAYOFF * region * cores / max(1, cores - 1) / unit) if cores > 1 else 0
     above = max(below, int(OPENMP_ABOVE_US * 1e3 / unit))
     _slot(engine, SERIAL_BELOW).value, _slot(engine, OPENMP_ABOVE).value = below, above
@@ -451,28 +504,26 @@ def _ticks_per_us(engine: Any) -> float:
 
 
 def _region_ns(engine: Any, cores: int, ticks_per_us: float, calls: int = 60) -> float:
-    """What a parallel region costs when every thread takes part: its `cores` chunks wait for each
-    other (at most MEET_LIMIT_US), less the same number of empty chunks run serially (both called
-    from Python, whose call overhead cancels). The fastest of `calls` regions: the cost when the
-    threads are on their cores; a moment's load at start-up (the machine may be shared) should not
-    decide for the whole process, and the runtime copes with late threads as they come (the caller
+    """What a parallel region on the pool costs when every thread takes part: its `cores` chunks
+    wait for each other (at most MEET_LIMIT_US), less the same chunks, empty, run serially (both
+    called from Python, whose call overhead cancels). The cheapest of `calls` regions: the cost
+    when the threads are on their cores; a moment's load (the machine may be shared) should not
+    decide for the whole process, and the pool copes with late threads as they come (the caller
     claims the chunks they have not, so a late thread costs at most the chunk it holds)."""
-    run = _parallel_for(engine)
+    signature = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+    pool, serial = (signature(engine.get_function_address(name)) for name in (POOL_FOR, SERIAL_FOR))
     noop, meet = engine.get_function_address(NOOP), engine.get_function_address(MEET)
     ctx = (ctypes.c_int64 * 3)(0, cores, int(MEET_LIMIT_US * ticks_per_us))
-    _slot(engine, SERIAL_BELOW).value = 1  # work 0 runs serially, unknown work (-1) in parallel
 
-    def timed(chunk: int, work: int) -> int:
+    def timed(run: Any, chunk: int) -> int:
         ctx[0] = 0
         t0 = time.perf_counter_ns()
-        run(chunk, ctx, cores, work)
+        run(chunk, ctx, cores, 0)
         return time.perf_counter_ns() - t0
 
-    for _ in range(5):  # start the workers
-        timed(meet, -1)
-    regions = sorted(timed(meet, -1) for _ in range(calls))
-    serial = sorted(timed(noop, 0) for _ in range(calls))
-    return max(1.0, regions[0] - serial[0])
+    timed(pool, meet)  # start the workers
+    region = min(timed(pool, meet) for _ in range(calls))
+    return max(1.0, region - min(timed(serial, noop) for _ in range(calls)))
 
 
 def _unit_ns(engine: Any, units: int = 100_000, rounds: int = 5) -> float:
@@ -487,15 +538,12 @@ def _unit_ns(engine: Any, units: int = 100_000, rounds: int = 5) -> float:
     return max(1e-3, best / units)
 
 
-def _parallel_for(engine: Any) -> Any:
-    return ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
-        engine.get_function_address(ENTRY))
-
-
 def _engine(cores: int | None) -> Any:
+    """The runtime for `cores` (default: the host's), built if need be (not measured again)."""
     from tilec.target import host_cpu
 
-    return ensure_runtime(cores or host_cpu().cores)
+    cores = cores or host_cpu().cores
+    return _ENGINES.get(cores) or ensure_runtime(cores)
 
 
 def thresholds(cores: int | None = None) -> tuple[int, int]:
@@ -509,10 +557,11 @@ def thresholds(cores: int | None = None) -> tuple[int, int]:
 
 def set_thresholds(serial_below: int | None = None, openmp_above: int | None = None,
                    cores: int | None = None) -> tuple[int, int]:
-    """Set either threshold (None: keep it; serial_below 0: every parallel loop runs in parallel);
-    returns the previous pair."""
+    """Set either threshold (None: keep it; serial_below 0: every parallel loop runs in parallel),
+    for the rest of the process; returns the previous pair."""
     engine = _engine(cores)
     previous = thresholds(cores)
+    _PINNED.add(id(engine))  # measurements no longer move them
     for name, value in ((SERIAL_BELOW, serial_below), (OPENMP_ABOVE, openmp_above)):
         if value is not None:
             _slot(engine, name).value = int(value)
