@@ -159,6 +159,27 @@ print(R.pool_jobs() - jobs > 0)
     assert _run(code) == ["0", "True"]
 
 
+def test_with_torch_loaded_small_jobs_stay_off_its_openmp_team():
+    """An OpenMP region waits for every team thread, and a parked one cost the issue's tiny call
+    16 ms: with torch loaded, a job below the OpenMP threshold runs serially or on the own pool."""
+    pytest.importorskip("torch")
+    code = r"""
+import numpy as np, torch, tilec
+from tilec.codegen.llvm import runtime as R
+from tilec.ops import torch_ops as T
+q = torch.randn(1, 1, 16, 16)
+assert torch.allclose(T.attention(q, q, q), torch.nn.functional.scaled_dot_product_attention(q, q, q),
+                      rtol=1e-4, atol=1e-5)
+below, above = R.thresholds()
+assert R._ADOPTED and R.runs_on_openmp(above) and not R.runs_on_openmp(above - 1)
+R.set_thresholds(serial_below=0)  # every parallel loop in parallel: on the pool or on OpenMP
+jobs = R.pool_jobs()
+T.attention(q, q, q)
+print(R.pool_jobs() - jobs)  # its parallel loop ran on the own pool, not on torch's team
+"""
+    assert _run(code) == ["1"]
+
+
 # ---------------------------------------------------------------- a tiny call beside a busy competitor
 
 TINY = r"""

@@ -595,14 +595,17 @@ _ADOPTED: set[int] = set()  # engines running their parallel loops on torch's Op
 
 
 def adopt_openmp(engine: Any) -> bool:
-    """Run parallel loops on torch's OpenMP threads when torch is loaded in this process.
+    """Run long parallel loops on torch's OpenMP threads when torch is loaded in this process.
 
-    torch's OpenMP workers spin for milliseconds after every torch op; a tilec kernel that starts
-    its own threads meanwhile shares the cores with them, and its parallel regions wait on
-    whichever thread the OS parks (measured: a 3x3 conv gradient at 14^2 right after a torch op
-    took 16-18 ms instead of 8.6). On torch's own team there is no contention: the spinning
-    workers take tilec's chunks. The team size is torch's (torch.set_num_threads). Returns whether
-    the runtime uses OpenMP; checked again at each kernel build until torch shows up."""
+    torch's OpenMP workers spin for milliseconds after every torch op; a tilec kernel that runs its
+    own threads meanwhile shares the cores with them (measured: a 3x3 conv gradient at 14^2 right
+    after a torch op took 16-18 ms instead of 8.6; on torch's team the spinning workers take
+    tilec's chunks). But an OpenMP region waits for every thread of the team, and a sleeping team
+    thread that must wait for a core (another process busy) cost a tiny attention call 8 ms
+    instead of 0.01: so only jobs with at least OPENMP_ABOVE_US of estimated work (or unknown
+    work) run there; smaller ones on the own pool or serially (`tilec_parallel_for`). The team size
+    is torch's (torch.set_num_threads). Returns whether the runtime uses OpenMP; checked again at
+    each kernel load until torch shows up."""
     if id(engine) in _ADOPTED:
         return True
     address = _torch_gomp_parallel()
