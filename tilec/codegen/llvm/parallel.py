@@ -1,4 +1,4 @@
-"""How a parallel loop meets the runtime's worker pool (tilec.codegen.llvm.runtime).
+"""How a parallel loop meets the runtime's worker pool (tilec.codegen.llvm.runtime, pool_ir).
 
 A `parallel` loop over [begin, end) is split into `cores` chunks. Its iterations are outlined
 into an always-inlined body ``void body(ptr buffers..., i64 variables..., i64 lo, i64 hi)``
@@ -19,7 +19,7 @@ from typing import Any
 
 import llvmlite.ir as ir
 
-from tilec.codegen.llvm.runtime import ENTRY as PARALLEL_FOR
+from tilec.codegen.llvm.pool_ir import ENTRY as PARALLEL_FOR
 from tilec.codegen.llvm.types import I64, PTR, i32
 from tilec.ir import loop as L
 from tilec.ir.visitor import walk
