@@ -8,7 +8,7 @@
   set it to an empty string, or set ``tilec.config.options.use_records = False``, to stop
   compiled programs from applying the best tuning record.
 - ``TILEC_OWN_THREADS=1``: run parallel loops on tilec's own worker pool even when torch is
-  loaded (by default the long ones, about a millisecond of work and more, run on torch's OpenMP
+  loaded (by default those with about 100 us of estimated work and more run on torch's OpenMP
   team then: tilec.codegen.llvm.runtime).
 - ``TILEC_KERNEL_CACHE``: how many loaded kernels the process-wide memory cache keeps for
   Functions to come (default 64; tilec.runtime.kernels).

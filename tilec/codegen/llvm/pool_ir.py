@@ -24,8 +24,9 @@ ENTRY = "tilec_parallel_for"
 SERIAL_FOR, POOL_FOR = "tilec_serial_for", "tilec_pool_for"  # its two paths besides OpenMP (same arguments)
 SPIN_US = 200  # longest a worker spins between jobs (pause + sched_yield) before it sleep-polls
 WAIT_SPIN_US = 50  # longest the caller spins on claimed chunks (pause + sched_yield) before it sleep-polls
-SLEEP_US = 100  # poll interval of a sleeping thread
-IDLE_POLLS = 10_000  # sleeping polls (~1 s) before a worker exits
+SLEEP_US = 100  # poll interval of a sleeping thread (a worker's first; the caller's is a quarter)
+MAX_SLEEP_US = 1600  # a worker's sleeps double from SLEEP_US up to this
+IDLE_POLLS = 10_000  # a worker exits after SLEEP_US * IDLE_POLLS (1 s) asleep
 YIELD_EVERY = 16  # a spinning thread calls sched_yield once every this many polls, else pause
 CHUNK_FN = ir.FunctionType(ir.VoidType(), [PTR, I64])
 OPENMP_SLOT = "tilec_openmp_parallel"  # GOMP_parallel's address once adopted, else 0
@@ -130,7 +131,8 @@ def _run_chunks(rt: _Runtime) -> ir.Function:
 
 def _worker(rt: _Runtime, run: ir.Function) -> ir.Function:
     """worker(arg): run every new job; between jobs spin politely for at most the current spin
-    bound (SPIN_NOW, cycle-counter ticks), then sleep-poll, and exit after IDLE_POLLS sleeps."""
+    bound (SPIN_NOW, cycle-counter ticks), then sleep-poll (sleeps doubling from SLEEP_US to
+    MAX_SLEEP_US; `sleeps_slot` holds the microseconds slept), and exit after 1 s asleep."""
     worker = ir.Function(rt.m, ir.FunctionType(PTR, [PTR]), "worker")
     worker.linkage = "internal"
     b = ir.IRBuilder(worker.append_basic_block("entry"))
@@ -162,11 +164,14 @@ def _worker(rt: _Runtime, run: ir.Function) -> ir.Function:
     b.store(polls, polls_slot)
     rt.polite_pause(b, polls)
     b.branch(loop)
-    b.position_at_end(sleep)
-    b.call(rt.usleep, [ir.Constant(I32, SLEEP_US)])
-    sleeps = b.add(b.load(sleeps_slot, typ=I64), ir.Constant(I64, 1))
-    b.store(sleeps, sleeps_slot)
-    b.cbranch(b.icmp_unsigned("<", sleeps, ir.Constant(I64, IDLE_POLLS)), loop, leave)
+    b.position_at_end(sleep)  # sleeps of SLEEP_US, doubling up to MAX_SLEEP_US: a long-idle worker wakes rarely
+    slept = b.load(sleeps_slot, typ=I64)
+    nap = b.select(b.icmp_unsigned("<", slept, ir.Constant(I64, SLEEP_US)), ir.Constant(I64, SLEEP_US), slept)
+    nap = b.select(b.icmp_unsigned("<", nap, ir.Constant(I64, MAX_SLEEP_US)), nap, ir.Constant(I64, MAX_SLEEP_US))
+    b.call(rt.usleep, [b.trunc(nap, I32)])
+    slept = b.add(slept, nap)
+    b.store(slept, sleeps_slot)
+    b.cbranch(b.icmp_unsigned("<", slept, ir.Constant(I64, SLEEP_US * IDLE_POLLS)), loop, leave)
     b.position_at_end(leave)
     # Leave only if no job started meanwhile; the caller recounts workers under the mutex.
     b.atomic_rmw("sub", rt.workers, ir.Constant(I64, 1), "seq_cst")

@@ -16,9 +16,10 @@ tilec.codegen.llvm.work; < 0: unknown). Three paths, decided at every call:
   the OS has parked costs at most the chunk it holds. Between jobs a worker spins for at most
   SPIN_US (``pause``, with a ``sched_yield`` every YIELD_EVERY polls, so on a busy core others
   run), fewer after jobs it was late for (the bound halves each time the caller ran a whole
-  job alone, and doubles back as workers take part), then polls with SLEEP_US sleeps and exits
-  after about a second without work. The caller waits for claimed chunks the same way: spins
-  politely for at most WAIT_SPIN_US, then sleep-polls, which frees its core for a parked worker.
+  job alone, and doubles back as workers take part), then polls with sleeps doubling from
+  SLEEP_US to MAX_SLEEP_US (an idle worker wakes rarely) and exits after about a second
+  asleep. The caller waits for claimed chunks the same way: spins politely for at most
+  WAIT_SPIN_US, then sleep-polls, which frees its core for a parked worker.
   One job runs at a time (a mutex); jobs do not nest.
 
 Thresholds come from measurements, once per process (`calibrate`): what a parallel region costs
@@ -59,9 +60,12 @@ _ENGINES: dict[int, Any] = {}  # cores -> the runtime's engine, alive for the wh
 PAYOFF = 2.0  # run in parallel only where the time saved is this many times a region's measured cost
 # With torch's OpenMP team adopted, jobs estimated to take at least this long run on it, smaller ones
 # on the own pool: an OpenMP region waits for every team thread, and a thread the OS has parked
-# (another process busy) costs a scheduler time slice, milliseconds, which only a long job can
-# absorb; the own pool's caller claims what late threads have not, and so never waits for them.
-OPENMP_ABOVE_US = 1000
+# (another process busy) costs a scheduler time slice, milliseconds, a hundred times a small job;
+# the own pool's caller claims what late threads have not, and so never waits for them. Right after
+# torch ops the team is the faster place (its spinning workers take the chunks): measured, a 14^2
+# conv step after torch's took 17.7-18.1 ms with every job on the team, 19.3-19.8 with this
+# threshold, 21.0-21.2 with 300 us and 21.4-21.6 with 1 ms (BENCHMARKS.md, issue 18).
+OPENMP_ABOVE_US = 100
 MEET_LIMIT_US = 200  # longest a calibration chunk waits for the others
 REMEASURE_CALLS = 10  # regions measured again at each kernel load
 
