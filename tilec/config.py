@@ -8,7 +8,8 @@
   set it to an empty string, or set ``tilec.config.options.use_records = False``, to stop
   compiled programs from applying the best tuning record.
 - ``TILEC_OWN_THREADS=1``: run parallel loops on tilec's own worker pool even when torch is
-  loaded (by default they run on torch's OpenMP team then: tilec.codegen.llvm.runtime).
+  loaded (by default those with about 100 us of estimated work and more run on torch's OpenMP
+  team then: tilec.codegen.llvm.runtime).
 - ``TILEC_KERNEL_CACHE``: how many loaded kernels the process-wide memory cache keeps for
   Functions to come (default 64; tilec.runtime.kernels).
 - ``TILEC_TARGET``: what the CPU target ``llvm`` (and its aliases ``cpu``, ``host``, the default

@@ -8,7 +8,8 @@ Loops become, by kind:
 * `unrolled` with constant bounds: the body once per iteration (a transposing tile when
   tilec.codegen.llvm.transpose.transposable says so);
 * `parallel` (when the target has more than one core): chunks run by the runtime's worker pool
-  (tilec.codegen.llvm.parallel);
+  (tilec.codegen.llvm.parallel), or serially when the loop's estimated work
+  (tilec.codegen.llvm.work) is too small to pay for a parallel region;
 * `vectorized` within what tilec.codegen.llvm.vector emits: explicit vector code, in pieces of
   power-of-two lengths;
 * any other: a serial loop, those two kinds carrying LLVM's vectorise / full-unroll hints.
@@ -29,18 +30,20 @@ from tilec.codegen.llvm.scalar import ScalarEmitter
 from tilec.codegen.llvm.transpose import emit_transposed, transposable
 from tilec.codegen.llvm.types import I64, PTR, storage_type, value_name, value_type
 from tilec.codegen.llvm.vector import VectorLoop, power_of_two_pieces, vectorizable
+from tilec.codegen.llvm.work import iteration_work
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
 
 _REASSOC = ("reassoc", "contract")
 
 
-def emit_body(module: ir.Module, func: L.PrimFunc, cores: int) -> ir.Function:
-    """The body function of `func` in `module` (see the module doc); parallel loops use `cores` threads."""
+def emit_body(module: ir.Module, func: L.PrimFunc, cores: int, vector_bytes: int = 16) -> ir.Function:
+    """The body function of `func` in `module` (see the module doc); parallel loops use `cores`
+    threads, and their work is estimated for vectors of `vector_bytes` (tilec.codegen.llvm.work)."""
     fn = _body_function(module, ir.FunctionType(ir.VoidType(), [PTR] * len(func.params)), f"{func.name}_body",
                         [b.name for b in func.params])
     em = BodyEmitter(module, func, cores, itertools.count(), fn, {b.name: b for b in func.params},
-                     dict(zip((b.name for b in func.params), fn.args)), {})
+                     dict(zip((b.name for b in func.params), fn.args)), {}, vector_bytes)
     em.stmt(func.body)
     em.finish()
     return fn
@@ -61,8 +64,10 @@ class BodyEmitter(ScalarEmitter):
     """Emits statements into `fn`, whose arguments `pointers` and `variables` map to."""
 
     def __init__(self, module: ir.Module, func: L.PrimFunc, cores: int, ids: itertools.count, fn: ir.Function,
-                 buffers: dict[str, L.Buffer], pointers: dict[str, ir.Value], variables: dict[str, ir.Value]) -> None:
+                 buffers: dict[str, L.Buffer], pointers: dict[str, ir.Value], variables: dict[str, ir.Value],
+                 vector_bytes: int = 16) -> None:
         self.module, self.func, self.cores, self.ids = module, func, cores, ids
+        self.vector_bytes = vector_bytes  # for estimates of a parallel loop's work
         self.fn, self.buffers, self.pointers, self.vars = fn, buffers, pointers, variables
         self.entry = fn.append_basic_block("entry")
         self.b = ir.IRBuilder(fn.append_basic_block("start"))
@@ -170,14 +175,14 @@ class BodyEmitter(ScalarEmitter):
         ctx = ir.IRBuilder(self.entry).alloca(ctx_type, name="par_ctx")
         captured = [self.pointers[b] for b in buffers] + [self.vars[v] for v in variables]
         begin, end = self.expr(s.begin), self.expr(s.end)
-        run_chunks(self.b, chunk_fn, ctx, captured, begin, end, self.cores)
+        run_chunks(self.b, chunk_fn, ctx, captured, begin, end, self.cores, iteration_work(s.body, self.vector_bytes))
 
     def _outlined(self, s: L.For, name: str, buffers: list[str], variables: list[str]) -> ir.Function:
         """The iterations [lo, hi) of `s` as a function of the buffers and variables it captures."""
         fn = _body_function(self.module, body_type(len(buffers), len(variables)), name, buffers)
         args = list(fn.args)
         inner = BodyEmitter(self.module, self.func, self.cores, self.ids, fn, dict(self.buffers),
-                            dict(zip(buffers, args)), dict(zip(variables, args[len(buffers):])))
+                            dict(zip(buffers, args)), dict(zip(variables, args[len(buffers):])), self.vector_bytes)
         inner._serial_loop(s, args[-2], args[-1], [])
         inner.finish()
         return fn

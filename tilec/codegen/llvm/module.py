@@ -29,7 +29,7 @@ def emit_module(func: L.PrimFunc, cpu: CpuInfo) -> str:
     """The LLVM IR text of `func`, with the CPU's name, features and vector width as function attributes."""
     module = ir.Module(name=func.name)
     module.triple = _triple()
-    body = emit_body(module, func, cpu.cores)
+    body = emit_body(module, func, cpu.cores, cpu.vector_bits // 8)
     wrapper = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), func.name)
     b = ir.IRBuilder(wrapper.append_basic_block("entry"))
     args = []

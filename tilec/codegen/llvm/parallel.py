@@ -1,4 +1,4 @@
-"""How a parallel loop meets the runtime's worker pool (tilec.codegen.llvm.runtime).
+"""How a parallel loop meets the runtime's worker pool (tilec.codegen.llvm.runtime, pool_ir).
 
 A `parallel` loop over [begin, end) is split into `cores` chunks. Its iterations are outlined
 into an always-inlined body ``void body(ptr buffers..., i64 variables..., i64 lo, i64 hi)``
@@ -9,7 +9,8 @@ into an always-inlined body ``void body(ptr buffers..., i64 variables..., i64 lo
 
 Requires: llvmlite.ir. Guarantees: `captured_names` lists what the body needs from outside the
 loop (the buffers and loop variables it uses that are in scope), the other functions build the
-context's type, the chunk function and the call into the pool.
+context's type, the chunk function and the call into the pool, which is passed the loop's
+estimated work (tilec.codegen.llvm.work) so it can run small loops serially.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import llvmlite.ir as ir
 
-from tilec.codegen.llvm.runtime import ENTRY as PARALLEL_FOR
+from tilec.codegen.llvm.pool_ir import ENTRY as PARALLEL_FOR
 from tilec.codegen.llvm.types import I64, PTR, i32
 from tilec.ir import loop as L
 from tilec.ir.visitor import walk
@@ -64,16 +65,23 @@ def chunk_function(module: ir.Module, name: str, ctx_type: ir.LiteralStructType,
 
 
 def run_chunks(b: ir.IRBuilder, chunk_fn: ir.Function, ctx: ir.Value, captured: list[ir.Value], begin: ir.Value,
-               end: ir.Value, cores: int) -> None:
-    """Fill the context `ctx` (an alloca of the context type) and run `chunk_fn` on `cores` chunks."""
+               end: ir.Value, cores: int, iteration_work: int | None) -> None:
+    """Fill the context `ctx` (an alloca of the context type) and run `chunk_fn` on `cores` chunks;
+    the runtime is told the loop's work, its iterations times `iteration_work` (None: unknown)."""
     module = b.module
     n = ir.Constant(I64, cores)
-    chunk = b.sdiv(b.add(b.sub(end, begin), ir.Constant(I64, cores - 1)), n)
+    trips = b.sub(end, begin)
+    chunk = b.sdiv(b.add(trips, ir.Constant(I64, cores - 1)), n)
     for k, value in enumerate(captured + [begin, chunk, end]):
         b.store(value, b.gep(ctx, [i32(0), i32(k)], inbounds=True))
+    if iteration_work is None:
+        work: ir.Value = ir.Constant(I64, -1)
+    else:  # trips < 2^32 in practice and iteration_work < 2^31: no overflow to worry about
+        work = b.mul(b.select(b.icmp_signed("<", trips, ir.Constant(I64, 0)), ir.Constant(I64, 0), trips),
+                     ir.Constant(I64, iteration_work))
     run = module.globals.get(PARALLEL_FOR) or ir.Function(
-        module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64]), PARALLEL_FOR)
-    b.call(run, [chunk_fn, ctx, n])
+        module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]), PARALLEL_FOR)
+    b.call(run, [chunk_fn, ctx, n, work])
 
 
 __all__ = ["body_type", "captured_names", "chunk_function", "context_type", "run_chunks"]

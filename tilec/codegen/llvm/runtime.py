@@ -1,23 +1,45 @@
-"""The CPU runtime kernels link against: a persistent, spinning worker pool.
+"""The CPU runtime kernels link against: a persistent worker pool that shares cores politely.
 
-``void tilec_parallel_for(void (*chunk)(ptr ctx, i64 c), ptr ctx, i64 n)`` runs
-``chunk(ctx, c)`` for every ``c`` in ``[0, n)`` on the calling thread and the pool's
-workers, and returns when all are done. Workers are created on first use (one per core
-beyond the caller), spin (with ``pause``) between jobs so back-to-back parallel regions
-start in microseconds on warm cores, then poll with short sleeps, and exit after about a
-second without work. One job runs at a time (a mutex); jobs do not nest.
+``void tilec_parallel_for(void (*chunk)(ptr ctx, i64 c), ptr ctx, i64 n, i64 work)`` runs
+``chunk(ctx, c)`` for every ``c`` in ``[0, n)`` and returns when all are done. ``work`` is the
+loop's estimated work in units (iterations x a per-iteration estimate from the loop body,
+tilec.codegen.llvm.work; < 0: unknown). Three paths, decided at every call:
 
-Claiming is generation-tagged: the job counter holds ``generation << 32 | next chunk`` and
+* serially on the calling thread when ``work`` is below the serial threshold: parallelism
+  cannot pay for a small job (a 32^3 GEMM, a 16x16 attention);
+* on torch's OpenMP team when torch is loaded (`adopt_openmp`) and the work is unknown or at
+  least the OpenMP threshold (about OPENMP_ABOVE_US of work): right after a torch op torch's
+  workers spin for milliseconds, and on its own team the spinning workers take tilec's chunks
+  instead of competing with tilec's threads for the cores;
+* else on the own pool: the caller and the pool's workers (one per core beyond the caller,
+  created on first use) claim chunks; the caller runs whatever is left unclaimed, so a worker
+  the OS has parked costs at most the chunk it holds. Between jobs a worker spins for at most
+  SPIN_US (``pause``, with a ``sched_yield`` every YIELD_EVERY polls, so on a busy core others
+  run), fewer after jobs it was late for (the bound halves each time the caller ran a whole
+  job alone, and doubles back as workers take part), then polls with sleeps doubling from
+  SLEEP_US to MAX_SLEEP_US (an idle worker wakes rarely) and exits after about a second
+  asleep. The caller waits for claimed chunks the same way: spins politely for at most
+  WAIT_SPIN_US, then sleep-polls, which frees its core for a parked worker.
+  One job runs at a time (a mutex); jobs do not nest.
+
+Thresholds come from measurements, once per process (`calibrate`): what a parallel region costs
+on the pool when every thread takes part (the cheapest of 60 regions whose chunks wait for each
+other; measured again at every kernel load, so a moment's load at start-up does not decide for
+the process), and what a work unit costs (a scalar load, multiply-add and store). A job runs in
+parallel when its estimated time saved is PAYOFF times a region's cost. `thresholds`,
+`runs_in_parallel` and `runs_on_openmp` report the decision; `set_thresholds` overrides it.
+
+The IR is built by tilec.codegen.llvm.pool_ir. Claiming is generation-tagged: the job counter holds ``generation << 32 | next chunk`` and
 is advanced by compare-and-swap only while it belongs to the claimer's job, so a worker that
 saw an old job can neither run a chunk of a new one with stale arguments nor use up one of
 its chunk numbers.
 The module is compiled once per process from LLVM IR and its entry point registered with
 the JIT's symbol resolver, so kernels loaded from the disk cache link to it by name.
+``TILEC_OWN_THREADS=1`` keeps every parallel job off torch's OpenMP team.
 
-When torch is loaded in the process, ``tilec_parallel_for`` runs its chunks on torch's OpenMP
-team instead (``GOMP_parallel``, found in the library torch loaded; `adopt_openmp`): torch's
-workers spin for milliseconds after each torch op, and two pools spinning on the same cores
-made each side wait for the other. ``TILEC_OWN_THREADS=1`` keeps the own pool.
+Requires: llvmlite, an x86-64 host (``pause``, the cycle counter), pthreads. Guarantees: every
+chunk runs exactly once per call, on whichever path; `ensure_runtime` returns the calibrated
+engine for a core count.
 """
 
 from __future__ import annotations
@@ -25,190 +47,50 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import time
+from dataclasses import dataclass
 from typing import Any
 
-import llvmlite.ir as ir
-
 from tilec.codegen.llvm.binding import LOCK, initialise_llvm, target_machine
-
-ENTRY = "tilec_parallel_for"
-I32, I64, PTR = ir.IntType(32), ir.IntType(64), ir.PointerType()
-SPIN_ROUNDS = 20_000  # pause-loops (~0.5 ms) before a worker starts sleeping between polls
-SLEEP_US = 100  # poll interval of a sleeping worker
-IDLE_POLLS = 10_000  # sleeping polls (~1 s) before a worker exits
-CHUNK_FN = ir.FunctionType(ir.VoidType(), [PTR, I64])
-OPENMP_SLOT = "tilec_openmp_parallel"  # GOMP_parallel's address once adopted, else 0
-
-
-def _global(module: ir.Module, name: str, t: ir.Type) -> ir.GlobalVariable:
-    g = ir.GlobalVariable(module, t, name)
-    g.initializer = ir.Constant(t, None)
-    g.linkage = "internal"
-    return g
-
-
-def build_module(cores: int) -> str:
-    m = ir.Module(name="tilec_runtime")
-    m.triple = initialise_llvm().get_process_triple()
-    # pointers are kept as i64: llvmlite cannot type an atomic access to a pointer-typed global
-    job_fn, job_ctx, job_n = _global(m, "job_fn", I64), _global(m, "job_ctx", I64), _global(m, "job_n", I64)
-    ticket, done = _global(m, "job_ticket", I64), _global(m, "job_done", I64)
-    generation, workers = _global(m, "job_generation", I64), _global(m, "workers", I64)
-    mutex = _global(m, "job_mutex", ir.ArrayType(ir.IntType(8), 64))  # zeroed == PTHREAD_MUTEX_INITIALIZER
-    pause = ir.Function(m, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse2.pause")
-    usleep = ir.Function(m, ir.FunctionType(I32, [I32]), "usleep")
-    create = ir.Function(m, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), "pthread_create")
-    detach = ir.Function(m, ir.FunctionType(I32, [I64]), "pthread_detach")
-    lock = ir.Function(m, ir.FunctionType(I32, [PTR]), "pthread_mutex_lock")
-    unlock = ir.Function(m, ir.FunctionType(I32, [PTR]), "pthread_mutex_unlock")
-
-    # -- run_chunks(gen): claim and run chunks of job `gen` until none is left. A claim is a
-    # compare-and-swap of the ticket, taken only while the ticket still belongs to `gen`: a
-    # worker that is late for a finished job must not use up a chunk number of the next one.
-    run = ir.Function(m, ir.FunctionType(ir.VoidType(), [I64]), "run_chunks")
-    run.linkage = "internal"
-    b = ir.IRBuilder(run.append_basic_block("entry"))
-    head, claim, body, out = (run.append_basic_block(n) for n in ("look", "claim", "run", "out"))
-    b.branch(head)
-    b.position_at_end(head)
-    t = b.load_atomic(ticket, "seq_cst", 8, typ=I64)
-    same_job = b.icmp_unsigned("==", b.lshr(t, ir.Constant(I64, 32)), run.args[0])
-    c = b.and_(t, ir.Constant(I64, 0xFFFFFFFF))
-    n = b.load_atomic(job_n, "seq_cst", 8, typ=I64)
-    b.cbranch(b.and_(same_job, b.icmp_signed("<", c, n)), claim, out)
-    b.position_at_end(claim)
-    swapped = b.cmpxchg(ticket, t, b.add(t, ir.Constant(I64, 1)), "seq_cst", "seq_cst")
-    b.cbranch(b.extract_value(swapped, 1), body, head)
-    b.position_at_end(body)
-    fn = b.load_atomic(job_fn, "seq_cst", 8, typ=I64)
-    ctx = b.inttoptr(b.load_atomic(job_ctx, "seq_cst", 8, typ=I64), PTR)
-    b.call(b.inttoptr(fn, ir.PointerType(CHUNK_FN)), [ctx, c])
-    b.atomic_rmw("add", done, ir.Constant(I64, 1), "seq_cst")
-    b.branch(head)
-    b.position_at_end(out)
-    b.ret_void()
-
-    # -- worker(arg): run every new job; spin, then sleep-poll, then exit when idle for long
-    worker = ir.Function(m, ir.FunctionType(PTR, [PTR]), "worker")
-    worker.linkage = "internal"
-    b = ir.IRBuilder(worker.append_basic_block("entry"))
-    seen_slot, idle_slot = b.alloca(I64), b.alloca(I64)
-    b.store(b.load_atomic(generation, "seq_cst", 8, typ=I64), seen_slot)
-    b.store(ir.Constant(I64, 0), idle_slot)
-    loop, work, wait, spin, sleep, leave = (worker.append_basic_block(x) for x in
-                                            ("loop", "work", "wait", "spin", "sleep", "leave"))
-    b.branch(loop)
-    b.position_at_end(loop)
-    g = b.load_atomic(generation, "seq_cst", 8, typ=I64)
-    b.cbranch(b.icmp_unsigned("!=", g, b.load(seen_slot, typ=I64)), work, wait)
-    b.position_at_end(work)
-    b.store(g, seen_slot)
-    b.store(ir.Constant(I64, 0), idle_slot)
-    b.call(run, [g])
-    b.branch(loop)
-    b.position_at_end(wait)
-    idle = b.add(b.load(idle_slot, typ=I64), ir.Constant(I64, 1))
-    b.store(idle, idle_slot)
-    b.cbranch(b.icmp_unsigned("<", idle, ir.Constant(I64, SPIN_ROUNDS)), spin, sleep)
-    b.position_at_end(spin)
-    b.call(pause, [])
-    b.branch(loop)
-    b.position_at_end(sleep)
-    b.call(usleep, [ir.Constant(I32, SLEEP_US)])
-    b.cbranch(b.icmp_unsigned("<", idle, ir.Constant(I64, SPIN_ROUNDS + IDLE_POLLS)), loop, leave)
-    b.position_at_end(leave)
-    # Leave only if no job started meanwhile; the caller recounts workers under the mutex.
-    b.atomic_rmw("sub", workers, ir.Constant(I64, 1), "seq_cst")
-    b.ret(ir.Constant(PTR, None))
-
-    # -- team(job): a member of an OpenMP team claims chunks of `job` = [fn, ctx, n, next] (i64s)
-    team = ir.Function(m, ir.FunctionType(ir.VoidType(), [PTR]), "team")
-    team.linkage = "internal"
-    b = ir.IRBuilder(team.append_basic_block("entry"))
-    look, run_one, leave_team = (team.append_basic_block(x) for x in ("look", "run", "leave"))
-    zero32 = ir.Constant(I32, 0)
-
-    def field(builder: ir.IRBuilder, job: ir.Value, k: int) -> ir.Value:
-        return builder.gep(job, [ir.Constant(I64, k)], source_etype=I64)
-
-    b.branch(look)
-    b.position_at_end(look)
-    job = team.args[0]
-    c = b.atomic_rmw("add", field(b, job, 3), ir.Constant(I64, 1), "seq_cst")
-    b.cbranch(b.icmp_signed("<", c, b.load(field(b, job, 2), typ=I64)), run_one, leave_team)
-    b.position_at_end(run_one)
-    chunk_fn = b.inttoptr(b.load(field(b, job, 0), typ=I64), ir.PointerType(CHUNK_FN))
-    b.call(chunk_fn, [b.inttoptr(b.load(field(b, job, 1), typ=I64), PTR), c])
-    b.branch(look)
-    b.position_at_end(leave_team)
-    b.ret_void()
-
-    # -- tilec_parallel_for(fn, ctx, n): on the OpenMP runtime's team when one is adopted (see
-    # `adopt_openmp`), else on this module's pool
-    openmp = ir.GlobalVariable(m, I64, OPENMP_SLOT)
-    openmp.initializer = ir.Constant(I64, 0)
-    entry = ir.Function(m, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64]), ENTRY)
-    fn_arg, ctx_arg, n_arg = entry.args
-    b = ir.IRBuilder(entry.append_basic_block("entry"))
-    handle = b.alloca(I64)
-    job = b.alloca(I64, size=4)
-    omp = b.load_atomic(openmp, "seq_cst", 8, typ=I64)
-    use_omp, own_pool = entry.append_basic_block("openmp"), entry.append_basic_block("pool")
-    b.cbranch(b.icmp_unsigned("!=", omp, ir.Constant(I64, 0)), use_omp, own_pool)
-    b.position_at_end(use_omp)
-    for k, value in enumerate((b.ptrtoint(fn_arg, I64), b.ptrtoint(ctx_arg, I64), n_arg, ir.Constant(I64, 0))):
-        b.store(value, field(b, job, k))
-    gomp_parallel = ir.FunctionType(ir.VoidType(), [PTR, PTR, I32, I32])  # GOMP_parallel(fn, data, threads, flags)
-    b.call(b.inttoptr(omp, ir.PointerType(gomp_parallel)), [team, job, zero32, zero32])  # 0: the default team
-    b.ret_void()
-    b.position_at_end(own_pool)
-    b.call(lock, [mutex])
-    # start missing workers (they exit after a long idle time; restart them here)
-    check, start, publish = (entry.append_basic_block(x) for x in ("check", "start", "publish"))
-    b.branch(check)
-    b.position_at_end(check)
-    live = b.load_atomic(workers, "seq_cst", 8, typ=I64)
-    b.cbranch(b.icmp_signed("<", live, ir.Constant(I64, cores - 1)), start, publish)
-    b.position_at_end(start)
-    b.atomic_rmw("add", workers, ir.Constant(I64, 1), "seq_cst")
-    rc = b.call(create, [handle, ir.Constant(PTR, None), worker, ir.Constant(PTR, None)])
-    ok, failed = entry.append_basic_block("created"), entry.append_basic_block("not_created")
-    b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, 0)), ok, failed)
-    b.position_at_end(ok)
-    b.call(detach, [b.load(handle, typ=I64)])
-    b.branch(check)
-    b.position_at_end(failed)  # no thread to be had: the caller runs every chunk itself
-    b.atomic_rmw("sub", workers, ir.Constant(I64, 1), "seq_cst")
-    b.branch(publish)
-    b.position_at_end(publish)
-    new_gen = b.add(b.load_atomic(generation, "seq_cst", 8, typ=I64), ir.Constant(I64, 1))
-    b.store_atomic(b.ptrtoint(fn_arg, I64), job_fn, "seq_cst", 8)
-    b.store_atomic(b.ptrtoint(ctx_arg, I64), job_ctx, "seq_cst", 8)
-    b.store_atomic(n_arg, job_n, "seq_cst", 8)
-    b.store_atomic(ir.Constant(I64, 0), done, "seq_cst", 8)
-    b.store_atomic(b.shl(new_gen, ir.Constant(I64, 32)), ticket, "seq_cst", 8)
-    b.store_atomic(new_gen, generation, "seq_cst", 8)
-    b.call(run, [new_gen])
-    wait_all, finished = entry.append_basic_block("wait_all"), entry.append_basic_block("finished")
-    b.branch(wait_all)
-    b.position_at_end(wait_all)
-    all_done = b.icmp_signed(">=", b.load_atomic(done, "seq_cst", 8, typ=I64), n_arg)
-    spin_more = entry.append_basic_block("spin_more")
-    b.cbranch(all_done, finished, spin_more)
-    b.position_at_end(spin_more)
-    b.call(pause, [])
-    b.branch(wait_all)
-    b.position_at_end(finished)
-    b.call(unlock, [mutex])
-    b.ret_void()
-    return str(m)
-
+from tilec.codegen.llvm.pool_ir import (CALIBRATE, CYCLES, ENTRY, GENERATION, IDLE_POLLS, MEET, NOOP, OPENMP_ABOVE,
+                                        OPENMP_SLOT, POOL_FOR, SERIAL_BELOW, SERIAL_FOR, SLEEP_US, SPIN_CYCLES,
+                                        SPIN_NOW, SPIN_US, WAIT_CYCLES, WAIT_SPIN_US, build_module)
 
 _ENGINES: dict[int, Any] = {}  # cores -> the runtime's engine, alive for the whole process
+PAYOFF = 2.0  # run in parallel only where the time saved is this many times a region's measured cost
+# With torch's OpenMP team adopted, jobs estimated to take at least this long run on it, smaller ones
+# on the own pool: an OpenMP region waits for every team thread, and a thread the OS has parked
+# (another process busy) costs a scheduler time slice, milliseconds, a hundred times a small job;
+# the own pool's caller claims what late threads have not, and so never waits for them. Right after
+# torch ops the team is the faster place (its spinning workers take the chunks): measured, a 14^2
+# conv step after torch's took 17.7-18.1 ms with every job on the team, 19.3-19.8 with this
+# threshold, 21.0-21.2 with 300 us and 21.4-21.6 with 1 ms (BENCHMARKS.md, issue 18).
+OPENMP_ABOVE_US = 100
+MEET_LIMIT_US = 200  # longest a calibration chunk waits for the others
+REMEASURE_CALLS = 10  # regions measured again at each kernel load
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What this process measured of its runtime (`calibrate`): an empty parallel region's cost
+    beyond a serial call, one work unit's time, the cycle counter's rate, and so the threshold."""
+
+    region_ns: float
+    unit_ns: float
+    ticks_per_us: float
+    serial_below: int  # work units
+    openmp_above: int  # work units
+
+
+_CALIBRATIONS: dict[int, Calibration] = {}  # engine id -> its calibration
+_PINNED: set[int] = set()  # engines whose thresholds were set by hand (set_thresholds)
 
 
 def ensure_runtime(cores: int) -> Any:
-    """Compile the runtime once per process and register `tilec_parallel_for` for kernels to link."""
+    """Compile the runtime once per process and register `tilec_parallel_for` for kernels to link;
+    calibrate it, and measure its parallel regions again at each later call (each kernel load), so
+    the threshold follows the cheapest region seen, not a moment's load at start-up; adopt torch's
+    OpenMP team once torch is loaded."""
     from tilec.target import host_cpu
 
     with LOCK:  # one runtime, even when two threads compile their first kernels at once
@@ -219,24 +101,158 @@ def ensure_runtime(cores: int) -> Any:
             module.verify()
             engine = llvm.create_mcjit_compiler(module, target_machine(host_cpu()))
             engine.finalize_object()
+            _CALIBRATIONS[id(engine)] = calibrate(engine, cores)
             llvm.add_symbol(ENTRY, engine.get_function_address(ENTRY))
             _ENGINES[cores] = engine
+        else:
+            _remeasure(engine, cores)
         adopt_openmp(engine)
         return engine
+
+
+def calibrate(engine: Any, cores: int) -> Calibration:
+    """Measure the runtime on this machine, now, and set its spin bounds and thresholds: a job runs
+    in parallel only where `cores` threads would save PAYOFF times what a parallel region costs,
+    i.e. its work exceeds PAYOFF * region * cores / (cores - 1) in time (`_thresholds`)."""
+    ticks = _ticks_per_us(engine)
+    _slot(engine, SPIN_CYCLES).value = _slot(engine, SPIN_NOW).value = int(SPIN_US * ticks)
+    _slot(engine, WAIT_CYCLES).value = int(WAIT_SPIN_US * ticks)
+    region, unit = _region_ns(engine, cores, ticks), _unit_ns(engine)
+    return _thresholds(engine, cores, region, unit, ticks)
+
+
+def _remeasure(engine: Any, cores: int) -> None:
+    """A few more regions; the thresholds follow when one was cheaper than any before."""
+    old = _CALIBRATIONS[id(engine)]
+    region = _region_ns(engine, cores, old.ticks_per_us, calls=REMEASURE_CALLS)
+    if region < old.region_ns and id(engine) not in _PINNED:
+        _CALIBRATIONS[id(engine)] = _thresholds(engine, cores, region, old.unit_ns, old.ticks_per_us)
+
+
+def _thresholds(engine: Any, cores: int, region: float, unit: float, ticks: float) -> Calibration:
+    below = int(PAYOFF * region * cores / max(1, cores - 1) / unit) if cores > 1 else 0
+    above = max(below, int(OPENMP_ABOVE_US * 1e3 / unit))
+    _slot(engine, SERIAL_BELOW).value, _slot(engine, OPENMP_ABOVE).value = below, above
+    return Calibration(region, unit, ticks, below, above)
+
+
+def _slot(engine: Any, name: str) -> ctypes.c_int64:
+    return ctypes.c_int64.from_address(engine.get_global_value_address(name))
+
+
+def _ticks_per_us(engine: Any) -> float:
+    """The cycle counter's ticks per microsecond (0 where the target has no counter: spinning
+    threads then sleep-poll at once)."""
+    cycles = ctypes.CFUNCTYPE(ctypes.c_int64)(engine.get_function_address(CYCLES))
+    c0, t0 = cycles(), time.perf_counter_ns()
+    time.sleep(0.002)
+    c1, t1 = cycles(), time.perf_counter_ns()
+    return max(0.0, (c1 - c0) * 1e3 / max(1, t1 - t0))
+
+
+def _region_ns(engine: Any, cores: int, ticks_per_us: float, calls: int = 60) -> float:
+    """What a parallel region on the pool costs when every thread takes part: its `cores` chunks
+    wait for each other (at most MEET_LIMIT_US), less the same chunks, empty, run serially (both
+    called from Python, whose call overhead cancels). The cheapest of `calls` regions: the cost
+    when the threads are on their cores; a moment's load (the machine may be shared) should not
+    decide for the whole process, and the pool copes with late threads as they come (the caller
+    claims the chunks they have not, so a late thread costs at most the chunk it holds)."""
+    signature = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+    pool, serial = (signature(engine.get_function_address(name)) for name in (POOL_FOR, SERIAL_FOR))
+    noop, meet = engine.get_function_address(NOOP), engine.get_function_address(MEET)
+    ctx = (ctypes.c_int64 * 3)(0, cores, int(MEET_LIMIT_US * ticks_per_us))
+
+    def timed(run: Any, chunk: int) -> int:
+        ctx[0] = 0
+        t0 = time.perf_counter_ns()
+        run(chunk, ctx, cores, 0)
+        return time.perf_counter_ns() - t0
+
+    timed(pool, meet)  # start the workers
+    region = min(timed(pool, meet) for _ in range(calls))
+    return max(1.0, region - min(timed(serial, noop) for _ in range(calls)))
+
+
+def _unit_ns(engine: Any, units: int = 100_000, rounds: int = 5) -> float:
+    """The time of one work unit (tilec.codegen.llvm.work): the fastest of `rounds` runs of the
+    calibration loop."""
+    work = ctypes.CFUNCTYPE(None, ctypes.c_int64)(engine.get_function_address(CALIBRATE))
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        work(units)
+        best = min(best, time.perf_counter_ns() - t0)
+    return max(1e-3, best / units)
+
+
+def _engine(cores: int | None) -> Any:
+    """The runtime for `cores` (default: the host's), built if need be (not measured again)."""
+    from tilec.target import host_cpu
+
+    cores = cores or host_cpu().cores
+    return _ENGINES.get(cores) or ensure_runtime(cores)
+
+
+def thresholds(cores: int | None = None) -> tuple[int, int]:
+    """(serial below, OpenMP from) in work units (tilec.codegen.llvm.work), in the runtime for
+    `cores` (default: the host's): a parallel loop with less estimated work than the first runs
+    on the calling thread; with torch's OpenMP team adopted, one with at least the second (or
+    unknown work) runs on that team, the others on the own pool."""
+    engine = _engine(cores)
+    return int(_slot(engine, SERIAL_BELOW).value), int(_slot(engine, OPENMP_ABOVE).value)
+
+
+def set_thresholds(serial_below: int | None = None, openmp_above: int | None = None,
+                   cores: int | None = None) -> tuple[int, int]:
+    """Set either threshold (None: keep it; serial_below 0: every parallel loop runs in parallel),
+    for the rest of the process; returns the previous pair."""
+    engine = _engine(cores)
+    previous = thresholds(cores)
+    _PINNED.add(id(engine))  # measurements no longer move them
+    for name, value in ((SERIAL_BELOW, serial_below), (OPENMP_ABOVE, openmp_above)):
+        if value is not None:
+            _slot(engine, name).value = int(value)
+    return previous
+
+
+def runs_in_parallel(work: int, cores: int | None = None) -> bool:
+    """Whether a parallel loop of estimated `work` units (< 0: unknown) runs in parallel: the
+    runtime's own decision, made again at every call."""
+    return work < 0 or work >= thresholds(cores)[0]
+
+
+def runs_on_openmp(work: int, cores: int | None = None) -> bool:
+    """Whether a parallel loop of estimated `work` units runs on torch's OpenMP team (adopted, and
+    the work unknown or at least the OpenMP threshold) rather than serially or on the own pool."""
+    big = work < 0 or work >= thresholds(cores)[1]
+    return id(_engine(cores)) in _ADOPTED and big and runs_in_parallel(work, cores)
+
+
+def pool_jobs(cores: int | None = None) -> int:
+    """How many jobs the own pool has run in this process (jobs run serially or on OpenMP are not counted)."""
+    return int(_slot(_engine(cores), GENERATION).value)
+
+
+def calibration(cores: int | None = None) -> Calibration:
+    """The runtime's current calibration (see `calibrate`)."""
+    return _CALIBRATIONS[id(_engine(cores))]
 
 
 _ADOPTED: set[int] = set()  # engines running their parallel loops on torch's OpenMP team
 
 
 def adopt_openmp(engine: Any) -> bool:
-    """Run parallel loops on torch's OpenMP threads when torch is loaded in this process.
+    """Run long parallel loops on torch's OpenMP threads when torch is loaded in this process.
 
-    torch's OpenMP workers spin for milliseconds after every torch op; a tilec kernel that starts
-    its own threads meanwhile shares the cores with them, and its parallel regions wait on
-    whichever thread the OS parks (measured: a 3x3 conv gradient at 14^2 right after a torch op
-    took 16-18 ms instead of 8.6). On torch's own team there is no contention: the spinning
-    workers take tilec's chunks. The team size is torch's (torch.set_num_threads). Returns whether
-    the runtime uses OpenMP; checked again at each kernel build until torch shows up."""
+    torch's OpenMP workers spin for milliseconds after every torch op; a tilec kernel that runs its
+    own threads meanwhile shares the cores with them (measured: a 3x3 conv gradient at 14^2 right
+    after a torch op took 16-18 ms instead of 8.6; on torch's team the spinning workers take
+    tilec's chunks). But an OpenMP region waits for every thread of the team, and a sleeping team
+    thread that must wait for a core (another process busy) cost a tiny attention call 8 ms
+    instead of 0.01: so only jobs with at least OPENMP_ABOVE_US of estimated work (or unknown
+    work) run there; smaller ones on the own pool or serially (`tilec_parallel_for`). The team size
+    is torch's (torch.set_num_threads). Returns whether the runtime uses OpenMP; checked again at
+    each kernel load until torch shows up."""
     if id(engine) in _ADOPTED:
         return True
     address = _torch_gomp_parallel()
@@ -267,3 +283,8 @@ def _torch_gomp_parallel() -> int | None:
         except (OSError, AttributeError):
             continue
     return None
+
+
+__all__ = ["ENTRY", "IDLE_POLLS", "OPENMP_ABOVE_US", "PAYOFF", "SLEEP_US", "Calibration", "adopt_openmp", "calibrate",
+           "calibration", "ensure_runtime", "pool_jobs", "runs_in_parallel", "runs_on_openmp", "set_thresholds",
+           "thresholds"]
