@@ -202,3 +202,25 @@ def test_bfloat16_attention_gradients_match_float32(heads, causal):
     assert out.dtype == torch.bfloat16 and rel_error(out.detach().float(), ref_out.detach()) < 1e-2
     for g, w in zip(got, want):
         assert g.dtype == torch.bfloat16 and rel_error(g.float(), w) < 2e-2
+
+
+@pytest.mark.parametrize("shape", [(2, 64, 20, 48, 3, 1, 1), (2, 96, 16, 64, 1, 2, 0)])
+def test_bfloat16_convolutions_read_their_input_in_place_in_float32(shape):
+    """Implicit-GEMM convolutions in bfloat16 (the direct variant: A read in place and widened, B packed
+    in float32) against a float32 reference, with their gradients."""
+    torch = pytest.importorskip("torch")
+    import tilec.nn.functional as F
+
+    n, c, hw, co, k, stride, pad = shape
+    torch.manual_seed(c)
+    x = torch.randn(n, c, hw, hw, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(co, c, k, k, dtype=torch.bfloat16, requires_grad=True)
+    y = F.conv2d(x, w, stride=stride, padding=pad)
+    x32, w32 = (t.detach().float().requires_grad_() for t in (x, w))
+    ref = torch.nn.functional.conv2d(x32, w32, stride=stride, padding=pad)
+    assert y.dtype == torch.bfloat16 and rel_error(y.detach().float(), ref.detach()) < 1e-2
+    grad = torch.randn_like(ref)
+    got = torch.autograd.grad(y, (x, w), grad.bfloat16())
+    want = torch.autograd.grad(ref, (x32, w32), grad.bfloat16().float())
+    for g, e in zip(got, want):
+        assert rel_error(g.float(), e) < 2e-2

@@ -33,7 +33,7 @@ from tilec.schedule.cpu.implicit_gemm import inplace
 from tilec.schedule.cpu.implicit_gemm.direct import DirectPlan, padding
 from tilec.schedule.cpu.implicit_gemm.features import NAMES, gemm_features
 from tilec.schedule.cpu.implicit_gemm.knobs import DTYPES, GemmKnobs, default_knobs, knob_problems, worthwhile
-from tilec.schedule.cpu.implicit_gemm.packed import PackedPlan
+from tilec.schedule.cpu.implicit_gemm.packed import PackedPlan, bf16_dot
 from tilec.schedule.cpu.implicit_gemm.space import gemm_space
 from tilec.schedule.patterns import gemm as gemm_pattern
 from tilec.schedule.patterns.epilogue import covered, find_epilogue, fused_group
@@ -72,12 +72,15 @@ class ImplicitGemm(Template):
         b = ctx.bp.statements[index]
         assert isinstance(b, BoundContraction)
         out_copy = output_copy(index, ctx.bp)
-        packed_only = accumulator_dtype(b.dtype) != b.dtype  # 16-bit floats: converted while packing
-        candidate = select_inplace(b, ctx, plan, out_copy) if out_copy is not None and not packed_only else None
+        b_packed = accumulator_dtype(b.dtype) != b.dtype  # 16-bit floats: B converted while packed
+        candidate = select_inplace(b, ctx, plan, out_copy) if out_copy is not None and not b_packed else None
         if candidate is not None:
             knobs = inplace.default_knobs(candidate, b.dtype, ctx.target)
         else:
-            knobs = packed_or_direct(plan, ctx, b.dtype, padding(plan, ctx.bp) is not None and not packed_only)
+            # a bfloat16 matrix (one row and one reduction index) packs into pairs for the pair dot
+            # product; an implicit GEMM's A (a convolution's) is cheaper read in place, in float32
+            pairs = b.dtype == "bfloat16" and bf16_dot(ctx.target) and len(plan.rows) == len(plan.red) == 1
+            knobs = packed_or_direct(plan, ctx, b.dtype, padding(plan, ctx.bp) is not None and not pairs)
         return self._choice(index, ctx, plan, knobs, candidate, out_copy)
 
     def default_knobs(self, index: int, plan: GemmPlan, ctx: Context) -> GemmKnobs:

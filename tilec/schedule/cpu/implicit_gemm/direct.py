@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilec.ir import loop as L
+from tilec.ir.dtypes import accumulator_dtype
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import index_expr, zero_fill
 from tilec.ir.rewrite import substitute_expr
@@ -74,7 +75,7 @@ class DirectPlan:
 def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx: Context,
           epilogue: Epilogue | None = None) -> tuple[L.Stmt, list[L.Buffer]]:
     bp, target = ctx.bp, ctx.target
-    dt = b.dtype
+    dt, ct = b.dtype, accumulator_dtype(b.dtype)  # the output's dtype, the one it is computed in (16-bit: float32)
     mr, nr = knobs.mr, knobs.nr
     m, n, k = plan.m, plan.n, plan.k
     panels = -(-n // nr)
@@ -95,7 +96,7 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
         workspaces.append(apad)
         a_tensor = apad.name
 
-    bp_buf = L.Buffer(f"{out}.Bp", dt, (threads if outer_parallel else 1, panels, k, nr))
+    bp_buf = L.Buffer(f"{out}.Bp", ct, (threads if outer_parallel else 1, panels, k, nr))
     workspaces.append(bp_buf)
     slot = v(t) if outer_parallel else L.const(0)
     outer_env = decompose(v(o), plan.outer) if plan.outer else {}
@@ -116,7 +117,7 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
     col_var, col_lo, _ = plan.col
     col_index = L.add(L.mul(v(jr), L.const(nr)), v(jj))
     env_b = {**outer_env, col_var: L.add(col_index, L.const(col_lo))}
-    b_store = guarded_store(bp_buf.name, (slot, v(jr), kk, v(jj)), plan.b, plan.b_guards, env_b, dt,
+    b_store = guarded_store(bp_buf.name, (slot, v(jr), kk, v(jj)), plan.b, plan.b_guards, env_b, ct,
                              bp.dtypes[plan.b.tensor], [L.Cmp("lt", col_index, L.const(n))])
     pack_b = L.For(jr, L.const(0), L.const(panels), red_loops(L.For(jj, L.const(0), L.const(nr), b_store)),
                    "parallel" if not outer_parallel and panels >= threads > 1 else "serial")
@@ -125,23 +126,24 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
     row = L.Bin("min", L.add(L.mul(v(ir), L.const(mr)), v(ii)), L.const(m - 1))
     env_a = {**outer_env, **decompose(row, plan.rows)}
     a_index = padded_index(plan.a.indices, a_offsets, env_a)
-    a_value = L.cast(dt, L.Load(a_tensor, a_index, a_dtype))
-    acc = L.Buffer(f"{out}.acc", dt, (mr, nr), "local")
-    acc_now = L.Load(acc.name, (v(ii), v(jj)), dt)
+    a_value = L.cast(ct, L.cast(dt, L.Load(a_tensor, a_index, a_dtype)))
+    acc = L.Buffer(f"{out}.acc", ct, (mr, nr), "local")
+    acc_now = L.Load(acc.name, (v(ii), v(jj)), ct)
     fma = L.Store(acc.name, (v(ii), v(jj)), L.Bin("add", acc_now, L.Bin(
-        "mul", a_value, L.Load(bp_buf.name, (slot, v(jr), kk, v(jj)), dt))))
+        "mul", a_value, L.Load(bp_buf.name, (slot, v(jr), kk, v(jj)), ct))))
     kernel = red_loops(L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), fma, "vectorized"),
                              "unrolled"))
 
     row_of_tile = L.add(L.mul(v(ir), L.const(mr)), v(ii))
     cell_env = {**outer_env, **decompose(row_of_tile, plan.rows), col_var: L.add(col_index, L.const(col_lo))}
     out_cell = tuple(substitute_expr(index_expr(e), cell_env) for e in b.out_indices)
-    final = acc_now if epilogue is None else epilogue_value(epilogue, bp, out, acc_now, out_cell)
+    result = L.cast(dt, acc_now)  # the contraction's value of the cell (rounded once)
+    final = result if epilogue is None else epilogue_value(epilogue, bp, out, result, out_cell)
     full = L.Bin("and", L.Cmp("le", L.mul(L.add(v(ir), L.const(1)), L.const(mr)), L.const(m)),
                  L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n)))
     inside = L.Bin("and", L.Cmp("lt", row_of_tile, L.const(m)), L.Cmp("lt", col_index, L.const(n)))
     zero_acc = L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), L.Store(
-        acc.name, (v(ii), v(jj)), L.cast(dt, L.const(0))), "vectorized"), "unrolled")
+        acc.name, (v(ii), v(jj)), L.cast(ct, L.const(0))), "vectorized"), "unrolled")
     store_fast = L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr),
                                                           L.Store(dest, out_cell, final), "vectorized"), "unrolled")
     store_edge = L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), L.If(

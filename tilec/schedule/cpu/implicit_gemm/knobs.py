@@ -62,8 +62,8 @@ class GemmKnobs:
 
 
 DTYPES = ("float32", "float64", "bfloat16", "float16")  # the dtypes the CPU GEMM templates take
-# 16-bit floats are converted to float32 while packing (tilec.schedule.cpu.implicit_gemm.packed): the
-# variants that read an operand in place (pack_a or pack_b False) take float32 and float64 only
+# 16-bit floats are converted to float32 while packing (tilec.schedule.cpu.implicit_gemm.packed; the direct
+# variant reads A in place and converts it as it goes): the in-place variant (pack_b False) takes float32 and float64 only
 
 
 def itemsize(dtype: str) -> int:
@@ -183,8 +183,8 @@ def knob_problems(knobs: GemmKnobs, plan: GemmPlan, dtype: str, target: Target) 
     problems = []
     if knobs.nr % lanes:
         problems.append(f"nr ({knobs.nr}) must be a multiple of the {lanes} {compute} lanes of a vector register")
-    if compute != dtype and not (knobs.pack_a and knobs.pack_b):
-        problems.append(f"pack_a and pack_b must be true for {dtype}: its operands are converted to {compute} while packing")
+    if compute != dtype and not knobs.pack_b:
+        problems.append(f"pack_b must be true for {dtype}: B is converted to {compute} while it is packed")
     vectors = -(-knobs.nr // lanes)
     limit = 2 * accumulators(target)
     if knobs.mr * vectors > limit:

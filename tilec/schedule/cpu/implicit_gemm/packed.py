@@ -204,12 +204,16 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     return nest, [bp_buf, ap_buf] + ([partial_buf] if partial_buf is not None else [])
 
 
-def bf16_pairs(b: BoundContraction, plan: GemmPlan, dtypes: dict[str, str], target: Target, nr: int) -> bool:
-    """Whether the micro-kernel runs on bfloat16 pairs (AVX512-BF16's dot product: twice the products
-    of a float32 FMA per instruction): bfloat16 operands and output on a CPU that has it, NR whole vectors."""
+def bf16_dot(target: Target) -> bool:
+    """Whether `target`'s CPU has AVX512-BF16's pair dot product (on 512-bit vectors)."""
     host = target.host
-    return (host is not None and host.vector_bits == 512 and "avx512bf16" in cpu_isa(host.name, host.features)
-            and b.dtype == dtypes[plan.a.tensor] == dtypes[plan.b.tensor] == "bfloat16" and nr % 16 == 0)
+    return host is not None and host.vector_bits == 512 and "avx512bf16" in cpu_isa(host.name, host.features)
 
 
-__all__ = ["PackedPlan", "bf16_pairs", "build"]
+def bf16_pairs(b: BoundContraction, plan: GemmPlan, dtypes: dict[str, str], target: Target, nr: int) -> bool:
+    """Whether the micro-kernel runs on bfloat16 pairs (twice the products of a float32 FMA per
+    instruction): bfloat16 operands and output on a CPU that has them, NR whole vectors."""
+    return bf16_dot(target) and b.dtype == dtypes[plan.a.tensor] == dtypes[plan.b.tensor] == "bfloat16" and nr % 16 == 0
+
+
+__all__ = ["PackedPlan", "bf16_dot", "bf16_pairs", "build"]
