@@ -30,12 +30,13 @@ from fuzz_programs import Case, cases
 
 import tilec
 from tilec.errors import SemanticError, TilecError
+from tilec.ir.dtypes import is_float
 from tilec.ir.builtins import BUILTINS
 
 STATEMENTS_PER_PROGRAM = 5  # at most
 FUZZ_PROGRAMS = 2000  # ~8,000 statements (4.0 per program on average, size statements included; measured)
 COMPILER_LIMITS = ("exceeds 64 bits", "too large to index")  # refusals where the interpreter has no limit
-TOLERANCE = {"float16": 2e-2, "float32": 2e-4, "float64": 1e-9}
+TOLERANCE = {"float16": 2e-2, "bfloat16": 2e-2, "float32": 2e-4, "float64": 1e-9}
 
 
 def _run(function: tilec.Function, arrays: tuple[np.ndarray, ...]) -> tuple[Any, ...] | TilecError:
@@ -65,7 +66,7 @@ def _computed_in(case: Case) -> str:
     """The narrowest float type the program may compute in: its float inputs' types, and float32
     wherever a float function meets integers (PlaidML's rule). A float64 result can carry that
     type's rounding (libm and numpy differ by an ulp there), so it is compared at its tolerance."""
-    types = [a.dtype.name for a in case.arrays if a.dtype.kind == "f"]
+    types = [a.dtype.name for a in case.arrays if is_float(a.dtype.name)]
     if any(f"{name}(" in case.source for name, b in BUILTINS.items() if b.kind == "float"):
         types.append("float32")
     return max(types, key=lambda t: TOLERANCE[t], default="float64")
@@ -75,13 +76,14 @@ def _mismatch(want: np.ndarray, got: np.ndarray, computed_in: str = "float64") -
     """Why `got` differs from the interpreter's `want`, or None."""
     if want.shape != got.shape or want.dtype != got.dtype:
         return f"expected {want.dtype}{list(want.shape)}, got {got.dtype}{list(got.shape)}"
-    if want.dtype.kind != "f":
+    if not is_float(want.dtype.name):
         return None if np.array_equal(want, got) else f"expected {want!r}, got {got!r}"
+    rtol = max(TOLERANCE[want.dtype.name], TOLERANCE[computed_in])
+    want, got = want.astype(np.float64), got.astype(np.float64)  # (exact; numpy knows bfloat16 only through ml_dtypes)
     if not np.array_equal(np.isnan(want), np.isnan(got)):
         return f"NaN at different cells: expected {want!r}, got {got!r}"
-    rtol = max(TOLERANCE[want.dtype.name], TOLERANCE[computed_in])
     scale = max(1.0, float(np.nanmax(np.abs(np.where(np.isinf(want), 0, want)), initial=0)))
-    w, g = want.astype(np.float64), got.astype(np.float64)
+    w, g = want, got
     same_inf = np.array_equal(np.isinf(w), np.isinf(g)) and np.array_equal(w[np.isinf(w)], g[np.isinf(g)])
     finite = ~np.isnan(w) & ~np.isinf(w)
     if same_inf and np.allclose(w[finite], g[finite], rtol=rtol, atol=rtol * scale):

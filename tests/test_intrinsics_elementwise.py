@@ -47,7 +47,8 @@ def test_every_builtin_is_tested_here() -> None:
     tested = set(FLOAT_FUNCS) | {"pow", "max", "min", "bit_and", "bit_or", "bit_xor", "bit_not", "bit_left",
                                   "bit_right", "as_float", "as_int", "as_uint", "as_bool", "cmp_eq", "cmp_ne",
                                   "cmp_lt", "cmp_le", "cmp_gt", "cmp_ge", "add", "sub", "mul", "div", "cond", "select",
-                                  "reverse_grad"}
+                                  "reverse_grad",
+                                  "as_bfloat16"}  # (bit-exact against ml_dtypes in tests/test_low_precision.py)
     assert set(BUILTINS) == tested
 
 

@@ -62,8 +62,9 @@ def _where(value: Any) -> str:
 
 def dtype_name(name: str, tensor: Any) -> str:
     text = str(tensor.dtype).replace("torch.", "")
-    if text not in SUPPORTED:
-        raise BindError(f"argument '{name}' has dtype {tensor.dtype}; tilec supports {', '.join(SUPPORTED)}")
+    supported = [d for d in SUPPORTED if d != "bfloat16"]  # the CUDA backend has no bfloat16 yet
+    if text not in supported:
+        raise BindError(f"argument '{name}' has dtype {tensor.dtype}; tilec's CUDA target supports {', '.join(supported)}")
     return text
 
 
