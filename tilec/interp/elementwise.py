@@ -21,7 +21,7 @@ from tilec.interp.builtins import IMPLEMENTATIONS
 from tilec.interp.sizes import size_of
 from tilec.ir import tensor as T
 from tilec.ir.builtins import BUILTINS
-from tilec.ir.dtypes import binary, compare_dtype, elementwise_dtype, expr_type, is_float, strong
+from tilec.ir.dtypes import binary, compare_dtype, computed_dtype, elementwise_dtype, expr_type, is_float, strong
 
 Value = Union[np.ndarray, int, float]
 
@@ -57,11 +57,6 @@ def _operand(dtype: str, value: Value) -> np.ndarray:
     if isinstance(value, np.ndarray) and value.dtype == np.float32:
         return value
     return _cast(dtype, value).astype(np.float32)
-
-
-def _computed(dtype: str) -> str:
-    """The dtype a subexpression of `dtype` is computed in."""
-    return "float32" if dtype == "bfloat16" else dtype
 
 
 class _Evaluator:
@@ -111,7 +106,7 @@ class _Evaluator:
                 _check_conversion(e.func, values[0], t)
             args = [_operand(t, v) for v in values]
             try:
-                return np.asarray(fn(*args)).astype(t if cast else _computed(t))
+                return np.asarray(fn(*args)).astype(t if cast else computed_dtype(t))
             except ValueError as err:  # integers to negative integer powers
                 raise BindError(f"'{e.func}' on {t} fails in numpy: {err}") from None
         raise TilecError(f"the interpreter does not know the expression {e!r}")

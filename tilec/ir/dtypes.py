@@ -53,6 +53,12 @@ def is_float(dtype: str) -> bool:
     return dtype in FLOATS
 
 
+def computed_dtype(dtype: str) -> str:
+    """The type an elementwise value of `dtype` is computed in: float32 for bfloat16 (rounded where
+    stored); float16 keeps numpy's rounding after every operation."""
+    return "float32" if dtype == "bfloat16" else dtype
+
+
 def accumulator_dtype(dtype: str) -> str:
     """The type a value of `dtype` is computed and accumulated in: float32 for the 16-bit floats."""
     return "float32" if dtype in LOW_PRECISION else dtype

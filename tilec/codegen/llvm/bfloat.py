@@ -10,7 +10,8 @@ vectorises on every x86-64 CPU.
 Requires: llvmlite.ir; values are scalars or vectors of float (i16 for `widen`). Guarantees:
 `widen(bits)` is the float of bfloat16 bits; `narrow(x)` the bits of `x` rounded to bfloat16;
 `round_float(x)` `x` rounded to bfloat16, as a float; `constant(value)` a Python float rounded so;
-`dot2_lanes(acc, a_pair, b_pairs)` AVX512-BF16's pair dot product on 16 float32 lanes.
+`dot2_lanes(acc, a_pair, b_pairs)` AVX512-BF16's pair dot product on 16 float32 lanes, `dot2_float`
+the same sum without it.
 """
 
 from __future__ import annotations
@@ -75,6 +76,12 @@ _ACC = ir.VectorType(ir.FloatType(), DOT2_LANES)
 _DOT2 = "llvm.x86.avx512bf16.dpbf16ps.512"
 
 
+def dot2_float(b: ir.IRBuilder, acc: ir.Value, a0: ir.Value, a1: ir.Value, b0: ir.Value, b1: ir.Value) -> ir.Value:
+    """acc + a0 * b0 + a1 * b1 in float32 (scalars or vectors; bfloat16 values are float32 in
+    registers): DOT2_BF16 where vdpbf16ps cannot serve."""
+    return b.fadd(b.fadd(acc, b.fmul(a0, b0)), b.fmul(a1, b1))
+
+
 def dot2_lanes(b: ir.IRBuilder, module: ir.Module, acc: ir.Value, a_pair: ir.Value, b_pairs: ir.Value) -> ir.Value:
     """acc[l] + a[0] * b[2l] + a[1] * b[2l + 1] for the 16 lanes l: `a_pair` the i32 word holding
     the a pair's bits, `b_pairs` the <32 x i16> bits of the lanes' b pairs (vdpbf16ps)."""
@@ -92,4 +99,4 @@ def constant(value: float) -> float:
     return float(np.float32(np.asarray(value, dtype=np.float64).astype(ml_dtypes.bfloat16)))
 
 
-__all__ = ["DOT2_LANES", "constant", "dot2_lanes", "narrow", "round_float", "widen"]
+__all__ = ["DOT2_LANES", "constant", "dot2_float", "dot2_lanes", "narrow", "round_float", "widen"]

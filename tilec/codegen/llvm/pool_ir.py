@@ -77,6 +77,19 @@ class _Runtime:
             with otherwise:
                 b.call(self.pause, [])
 
+    def spin_or_sleep(self, b: ir.IRBuilder, since_slot: ir.Value, polls_slot: ir.Value, bound: ir.GlobalVariable,
+                      back: ir.Block, asleep: ir.Block) -> None:
+        """End the current block with a wait: while fewer cycle-counter ticks than `bound` have passed
+        since `since_slot`, one polite poll (counted in `polls_slot`) and back to `back`; then on to `asleep`."""
+        spin = b.function.append_basic_block("spin")
+        spun = b.sub(b.call(self.cycles, []), b.load(since_slot, typ=I64))
+        b.cbranch(b.icmp_unsigned("<", spun, self.load(b, bound)), spin, asleep)
+        b.position_at_end(spin)
+        polls = b.add(b.load(polls_slot, typ=I64), ir.Constant(I64, 1))
+        b.store(polls, polls_slot)
+        self.polite_pause(b, polls)
+        b.branch(back)
+
 
 def _global(module: ir.Module, name: str, t: ir.Type, visible: bool = False) -> ir.GlobalVariable:
     """A zero-initialised global; `visible` ones are set from Python (get_global_value_address)."""
@@ -145,8 +158,7 @@ def _worker(rt: _Runtime, run: ir.Function) -> ir.Function:
         builder.store(ir.Constant(I64, 0), sleeps_slot)
 
     idle_from_now(b)
-    loop, work, wait, spin, sleep, leave = (worker.append_basic_block(x) for x in
-                                            ("loop", "work", "wait", "spin", "sleep", "leave"))
+    loop, work, wait, sleep, leave = (worker.append_basic_block(x) for x in ("loop", "work", "wait", "sleep", "leave"))
     b.branch(loop)
     b.position_at_end(loop)
     g = rt.load(b, rt.generation)
@@ -157,13 +169,7 @@ def _worker(rt: _Runtime, run: ir.Function) -> ir.Function:
     idle_from_now(b)
     b.branch(loop)
     b.position_at_end(wait)
-    spun = b.sub(b.call(rt.cycles, []), b.load(since_slot, typ=I64))
-    b.cbranch(b.icmp_unsigned("<", spun, rt.load(b, rt.spin_now)), spin, sleep)
-    b.position_at_end(spin)
-    polls = b.add(b.load(polls_slot, typ=I64), ir.Constant(I64, 1))
-    b.store(polls, polls_slot)
-    rt.polite_pause(b, polls)
-    b.branch(loop)
+    rt.spin_or_sleep(b, since_slot, polls_slot, rt.spin_now, loop, sleep)
     b.position_at_end(sleep)  # sleeps of SLEEP_US, doubling up to MAX_SLEEP_US: a long-idle worker wakes rarely
     slept = b.load(sleeps_slot, typ=I64)
     nap = b.select(b.icmp_unsigned("<", slept, ir.Constant(I64, SLEEP_US)), ir.Constant(I64, SLEEP_US), slept)
@@ -279,20 +285,14 @@ def _pool_for(rt: _Runtime, run: ir.Function, worker: ir.Function, cores: int) -
     b.store(ir.Constant(I64, 0), polls_slot)
     b.store(b.call(rt.cycles, []), since_slot)
     wait_all, finished = entry.append_basic_block("wait_all"), entry.append_basic_block("finished")
-    spin_more, sleep_more = entry.append_basic_block("spin_more"), entry.append_basic_block("sleep_more")
+    sleep_more = entry.append_basic_block("sleep_more")
     b.branch(wait_all)
     b.position_at_end(wait_all)  # chunks claimed by workers: spin politely, then sleep-poll
     all_done = b.icmp_signed(">=", rt.load(b, rt.done), n_arg)
     waiting = entry.append_basic_block("waiting")
     b.cbranch(all_done, finished, waiting)
     b.position_at_end(waiting)
-    spun = b.sub(b.call(rt.cycles, []), b.load(since_slot, typ=I64))
-    b.cbranch(b.icmp_unsigned("<", spun, rt.load(b, rt.wait_cycles)), spin_more, sleep_more)
-    b.position_at_end(spin_more)
-    polls = b.add(b.load(polls_slot, typ=I64), ir.Constant(I64, 1))
-    b.store(polls, polls_slot)
-    rt.polite_pause(b, polls)
-    b.branch(wait_all)
+    rt.spin_or_sleep(b, since_slot, polls_slot, rt.wait_cycles, wait_all, sleep_more)
     b.position_at_end(sleep_more)  # the worker holding a chunk is descheduled: free this core for it
     b.call(rt.usleep, [ir.Constant(I32, SLEEP_US // 4)])
     b.branch(wait_all)

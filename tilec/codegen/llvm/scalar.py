@@ -293,9 +293,8 @@ class ScalarEmitter:
 
     def _expr_Call(self, e: L.Call) -> ir.Value:
         args = [self.expr(a) for a in e.args]
-        if e.func == L.DOT2_BF16:  # acc + a0 * b0 + a1 * b1 (bfloat16 values are float32 in registers)
-            acc, a0, a1, b0, b1 = args
-            return self.b.fadd(self.b.fadd(acc, self.b.fmul(a0, b0)), self.b.fmul(a1, b1))
+        if e.func == L.DOT2_BF16:
+            return bfloat.dot2_float(self.b, *args)
         if not is_float(e.dtype):
             return self._int_call(e.func, args, is_unsigned(e.dtype))
         if e.dtype == "float16":  # compute in float32, as libm has no half functions

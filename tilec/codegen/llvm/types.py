@@ -1,7 +1,7 @@
 """LLVM types of loop-IR dtypes, and the intrinsic declarations every LLVM emitter shares.
 
 Requires: llvmlite.ir. Guarantees: `value_type` is the type a dtype's values have in registers
-(bool is i1) and `memory_type` the one they have in buffers (bool is one byte, as numpy stores
+(bool is i1) and `storage_type` the one they have in a buffer's memory (bool is one byte, as numpy stores
 it; bfloat16 is float in registers and i16 in buffers: tilec.codegen.llvm.bfloat converts, and a
 local bfloat16 buffer, an accumulator, holds float); a dtype the backend does not support is a
 CodegenError. `declare_intrinsic` and
@@ -12,7 +12,6 @@ type it works on.
 from __future__ import annotations
 
 import hashlib
-
 from typing import TYPE_CHECKING
 
 import llvmlite.ir as ir
@@ -54,21 +53,17 @@ def value_type(dtype: str) -> ir.Type:
         raise CodegenError(f"the LLVM backend does not support dtype {dtype}") from None
 
 
-def memory_type(dtype: str) -> ir.Type:
-    return MEMORY_TYPES[dtype]
+def packed_bfloat16(buf: "L.Buffer") -> bool:
+    """Whether `buf` holds bfloat16 bits (loads widen them, stores round: tilec.codegen.llvm.bfloat)."""
+    return buf.dtype == "bfloat16" and buf.scope != "local"
 
 
 def storage_type(buf: "L.Buffer") -> ir.Type:
     """The element type of `buf`'s memory: a local bfloat16 buffer (an accumulator, a register
     tile) keeps float32 values, every other buffer its dtype's memory type."""
-    if buf.dtype == "bfloat16" and buf.scope == "local":
+    if buf.dtype == "bfloat16" and not packed_bfloat16(buf):
         return ir.FloatType()
     return MEMORY_TYPES[buf.dtype]
-
-
-def packed_bfloat16(buf: "L.Buffer") -> bool:
-    """Whether `buf` holds bfloat16 bits (loads widen them, stores round: tilec.codegen.llvm.bfloat)."""
-    return buf.dtype == "bfloat16" and buf.scope != "local"
 
 
 def bits(dtype: str) -> int:
@@ -123,4 +118,4 @@ def declare_masked(module: ir.Module, kind: str, vt: ir.VectorType) -> ir.Functi
 
 
 __all__ = ["I64", "MEMORY_TYPES", "PTR", "VALUE_TYPES", "alignment", "bits", "declare_intrinsic", "declare_masked",
-           "i32", "like", "memory_type", "type_suffix", "value_type"]
+           "i32", "like", "packed_bfloat16", "storage_type", "type_suffix", "value_type"]

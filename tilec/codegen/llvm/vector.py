@@ -24,16 +24,11 @@ from tilec.codegen.llvm.scalar import ScalarEmitter
 from tilec.codegen.llvm.types import (I64, alignment, declare_intrinsic, declare_masked, packed_bfloat16, storage_type,
                                      value_type)
 from tilec.ir import loop as L
-from tilec.ir.dtypes import is_float, is_unsigned
+from tilec.ir.dtypes import computed_dtype, is_float, is_unsigned
 from tilec.ir.visitor import children, walk
 
 _SAFE_CALLS = {"exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "tanh", "pow", "max", "min"}
 _SAFE_BIN = {"add", "sub", "mul", "div", "min", "max", "and", "or", "xor", "shl", "shr"}
-
-
-def _register(dtype: str) -> str:
-    """The dtype whose registers hold `dtype`'s values (bfloat16 is computed in float32)."""
-    return "float32" if dtype == "bfloat16" else dtype
 
 
 def _pair(first: L.Expr, second: L.Expr) -> bool:
@@ -112,7 +107,7 @@ def vectorizable(loop: L.For, buffers: dict[str, L.Buffer]) -> bool:
             return False
         if isinstance(e, L.Call) and e.func == L.DOT2_BF16:
             return all(expr_ok(c, masked) for c in children(e))
-        if isinstance(e, L.Call) and ((e.func not in _SAFE_CALLS and (e.func, _register(e.dtype)) != ("erf", "float32"))
+        if isinstance(e, L.Call) and ((e.func not in _SAFE_CALLS and (e.func, computed_dtype(e.dtype)) != ("erf", "float32"))
                                       or not is_float(e.dtype) or e.dtype == "float16"):
             return False
         if isinstance(e, L.Load) and buffers.get(e.buffer) is None:
@@ -273,9 +268,9 @@ class VectorLoop:
             args = [self.vector(a) for a in e.args]
             if e.func in ("max", "min"):
                 return self.em.float_bin(e.func, args[0], args[1], ())
-            if e.func == "exp" and _register(e.dtype) == "float32":
+            if e.func == "exp" and computed_dtype(e.dtype) == "float32":
                 return vector_math.exp_f32(self.b, self.em.module, args[0])
-            if e.func == "erf" and _register(e.dtype) == "float32":
+            if e.func == "erf" and computed_dtype(e.dtype) == "float32":
                 return vector_math.erf_f32(self.b, self.em.module, args[0])
             return self.em.float_call(e.func, args, args[0].type)
         raise AssertionError(f"vectorizable() let {type(e).__name__} through")
@@ -290,8 +285,7 @@ class VectorLoop:
                     and packed_bfloat16(self.em.buffers[a0.buffer]) and packed_bfloat16(self.em.buffers[b0.buffer])
                     and element_stride(self.em.buffers[b0.buffer], b0.indices, self.var) == 2)
         if not pairs_ok:
-            total = self.em.float_bin("add", self.vector(acc), self.em.float_bin("mul", self.vector(a0), self.vector(b0), ()), ())
-            return self.em.float_bin("add", total, self.em.float_bin("mul", self.vector(a1), self.vector(b1), ()), ())
+            return bfloat.dot2_float(self.b, *(self.vector(x) for x in e.args))
         assert isinstance(a0, L.Load) and isinstance(b0, L.Load)
         a_word = self.b.load(self.em.address(self.em.buffers[a0.buffer], a0.indices), typ=ir.IntType(32), align=2)
         b_type = ir.VectorType(ir.IntType(16), 2 * bfloat.DOT2_LANES)

@@ -100,20 +100,21 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
                     if pairs else rows_left)  # packed rows in this reduction block
     in_k: list[L.Expr] = [L.Cmp("lt", kk, L.const(k))] if pairs else []
 
-    def paired(index: tuple[L.Expr, ...], body: L.Stmt | None = None) -> tuple[tuple[L.Expr, ...], L.Stmt | None]:
-        """A packed cell's index (and the loop over a pair's two elements around `body`)."""
-        if not pairs:
-            return index, body
-        return index + (v(p),), None if body is None else L.For(p, L.const(0), L.const(2), body)
+    def paired(index: tuple[L.Expr, ...]) -> tuple[L.Expr, ...]:
+        """A packed cell's index: with pairs, the pair element p last."""
+        return index + (v(p),) if pairs else index
+
+    def over_pair(body: L.Stmt) -> L.Stmt:
+        """`body` for both elements of a pair (as is without pairs)."""
+        return L.For(p, L.const(0), L.const(2), body) if pairs else body
 
     # -- pack B: Bp[slot, jr, r, jj] = B(kk, col) for col = jr * NR + jj < N, else 0
     col_var, col_lo, _ = plan.col
     col_index = L.add(L.mul(v(jr), L.const(nr)), v(jj))
     env_b = {**outer_env, **decompose(kk, plan.red), col_var: L.add(col_index, L.const(col_lo))}
-    b_cell, _ = paired((b_slot, v(jr), v(r), v(jj)))
-    _, b_store = paired(b_cell, guarded_store(bp_buf.name, b_cell, plan.b, plan.b_guards, env_b, packed,
-                                              bp.dtypes[plan.b.tensor], [L.Cmp("lt", col_index, L.const(n))] + in_k))
-    assert b_store is not None
+    b_cell = paired((b_slot, v(jr), v(r), v(jj)))
+    b_store = over_pair(guarded_store(bp_buf.name, b_cell, plan.b, plan.b_guards, env_b, packed,
+                                      bp.dtypes[plan.b.tensor], [L.Cmp("lt", col_index, L.const(n))] + in_k))
     pack_b = L.For(jr, L.const(0), L.const(panels),
                    L.For(r, L.const(0), kc_here, L.For(jj, L.const(0), L.const(nr), b_store)),
                    "parallel" if not outer_parallel and panels >= threads > 1 else "serial")
@@ -121,10 +122,9 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     # -- pack A: Ap[t, ir, r, ii] = A(row, kk) for row = ic * MC + ir * MR + ii < M, else 0
     row_index = L.add(L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr))), v(ii))
     env_a = {**outer_env, **decompose(kk, plan.red), **decompose(row_index, plan.rows)}
-    a_cell, _ = paired((v(t), v(ir), v(r), v(ii)))
-    _, a_store = paired(a_cell, guarded_store(ap_buf.name, a_cell, plan.a, plan.a_guards, env_a, packed,
-                                              bp.dtypes[plan.a.tensor], [L.Cmp("lt", row_index, L.const(m))] + in_k))
-    assert a_store is not None
+    a_cell = paired((v(t), v(ir), v(r), v(ii)))
+    a_store = over_pair(guarded_store(ap_buf.name, a_cell, plan.a, plan.a_guards, env_a, packed,
+                                      bp.dtypes[plan.a.tensor], [L.Cmp("lt", row_index, L.const(m))] + in_k))
     pack_a = L.For(ir, L.const(0), L.const(mc // mr),
                    L.For(r, L.const(0), kc_here, L.For(ii, L.const(0), L.const(mr), a_store)))
 
