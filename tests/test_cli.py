@@ -244,3 +244,10 @@ def test_every_backend_stage_is_a_stage_explain_accepts():
 
     printable = {name for backend in BACKENDS.values() for name in backend.stage_names()}
     assert set(STAGES) == printable and len(STAGES) == len(printable)
+
+
+def test_tune_in_bfloat16_for_the_gpu_says_the_cuda_backend_has_none(capsys):
+    rc, out, err = run_cli(capsys, "tune", "gemm", "--shape", "M=64,N=64,K=64", "--dtype", "bfloat16",
+                           "--target", "cuda-sim", "--trials", "1")
+    assert rc != 0 and "Traceback" not in err
+    assert "bfloat16 tunes CPU kernels only" in err and "--target llvm" in err
