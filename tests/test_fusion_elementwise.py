@@ -15,6 +15,7 @@ from tilec.ir import loop as L
 from tilec.ir.bounds import bind
 from tilec.ir.visitor import walk
 from tilec.schedule.cpu import rowwise as elementwise_fusion
+from tilec.schedule import params
 from tilec.schedule.lowering import lower_bound
 from tilec.pipeline import resolve_target
 
@@ -208,19 +209,26 @@ def test_no_fusion_for_non_row_local_reads() -> None:
     np.testing.assert_allclose(tilec.compile(src)(x), np.exp(x).T, rtol=1e-6)
 
 
-def test_vector_erf_float32_within_3_ulp() -> None:
-    """The fused nest's vectorized loop computes erf without libm (tilec/codegen/llvm/vector.py)."""
+@pytest.mark.parametrize("func, reference, special", [
+    ("erf", "erf", [0.0, 1e-30, 1e-8, np.inf, -np.inf, 1.0, -1.0, 0.99999994, 1.0000001, 3.9, 4.1, 10.0, -0.5, 0.5,
+                    2.0, -2.0]),
+    ("tanh", "tanh", [0.0, -0.0, 1e-30, 1e-8, -1e-8, np.inf, -np.inf, 0.625, 0.62499994, 0.6250001, -0.625, 9.0,
+                      44.0, 45.0, 88.0, 1e30, -1e30, 3.4e38]),
+])
+def test_vector_math_float32_within_3_ulp(func: str, reference: str, special: list[float]) -> None:
+    """The fused nest's vectorized loop computes erf and tanh without libm (tilec/codegen/llvm/vector_math.py)."""
     import math
 
-    src = "function (X[N, K]) -> (O) { T = X * 1.0; O = erf(T); }"
-    special = [0.0, 1e-30, 1e-8, np.inf, -np.inf, 1.0, -1.0, 0.99999994, 1.0000001, 3.9, 4.1, 10.0, -0.5, 0.5, 2.0, -2.0]
-    x = np.concatenate([np.linspace(-6, 6, 40000), special]).astype(np.float32).reshape(-1, 16)
-    _, func = _lowered(src, {"X": x.shape})
-    assert any(isinstance(s, L.For) and s.kind == "vectorized" for s in walk(func.body))
+    src = f"function (X[N, K]) -> (O) {{ T = X * 1.0; O = {func}(T); }}"
+    x = np.concatenate([np.linspace(-6, 6, 40000), np.geomspace(1e-6, 20, 4000), special]).astype(np.float32)
+    x = np.concatenate([x, np.zeros(-len(x) % 16, np.float32)]).reshape(-1, 16)
+    _, func_ir = _lowered(src, {"X": x.shape})
+    assert any(isinstance(s, L.For) and s.kind == "vectorized" for s in walk(func_ir.body))
     got = tilec.compile(src)(x).ravel().astype(np.float64)
-    want = np.array([math.erf(float(v)) for v in x.ravel()])
+    want = np.array([getattr(math, reference)(float(v)) for v in x.ravel()])
     ulps = np.abs(got - want) / np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
     assert ulps.max() <= 3, (ulps.max(), x.ravel()[ulps.argmax()])
+    assert (np.signbit(got) == np.signbit(want)).all()  # -0.0 stays -0.0
     nan = tilec.compile(src)(np.full((1, 16), np.nan, np.float32))
     assert np.isnan(nan).all()
 
@@ -229,15 +237,23 @@ def test_vector_erf_float32_within_3_ulp() -> None:
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(1, 40), st.integers(2, 50), st.integers(1, 3), st.sampled_from(["+", ">", "<"]),
-       st.sampled_from(["float32", "float64"]), st.integers(0, 2**31 - 1))
-def test_column_reductions_match_numpy(rows: int, k: int, outer: int, agg: str, dtype: str, seed: int) -> None:
+@given(st.integers(1, 40), st.integers(2, 50), st.integers(0, 3), st.sampled_from(["+", ">", "<"]),
+       st.sampled_from(["float32", "float64"]), st.booleans(), st.integers(0, 2**31 - 1))
+def test_column_reductions_match_numpy(rows: int, k: int, outer: int, agg: str, dtype: str, keepdim: bool,
+                                       seed: int) -> None:
+    # outer == 0: no outer axis, the threads split the columns (the pool starts at any size here);
+    # keepdim: torch's sum(0, keepdim=True), a 0 on a unit axis before the cells
     from tilec.schedule.cpu import column_reduce
 
-    src = f"function (A[R, P, K]) -> (O) {{ O[p, x: P, K] = {agg}(A[r, p, x]); }}"
-    a = np.random.default_rng(seed).standard_normal((rows, outer, k)).astype(dtype)
-    want = {"+": np.sum, ">": np.max, "<": np.min}[agg](a.astype(np.float64), axis=0)
-    np.testing.assert_allclose(tilec.compile(src)(a), want, rtol=1e-5 if dtype == "float32" else 1e-12, atol=1e-5)
+    cell = ["0"] * keepdim + ["p"] * (outer > 0) + ["x"]
+    dims = ["1"] * keepdim + ["P"] * (outer > 0) + ["K"]
+    src = (f"function (A[R, {'P, ' * (outer > 0)}K]) -> (O) {{ O[{', '.join(cell)}: {', '.join(dims)}] = "
+           f"{agg}(A[r, {'p, ' * (outer > 0)}x]); }}")
+    a = np.random.default_rng(seed).standard_normal((rows,) + (outer,) * (outer > 0) + (k,)).astype(dtype)
+    want = {"+": np.sum, ">": np.max, "<": np.min}[agg](a.astype(np.float64), axis=0, keepdims=keepdim)
+    with params.overridden(parallel_min_cells=1):
+        got = tilec.compile(src)(a)
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == "float32" else 1e-12, atol=1e-5)
     bp = bind(parse(src), {"A": a.shape}, {"A": dtype})
     assert column_reduce.match(bp.statements[0]) is not None
 
@@ -252,3 +268,5 @@ def test_bias_gradient_is_a_column_sweep() -> None:
     assert sweeps and all("m" != s.var for s in sweeps)
     not_column = "function (G[M, N]) -> (DB) { DB[x: M] = +(G[x, n]); }"  # a row sum: not this template
     assert column_reduce.match(bind(parse(not_column), {"G": (3, 4)}, {"G": "float32"}).statements[0]) is None
+    total = "function (G[M, N]) -> (S) { S[] = +(G[m, n]); }"  # a scalar output: not this template either
+    assert column_reduce.match(bind(parse(total), {"G": (3, 4)}, {"G": "float32"}).statements[0]) is None

@@ -268,10 +268,8 @@ class VectorLoop:
             args = [self.vector(a) for a in e.args]
             if e.func in ("max", "min"):
                 return self.em.float_bin(e.func, args[0], args[1], ())
-            if e.func == "exp" and computed_dtype(e.dtype) == "float32":
-                return vector_math.exp_f32(self.b, self.em.module, args[0])
-            if e.func == "erf" and computed_dtype(e.dtype) == "float32":
-                return vector_math.erf_f32(self.b, self.em.module, args[0])
+            if e.func in vector_math.FLOAT32 and computed_dtype(e.dtype) == "float32":
+                return vector_math.FLOAT32[e.func](self.b, self.em.module, args[0])
             return self.em.float_call(e.func, args, args[0].type)
         raise AssertionError(f"vectorizable() let {type(e).__name__} through")
 

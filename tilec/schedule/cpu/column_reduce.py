@@ -4,16 +4,19 @@ Gradients of broadcast operands (a bias, a layer norm's gain) sum a [rows, K] te
 rows. The default direct nest loops over the output cells and reduces each down a column, a
 stride-K walk through memory per cell. Here the cells' accumulators are the output itself:
 
-    O[outer..., x] = identity                      (vectorised)
-    for outer...:  for reduction vars:  for x (vectorised in blocks of `lanes`, a scalar tail):
+    for outer...:                                  (parallel: each thread its output rows)
+      O[outer..., x] = identity                    (vectorised)
+      for reduction vars:  for x (vectorised in blocks of `lanes`, a scalar tail):
         O[outer..., x] = O[outer..., x] (+) A[..., x]
+
+Without outer variables the threads split the columns instead, whole vectors each.
 
 so every load is unit-stride in x. Each cell combines its tuples in the reduction variables' loop
 order, as the default nest does (the vector emitter marks the update reassociable, so LLVM may
 regroup a float sum).
 
 Requires: a BoundContraction. Guarantees: `match` accepts only a direct output (each index a lone
-variable spanning its dimension), aggregation + > or <, one operand ("single"), no guards and no
+variable spanning its dimension, or 0 on an axis of size 1: torch's keepdim sums), aggregation + > or <, one operand ("single"), no guards and no
 default, whose operand's last index is the output's last variable (alone) and whose other indices
 do not mention it; `build` computes the default lowering's result.
 """
@@ -26,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.lower import LoweredGroup, combine, direct_output_vars, identity, index_expr, loop_nest
+from tilec.ir.lower import LoweredGroup, combine, identity, index_expr, loop_nest
 from tilec.ir.rewrite import map_expr
 from tilec.schedule.templates.base import Choice, Context, Template
 from tilec.target import Target
@@ -35,6 +38,7 @@ from tilec.target import Target
 @dataclass(frozen=True)
 class ColumnPlan:
     outer: tuple[tuple[str, int, int], ...]  # output variables before the last, loop order
+    prefix: tuple[str | None, ...]  # the output's indices before the last: a variable, or None for 0
     reduce: tuple[tuple[str, int, int], ...]  # reduction variables, loop order
     column: tuple[str, int, int]  # the output's last variable
 
@@ -42,10 +46,11 @@ class ColumnPlan:
 def match(b: BoundContraction) -> ColumnPlan | None:
     if b.empty or b.guards or b.stmt.default is not None or b.stmt.agg not in "+><" or b.stmt.combo != "single":
         return None
-    out_vars = direct_output_vars(b)
-    if not out_vars or b.shape[-1] < 2:
+    cell = _output_cell(b)
+    if not cell or cell[-1] is None or b.shape[-1] < 2:
         return None
-    col = out_vars[-1]
+    out_vars = [v for v in cell if v is not None]
+    col = cell[-1]
     access = b.operands[0]
     last = access.indices[-1] if access.indices else None
     if last is None or last.coeffs != ((col, 1),) or last.const or last.divisor != 1:
@@ -56,7 +61,22 @@ def match(b: BoundContraction) -> ColumnPlan | None:
     reduce = tuple(r for r in b.ranges if r[0] not in out_vars)
     if not reduce:
         return None
-    return ColumnPlan(tuple(ranges[v] for v in out_vars[:-1]), reduce, ranges[col])
+    return ColumnPlan(tuple(ranges[v] for v in out_vars[:-1]), cell[:-1], reduce, ranges[col])
+
+
+def _output_cell(b: BoundContraction) -> tuple[str | None, ...] | None:
+    """Each output index's variable (distinct, spanning its dimension), or None where the index is
+    0 on an axis of size 1; None when some index is neither."""
+    ranges = {v: (lo, hi) for v, lo, hi in b.ranges}
+    cell: list[str | None] = []
+    for e, n in zip(b.out_indices, b.shape):
+        if e.lone_var is not None and e.lone_var not in cell and ranges[e.lone_var] == (0, n - 1):
+            cell.append(e.lone_var)
+        elif not e.coeffs and e.const == 0 and n == 1:
+            cell.append(None)
+        else:
+            return None
+    return tuple(cell)
 
 
 def build(plan: ColumnPlan, b: BoundContraction, bp: BoundProgram, target: Target,
@@ -64,7 +84,7 @@ def build(plan: ColumnPlan, b: BoundContraction, bp: BoundProgram, target: Targe
     dt, agg = b.dtype, b.stmt.agg
     lanes = max(2, target.vector_bits // (64 if dt in ("float64", "int64") else 32))
     col, lo, hi = plan.column
-    outer = [L.Var(v) for v, _, _ in plan.outer]
+    outer = [L.const(0) if v is None else L.Var(v) for v in plan.prefix]
     access = b.operands[0]
 
     def at(x: L.Expr) -> L.Stmt:
@@ -80,26 +100,33 @@ def build(plan: ColumnPlan, b: BoundContraction, bp: BoundProgram, target: Targe
     def init(x: L.Expr) -> L.Stmt:
         return L.Store(b.output, tuple(outer) + (x,), identity(agg, dt))
 
-    def sweep(make: Callable[[L.Expr], L.Stmt], tag: str) -> L.Stmt:
-        n = hi - lo + 1
-        blocks = n // lanes
+    def sweep(make: Callable[[L.Expr], L.Stmt], tag: str, begin: L.Expr, end: L.Expr) -> L.Stmt:
+        """make(x) for x in [begin, end): vectors of `lanes` columns, then a scalar tail."""
         jo, ji, jt = f"{col}.{tag}o", f"{col}.{tag}i", f"{col}.{tag}t"
-        loops: list[L.Stmt] = []
-        if blocks:
-            x = L.add(L.add(L.mul(L.Var(jo), L.const(lanes)), L.Var(ji)), L.const(lo)) if lo else \
-                L.add(L.mul(L.Var(jo), L.const(lanes)), L.Var(ji))
-            loops.append(L.For(jo, L.const(0), L.const(blocks),
-                               L.For(ji, L.const(0), L.const(lanes), make(x), "vectorized")))
-        if n % lanes:
-            loops.append(L.For(jt, L.const(lo + blocks * lanes), L.const(hi + 1), make(L.Var(jt))))
-        return L.seq(*loops)
+        blocks = L.Bin("div", L.sub(end, begin), L.const(lanes))
+        x = L.add(L.add(L.mul(L.Var(jo), L.const(lanes)), L.Var(ji)), begin)
+        return L.seq(L.For(jo, L.const(0), blocks, L.For(ji, L.const(0), L.const(lanes), make(x), "vectorized")),
+                     L.For(jt, L.add(begin, L.mul(blocks, L.const(lanes))), end, make(L.Var(jt))))
 
-    body = L.seq(sweep(init, "z"), loop_nest(list(plan.reduce), sweep(at, "r"), []))
-    nest = loop_nest(list(plan.outer), body, [])
+    def columns(begin: L.Expr, end: L.Expr) -> L.Stmt:
+        return L.seq(sweep(init, "z", begin, end), loop_nest(list(plan.reduce), sweep(at, "r", begin, end), []))
+
+    n = hi - lo + 1
     work = math.prod(h - low + 1 for _, low, h in b.ranges)
-    if isinstance(nest, L.For) and plan.outer and target.cores >= 2 and work >= parallel_min_cells \
-            and plan.outer[0][2] - plan.outer[0][1] + 1 >= target.cores:
-        nest = replace(nest, kind="parallel")  # each outer cell owns its own output row
+    parallel = target.cores >= 2 and work >= parallel_min_cells
+    if plan.outer:
+        nest = loop_nest(list(plan.outer), columns(L.const(lo), L.const(hi + 1)), [])
+        if isinstance(nest, L.For) and parallel and plan.outer[0][2] - plan.outer[0][1] + 1 >= target.cores:
+            nest = replace(nest, kind="parallel")  # each outer cell owns its own output row
+    elif parallel and n >= 2 * lanes:  # each thread owns a contiguous range of whole vectors of columns
+        threads = min(target.cores, n // lanes)
+        per = -(-n // threads // lanes) * lanes
+        t = f"{col}.t"
+        begin = L.add(L.mul(L.Var(t), L.const(per)), L.const(lo))
+        nest = L.For(t, L.const(0), L.const(threads),
+                     columns(begin, L.Bin("min", L.add(begin, L.const(per)), L.const(hi + 1))), "parallel")
+    else:
+        nest = columns(L.const(lo), L.const(hi + 1))
     return LoweredGroup(nest)
 
 

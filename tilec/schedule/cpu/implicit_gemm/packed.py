@@ -27,10 +27,12 @@ output, the reduction blocked by KC in the original order per cell.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tilec.ir import loop as L
-from tilec.ir.bounds import BoundContraction
+from tilec.codegen.llvm.transpose import MAX_SIDE
+from tilec.ir.bounds import BoundAccess, BoundContraction, Condition
 from tilec.ir.dtypes import accumulator_dtype
 from tilec.ir.lower import index_expr, zero_fill
 from tilec.ir.rewrite import substitute_expr
@@ -93,8 +95,11 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     o, pc, r, jr, jj, t, ic, ir, ii, p = (f"{out}.{s}" for s in ("o", "pc", "r", "jr", "jj", "t", "ic", "ir", "ii", "p"))
     b_slot = v(t) if outer_parallel else L.const(0)
     outer_env = decompose(v(o), plan.outer) if plan.outer else {}
-    # the flat reduction index of packed row r (and pair element p)
-    kk = L.add(L.mul(v(pc), L.const(kc)), L.add(L.mul(v(r), L.const(2)), v(p)) if pairs else v(r))
+    def flat_k(row: L.Expr) -> L.Expr:
+        """The flat reduction index of packed row `row` (and pair element p)."""
+        return L.add(L.mul(v(pc), L.const(kc)), L.add(L.mul(row, L.const(2)), v(p)) if pairs else row)
+
+    kk = flat_k(v(r))
     rows_left = L.sub(L.const(k), L.mul(v(pc), L.const(kc)))
     kc_here = L.Bin("min", L.const(kc // step), L.Bin("div", L.add(rows_left, L.const(step - 1)), L.const(step))
                     if pairs else rows_left)  # packed rows in this reduction block
@@ -108,25 +113,50 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
         """`body` for both elements of a pair (as is without pairs)."""
         return L.For(p, L.const(0), L.const(2), body) if pairs else body
 
+    lanes = ctx.target.lanes(packed) if packed in _TRANSPOSABLE else 0
+
+    def transposes(op: BoundAccess, guards: tuple[Condition, ...], width: int) -> bool:
+        """Whether a panel of `op` packs as register transposes: its source is contiguous along the
+        reduction (one lone index, the innermost), unguarded and already in the packed dtype."""
+        return (lanes > 1 and not pairs and not guards and len(plan.red) == 1 and bp.dtypes[op.tensor] == packed
+                and op.indices[-1].lone_var == plan.red[0][0] and _tile_side(width, lanes) is not None)
+
     # -- pack B: Bp[slot, jr, r, jj] = B(kk, col) for col = jr * NR + jj < N, else 0
     col_var, col_lo, _ = plan.col
+
+    def b_store(row: L.Expr, jj_: L.Expr, edge: bool) -> L.Stmt:
+        """Bp's cell (packed row `row`, column jj_ of panel jr); `edge`: the panel may pass N."""
+        col = L.add(L.mul(v(jr), L.const(nr)), jj_)
+        env = {**outer_env, **decompose(flat_k(row), plan.red), col_var: L.add(col, L.const(col_lo))}
+        return over_pair(guarded_store(bp_buf.name, paired((b_slot, v(jr), row, jj_)), plan.b, plan.b_guards, env,
+                                       packed, bp.dtypes[plan.b.tensor],
+                                       [L.Cmp("lt", col, L.const(n))] + in_k if edge else []))
+
     col_index = L.add(L.mul(v(jr), L.const(nr)), v(jj))
-    env_b = {**outer_env, **decompose(kk, plan.red), col_var: L.add(col_index, L.const(col_lo))}
-    b_cell = paired((b_slot, v(jr), v(r), v(jj)))
-    b_store = over_pair(guarded_store(bp_buf.name, b_cell, plan.b, plan.b_guards, env_b, packed,
-                                      bp.dtypes[plan.b.tensor], [L.Cmp("lt", col_index, L.const(n))] + in_k))
-    pack_b = L.For(jr, L.const(0), L.const(panels),
-                   L.For(r, L.const(0), kc_here, L.For(jj, L.const(0), L.const(nr), b_store)),
+    pack_b_panel: L.Stmt = L.For(r, L.const(0), kc_here, L.For(jj, L.const(0), L.const(nr), b_store(v(r), v(jj), True)))
+    if transposes(plan.b, plan.b_guards, nr):  # a whole panel: B's rows read as vectors along the reduction
+        whole = L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n))
+        pack_b_panel = L.If(whole, transposing_pack(lambda row, jj_: b_store(row, jj_, False), jj, nr, r, kc_here, lanes),
+                            pack_b_panel)
+    pack_b = L.For(jr, L.const(0), L.const(panels), pack_b_panel,
                    "parallel" if not outer_parallel and panels >= threads > 1 else "serial")
 
     # -- pack A: Ap[t, ir, r, ii] = A(row, kk) for row = ic * MC + ir * MR + ii < M, else 0
+    def a_store(row: L.Expr, ii_: L.Expr, edge: bool) -> L.Stmt:
+        """Ap's cell (packed row `row`, row ii_ of panel ir); `edge`: the panel may pass M."""
+        m_row = L.add(L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr))), ii_)
+        env = {**outer_env, **decompose(flat_k(row), plan.red), **decompose(m_row, plan.rows)}
+        return over_pair(guarded_store(ap_buf.name, paired((v(t), v(ir), row, ii_)), plan.a, plan.a_guards, env,
+                                       packed, bp.dtypes[plan.a.tensor],
+                                       [L.Cmp("lt", m_row, L.const(m))] + in_k if edge else []))
+
     row_index = L.add(L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr))), v(ii))
-    env_a = {**outer_env, **decompose(kk, plan.red), **decompose(row_index, plan.rows)}
-    a_cell = paired((v(t), v(ir), v(r), v(ii)))
-    a_store = over_pair(guarded_store(ap_buf.name, a_cell, plan.a, plan.a_guards, env_a, packed,
-                                      bp.dtypes[plan.a.tensor], [L.Cmp("lt", row_index, L.const(m))] + in_k))
-    pack_a = L.For(ir, L.const(0), L.const(mc // mr),
-                   L.For(r, L.const(0), kc_here, L.For(ii, L.const(0), L.const(mr), a_store)))
+    pack_a_panel: L.Stmt = L.For(r, L.const(0), kc_here, L.For(ii, L.const(0), L.const(mr), a_store(v(r), v(ii), True)))
+    if transposes(plan.a, plan.a_guards, mr):  # a whole panel: A's rows read as vectors along the reduction
+        whole_a = L.Cmp("le", L.add(L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr))), L.const(mr)), L.const(m))
+        pack_a_panel = L.If(whole_a, transposing_pack(lambda row, ii_: a_store(row, ii_, False), ii, mr, r, kc_here, lanes),
+                            pack_a_panel)
+    pack_a = L.For(ir, L.const(0), L.const(mc // mr), pack_a_panel)
 
     # -- micro-kernel on acc[MR, NR]
     acc = L.Buffer(f"{out}.acc", ct, (mr, nr), "local")
@@ -204,6 +234,38 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     return nest, [bp_buf, ap_buf] + ([partial_buf] if partial_buf is not None else [])
 
 
+_TRANSPOSABLE = ("float32", "float64")  # packed dtypes the register transposes handle
+
+
+def _tile_side(width: int, lanes: int) -> int | None:
+    """The side across the panel of a transposed tile: whole vectors when the panel is, else the
+    panel's width when it fits the registers (tilec.codegen.llvm.transpose.MAX_SIDE), else None."""
+    if width % lanes == 0:
+        return lanes
+    return width if 2 <= width <= MAX_SIDE else None
+
+
+def transposing_pack(store_at: Callable[[L.Expr, L.Expr], L.Stmt], across: str, width: int, along: str,
+                     rows: L.Expr, lanes: int) -> L.Stmt:
+    """``for along in [0, rows): for across in [0, width): store_at(along, across)`` for a source
+    contiguous along `along` and a panel contiguous across: tiles of `lanes` rows by a side across,
+    each loaded as vectors along the source and stored as vectors across the panel after a
+    transpose in registers (tilec.codegen.llvm.transpose), then the last rows one by one."""
+    side = _tile_side(width, lanes)
+    assert side is not None
+    v = L.Var
+    row_block, col_block, col, row = f"{along}b", f"{across}b", f"{across}1", f"{along}1"
+    tiles_end = L.Bin("div", rows, L.const(lanes))
+    tile = L.For(col, L.const(0), L.const(side),
+                 L.For(row, L.const(0), L.const(lanes),
+                       store_at(L.add(L.mul(v(row_block), L.const(lanes)), v(row)),
+                                L.add(L.mul(v(col_block), L.const(side)), v(col))), "vectorized"), "unrolled")
+    tiles = L.For(row_block, L.const(0), tiles_end, L.For(col_block, L.const(0), L.const(width // side), tile))
+    rest = L.For(along, L.mul(tiles_end, L.const(lanes)), rows,
+                 L.For(across, L.const(0), L.const(width), store_at(v(along), v(across))))
+    return L.seq(tiles, rest)
+
+
 def bf16_dot(target: Target) -> bool:
     """Whether `target`'s CPU has AVX512-BF16's pair dot product (on 512-bit vectors)."""
     host = target.host
@@ -216,4 +278,4 @@ def bf16_pairs(b: BoundContraction, plan: GemmPlan, dtypes: dict[str, str], targ
     return bf16_dot(target) and b.dtype == dtypes[plan.a.tensor] == dtypes[plan.b.tensor] == "bfloat16" and nr % 16 == 0
 
 
-__all__ = ["PackedPlan", "bf16_dot", "bf16_pairs", "build"]
+__all__ = ["PackedPlan", "bf16_dot", "bf16_pairs", "build", "transposing_pack"]
