@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tilec
 from reference import conv2d_grad_shapes, torch_conv2d_grads
@@ -40,14 +42,41 @@ def test_permutations_match_numpy(shape, perm, agg, dtype):
     src = (f"function (X[{', '.join(f'N{k}' for k in range(len(shape)))}]) -> (Y) {{\n"
            f"    Y[{out}: {sizes}] = {agg}(X[{', '.join(names)}]);\n}}")
     bp = bind(tilec.parse(src), {"X": shape}, {"X": dtype})
-    plan = permute.PermutePlan(tuple(names[p] for p in perm), tuple(names), tuple(zip(names, shape)))
+    plan, _ = permute.coalesce(permute.PermutePlan(tuple(names[p] for p in perm), tuple(names), tuple(zip(names, shape))))
     line = 64 // np.dtype(dtype).itemsize
     _, split = permute.loop_order(plan, line)
-    ragged = split is not None and dict(zip(names, shape))[split] % line != 0
+    ragged = split is not None and dict(plan.extents)[split] % line != 0
     # transposed in registers at any size; else ragged line blocks keep the default nest
     assert (permute.match(bp.statements[0], bp, MAX_CELLS) is None) == (ragged and not permute.transposing(plan, line))
     x = (rng.standard_normal(shape) * 100).astype(dtype)
     np.testing.assert_array_equal(tilec.compile(src)(x), x.transpose(perm))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 20), min_size=2, max_size=5).flatmap(
+    lambda shape: st.tuples(st.just(tuple(shape)), st.permutations(range(len(shape))))),
+    st.sampled_from(["float32", "float64", "int32"]))
+def test_random_permutations_with_coalesced_runs_match_numpy(shape_perm, dtype):
+    # runs of axes adjacent in both layouts are merged (their digits recombine in the vector code)
+    shape, perm = shape_perm
+    names = "abcde"[:len(shape)]
+    src = (f"function (X[{', '.join(f'N{k}' for k in range(len(shape)))}]) -> (Y) {{\n"
+           f"    Y[{', '.join(names[p] for p in perm)}: {', '.join(f'N{p}' for p in perm)}] = =(X[{', '.join(names)}]);\n}}")
+    x = (rng.standard_normal(shape) * 100).astype(dtype)
+    np.testing.assert_array_equal(tilec.compile(src)(x), x.transpose(perm))
+
+
+def test_the_3x3_weight_gradient_permutation_transposes_in_tiles():
+    # OIHW <- HWIO: (i, j) adjacent on both sides merge into one 9-wide axis, long enough for tiles
+    src = "function (DK[KH, KW, C, CO]) -> (DF) { DF[co, c, i, j: CO, C, KH, KW] = +(DK[i, j, c, co]); }"
+    bp = bind(tilec.parse(src), {"DK": (3, 3, 512, 512)}, {"DK": "float32"})
+    plan = permute.match(bp.statements[0], bp, MAX_CELLS)
+    assert plan is not None  # 2.4M cells: beyond the line order's limit, yet tiles
+    merged, _ = permute.coalesce(plan)
+    assert merged.out_vars == ("co", "c", "i.j") and dict(merged.extents)["i.j"] == 9
+    assert permute.transposing(merged, 16)
+    x = rng.standard_normal((3, 3, 40, 24)).astype(np.float32)
+    np.testing.assert_array_equal(tilec.compile(src)(x), x.transpose(3, 2, 0, 1))
 
 
 def test_a_copy_that_keeps_the_innermost_axis_is_left_to_the_default_nest():

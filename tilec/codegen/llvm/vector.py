@@ -15,6 +15,8 @@ memory their iteration would not have read nor store.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 import llvmlite.ir as ir
@@ -66,15 +68,39 @@ def _coefficient(e: L.Expr, var: str) -> int | None:
 
 
 def element_stride(buf: L.Buffer, indices: tuple[L.Expr, ...], var: str) -> int | None:
-    """How many elements of `buf` the access moves by per step of `var` (None where not affine)."""
-    total, step = 0, 1
-    for idx, n in zip(reversed(indices), reversed(buf.shape)):
-        c = _coefficient(idx, var)
+    """How many elements of `buf` the access moves by per step of `var` (None where not affine).
+
+    A flat index F spread over adjacent dimensions of extents (.., e2, e1) as
+    (F / (e2 e1), (F / e1) % e2, F % e1) -- dimensions coalesced by a layout permutation -- moves
+    the address by F's coefficient: the digits recombine into F."""
+    total = 0
+    dims = list(zip(reversed(indices), reversed(buf.shape)))  # innermost first
+    d = 0
+    while d < len(dims):
+        flat, count = _digits(dims[d:]) or (dims[d][0], 1)
+        c = _coefficient(flat, var)
         if c is None:
             return None
-        total += c * step
-        step *= n
+        total += c * math.prod(n for _, n in dims[:d])
+        d += count
     return total
+
+
+def _digits(dims: list[tuple[L.Expr, int]]) -> tuple[L.Expr, int] | None:
+    """(F, k) when the first k >= 2 of `dims` (innermost first) index F % e1, (F / e1) % e2, ...,
+    F / (e1 ... e(k-1)) with e the dimensions' extents; else None."""
+    first, e1 = dims[0]
+    if not (isinstance(first, L.Bin) and first.op == "mod" and first.b == L.const(e1)):
+        return None
+    flat, below = first.a, e1
+    for k, (idx, n) in enumerate(dims[1:], start=2):
+        quotient = L.Bin("div", flat, L.const(below))
+        if idx == quotient:
+            return flat, k
+        if not (isinstance(idx, L.Bin) and idx.op == "mod" and idx.a == quotient and idx.b == L.const(n)):
+            return None
+        below *= n
+    return None
 
 
 def single_store(s: L.Stmt | None) -> L.Store | None:

@@ -73,15 +73,16 @@ def match(b: BoundContraction, bp: BoundProgram, max_cells: int) -> PermutePlan 
     extent = dict(zip(out_vars, b.shape))
     plan = PermutePlan(tuple(out_vars), tuple(src_vars), tuple(extent.items()))  # type: ignore[arg-type]
     line = max(1, LINE_BYTES // np.dtype(bp.dtypes[src.tensor]).itemsize)
-    if transposing(plan, line):
+    merged, _ = coalesce(plan)
+    if transposing(merged, line):
         return plan
     if math.prod(b.shape) > max_cells:
         # measured: in the 3x3 64->64 56^2 conv gradient the NHWC -> NCHW permutation of dX (1.6M
         # cells) cost 1.2-1.8 ms more in line order than the default nest, though alone it was as
         # fast; the 14^2 gradient's permutations (0.4-0.6M cells) gained ~0.4 ms.
         return None
-    _, split = loop_order(plan, line)
-    if split is not None and extent[split] % line:
+    _, split = loop_order(merged, line)
+    if split is not None and dict(merged.extents)[split] % line:
         return None  # ragged blocks (NCHW -> NHWC of 56 x 56 planes: 1.6x slower than the default nest)
     return plan
 
@@ -117,11 +118,56 @@ def nest(plan: PermutePlan, itemsize: int, body: Callable[[dict[str, L.Expr]], L
     dimensions are long enough, else the loops of `loop_order`; the outermost loop with an
     iteration per core parallel if `parallel`."""
     line = max(1, LINE_BYTES // itemsize)
+    plan, expand = coalesce(plan)
+
+    def merged_body(where: dict[str, L.Expr]) -> L.Stmt:
+        return body(expand(where))
+
     if transposing(plan, line):
-        stmt = _tiles(plan, line, body)
+        stmt = _tiles(plan, line, merged_body)
     else:
-        stmt = _line_nest(plan, line, body)
+        stmt = _line_nest(plan, line, merged_body)
     return parallel_outermost(stmt, cores) if parallel and cores >= 2 and isinstance(stmt, L.For) else stmt
+
+
+def coalesce(plan: PermutePlan) -> tuple[PermutePlan, Callable[[dict[str, L.Expr]], dict[str, L.Expr]]]:
+    """The permutation with every run of variables that are adjacent, in the same order, on both
+    sides merged into one (named by joining theirs with '.'; its extent their product), and the
+    function from an index of each merged variable to an index of each original one (a run
+    (v1, ..., vk) at index q: vk = q % ek, ..., v1 = q / (e2 ... ek), the digits that
+    tilec.codegen.llvm.vector.element_stride recombines). OIHW <- HWIO of a 3x3 kernel,
+    DF[co, c, i, j] = DK[i, j, c, co], becomes DF[co, c, ij] = DK[ij, c, co]: a 9-wide innermost side,
+    long enough for transposing tiles."""
+    extent = dict(plan.extents)
+    runs: list[tuple[str, ...]] = []
+    k = 0
+    while k < len(plan.out_vars):
+        run = [plan.out_vars[k]]
+        at = plan.src_vars.index(run[0])
+        while (k + len(run) < len(plan.out_vars) and at + len(run) < len(plan.src_vars)
+               and plan.src_vars[at + len(run)] == plan.out_vars[k + len(run)]):
+            run.append(plan.out_vars[k + len(run)])
+        runs.append(tuple(run))
+        k += len(run)
+    if all(len(r) == 1 for r in runs):
+        return plan, lambda where: where
+    name = {r: ".".join(r) for r in runs}
+    first = {r[0]: r for r in runs}
+    merged = PermutePlan(tuple(name[r] for r in runs), tuple(name[first[v]] for v in plan.src_vars if v in first),
+                         tuple((name[r], math.prod(extent[v] for v in r)) for r in runs))
+
+    def expand(where: dict[str, L.Expr]) -> dict[str, L.Expr]:
+        out: dict[str, L.Expr] = {}
+        for r in runs:
+            q = where[name[r]]
+            below = 1
+            for v in reversed(r):
+                digit = q if below == 1 else L.Bin("div", q, L.const(below))
+                out[v] = digit if v == r[0] else L.Bin("mod", digit, L.const(extent[v]))
+                below *= extent[v]
+        return out
+
+    return merged, expand
 
 
 MIN_TILE_SIDE = 8  # a transposing tile needs both innermost dimensions this long at least
@@ -242,4 +288,4 @@ class Permute(Template):
 
 PERMUTE = Permute()
 
-__all__ = ["PERMUTE", "Permute", "PermutePlan", "build", "loop_order", "match", "nest", "parallel_outermost"]
+__all__ = ["PERMUTE", "Permute", "PermutePlan", "build", "coalesce", "loop_order", "match", "nest", "parallel_outermost"]
