@@ -34,6 +34,7 @@ from tilec.ir.lower import index_expr, zero_fill
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, plan_threads
 from tilec.schedule.cpu.implicit_gemm.padding import Pads, access_padding, padded_index, padded_operand
+from tilec.schedule.cpu.implicit_gemm.packed import transposed_panels, transposing_pack
 from tilec.schedule.nest import decompose, guarded_store, thread_share, threads_loop
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
 from tilec.schedule.patterns.gemm import GemmPlan
@@ -119,7 +120,19 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
     env_b = {**outer_env, col_var: L.add(col_index, L.const(col_lo))}
     b_store = guarded_store(bp_buf.name, (slot, v(jr), kk, v(jj)), plan.b, plan.b_guards, env_b, ct,
                              bp.dtypes[plan.b.tensor], [L.Cmp("lt", col_index, L.const(n))])
-    pack_b = L.For(jr, L.const(0), L.const(panels), red_loops(L.For(jj, L.const(0), L.const(nr), b_store)),
+    pack_b_panel = red_loops(L.For(jj, L.const(0), L.const(nr), b_store))
+    lanes = ctx.target.lanes(ct)
+    if transposed_panels(plan.b, plan.b_guards, plan, nr, lanes, bp.dtypes[plan.b.tensor], ct):
+        red_var, red_lo, _ = plan.red[0]  # a whole panel: B's rows read as vectors along the reduction
+
+        def whole_store(row: L.Expr, jj_: L.Expr) -> L.Stmt:
+            env = {**env_b, col_var: L.add(L.add(L.mul(v(jr), L.const(nr)), jj_), L.const(col_lo)),
+                   red_var: L.add(row, L.const(red_lo))}
+            return guarded_store(bp_buf.name, (slot, v(jr), row, jj_), plan.b, (), env, ct, bp.dtypes[plan.b.tensor], [])
+
+        whole = L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n))
+        pack_b_panel = L.If(whole, transposing_pack(whole_store, jj, nr, f"{out}.r", L.const(k), lanes), pack_b_panel)
+    pack_b = L.For(jr, L.const(0), L.const(panels), pack_b_panel,
                    "parallel" if not outer_parallel and panels >= threads > 1 else "serial")
 
     # -- micro-kernel: rows clamped into range, A read in place (from the padded copy)

@@ -113,13 +113,10 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
         """`body` for both elements of a pair (as is without pairs)."""
         return L.For(p, L.const(0), L.const(2), body) if pairs else body
 
-    lanes = ctx.target.lanes(packed) if packed in _TRANSPOSABLE else 0
+    lanes = ctx.target.lanes(packed)
 
     def transposes(op: BoundAccess, guards: tuple[Condition, ...], width: int) -> bool:
-        """Whether a panel of `op` packs as register transposes: its source is contiguous along the
-        reduction (one lone index, the innermost), unguarded and already in the packed dtype."""
-        return (lanes > 1 and not pairs and not guards and len(plan.red) == 1 and bp.dtypes[op.tensor] == packed
-                and op.indices[-1].lone_var == plan.red[0][0] and _tile_side(width, lanes) is not None)
+        return not pairs and transposed_panels(op, guards, plan, width, lanes, bp.dtypes[op.tensor], packed)
 
     # -- pack B: Bp[slot, jr, r, jj] = B(kk, col) for col = jr * NR + jj < N, else 0
     col_var, col_lo, _ = plan.col
@@ -245,6 +242,15 @@ def _tile_side(width: int, lanes: int) -> int | None:
     return width if 2 <= width <= MAX_SIDE else None
 
 
+def transposed_panels(op: BoundAccess, guards: tuple[Condition, ...], plan: GemmPlan, width: int, lanes: int,
+                      dtype: str, packed: str) -> bool:
+    """Whether panels `width` wide of operand `op` pack as register transposes (transposing_pack):
+    its source is contiguous along the reduction (one reduction variable, alone in the innermost
+    index), unguarded and already in the packed dtype, one the transposes handle."""
+    return (packed in _TRANSPOSABLE and lanes > 1 and not guards and len(plan.red) == 1 and dtype == packed
+            and op.indices[-1].lone_var == plan.red[0][0] and _tile_side(width, lanes) is not None)
+
+
 def transposing_pack(store_at: Callable[[L.Expr, L.Expr], L.Stmt], across: str, width: int, along: str,
                      rows: L.Expr, lanes: int) -> L.Stmt:
     """``for along in [0, rows): for across in [0, width): store_at(along, across)`` for a source
@@ -278,4 +284,4 @@ def bf16_pairs(b: BoundContraction, plan: GemmPlan, dtypes: dict[str, str], targ
     return bf16_dot(target) and b.dtype == dtypes[plan.a.tensor] == dtypes[plan.b.tensor] == "bfloat16" and nr % 16 == 0
 
 
-__all__ = ["PackedPlan", "bf16_dot", "bf16_pairs", "build", "transposing_pack"]
+__all__ = ["PackedPlan", "bf16_dot", "bf16_pairs", "build", "transposed_panels", "transposing_pack"]
