@@ -64,6 +64,10 @@ def test_trip_bounds_of_tiles_and_unknown_loops():
     assert trip_bound(begin, L.Bin("add", begin, _const(2))) == 2
     assert trip_bound(begin, L.Bin("min", _const(3), L.Bin("add", begin, _const(2)))) == 2
     assert trip_bound(_const(0), L.Var("n")) is None
+    rows = L.Bin("min", _const(512), L.Bin("sub", _const(600), t))  # a packing block's rows, then its tiles
+    assert trip_bound(_const(0), L.Bin("div", rows, _const(16))) == 32
+    assert trip_bound(L.Bin("mul", L.Bin("div", rows, _const(16)), _const(16)), rows) == 15  # the remainder
+    assert trip_bound(_const(0), L.Bin("div", L.Var("n"), _const(16))) is None
     unknown = L.For("j", _const(0), L.Var("n"), _axpy())
     assert iteration_work(unknown, 64) is None  # then the loop always runs in parallel
     huge = L.For("j", _const(0), _const(MAX_WORK), _axpy())

@@ -91,14 +91,29 @@ def _expr_work(e: L.Expr) -> int:
 
 def trip_bound(begin: L.Expr, end: L.Expr) -> int | None:
     """An upper bound of end - begin when one is evident (both constant, or end = begin + c, or
-    end = min(x, y) with a bound for x or y), else None."""
+    end = min(x, y) with a bound for x or y, or [0, x / c) with a bound for [0, x), or the
+    remainder [(x / c) * c, x) of blocks of c), else None."""
     difference = _constant_difference(end, begin)
     if difference is not None:
         return max(0, difference)
+    if _is_int(begin, 0) and isinstance(end, L.Bin) and end.op == "div" and _positive_const(end.b):
+        whole = trip_bound(begin, end.a)
+        return None if whole is None else whole // int(end.b.value)  # type: ignore[union-attr]
+    if isinstance(begin, L.Bin) and begin.op == "mul" and isinstance(begin.a, L.Bin) and begin.a.op == "div" \
+            and begin.a.a == end and _positive_const(begin.b) and begin.a.b == begin.b:
+        return int(begin.b.value) - 1  # type: ignore[union-attr]
     if isinstance(end, L.Bin) and end.op == "min":
         bounds = [b for b in (trip_bound(begin, end.a), trip_bound(begin, end.b)) if b is not None]
         return min(bounds) if bounds else None
     return None
+
+
+def _is_int(e: L.Expr, value: int) -> bool:
+    return isinstance(e, L.Const) and not isinstance(e.value, bool) and e.value == value
+
+
+def _positive_const(e: L.Expr) -> bool:
+    return isinstance(e, L.Const) and isinstance(e.value, (int, np.integer)) and not isinstance(e.value, bool) and e.value > 0
 
 
 def _constant_difference(a: L.Expr, b: L.Expr) -> int | None:
