@@ -184,6 +184,27 @@ print(R.pool_jobs() - jobs)  # its parallel loop ran on the own pool, not on tor
     assert _run(code) == ["1"]
 
 
+def test_torch_set_num_threads_1_runs_every_parallel_loop_serially():
+    """With torch loaded, its thread count is tilec's too: at one thread no job reaches the own
+    pool (whose threads would otherwise wake on the other cores) nor torch's team."""
+    pytest.importorskip("torch")
+    code = r"""
+import numpy as np, torch, tilec
+from tilec.codegen.llvm import runtime as R
+from tilec.ops import torch_ops as T
+q = torch.randn(1, 1, 16, 16)
+expected = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+assert torch.allclose(T.attention(q, q, q), expected, rtol=1e-4, atol=1e-5)
+R.set_thresholds(serial_below=0)  # every parallel loop in parallel, unless torch allows one thread
+for threads in (1, 2, 1):
+    torch.set_num_threads(threads)
+    jobs = R.pool_jobs()
+    assert torch.allclose(T.attention(q, q, q), expected, rtol=1e-4, atol=1e-5)
+    print(threads, R.pool_jobs() - jobs)
+"""
+    assert _run(code) == ["1 0", "2 1", "1 0"]
+
+
 # ---------------------------------------------------------------- a tiny call beside a busy competitor
 
 TINY = r"""

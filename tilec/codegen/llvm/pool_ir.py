@@ -5,7 +5,7 @@
 or pool, decided per call from ``work`` and the thresholds), SERIAL_FOR and POOL_FOR (those two
 paths alone, for the calibration), CYCLES (``i64 ()``: the cycle counter), NOOP and MEET (chunks:
 empty; waiting for all n chunks to start), CALIBRATE (``(i64 units)``: that much scalar work).
-Exported globals (i64, zero until Python sets them): OPENMP_SLOT, SERIAL_BELOW, OPENMP_ABOVE,
+Exported globals (i64, zero until Python sets them): OPENMP_SLOT, OPENMP_THREADS_SLOT, SERIAL_BELOW, OPENMP_ABOVE,
 SPIN_CYCLES, WAIT_CYCLES, SPIN_NOW, GENERATION (the pool's job count).
 
 Requires: llvmlite.ir, an x86-64 target (``pause``), pthreads and libc (``usleep``,
@@ -30,6 +30,7 @@ IDLE_POLLS = 10_000  # a worker exits after SLEEP_US * IDLE_POLLS (1 s) asleep
 YIELD_EVERY = 16  # a spinning thread calls sched_yield once every this many polls, else pause
 CHUNK_FN = ir.FunctionType(ir.VoidType(), [PTR, I64])
 OPENMP_SLOT = "tilec_openmp_parallel"  # GOMP_parallel's address once adopted, else 0
+OPENMP_THREADS_SLOT = "tilec_openmp_threads"  # omp_get_max_threads' address once adopted, else 0
 SERIAL_BELOW = "tilec_serial_below"  # jobs with less estimated work run serially (work units)
 OPENMP_ABOVE = "tilec_openmp_above"  # with OpenMP adopted, jobs with this much work (or unknown) run on it
 SPIN_CYCLES = "tilec_spin_cycles"  # a worker's longest spin, in cycle-counter ticks (SPIN_US)
@@ -54,6 +55,7 @@ class _Runtime:
         self.openmp, self.serial_below = _global(m, OPENMP_SLOT, I64, True), _global(m, SERIAL_BELOW, I64, True)
         self.spin_cycles, self.wait_cycles = _global(m, SPIN_CYCLES, I64, True), _global(m, WAIT_CYCLES, I64, True)
         self.spin_now, self.openmp_above = _global(m, SPIN_NOW, I64, True), _global(m, OPENMP_ABOVE, I64, True)
+        self.openmp_threads = _global(m, OPENMP_THREADS_SLOT, I64, True)
         void = ir.FunctionType(ir.VoidType(), [])
         self.pause = ir.Function(m, void, "llvm.x86.sse2.pause")
         self.cycles = ir.Function(m, ir.FunctionType(I64, []), "llvm.readcyclecounter")
@@ -222,8 +224,9 @@ def _serial_for(m: ir.Module) -> ir.Function:
 
 def _entry(rt: _Runtime, serial: ir.Function, pool: ir.Function, team: ir.Function) -> None:
     """tilec_parallel_for(fn, ctx, n, work): serially when `work` (estimated work units, < 0:
-    unknown) is below SERIAL_BELOW; else on the OpenMP runtime's team when one is adopted (see
-    `adopt_openmp`) and the work is unknown or at least OPENMP_ABOVE; else on this module's pool."""
+    unknown) is below SERIAL_BELOW, or when an adopted OpenMP runtime allows one thread
+    (torch.set_num_threads(1)); else on its team when the work is unknown or at least OPENMP_ABOVE;
+    else on this module's pool."""
     entry = ir.Function(rt.m, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]), ENTRY)
     fn_arg, ctx_arg, n_arg, work_arg = entry.args
     b = ir.IRBuilder(entry.append_basic_block("entry"))
@@ -233,6 +236,12 @@ def _entry(rt: _Runtime, serial: ir.Function, pool: ir.Function, team: ir.Functi
     with b.if_then(small):  # parallelism cannot pay
         b.call(serial, entry.args)
         b.ret_void()
+    max_threads = rt.load(b, rt.openmp_threads)
+    with b.if_then(b.icmp_unsigned("!=", max_threads, ir.Constant(I64, 0))):
+        allowed = b.call(b.inttoptr(max_threads, ir.PointerType(ir.FunctionType(I32, []))), [])
+        with b.if_then(b.icmp_signed("<=", allowed, ir.Constant(I32, 1))):  # the user asked for one thread
+            b.call(serial, entry.args)
+            b.ret_void()
     omp = rt.load(b, rt.openmp)
     big = b.or_(b.icmp_signed("<", work_arg, ir.Constant(I64, 0)),
                 b.icmp_signed(">=", work_arg, rt.load(b, rt.openmp_above)))
@@ -382,6 +391,6 @@ def _meet_chunk(m: ir.Module, cycles: ir.Function) -> None:
     b.ret_void()
 
 
-__all__ = ["CALIBRATE", "CYCLES", "ENTRY", "GENERATION", "IDLE_POLLS", "MEET", "NOOP", "OPENMP_ABOVE", "OPENMP_SLOT",
+__all__ = ["CALIBRATE", "CYCLES", "ENTRY", "GENERATION", "IDLE_POLLS", "MEET", "NOOP", "OPENMP_ABOVE", "OPENMP_SLOT", "OPENMP_THREADS_SLOT",
            "POOL_FOR", "SERIAL_BELOW", "SERIAL_FOR", "SLEEP_US", "SPIN_CYCLES", "SPIN_NOW", "SPIN_US", "WAIT_CYCLES",
            "WAIT_SPIN_US", "build_module"]

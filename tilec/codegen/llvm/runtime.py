@@ -53,7 +53,8 @@ from typing import Any
 
 from tilec.codegen.llvm.binding import LOCK, initialise_llvm, target_machine
 from tilec.codegen.llvm.pool_ir import (CALIBRATE, CYCLES, ENTRY, GENERATION, IDLE_POLLS, MEET, NOOP, OPENMP_ABOVE,
-                                        OPENMP_SLOT, POOL_FOR, SERIAL_BELOW, SERIAL_FOR, SLEEP_US, SPIN_CYCLES,
+                                        OPENMP_SLOT, OPENMP_THREADS_SLOT, POOL_FOR, SERIAL_BELOW, SERIAL_FOR, SLEEP_US,
+                                        SPIN_CYCLES,
                                         SPIN_NOW, SPIN_US, WAIT_CYCLES, WAIT_SPIN_US, build_module)
 
 _ENGINES: dict[int, Any] = {}  # cores -> the runtime's engine, alive for the whole process
@@ -255,16 +256,18 @@ def adopt_openmp(engine: Any) -> bool:
     each kernel load until torch shows up."""
     if id(engine) in _ADOPTED:
         return True
-    address = _torch_gomp_parallel()
-    if address is None:
+    addresses = _torch_openmp()
+    if addresses is None:
         return False
-    ctypes.c_int64.from_address(engine.get_global_value_address(OPENMP_SLOT)).value = address
+    for slot, address in zip((OPENMP_SLOT, OPENMP_THREADS_SLOT), addresses):
+        ctypes.c_int64.from_address(engine.get_global_value_address(slot)).value = address
     _ADOPTED.add(id(engine))
     return True
 
 
-def _torch_gomp_parallel() -> int | None:
-    """The address of GOMP_parallel in the OpenMP runtime torch loaded, or None."""
+def _torch_openmp() -> tuple[int, int] | None:
+    """The addresses of GOMP_parallel and omp_get_max_threads in the OpenMP runtime torch loaded
+    (every parallel loop runs serially while torch allows one thread), or None."""
     from tilec.config import options
 
     if "torch" not in sys.modules or options.own_threads:
@@ -279,7 +282,9 @@ def _torch_gomp_parallel() -> int | None:
             continue
         try:
             lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
-            return ctypes.cast(lib.GOMP_parallel, ctypes.c_void_p).value
+            parallel, threads = (ctypes.cast(f, ctypes.c_void_p).value for f in (lib.GOMP_parallel, lib.omp_get_max_threads))
+            if parallel and threads:
+                return parallel, threads
         except (OSError, AttributeError):
             continue
     return None
