@@ -112,6 +112,7 @@ class Cast:
 # flush to zero, unspecified): one lane of AVX512-BF16's vdpbf16ps, which the LLVM vector emitter
 # uses where the b pairs are contiguous across lanes and the a pair is the same for all of them.
 DOT2_BF16 = "dot2_bf16"
+TRANSPOSE_MAX_SIDE = 64  # the longest side of an `unrolled` x `vectorized` tile the backends transpose in registers
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from tilec.codegen.llvm.vector import VectorLoop, element_stride, power_of_two_p
 from tilec.ir import loop as L
 from tilec.ir.visitor import walk
 
-MAX_SIDE = 64  # lanes of a row or column: beyond this the register file spills anyway
+MAX_SIDE = L.TRANSPOSE_MAX_SIDE  # lanes of a row or column: beyond this the register file spills anyway
 _DTYPES = {"float32", "float64", "int32", "int64"}
 
 

@@ -31,7 +31,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tilec.ir import loop as L
-from tilec.codegen.llvm.transpose import MAX_SIDE
 from tilec.ir.bounds import BoundAccess, BoundContraction, Condition
 from tilec.ir.dtypes import accumulator_dtype
 from tilec.ir.lower import index_expr, zero_fill
@@ -236,10 +235,10 @@ _TRANSPOSABLE = ("float32", "float64")  # packed dtypes the register transposes 
 
 def _tile_side(width: int, lanes: int) -> int | None:
     """The side across the panel of a transposed tile: whole vectors when the panel is, else the
-    panel's width when it fits the registers (tilec.codegen.llvm.transpose.MAX_SIDE), else None."""
+    panel's width when it fits the registers (tilec.ir.loop.TRANSPOSE_MAX_SIDE), else None."""
     if width % lanes == 0:
         return lanes
-    return width if 2 <= width <= MAX_SIDE else None
+    return width if 2 <= width <= L.TRANSPOSE_MAX_SIDE else None
 
 
 def transposed_panels(op: BoundAccess, guards: tuple[Condition, ...], plan: GemmPlan, width: int, lanes: int,
