@@ -55,6 +55,15 @@ def test_an_op_without_a_rule_between_lowered_ops_runs_in_torch_and_is_counted()
     assert cov["lowered"] >= 4 and cov["kernels"] >= 2  # exp, mm before it; tanh, mul, add after it
 
 
+@pytest.mark.parametrize("a, b", [(-8, 6), (7, 2), (1, 3)])
+def test_true_division_of_integer_constants_is_a_float_division(a, b):
+    # torch.div(-8, 6) is -1.3333 in float32; Tile divides two int literals as ints (PyTorch's OpInfo
+    # sample for div.no_rounding_mode found the kernel returning -1)
+    compiled = torch.compile(lambda x, y: torch.div(x, y), backend="tilec", dynamic=False)
+    torch.testing.assert_close(compiled(a, b), torch.div(a, b))
+    assert backend.coverage()["lowered"] >= 1
+
+
 def test_sort_has_no_rule_and_runs_in_torch_inside_a_compiled_graph():
     def f(x):
         values, _ = torch.sort(torch.sigmoid(x), dim=-1)

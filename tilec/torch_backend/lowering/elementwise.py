@@ -36,7 +36,8 @@ def arguments(node: fx.Node) -> dict[str, Any]:
 
 
 def operands(p: ProgramWriter, args: list[Any], dtype: torch.dtype) -> tuple[list[str], list[Value]]:
-    """Each argument as an expression in `dtype` (tensors converted where needed), and the tensors."""
+    """Each argument as an expression in `dtype` (tensors converted where needed, integer constants
+    written as float literals in a float op), and the tensors."""
     exprs, values = [], []
     for a in args:
         if isinstance(a, fx.Node):
@@ -46,6 +47,8 @@ def operands(p: ProgramWriter, args: list[Any], dtype: torch.dtype) -> tuple[lis
         else:
             if isinstance(a, float) and not dtype.is_floating_point:
                 raise Unsupported(f"float constant {a} in a {dtype} op")
+            if dtype.is_floating_point and isinstance(a, int) and not isinstance(a, bool):
+                a = float(a)  # an int literal in a float op: -8 / 6 is -1.33 (Tile divides two ints as ints)
             exprs.append(literal(a))
     return exprs, values
 
