@@ -54,8 +54,7 @@ from typing import Any
 from tilec.codegen.llvm.binding import LOCK, initialise_llvm, target_machine
 from tilec.codegen.llvm.pool_ir import (CALIBRATE, CYCLES, ENTRY, GENERATION, IDLE_POLLS, MEET, NOOP, OPENMP_ABOVE,
                                         OPENMP_SLOT, OPENMP_THREADS_SLOT, POOL_FOR, SERIAL_BELOW, SERIAL_FOR, SLEEP_US,
-                                        SPIN_CYCLES,
-                                        SPIN_NOW, SPIN_US, WAIT_CYCLES, WAIT_SPIN_US, build_module)
+                                        SPIN_CYCLES, SPIN_NOW, SPIN_US, WAIT_CYCLES, WAIT_SPIN_US, build_module)
 
 _ENGINES: dict[int, Any] = {}  # cores -> the runtime's engine, alive for the whole process
 PAYOFF = 2.0  # run in parallel only where the time saved is this many times a region's measured cost

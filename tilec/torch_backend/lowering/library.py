@@ -51,10 +51,8 @@ def conv(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, s
          padding: Sequence[int], dilation: Sequence[int], transposed: bool, output_padding: Sequence[int],
          groups: int) -> torch.Tensor:
     conv_fn = getattr(functional, _FUNCTIONS[input.dim() - 2])
-    live = live_taps(tuple(input.shape[2:]), tuple(weight.shape[2:]), tuple(stride), tuple(padding), tuple(dilation))
-    if live is not None:
-        taps, padding = live
-        weight = weight[(slice(None), slice(None), *taps)]
+    taps, padding = _live(input, weight, stride, padding, dilation)
+    weight = weight[taps]
     with torch.no_grad():
         out = conv_fn(input, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups)
     if (input.shape, weight.shape) not in _NOTED:
@@ -86,23 +84,28 @@ def live_taps(size: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int,
     None. A 3x3 kernel with padding 1 on a 1x1 map (ResNet's last stage on CIFAR) reads the input
     with its centre alone: the other eight taps multiply zeros, and their weight gradient is zero.
     (Narrower kernels that keep several taps -- 2x2 of a stride-2 3x3 on a 2x2 map -- measured
-    slower than the whole kernel: its weight slice is copied on every call.)"""
-    taps, pads, narrower = [], [], False
+    slower than the whole kernel.)"""
+    taps, pads = [], []
     for n, k, s, p, d in zip(size, kernel, stride, padding, dilation):
         out = (n + 2 * p - d * (k - 1) - 1) // s + 1
         live = [t for t in range(k) if any(0 <= o * s - p + t * d < n for o in range(out))]
-        if not live:
+        if len(live) != 1:
             return None
-        lo, hi = live[0], live[-1]
-        p_new = p - lo * d
-        if p_new < 0 or (n + 2 * p_new - d * (hi - lo) - 1) // s + 1 != out:
+        p_new = p - live[0] * d
+        if p_new < 0 or (n + 2 * p_new - 1) // s + 1 != out:
             return None
-        if lo != hi:
-            return None
-        narrower |= k > 1
-        taps.append(slice(lo, hi + 1))
+        taps.append(slice(live[0], live[0] + 1))
         pads.append(p_new)
-    return (tuple(taps), tuple(pads)) if narrower else None
+    return (tuple(taps), tuple(pads)) if any(k > 1 for k in kernel) else None
+
+
+def _live(input: torch.Tensor, weight: torch.Tensor, stride: Sequence[int], padding: Sequence[int],  # noqa: A002
+          dilation: Sequence[int]) -> tuple[tuple[slice, ...], Sequence[int]]:
+    """The index of `weight`'s live taps (() for all of it) and the padding to use with them (live_taps)."""
+    live = live_taps(tuple(input.shape[2:]), tuple(weight.shape[2:]), tuple(stride), tuple(padding), tuple(dilation))
+    if live is None:
+        return (), padding
+    return (slice(None), slice(None), *live[0]), live[1]
 
 
 @lru_cache(maxsize=None)
@@ -116,17 +119,14 @@ def _channel_sum(rank: int) -> str:
 def conv_backward(grad: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, bias_sizes: Any,  # noqa: A002
                   stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], transposed: bool,
                   output_padding: Sequence[int], groups: int, output_mask: Sequence[bool]) -> tuple[Any, ...]:
-    live = live_taps(tuple(input.shape[2:]), tuple(weight.shape[2:]), tuple(stride), tuple(padding), tuple(dilation))
-    taps: tuple[slice, ...] = ()
-    if live is not None:  # the gradient of the taps that read only padding is 0
-        taps, padding = live
-    x, w, g = input.contiguous(), weight[(slice(None), slice(None), *taps)].contiguous(), grad.contiguous()
+    taps, padding = _live(input, weight, stride, padding, dilation)
+    x, w, g = input.contiguous(), weight[taps].contiguous(), grad.contiguous()
     source = _plan(x, w, stride, padding, dilation, False).source  # (NC* tensors: not channels-last)
     needs = [bool(output_mask[0]), bool(output_mask[1])]
     gi, gw = input_grads(source, [x, w], needs, [g])
-    if taps and gw is not None:
+    if taps != () and gw is not None:  # the gradient of the taps that read only padding is 0
         whole = gw.new_zeros(weight.shape)
-        whole[(slice(None), slice(None), *taps)] = gw
+        whole[taps] = gw
         gw = whole
     if (g.shape, x.shape, w.shape, tuple(needs)) not in _NOTED:
         _NOTED.add((g.shape, x.shape, w.shape, tuple(needs)))

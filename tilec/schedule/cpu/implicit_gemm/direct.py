@@ -117,21 +117,23 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
     # -- pack B: Bp[slot, jr, kk, jj] = B(red, col) for col < N, else 0
     col_var, col_lo, _ = plan.col
     col_index = L.add(L.mul(v(jr), L.const(nr)), v(jj))
-    env_b = {**outer_env, col_var: L.add(col_index, L.const(col_lo))}
-    b_store = guarded_store(bp_buf.name, (slot, v(jr), kk, v(jj)), plan.b, plan.b_guards, env_b, ct,
-                             bp.dtypes[plan.b.tensor], [L.Cmp("lt", col_index, L.const(n))])
-    pack_b_panel = red_loops(L.For(jj, L.const(0), L.const(nr), b_store))
+
+    def b_store(row: L.Expr, jj_: L.Expr, red_env: dict[str, L.Expr], edge: bool) -> L.Stmt:
+        """Bp's cell (packed row `row`, column jj_ of panel jr) with the reduction variables `red_env`
+        maps (the others are the pack loops' own); `edge`: the panel may pass N."""
+        col = L.add(L.mul(v(jr), L.const(nr)), jj_)
+        env = {**outer_env, **red_env, col_var: L.add(col, L.const(col_lo))}
+        return guarded_store(bp_buf.name, (slot, v(jr), row, jj_), plan.b, plan.b_guards, env, ct,
+                             bp.dtypes[plan.b.tensor], [L.Cmp("lt", col, L.const(n))] if edge else [])
+
+    pack_b_panel: L.Stmt = red_loops(L.For(jj, L.const(0), L.const(nr), b_store(kk, v(jj), {}, True)))
     lanes = ctx.target.lanes(ct)
     if transposed_panels(plan.b, plan.b_guards, plan, nr, lanes, bp.dtypes[plan.b.tensor], ct):
         red_var, red_lo, _ = plan.red[0]  # a whole panel: B's rows read as vectors along the reduction
-
-        def whole_store(row: L.Expr, jj_: L.Expr) -> L.Stmt:
-            env = {**env_b, col_var: L.add(L.add(L.mul(v(jr), L.const(nr)), jj_), L.const(col_lo)),
-                   red_var: L.add(row, L.const(red_lo))}
-            return guarded_store(bp_buf.name, (slot, v(jr), row, jj_), plan.b, (), env, ct, bp.dtypes[plan.b.tensor], [])
-
         whole = L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n))
-        pack_b_panel = L.If(whole, transposing_pack(whole_store, jj, nr, f"{out}.r", L.const(k), lanes), pack_b_panel)
+        pack_b_panel = L.If(whole, transposing_pack(lambda row, jj_: b_store(row, jj_, {red_var: L.add(row, L.const(red_lo))},
+                                                                             False), jj, nr, f"{out}.r", L.const(k), lanes),
+                            pack_b_panel)
     pack_b = L.For(jr, L.const(0), L.const(panels), pack_b_panel,
                    "parallel" if not outer_parallel and panels >= threads > 1 else "serial")
 

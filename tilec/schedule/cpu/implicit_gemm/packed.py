@@ -117,22 +117,26 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     def transposes(op: BoundAccess, guards: tuple[Condition, ...], width: int) -> bool:
         return not pairs and transposed_panels(op, guards, plan, width, lanes, bp.dtypes[op.tensor], packed)
 
+    # the first row of row panel ir and column of column panel jr; whether each panel is whole
+    row0, col0 = L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr))), L.mul(v(jr), L.const(nr))
+    whole_a = L.Cmp("le", L.add(row0, L.const(mr)), L.const(m))
+    whole_b = L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n))
+
     # -- pack B: Bp[slot, jr, r, jj] = B(kk, col) for col = jr * NR + jj < N, else 0
     col_var, col_lo, _ = plan.col
 
     def b_store(row: L.Expr, jj_: L.Expr, edge: bool) -> L.Stmt:
         """Bp's cell (packed row `row`, column jj_ of panel jr); `edge`: the panel may pass N."""
-        col = L.add(L.mul(v(jr), L.const(nr)), jj_)
+        col = L.add(col0, jj_)
         env = {**outer_env, **decompose(flat_k(row), plan.red), col_var: L.add(col, L.const(col_lo))}
         return over_pair(guarded_store(bp_buf.name, paired((b_slot, v(jr), row, jj_)), plan.b, plan.b_guards, env,
                                        packed, bp.dtypes[plan.b.tensor],
                                        [L.Cmp("lt", col, L.const(n))] + in_k if edge else []))
 
-    col_index = L.add(L.mul(v(jr), L.const(nr)), v(jj))
+    col_index = L.add(col0, v(jj))
     pack_b_panel: L.Stmt = L.For(r, L.const(0), kc_here, L.For(jj, L.const(0), L.const(nr), b_store(v(r), v(jj), True)))
     if transposes(plan.b, plan.b_guards, nr):  # a whole panel: B's rows read as vectors along the reduction
-        whole = L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n))
-        pack_b_panel = L.If(whole, transposing_pack(lambda row, jj_: b_store(row, jj_, False), jj, nr, r, kc_here, lanes),
+        pack_b_panel = L.If(whole_b, transposing_pack(lambda row, jj_: b_store(row, jj_, False), jj, nr, r, kc_here, lanes),
                             pack_b_panel)
     pack_b = L.For(jr, L.const(0), L.const(panels), pack_b_panel,
                    "parallel" if not outer_parallel and panels >= threads > 1 else "serial")
@@ -140,16 +144,15 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     # -- pack A: Ap[t, ir, r, ii] = A(row, kk) for row = ic * MC + ir * MR + ii < M, else 0
     def a_store(row: L.Expr, ii_: L.Expr, edge: bool) -> L.Stmt:
         """Ap's cell (packed row `row`, row ii_ of panel ir); `edge`: the panel may pass M."""
-        m_row = L.add(L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr))), ii_)
+        m_row = L.add(row0, ii_)
         env = {**outer_env, **decompose(flat_k(row), plan.red), **decompose(m_row, plan.rows)}
         return over_pair(guarded_store(ap_buf.name, paired((v(t), v(ir), row, ii_)), plan.a, plan.a_guards, env,
                                        packed, bp.dtypes[plan.a.tensor],
                                        [L.Cmp("lt", m_row, L.const(m))] + in_k if edge else []))
 
-    row_index = L.add(L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr))), v(ii))
+    row_index = L.add(row0, v(ii))
     pack_a_panel: L.Stmt = L.For(r, L.const(0), kc_here, L.For(ii, L.const(0), L.const(mr), a_store(v(r), v(ii), True)))
     if transposes(plan.a, plan.a_guards, mr):  # a whole panel: A's rows read as vectors along the reduction
-        whole_a = L.Cmp("le", L.add(L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr))), L.const(mr)), L.const(m))
         pack_a_panel = L.If(whole_a, transposing_pack(lambda row, ii_: a_store(row, ii_, False), ii, mr, r, kc_here, lanes),
                             pack_a_panel)
     pack_a = L.For(ir, L.const(0), L.const(mc // mr), pack_a_panel)
@@ -177,9 +180,7 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     result = L.cast(dt, acc_now)  # the contraction's value of the cell (rounded once)
     final = result if epilogue is None else epilogue_value(epilogue, bp, out, result, out_cell)
     zero = L.cast(ct, L.const(0))
-    row0 = L.add(L.mul(v(ic), L.const(mc)), L.mul(v(ir), L.const(mr)))
-    full = L.Bin("and", L.Cmp("le", L.add(row0, L.const(mr)), L.const(m)),
-                 L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n)))
+    full = L.Bin("and", whole_a, whole_b)
     inside = L.Bin("and", L.Cmp("lt", row_of_tile, L.const(m)), L.Cmp("lt", col_index, L.const(n)))
     first = L.Cmp("eq", v(pc), L.const(0))
     last = L.Cmp("eq", v(pc), L.const(blocks - 1))
