@@ -148,11 +148,15 @@ def test_contractions_that_are_not_gemms_do_not_match():
         assert gemm_plan(bp) is None
 
 
-def test_default_heuristic_packs_a_for_wide_gemms_and_reads_it_in_place_for_narrow_ones():
-    wide = tilec.explain(GEMM, {"A": (1024, 1024), "B": (1024, 1024)}, stage="loop")
-    assert "vectorized" in wide and "parallel" in wide and "C.Ap" in wide
+def test_default_heuristic_packs_a_for_long_reductions_and_reads_it_in_place_otherwise():
     chosen = tilec.explain(GEMM, {"A": (256, 256), "B": (256, 256)}, stage="templates")
     nr = int(chosen.split(" nr=")[1].split()[0])  # 64 with AVX-512, 24 with AVX2
+    assert "implicit_gemm[direct]" in chosen  # B's micro-panel over all of K fits half of L2: A read in place
+    host = resolve_target("llvm").host
+    assert host is not None
+    k = 2 * host.l2_bytes // (nr * 4)  # a B micro-panel over all of K that would fill L2 twice over
+    wide = tilec.explain(GEMM, {"A": (256, k), "B": (k, 1024)}, stage="loop")
+    assert "vectorized" in wide and "parallel" in wide and "C.Ap" in wide
     narrow = tilec.explain(GEMM, {"A": (256, 256), "B": (256, 4 * nr)}, stage="loop")  # 4 column panels
     assert "vectorized" in narrow and "C.Bp" in narrow and "C.Ap" not in narrow
     conv = tilec.explain("function (I[N, H, W, C], K[KH, KW, C, CO]) -> (O) { O[n, x, y, co: N, H, W, CO] = "

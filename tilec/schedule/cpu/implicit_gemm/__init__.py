@@ -31,8 +31,9 @@ from tilec.ir.lower import LoweredGroup
 from tilec.schedule.cpu import copy_fold
 from tilec.schedule.cpu.implicit_gemm import inplace
 from tilec.schedule.cpu.implicit_gemm.direct import DirectPlan, padding
+from tilec.schedule.cpu.implicit_gemm.padding import Pads
 from tilec.schedule.cpu.implicit_gemm.features import NAMES, gemm_features
-from tilec.schedule.cpu.implicit_gemm.knobs import DTYPES, GemmKnobs, default_knobs, knob_problems, worthwhile
+from tilec.schedule.cpu.implicit_gemm.knobs import DTYPES, GemmKnobs, default_knobs, itemsize, knob_problems, worthwhile
 from tilec.schedule.cpu.implicit_gemm.packed import PackedPlan, bf16_dot
 from tilec.schedule.cpu.implicit_gemm.space import gemm_space
 from tilec.schedule.patterns import gemm as gemm_pattern
@@ -80,7 +81,7 @@ class ImplicitGemm(Template):
             # a bfloat16 matrix (one row and one reduction index) packs into pairs for the pair dot
             # product; an implicit GEMM's A (a convolution's) is cheaper read in place, in float32
             pairs = b.dtype == "bfloat16" and bf16_dot(ctx.target) and len(plan.rows) == len(plan.red) == 1
-            knobs = packed_or_direct(plan, ctx, b.dtype, padding(plan, ctx.bp) is not None and not pairs)
+            knobs = packed_or_direct(plan, ctx, b.dtype, None if pairs else padding(plan, ctx.bp))
         return self._choice(index, ctx, plan, knobs, candidate, out_copy)
 
     def default_knobs(self, index: int, plan: GemmPlan, ctx: Context) -> GemmKnobs:
@@ -157,12 +158,24 @@ class ImplicitGemm(Template):
         return 2.0 * plan.m * plan.n * plan.k * plan.batch
 
 
-def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, a_in_place: bool) -> GemmKnobs:
-    """The packed variant's default knobs, A read in place (direct) where it can be (`a_in_place`)
-    and the column panels are few."""
+def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None) -> GemmKnobs:
+    """The packed variant's default knobs, or A read in place (direct) where it can be (`pads`, its
+    zero borders, not None) and either
+
+    * A needs no zero-bordered copy and B's micro-panel over all of K (the direct variant packs B
+      once, K unblocked) fits half of L2: every packed A element would be read once per column
+      panel from L2 anyway, so packing it is one more pass over A and a cold workspace per call
+      (measured on Zen 4, one and two cores: 64x512x512 in any layout 1.03-1.1x, 1024^3 1.03x,
+      2048^3 1.05x faster direct; with K = 4096 at M = 64, whose B micro-panel fills L2, 0.96x); or
+    * the column panels are few (each packed A element would serve too few of them)."""
     knobs = default_knobs(plan, dtype, ctx.target)
-    if -(-plan.n // knobs.nr) <= ctx.params.direct_max_panels and a_in_place:
-        knobs = replace(knobs, pack_a=False)  # each packed A element would serve too few panels
+    if pads is None:
+        return knobs
+    assert ctx.target.host is not None
+    no_copy = all(p == (0, 0) for p in pads)
+    b_panel = plan.k * knobs.nr * itemsize(dtype)
+    if (no_copy and 2 * b_panel <= ctx.target.host.l2_bytes) or -(-plan.n // knobs.nr) <= ctx.params.direct_max_panels:
+        knobs = replace(knobs, pack_a=False)
     return knobs
 
 

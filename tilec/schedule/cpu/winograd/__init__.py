@@ -134,7 +134,7 @@ class Winograd(Template):
 
     def default_knobs(self, index: int, wp: WinogradPlan, ctx: Context) -> GemmKnobs:
         # the GEMMs' A is the input transform, a workspace without guards: readable in place
-        return packed_or_direct(wp.gemm, ctx, wp.conv.dtype, True)
+        return packed_or_direct(wp.gemm, ctx, wp.conv.dtype, tuple((0, 0) for _ in wp.gemm.a.indices))
 
     def problems(self, knobs: GemmKnobs, wp: WinogradPlan, ctx: Context) -> list[str]:
         problems = knob_problems(knobs, wp.gemm, wp.conv.dtype, ctx.target)
