@@ -11,7 +11,8 @@ One template, three variants, each a module of its own with its plan type:
 
 The knobs (GemmKnobs, .knobs) pick the variant; the heuristic picks the knobs: in-place where
 the tiles then land at a smaller stride of the copy that reads them, direct where A can be read
-in place and the column panels are few, packed otherwise. Products too small to gain keep the
+in place and either needs no zero-bordered copy (B's micro-panel over all of K fitting half of
+L2) or the column panels are few, packed otherwise. Products too small to gain keep the
 default nest. The elementwise statements that follow are fused as an epilogue
 (tilec.schedule.patterns.epilogue) and layout copies that only feed the packing are read through
 (tilec.schedule.cpu.copy_fold). Space and features for the tuner: .space, .features.

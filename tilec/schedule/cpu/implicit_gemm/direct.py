@@ -1,8 +1,10 @@
 """The implicit-GEMM template without packing A: the micro-kernel reads A in place.
 
 Packing A (an implicit im2col for a convolution) pays off when each packed element is
-reused across many column panels. With few panels (a convolution's output channels),
-the copy costs more than it saves, so this variant broadcasts A straight from memory:
+reused across many column panels and its rows would not stay in cache otherwise. With few
+panels (a convolution's output channels), or a matrix A read as it lies while B's panel over
+all of K stays in L2, the copy costs more than it saves, so this variant broadcasts A straight
+from memory:
 
     [Apad = A with zero borders]                     # only if A's accesses need padding
     for outer...:
