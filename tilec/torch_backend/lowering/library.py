@@ -1,12 +1,15 @@
 """Convolutions through tilec's own convolution programs (tilec.nn.functional's: the input taken
 to channels-last inside, an implicit GEMM), each a kernel call of its own; the backward is the
-gradient program tilec derives from the same source (tilec.ops.tile_grad), the bias gradient a
+gradient program tilec derives from the same source (tilec.ops.kernels.grad_fn), the bias gradient a
 Tile reduction. Kernel taps that read only padding (a 3x3 kernel on a 1x1 map) are left out of
-both (`live_taps`), their weight gradient zero."""
+both (`live_taps`), their weight gradient zero. What a call runs is decided once per argument
+signature; later calls run the compiled programs directly (a compiled graph's node records no
+autograd and its arguments were checked at the signature's first call)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -14,9 +17,8 @@ import torch
 
 from tilec.nn import functional
 from tilec.nn.functional import convolution
-from tilec.ops.kernels import forward_fn, grad_fn
-from tilec.ops.program import run_program_no_grad
-from tilec.ops.tile_grad import input_grads
+from tilec.ops.kernels import call, forward_fn, grad_fn
+from tilec.runtime.function import Function
 from tilec.torch_backend import tasks
 from tilec.torch_backend.lowering.registry import library_call
 from tilec.torch_backend.program import Unsupported
@@ -42,31 +44,52 @@ def _check(input: Any, weight: Any, bias: Any, stride: Sequence[int], padding: S
 def _plan(x: torch.Tensor, w: torch.Tensor, stride: Sequence[int], padding: Sequence[int],
           dilation: Sequence[int], has_bias: bool) -> Any:
     n = x.dim() - 2
-    return convolution._conv_plan(_FUNCTIONS[n], x, w, torch.empty(w.shape[0]) if has_bias else None,
+    return convolution._conv_plan(_FUNCTIONS[n], x, w, torch.empty(w.shape[0], dtype=x.dtype) if has_bias else None,
                                   tuple(stride), tuple(padding), tuple(dilation), 1)
+
+
+@dataclass(frozen=True)
+class _Forward:
+    """A convolution signature's kernel: the live taps of the weight it reads (() for all) and the
+    compiled program, or None where the call goes through tilec.nn.functional (channels-last input)."""
+
+    taps: tuple[slice, ...]
+    fn: Function | None
+
+
+#: per argument signature (shapes, dtypes, layouts, hyper-parameters): what a call runs, decided once
+_FORWARDS: dict[tuple[Any, ...], _Forward] = {}
 
 
 @library_call(aten.convolution.default, check=_check)
 def conv(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],  # noqa: A002
          padding: Sequence[int], dilation: Sequence[int], transposed: bool, output_padding: Sequence[int],
          groups: int) -> torch.Tensor:
-    conv_fn = getattr(functional, _FUNCTIONS[input.dim() - 2])
+    key = (input.shape, input.stride(), weight.shape, weight.stride(), input.dtype, bias is not None,
+           tuple(stride), tuple(padding), tuple(dilation))
+    plan = _FORWARDS.get(key)
+    if plan is None:
+        plan = _FORWARDS[key] = _forward_plan(input, weight, bias, stride, padding, dilation)
+    weight = weight[plan.taps]
+    if plan.fn is not None:  # the program itself: no checks, no autograd (a compiled graph's node)
+        return call(plan.fn, [input, weight] if bias is None else [input, weight, bias])[0]
+    live = _live(input, weight, stride, padding, dilation)[1] if plan.taps else padding
+    with torch.no_grad():
+        return getattr(functional, _FUNCTIONS[input.dim() - 2])(input, weight, bias, tuple(stride), tuple(live),
+                                                                 tuple(dilation), groups)
+
+
+def _forward_plan(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,  # noqa: A002
+                  stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int]) -> _Forward:
     taps, padding = _live(input, weight, stride, padding, dilation)
     weight = weight[taps]
-    with torch.no_grad():
-        out = conv_fn(input, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups)
-    if (input.shape, weight.shape) not in _NOTED:
-        _NOTED.add((input.shape, weight.shape))
-        plan = _plan(input, weight, stride, padding, dilation, bias is not None)
-        if plan.source is not None and not plan.channels_last:
-            tasks.note(plan.source, forward_fn(plan.source).inputs,
-                       [t.shape for t in (input, weight, bias) if t is not None],
-                       [t.dtype for t in (input, weight, bias) if t is not None])
-    return out
-
-
-#: the shapes whose programs tasks.note has (a set lookup per call instead of a note)
-_NOTED: set[Any] = set()
+    plan = _plan(input, weight, stride, padding, dilation, bias is not None)
+    if plan.source is None or plan.channels_last or not plan.batched:
+        return _Forward(taps, None)
+    fn = forward_fn(plan.source)
+    tasks.note(plan.source, fn.inputs, [t.shape for t in (input, weight, bias) if t is not None],
+               [t.dtype for t in (input, weight, bias) if t is not None])
+    return _Forward(taps, fn)
 
 
 def _check_backward(grad: Any, input: Any, weight: Any, bias_sizes: Any, stride: Any, padding: Any,  # noqa: A002
@@ -115,24 +138,55 @@ def _channel_sum(rank: int) -> str:
     return f"function (G[N, C, {sizes}]) -> (O) {{ O[c: C] = +(G[n, c, {axes}]); }}"
 
 
+@dataclass(frozen=True)
+class _Backward:
+    """A convolution backward signature's kernels: the weight's live taps (() for all), the derived
+    gradient program (None when no input or weight gradient is asked for) and the bias gradient's
+    channel sum (None when not asked for)."""
+
+    taps: tuple[slice, ...]
+    grads: Function | None
+    needs: tuple[bool, bool]
+    bias: Function | None
+
+
+_BACKWARDS: dict[tuple[Any, ...], _Backward] = {}
+
+
 @library_call(aten.convolution_backward.default, check=_check_backward)
 def conv_backward(grad: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, bias_sizes: Any,  # noqa: A002
                   stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], transposed: bool,
                   output_padding: Sequence[int], groups: int, output_mask: Sequence[bool]) -> tuple[Any, ...]:
-    taps, padding = _live(input, weight, stride, padding, dilation)
-    x, w, g = input.contiguous(), weight[taps].contiguous(), grad.contiguous()
-    source = _plan(x, w, stride, padding, dilation, False).source  # (NC* tensors: not channels-last)
-    needs = [bool(output_mask[0]), bool(output_mask[1])]
-    gi, gw = input_grads(source, [x, w], needs, [g])
-    if taps != () and gw is not None:  # the gradient of the taps that read only padding is 0
+    key = (grad.shape, input.shape, weight.shape, input.dtype, tuple(stride), tuple(padding), tuple(dilation),
+           tuple(bool(m) for m in output_mask))
+    plan = _BACKWARDS.get(key)
+    if plan is None:
+        plan = _BACKWARDS[key] = _backward_plan(grad, input, weight, stride, padding, dilation, output_mask)
+    g = grad.contiguous()
+    gi = gw = None
+    if plan.grads is not None:  # the derived program itself, its gradients in the order of `needs`
+        out = iter(call(plan.grads, [input.contiguous(), weight[plan.taps].contiguous(), g]))
+        gi = next(out) if plan.needs[0] else None
+        gw = next(out) if plan.needs[1] else None
+    if plan.taps and gw is not None:  # the gradient of the taps that read only padding is 0
         whole = gw.new_zeros(weight.shape)
-        whole[taps] = gw
+        whole[plan.taps] = gw
         gw = whole
-    if (g.shape, x.shape, w.shape, tuple(needs)) not in _NOTED:
-        _NOTED.add((g.shape, x.shape, w.shape, tuple(needs)))
-        names = forward_fn(source).inputs
-        wrt = tuple(n for n, need in zip(names, needs) if need)
-        derived = grad_fn(source, wrt)
-        tasks.note(derived.source, derived.inputs, [x.shape, w.shape, g.shape], [x.dtype, w.dtype, g.dtype])
-    gb = run_program_no_grad(_channel_sum(g.dim()), [g])[0] if output_mask[2] else None
+    gb = call(plan.bias, [g])[0] if plan.bias is not None else None
     return gi, gw, gb
+
+
+def _backward_plan(grad: torch.Tensor, input: torch.Tensor, weight: torch.Tensor,  # noqa: A002
+                   stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
+                   output_mask: Sequence[bool]) -> _Backward:
+    taps, padding = _live(input, weight, stride, padding, dilation)
+    w = weight[taps].contiguous()
+    source = _plan(input.contiguous(), w, stride, padding, dilation, False).source  # (not channels-last)
+    needs = (bool(output_mask[0]), bool(output_mask[1]))
+    grads = None
+    if any(needs):
+        names = forward_fn(source).inputs
+        grads = grad_fn(source, tuple(n for n, need in zip(names, needs) if need))
+        tasks.note(grads.source, grads.inputs, [input.shape, w.shape, grad.shape], [input.dtype, w.dtype, grad.dtype])
+    bias = forward_fn(_channel_sum(grad.dim())) if output_mask[2] else None
+    return _Backward(taps, grads, needs, bias)
