@@ -7,6 +7,7 @@ parallel modes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
 
 import numpy as np
@@ -240,3 +241,33 @@ def test_trailing_unit_dimensions_no_operand_reads(knobs):
     out, _ = run_template(src, {"DO": do, "I": x}, knobs)
     ref = np.einsum("nopq,ncpq->oc", do, x[:, :, ::2, ::2])[:, :, None, None]
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(1, 3), c=st.integers(1, 12), h=st.integers(1, 6), co=st.sampled_from([3, 16, 24, 40, 64]),
+       k=st.integers(1, 3), stride=st.integers(1, 2), pad=st.integers(0, 1), dtype=st.sampled_from(["float32", "float64"]))
+def test_oihw_filters_pack_in_their_own_order_through_register_transposes(n, c, h, co, k, stride, pad, dtype):
+    # torch's OIHW filter F[co, c, i, j] is contiguous along the reduction (c, i, j) taken as one
+    # flat index: the direct variant packs B's rows in that order, as register transposes where a
+    # panel is whole, and reads them back in the kernel's own (i, j, c) loop order
+    import torch
+    from tilec.ops.sources import conv2d_source
+
+    if h + 2 * pad < k:
+        return
+    x, f = rand(n, c, h, h).astype(dtype), rand(co, c, k, k).astype(dtype)
+    func = tilec.compile(conv2d_source((stride, stride), (pad, pad), (1, 1), False))
+    out = func(x, f)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(f), stride=stride, padding=pad).numpy()
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_an_oihw_filter_packs_through_register_transposes():
+    from tilec.ops.sources import conv2d_source
+
+    source = conv2d_source((1, 1), (1, 1), (1, 1), False)
+    shapes = {"X": (2, 32, 4, 4), "F": (64, 32, 3, 3)}
+    assert "implicit_gemm[direct]" in tilec.explain(source, shapes, stage="templates")
+    loop = tilec.explain(source, shapes, stage="loop")
+    # a transposing tile (unrolled across the panel, vectorized along F's flat reduction) reading F itself
+    assert re.search(r"unrolled Y\.jj1 in \[0, \d+\):\n\s+for vectorized Y\.r1 in \[0, \d+\):\n\s+Y\.Bp\[[^\n]*= F\[", loop)

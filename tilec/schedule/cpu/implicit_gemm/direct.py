@@ -17,6 +17,12 @@ from memory:
               acc[ii, jj] += A(row_ii, red) * Bp[jr, kk(red), jj]
           C tile = epilogue(acc)
 
+B's rows are packed in the order its source holds the reduction where that source is contiguous
+along several reduction variables taken as one flat index (a convolution's OIHW filter F[co, c,
+i, j] read as K[i, j, c, co]: row c * KH * KW + i * KW + j): whole panels are then read as vectors
+along that index and transposed in registers (`b_source_order`, packed.transposing_pack), instead of
+gathered element by element 9 KiB apart; the kernel reads them back in its own loop order.
+
 Row indices of a tile's last rows are clamped into range (their results are never
 stored), so the kernel needs no branch. A's bound guards become a zero-padded copy;
 any other guard on A (a constraint, a divisibility) makes this variant inapplicable.
@@ -36,7 +42,7 @@ from tilec.ir.lower import index_expr, zero_fill
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, plan_threads
 from tilec.schedule.cpu.implicit_gemm.padding import Pads, access_padding, padded_index, padded_operand
-from tilec.schedule.cpu.implicit_gemm.packed import transposed_panels, transposing_pack
+from tilec.schedule.cpu.implicit_gemm.packed import transposable, transposed_panels, transposing_pack
 from tilec.schedule.nest import decompose, guarded_store, thread_share, threads_loop
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
 from tilec.schedule.patterns.gemm import GemmPlan
@@ -48,6 +54,31 @@ def padding(plan: GemmPlan, bp: BoundProgram) -> Pads | None:
     bounds (see access_padding)."""
     box = {v: (lo, hi) for v, lo, hi in plan.outer + plan.rows + plan.red}
     return access_padding(plan.a, plan.a_guards, box, bp.shapes[plan.a.tensor])
+
+
+def b_source_order(plan: GemmPlan, ctx: Context) -> tuple[tuple[str, int, int], ...] | None:
+    """The reduction variables in the order B's source (the layout copy's source where B is a folded
+    copy: a convolution's OIHW filter read as K[i, j, c, co]) lays them out as its innermost
+    dimensions, each alone and over the whole dimension, when there are several of them and that
+    order differs from the loops': then the reduction is one flat, contiguous index of the source,
+    which the packing reads as vectors. None otherwise."""
+    tensor, indices = plan.b.tensor, plan.b.indices
+    copy = ctx.folded.get(tensor)
+    if copy is not None:
+        tensor = copy.source
+        indices = tuple(indices[copy.out_vars.index(var)] for var in copy.src_vars)
+    red = {var: (var, lo, hi) for var, lo, hi in plan.red}
+    shape = ctx.bp.shapes[tensor]
+    if len(red) < 2 or len(indices) < len(red):
+        return None
+    inner = indices[len(indices) - len(red):]
+    order = tuple(red.get(e.lone_var or "") for e in inner)
+    if any(r is None for r in order) or len({r[0] for r in order if r}) != len(red):
+        return None
+    ranges = tuple(r for r in order if r is not None)
+    if any(lo != 0 or hi + 1 != size for (_, lo, hi), size in zip(ranges, shape[len(shape) - len(red):])):
+        return None
+    return None if ranges == tuple(plan.red) else ranges
 
 
 @dataclass(frozen=True)
@@ -128,11 +159,23 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
         return guarded_store(bp_buf.name, (slot, v(jr), row, jj_), plan.b, plan.b_guards, env, ct,
                              bp.dtypes[plan.b.tensor], [L.Cmp("lt", col, L.const(n))] if edge else [])
 
-    pack_b_panel: L.Stmt = red_loops(L.For(jj, L.const(0), L.const(nr), b_store(kk, v(jj), {}, True)))
     lanes = ctx.target.lanes(ct)
-    if transposed_panels(plan.b, plan.b_guards, plan, nr, lanes, bp.dtypes[plan.b.tensor], ct):
+    source_order = b_source_order(plan, ctx) if not plan.b_guards and lanes > 1 else None
+    if source_order is not None:  # Bp's rows in the order B's source holds them: a flat index of its own
+        kk = L.const(0)
+        stride = 1
+        for var, lo, hi in reversed(source_order):
+            kk = L.add(L.mul(L.sub(v(var), L.const(lo)), L.const(stride)), kk)
+            stride *= hi - lo + 1
+    pack_b_panel: L.Stmt = red_loops(L.For(jj, L.const(0), L.const(nr), b_store(kk, v(jj), {}, True)))
+    whole = L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n))
+    if source_order is not None and transposable(nr, lanes, bp.dtypes[plan.b.tensor], ct):
+        # a whole panel: B's source read as vectors along its flat reduction index
+        pack_b_panel = L.If(whole, transposing_pack(lambda row, jj_: b_store(row, jj_, decompose(row, source_order),
+                                                                             False), jj, nr, f"{out}.r", L.const(k), lanes),
+                            pack_b_panel)
+    elif transposed_panels(plan.b, plan.b_guards, plan, nr, lanes, bp.dtypes[plan.b.tensor], ct):
         red_var, red_lo, _ = plan.red[0]  # a whole panel: B's rows read as vectors along the reduction
-        whole = L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n))
         pack_b_panel = L.If(whole, transposing_pack(lambda row, jj_: b_store(row, jj_, {red_var: L.add(row, L.const(red_lo))},
                                                                              False), jj, nr, f"{out}.r", L.const(k), lanes),
                             pack_b_panel)

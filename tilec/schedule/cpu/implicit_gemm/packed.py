@@ -247,8 +247,13 @@ def transposed_panels(op: BoundAccess, guards: tuple[Condition, ...], plan: Gemm
     """Whether panels `width` wide of operand `op` pack as register transposes (transposing_pack):
     its source is contiguous along the reduction (one reduction variable, alone in the innermost
     index), unguarded and already in the packed dtype, one the transposes handle."""
-    return (packed in _TRANSPOSABLE and lanes > 1 and not guards and len(plan.red) == 1 and dtype == packed
-            and op.indices[-1].lone_var == plan.red[0][0] and _tile_side(width, lanes) is not None)
+    return (not guards and len(plan.red) == 1 and op.indices[-1].lone_var == plan.red[0][0]
+            and transposable(width, lanes, dtype, packed))
+
+
+def transposable(width: int, lanes: int, dtype: str, packed: str) -> bool:
+    """Whether panels `width` wide of a `dtype` source packed as `packed` can be register transposes."""
+    return packed in _TRANSPOSABLE and lanes > 1 and dtype == packed and _tile_side(width, lanes) is not None
 
 
 def transposing_pack(store_at: Callable[[L.Expr, L.Expr], L.Stmt], across: str, width: int, along: str,
@@ -284,4 +289,4 @@ def bf16_pairs(b: BoundContraction, plan: GemmPlan, dtypes: dict[str, str], targ
     return bf16_dot(target) and b.dtype == dtypes[plan.a.tensor] == dtypes[plan.b.tensor] == "bfloat16" and nr % 16 == 0
 
 
-__all__ = ["PackedPlan", "bf16_dot", "bf16_pairs", "build", "transposed_panels", "transposing_pack"]
+__all__ = ["PackedPlan", "bf16_dot", "bf16_pairs", "build", "transposable", "transposed_panels", "transposing_pack"]
