@@ -180,3 +180,27 @@ def test_reduction_blocks_split_the_loop_whose_inner_loops_fit():
     assert [v for v, _, _ in plan.red][level] == "x" and chunk == 14  # (n, 14 rows of x): a quarter MiB of panel
     small = L.Buffer("P", "float32", (1, 8, 8, 8, 64))
     assert inplace_gemm.reduction_blocks(plan, small, "float32", 2, budget, sums) is None  # fits: one block
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_threads_take_the_weight_gradient_by_output_channels(threads):
+    """Stored through the copy onto F[co, c, i, j], the units nest row tiles (co) outermost and the
+    taps (i, j) innermost, so that each thread writes its own run of F's rows rather than every thread
+    a tap of every cache line; the gradient is the same with any number of threads."""
+    from tilec.schedule.cpu.implicit_gemm import inplace as inplace_gemm
+
+    shape = dict(N=2, C=32, H=2, W=2, CO=24, KH=3, KW=3, stride=1, pad=1)
+    shapes = conv2d_grad_shapes(shape)
+    src = tilec.grad(conv2d_source(shape), wrt=["X", "F"]).source
+    bp = bind(tilec.parse(src), shapes, {k: "float32" for k in shapes})
+    index = next(k for k, b in enumerate(bp.statements) if b.output.startswith("DK"))
+    choice = gemm_choice(bp, index)
+    assert choice is not None and choice.plan.variant == "inplace" and choice.plan.out_copy is not None
+    plan, knobs = choice.plan.gemm, choice.knobs
+    assert inplace_gemm.unit_order(bp.statements[index], plan, knobs.mr, knobs.nr, bp, choice.plan.out_copy) == \
+        ("tile", "panel", "outer")
+    # onto its own layout DK[i, j, c, co] the taps are outermost: the order that shares B's panel
+    assert inplace_gemm.unit_order(bp.statements[index], plan, knobs.mr, knobs.nr, bp, None) == \
+        ("outer", "panel", "tile")
+    schedule = override(index, mr=knobs.mr, nr=knobs.nr, mc=knobs.mr, threads=threads)
+    assert_gradients_match_torch(tilec.compile(src).with_schedule(schedule), shapes, shape)

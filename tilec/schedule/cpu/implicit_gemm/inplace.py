@@ -188,10 +188,16 @@ def build(b: BoundContraction, ip: Candidate, knobs: GemmKnobs, ctx: Context, ep
     workspaces.append(b_panels)
     b_offsets = tuple(lo for lo, _ in ip.b_pads[:-1])
 
-    # the work unit w -> (outer, column panel, row tile); consecutive units share B's panel
-    o = L.Bin("div", v(w), L.const(panels * tiles))
-    jr = L.Bin("mod", L.Bin("div", v(w), L.const(tiles)), L.const(panels))
-    ir = L.Bin("mod", v(w), L.const(tiles))
+    # the work unit w -> (outer, column panel, row tile), nested in the destination's order (unit_order)
+    extents = {"outer": n_outer, "panel": panels, "tile": tiles}
+    order = unit_order(b, plan, mr, nr, ctx.bp, out_copy)
+    coordinate: dict[str, L.Expr] = {}
+    inner = 1
+    for k, group in enumerate(reversed(order)):
+        at = L.Bin("div", v(w), L.const(inner)) if inner > 1 else v(w)
+        coordinate[group] = at if k == len(order) - 1 else L.Bin("mod", at, L.const(extents[group]))
+        inner *= extents[group]
+    o, jr, ir = coordinate["outer"], coordinate["panel"], coordinate["tile"]
     outer_env = decompose(o, plan.outer) if plan.outer else {}
     col_var, col_lo, _ = plan.col
     col_index = L.add(L.mul(jr, L.const(nr)), v(jj))
@@ -263,6 +269,27 @@ def build(b: BoundContraction, ip: Candidate, knobs: GemmKnobs, ctx: Context, ep
     return L.seq(*stmts), workspaces
 
 
+def unit_order(b: BoundContraction, plan: GemmPlan, mr: int, nr: int, bp: BoundProgram,
+               out_copy: Copy | None) -> tuple[str, ...]:
+    """The work units' coordinates ("outer", "panel", "tile"), outermost first: by the stride at which
+    each steps through the tiles' destination, largest first (ties: that order, so that consecutive
+    units share B's panel). The threads take contiguous runs of units, so each then writes its own
+    part of the destination: a weight gradient stored through the copy onto F[co, c, i, j] with the
+    taps (i, j) outermost had both threads writing into every cache line of it (the 3x3 256->256
+    conv on a 2x2 map: its weight gradient 0.65 ms on one core, 0.76 on two)."""
+    out_vars = lone_output_vars(b)
+    assert out_vars is not None, "the candidate's output indices are lone variables"
+    dest_vars, shape = list(out_vars), b.shape
+    if out_copy is not None:
+        dest_vars = [out_vars[out_copy.src_vars.index(u)] for u in out_copy.out_vars]
+        shape = bp.shapes[out_copy.output]
+    stride = {v: math.prod(shape[k + 1:]) for k, v in enumerate(dest_vars)}
+    steps = {"outer": max((stride[r[0]] for r in plan.outer), default=0),
+             "panel": stride[plan.col[0]] * nr,
+             "tile": max(stride[r[0]] for r in plan.rows) * mr}
+    return tuple(sorted(steps, key=lambda g: -steps[g]))
+
+
 def reduction_blocks(plan: GemmPlan, panels: L.Buffer, dtype: str, threads: int, l2_budget: int,
                      sums_budget: int) -> tuple[int, int] | None:
     """(level, chunk): the reduction runs in blocks, each one value of the loops outside `level`,
@@ -290,4 +317,4 @@ def reduction_blocks(plan: GemmPlan, panels: L.Buffer, dtype: str, threads: int,
     return (level, -(-extents[level] // blocks)) if blocks > 1 else None  # even blocks
 
 
-__all__ = ["Candidate", "InplacePlan", "build", "candidates", "default_knobs", "reduction_blocks"]
+__all__ = ["Candidate", "InplacePlan", "build", "candidates", "default_knobs", "reduction_blocks", "unit_order"]
