@@ -168,6 +168,20 @@ def test_default_heuristic_packs_a_for_long_reductions_and_reads_it_in_place_oth
     assert "vfmadd231ps" in asm or "vfmadd213ps" in asm  # FMAs on vectors
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("m, k, n", [(8, 37, 96), (5, 64, 192)])
+def test_few_rows_against_a_wide_b_share_its_panels_among_the_threads(m, k, n, threads):
+    """The direct variant with B larger than A gives each thread its own column panels (and all of A):
+    shared by row tiles, every thread would read all of B (tilec.schedule.cpu.implicit_gemm.direct.by_panels)."""
+    a, b = rand(m, k), rand(k, n)
+    knobs = GemmKnobs(mr=3, nr=16, threads=threads, pack_a=False)
+    out, func = run_template("C[i, j: M, N] = +(A[i, k] * B[k, j])", {"A": a, "B": b}, knobs)
+    panels = n // 16
+    share = -(-panels // threads)
+    assert f"for C.jr in [(C.t * {share}), min({panels}, ((C.t * {share}) + {share}))):" in str(func)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
 @settings(max_examples=25, deadline=None)
 @given(m=st.integers(1, 20), n=st.integers(1, 40), k=st.integers(1, 12), transpose_a=st.booleans(),
        transpose_b=st.booleans(), pack_a=st.booleans(), mr=st.integers(1, 5), nr_vectors=st.integers(1, 2), kc=st.integers(1, 7),
