@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import torch
 import torch._dynamo
-from torch_reference import Outcome, _signature, compare, opinfo
+from torch_reference import Outcome, _signature, compare, declared_tolerance, opinfo
 from torch.testing._utils import wrapper_set_seed
 
 import tilec.torch_backend as backend
@@ -123,7 +123,8 @@ def run_sample(name: str, variant: str, sample: Any) -> Outcome:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TilecWarning)  # (a kernel group refused: its nodes run in torch)
         try:
-            outcome = compare(op.op, seeded, (sample.input, *sample.args), dict(sample.kwargs))
+            outcome = compare(op.op, seeded, (sample.input, *sample.args), dict(sample.kwargs),
+                              tolerance=declared_tolerance(op, getattr(sample.input, "dtype", None)))
         except Exception as err:  # noqa: BLE001  (compare lets only eager torch's own exceptions through)
             return Outcome("torch rejects", f"{type(err).__name__}: {err}")
     if outcome.kind == "refused":  # a TilecError reached the user: the backend must never raise one

@@ -11,7 +11,10 @@ One comparison gives one `Outcome`:
 - "pass": the forward outputs and the gradients of every floating input (and, for modules, every
   parameter) equal torch's within torch's default tolerance for the dtype
   (`torch.testing.assert_close`), or, for float32, no further from torch's float64 result than
-  torch's own float32 result (plus that tolerance);
+  torch's own float32 result (plus that tolerance). Where the OpInfo declares a tolerance of its
+  own for the dtype (a `toleranceOverride` PyTorch's TestCommon applies to the op's outputs and
+  gradients: scaled_dot_product_attention's float32 atol 5e-5, rtol 5e-6), that tolerance replaces
+  the default (`declared_tolerance`);
 - "wrong": a different shape, dtype, value or gradient, or an exception other than a TilecError;
 - "refused": a TilecError (tilec says it cannot do this input).
 
@@ -135,8 +138,28 @@ def _forward_and_grads(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: di
     return outs, list(grads)
 
 
-def _close(got: torch.Tensor | None, want: torch.Tensor | None, want64: torch.Tensor | None) -> str | None:
-    """Why `got` is not `want` within torch's tolerance (see the module docstring), or None."""
+Tolerance = tuple[float, float]  # (atol, rtol)
+
+
+def declared_tolerance(op: Any, dtype: torch.dtype | None) -> Tolerance | None:
+    """The (atol, rtol) that OpInfo `op` declares for `dtype` through a `toleranceOverride`
+    decorator on PyTorch's TestCommon (its reference comparisons), or None."""
+    for info in op.decorators:
+        if getattr(info, "cls_name", None) != "TestCommon" or getattr(info, "test_name", None) is not None:
+            continue
+        if getattr(info, "device_type", None) not in (None, "cpu") or not getattr(info, "active_if", True):
+            continue
+        for decorator in getattr(info, "decorators", ()):
+            tol = getattr(decorator, "d", {}).get(dtype) if hasattr(decorator, "d") else None
+            if tol is not None:
+                return float(tol.atol), float(tol.rtol)
+    return None
+
+
+def _close(got: torch.Tensor | None, want: torch.Tensor | None, want64: torch.Tensor | None,
+           tolerance: Tolerance | None = None) -> str | None:
+    """Why `got` is not `want` within torch's tolerance, or `tolerance` (atol, rtol) where given
+    (see the module docstring), or None."""
     if got is None or want is None:
         if got is None and want is None:
             return None
@@ -148,13 +171,16 @@ def _close(got: torch.Tensor | None, want: torch.Tensor | None, want64: torch.Te
     if got.shape != want.shape or got.dtype != want.dtype:
         return f"expected {want.dtype}{list(want.shape)}, got {got.dtype}{list(got.shape)}"
     try:
-        torch.testing.assert_close(got, want, equal_nan=True)
+        if tolerance is None:
+            torch.testing.assert_close(got, want, equal_nan=True)
+        else:
+            torch.testing.assert_close(got, want, equal_nan=True, atol=tolerance[0], rtol=tolerance[1])
         return None
     except AssertionError as err:
         problem = str(err).splitlines()[0:4]
     if want64 is not None and want.dtype == torch.float32:
         allowed = (want.double() - want64).abs()
-        rtol, atol = 1.3e-6, 1e-5
+        atol, rtol = tolerance or (1e-5, 1.3e-6)
         ok = ((got.double() - want64).abs() <= allowed + atol + rtol * want64.abs()) | (got.double().isnan() & want64.isnan())
         if bool(ok.all()):
             return None
@@ -164,9 +190,11 @@ def _close(got: torch.Tensor | None, want: torch.Tensor | None, want64: torch.Te
 def compare(torch_fn: Callable[..., Any], tilec_fn: Callable[..., Any], args: tuple[Any, ...],
             kwargs: dict[str, Any], torch_params: list[torch.Tensor] | None = None,
             tilec_params: list[torch.Tensor] | None = None,
-            torch_double: Callable[[], tuple[Callable[..., Any], list[torch.Tensor]]] | None = None) -> Outcome:
+            torch_double: Callable[[], tuple[Callable[..., Any], list[torch.Tensor]]] | None = None,
+            tolerance: Tolerance | None = None) -> Outcome:
     """tilec_fn against torch_fn on copies of the same arguments (see the module docstring);
-    `torch_double` gives torch_fn in float64 and its parameters, where it has parameters."""
+    `torch_double` gives torch_fn in float64 and its parameters, where it has parameters;
+    `tolerance` (atol, rtol) replaces torch's default one (an OpInfo's declared_tolerance)."""
     torch_args, torch_kwargs = _detached_copy((args, kwargs))
     tilec_args, tilec_kwargs = _detached_copy((args, kwargs))
     want, want_grads = _forward_and_grads(torch_fn, torch_args, torch_kwargs, 0, torch_params)
@@ -183,8 +211,8 @@ def compare(torch_fn: Callable[..., Any], tilec_fn: Callable[..., Any], args: tu
     if len(got_grads) != len(want_grads):
         return Outcome("wrong", f"{len(got_grads)} gradients, torch gives {len(want_grads)}")
     for attempt in range(2):
-        problems = [p for p in (_close(g, w, w64) for g, w, w64 in zip(got, want, want64)) if p]
-        problems += [f"gradient {k}: {p}" for k, p in enumerate(_close(g, w, w64) for g, w, w64
+        problems = [p for p in (_close(g, w, w64, tolerance) for g, w, w64 in zip(got, want, want64)) if p]
+        problems += [f"gradient {k}: {p}" for k, p in enumerate(_close(g, w, w64, tolerance) for g, w, w64
                                                                    in zip(got_grads, want_grads, want64_grads)) if p]
         if not problems:
             return PASS
@@ -212,7 +240,8 @@ def compare_sample(name: str, sample: Any, tilec_fn: Callable[..., Any], variant
     def seeded(*args: Any, **kwargs: Any) -> Any:
         return wrapper_set_seed(tilec_fn, *args, **kwargs)
 
-    return compare(op.op, seeded, (sample.input, *sample.args), dict(sample.kwargs))
+    return compare(op.op, seeded, (sample.input, *sample.args), dict(sample.kwargs),
+                   tolerance=declared_tolerance(op, getattr(sample.input, "dtype", None)))
 
 
 # OpInfos whose `op` is a lambda that reorders torch's arguments (so that the sample's `input` is the
