@@ -100,7 +100,7 @@ def test_size_symbols_are_integer_values():
                       "Scaled = X / N; Count = N * M; }")
     x = rand(3, 5)
     mean, scaled, count = f(x)
-    np.testing.assert_allclose(mean, x.mean(), rtol=1e-5)
+    np.testing.assert_allclose(mean, x.mean(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(scaled, x / 3, rtol=1e-6)
     assert count == 15 and count.dtype.kind == "i" and count.shape == ()
 
@@ -117,7 +117,7 @@ def test_combination_with_a_size_gives_the_mean():
     # the issue's `M[i: X] = +(I[i, j] / Y)`
     x = rand(4, 6)
     out = tilec.compile("function (I[X, Y]) -> (M) { M[i: X] = +(I[i, j] / Y); }")(x)
-    np.testing.assert_allclose(out, x.mean(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(out, x.mean(axis=1), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("combination,reference", [
@@ -254,7 +254,7 @@ def test_names_as_plaidml_prints_them():
       _X3 = _X2 * _X0_1;
     }"""
     a, b = rand(3, 4), rand(4, 5)
-    np.testing.assert_allclose(tilec.compile(src)(a, b), (a @ b) * 4, rtol=1e-5)
+    np.testing.assert_allclose(tilec.compile(src)(a, b), (a @ b) * 4, rtol=1e-5, atol=1e-6)
 
 
 def test_temporaries_never_collide_with_source_names_or_each_other():
@@ -271,7 +271,7 @@ def test_temporaries_never_collide_with_source_names_or_each_other():
     o, s, operand, smax, sexp = tilec.compile(src)(a)
     e = np.exp(a - a.max(1, keepdims=True))
     np.testing.assert_allclose(s, e / e.sum(1, keepdims=True), rtol=1e-5)
-    np.testing.assert_allclose(o, (a * 3).sum(1), rtol=1e-5)
+    np.testing.assert_allclose(o, (a * 3).sum(1), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(operand, a - 1)
     np.testing.assert_allclose(smax, a + 1)
     np.testing.assert_allclose(sexp, a * 2)
@@ -394,7 +394,7 @@ def test_tuples_name_tensors_together_and_element_reads_one():
     }"""
     a, b = rand(4, 5), rand(5, 3)
     for target in ("llvm", "interp"):
-        np.testing.assert_allclose(tilec.compile(src, target=target)(a, b), a @ b, rtol=1e-5)
+        np.testing.assert_allclose(tilec.compile(src, target=target)(a, b), a @ b, rtol=1e-5, atol=1e-6)
     for bad, words in [("function (A) -> (O) { O = element(A, 0); }", "'A' is not a tuple"),
                        ("function (A, B) -> (O) { T = tuple(A, B); O = element(T, 2); }", "no element 2"),
                        ("function (A, B) -> (T) { T = tuple(A, B); }", "output 'T' is a tuple"),
