@@ -184,6 +184,32 @@ print(R.pool_jobs() - jobs)  # its parallel loop ran on the own pool, not on tor
     assert _run(code) == ["1"]
 
 
+def test_right_after_a_region_on_torchs_team_small_jobs_join_it():
+    """Within OPENMP_WARM_US of the end of one of tilec's regions on torch's team (its threads still
+    spin) a small job goes there too, not to the own pool whose threads would fight them for the
+    cores; later, or with the window closed, it goes back to the own pool."""
+    pytest.importorskip("torch")
+    code = r"""
+import time, torch, tilec
+from tilec.codegen.llvm import runtime as R
+from tilec.ops import torch_ops as T
+q = torch.randn(1, 1, 16, 16)
+expected = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+assert torch.allclose(T.attention(q, q, q), expected, rtol=1e-4, atol=1e-5)
+assert abs(R.openmp_warm_us() - R.OPENMP_WARM_US) < 0.01  # (whole cycle-counter ticks)
+below, above = R.set_thresholds(serial_below=0)  # every parallel loop in parallel: on the pool or on OpenMP
+for window in (1e6, 0.0):
+    R.openmp_warm_us(window)
+    R.set_thresholds(openmp_above=0)
+    T.attention(q, q, q)  # on the team: a region there has just ended
+    R.set_thresholds(openmp_above=above)
+    jobs = R.pool_jobs()
+    assert torch.allclose(T.attention(q, q, q), expected, rtol=1e-4, atol=1e-5)
+    print(R.pool_jobs() - jobs)
+"""
+    assert _run(code) == ["0", "1"]
+
+
 def test_torch_set_num_threads_1_runs_every_parallel_loop_serially():
     """With torch loaded, its thread count is tilec's too: at one thread no job reaches the own
     pool (whose threads would otherwise wake on the other cores) nor torch's team."""

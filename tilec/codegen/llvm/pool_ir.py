@@ -6,7 +6,7 @@ or pool, decided per call from ``work`` and the thresholds), SERIAL_FOR and POOL
 paths alone, for the calibration), CYCLES (``i64 ()``: the cycle counter), NOOP and MEET (chunks:
 empty; waiting for all n chunks to start), CALIBRATE (``(i64 units)``: that much scalar work).
 Exported globals (i64, zero until Python sets them): OPENMP_SLOT, OPENMP_THREADS_SLOT, SERIAL_BELOW, OPENMP_ABOVE,
-SPIN_CYCLES, WAIT_CYCLES, SPIN_NOW, GENERATION (the pool's job count).
+OPENMP_WARM_CYCLES, OPENMP_ENDED (when the last OpenMP region ended), SPIN_CYCLES, WAIT_CYCLES, SPIN_NOW, GENERATION (the pool's job count).
 
 Requires: llvmlite.ir, an x86-64 target (``pause``), pthreads and libc (``usleep``,
 ``sched_yield``) at link time. Guarantees: every chunk of a call runs exactly once, on whichever
@@ -33,6 +33,8 @@ OPENMP_SLOT = "tilec_openmp_parallel"  # GOMP_parallel's address once adopted, e
 OPENMP_THREADS_SLOT = "tilec_openmp_threads"  # omp_get_max_threads' address once adopted, else 0
 SERIAL_BELOW = "tilec_serial_below"  # jobs with less estimated work run serially (work units)
 OPENMP_ABOVE = "tilec_openmp_above"  # with OpenMP adopted, jobs with this much work (or unknown) run on it
+OPENMP_WARM_CYCLES = "tilec_openmp_warm_cycles"  # ... and any parallel job this soon (ticks) after a region there ended
+OPENMP_ENDED = "tilec_openmp_ended"  # the cycle counter when the last of this runtime's OpenMP regions ended
 SPIN_CYCLES = "tilec_spin_cycles"  # a worker's longest spin, in cycle-counter ticks (SPIN_US)
 WAIT_CYCLES = "tilec_wait_cycles"  # the caller's longest spin, in ticks (WAIT_SPIN_US)
 SPIN_NOW = "tilec_spin_now"  # the workers' current spin bound: halved after a job they were late for
@@ -56,6 +58,7 @@ class _Runtime:
         self.spin_cycles, self.wait_cycles = _global(m, SPIN_CYCLES, I64, True), _global(m, WAIT_CYCLES, I64, True)
         self.spin_now, self.openmp_above = _global(m, SPIN_NOW, I64, True), _global(m, OPENMP_ABOVE, I64, True)
         self.openmp_threads = _global(m, OPENMP_THREADS_SLOT, I64, True)
+        self.openmp_warm, self.openmp_ended = _global(m, OPENMP_WARM_CYCLES, I64, True), _global(m, OPENMP_ENDED, I64, True)
         void = ir.FunctionType(ir.VoidType(), [])
         self.pause = ir.Function(m, void, "llvm.x86.sse2.pause")
         self.cycles = ir.Function(m, ir.FunctionType(I64, []), "llvm.readcyclecounter")
@@ -225,8 +228,10 @@ def _serial_for(m: ir.Module) -> ir.Function:
 def _entry(rt: _Runtime, serial: ir.Function, pool: ir.Function, team: ir.Function) -> None:
     """tilec_parallel_for(fn, ctx, n, work): serially when `work` (estimated work units, < 0:
     unknown) is below SERIAL_BELOW, or when an adopted OpenMP runtime allows one thread
-    (torch.set_num_threads(1)); else on its team when the work is unknown or at least OPENMP_ABOVE;
-    else on this module's pool."""
+    (torch.set_num_threads(1)); else on its team when the work is unknown or at least OPENMP_ABOVE,
+    or when one of these regions ended less than OPENMP_WARM_CYCLES ago (its threads still spin:
+    there a region costs little, and the own pool's threads would compete with them for the
+    cores); else on this module's pool."""
     entry = ir.Function(rt.m, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]), ENTRY)
     fn_arg, ctx_arg, n_arg, work_arg = entry.args
     b = ir.IRBuilder(entry.append_basic_block("entry"))
@@ -245,12 +250,15 @@ def _entry(rt: _Runtime, serial: ir.Function, pool: ir.Function, team: ir.Functi
     omp = rt.load(b, rt.openmp)
     big = b.or_(b.icmp_signed("<", work_arg, ir.Constant(I64, 0)),
                 b.icmp_signed(">=", work_arg, rt.load(b, rt.openmp_above)))
-    with b.if_then(b.and_(b.icmp_unsigned("!=", omp, ir.Constant(I64, 0)), big)):
+    since = b.sub(b.call(rt.cycles, []), rt.load(b, rt.openmp_ended))
+    warm = b.icmp_unsigned("<", since, rt.load(b, rt.openmp_warm))
+    with b.if_then(b.and_(b.icmp_unsigned("!=", omp, ir.Constant(I64, 0)), b.or_(big, warm))):
         for k, value in enumerate((b.ptrtoint(fn_arg, I64), b.ptrtoint(ctx_arg, I64), n_arg, ir.Constant(I64, 0))):
             b.store(value, _field(b, job, k))
         gomp_parallel = ir.FunctionType(ir.VoidType(), [PTR, PTR, I32, I32])  # GOMP_parallel(fn, data, threads, flags)
         zero32 = ir.Constant(I32, 0)
         b.call(b.inttoptr(omp, ir.PointerType(gomp_parallel)), [team, job, zero32, zero32])  # 0: the default team
+        b.store_atomic(b.call(rt.cycles, []), rt.openmp_ended, "seq_cst", 8)
         b.ret_void()
     b.call(pool, entry.args)
     b.ret_void()
@@ -391,6 +399,6 @@ def _meet_chunk(m: ir.Module, cycles: ir.Function) -> None:
     b.ret_void()
 
 
-__all__ = ["CALIBRATE", "CYCLES", "ENTRY", "GENERATION", "IDLE_POLLS", "MEET", "NOOP", "OPENMP_ABOVE", "OPENMP_SLOT", "OPENMP_THREADS_SLOT",
+__all__ = ["CALIBRATE", "CYCLES", "ENTRY", "GENERATION", "IDLE_POLLS", "MEET", "NOOP", "OPENMP_ABOVE", "OPENMP_ENDED", "OPENMP_SLOT", "OPENMP_THREADS_SLOT", "OPENMP_WARM_CYCLES",
            "POOL_FOR", "SERIAL_BELOW", "SERIAL_FOR", "SLEEP_US", "SPIN_CYCLES", "SPIN_NOW", "SPIN_US", "WAIT_CYCLES",
            "WAIT_SPIN_US", "build_module"]

@@ -8,9 +8,10 @@ tilec.codegen.llvm.work; < 0: unknown). Three paths, decided at every call:
 * serially on the calling thread when ``work`` is below the serial threshold: parallelism
   cannot pay for a small job (a 32^3 GEMM, a 16x16 attention);
 * on torch's OpenMP team when torch is loaded (`adopt_openmp`) and the work is unknown or at
-  least the OpenMP threshold (about OPENMP_ABOVE_US of work): right after a torch op torch's
-  workers spin for milliseconds, and on its own team the spinning workers take tilec's chunks
-  instead of competing with tilec's threads for the cores;
+  least the OpenMP threshold (about OPENMP_ABOVE_US of work), or a region there ended less than
+  OPENMP_WARM_US ago: right after a torch op torch's workers spin for milliseconds, and on its
+  own team the spinning workers take tilec's chunks instead of competing with tilec's threads
+  for the cores;
 * else on the own pool: the caller and the pool's workers (one per core beyond the caller,
   created on first use) claim chunks; the caller runs whatever is left unclaimed, so a worker
   the OS has parked costs at most the chunk it holds. Between jobs a worker spins for at most
@@ -53,6 +54,7 @@ from typing import Any
 
 from tilec.codegen.llvm.binding import LOCK, initialise_llvm, target_machine
 from tilec.codegen.llvm.pool_ir import (CALIBRATE, CYCLES, ENTRY, GENERATION, IDLE_POLLS, MEET, NOOP, OPENMP_ABOVE,
+                                        OPENMP_WARM_CYCLES,
                                         OPENMP_SLOT, OPENMP_THREADS_SLOT, POOL_FOR, SERIAL_BELOW, SERIAL_FOR, SLEEP_US,
                                         SPIN_CYCLES, SPIN_NOW, SPIN_US, WAIT_CYCLES, WAIT_SPIN_US, build_module)
 
@@ -66,6 +68,14 @@ PAYOFF = 2.0  # run in parallel only where the time saved is this many times a r
 # conv step after torch's took 17.7-18.1 ms with every job on the team, 19.3-19.8 with this
 # threshold, 21.0-21.2 with 300 us and 21.4-21.6 with 1 ms (BENCHMARKS.md, issue 18).
 OPENMP_ABOVE_US = 100
+# ... and so does every parallel job that starts within this long of the end of a region on the team: its
+# threads are still spinning then (libgomp spins for milliseconds), so the region costs little, while the own
+# pool's workers would fight them for the cores. Measured on the training steps of `tilec bench model`'s
+# models (Zen 4, two cores, with and without this rule alternating step by step in one process, medians of
+# 30): BERT 46.5 -> 43.7 ms, GPT-2 51.4 -> 48.1, the MLP 1.52 -> 1.43, ResNet-18 44.3 -> 43.2 (its kernels
+# are many small programs with Python between them: every job on the team gave it 39.7). A small call on
+# its own, the case OPENMP_ABOVE_US is for, still stays off the team.
+OPENMP_WARM_US = 100
 MEET_LIMIT_US = 200  # longest a calibration chunk waits for the others
 REMEASURE_CALLS = 10  # regions measured again at each kernel load
 
@@ -117,6 +127,7 @@ def calibrate(engine: Any, cores: int) -> Calibration:
     ticks = _ticks_per_us(engine)
     _slot(engine, SPIN_CYCLES).value = _slot(engine, SPIN_NOW).value = int(SPIN_US * ticks)
     _slot(engine, WAIT_CYCLES).value = int(WAIT_SPIN_US * ticks)
+    _slot(engine, OPENMP_WARM_CYCLES).value = int(OPENMP_WARM_US * ticks)
     region, unit = _region_ns(engine, cores, ticks), _unit_ns(engine)
     return _thresholds(engine, cores, region, unit, ticks)
 
@@ -215,6 +226,19 @@ def set_thresholds(serial_below: int | None = None, openmp_above: int | None = N
     return previous
 
 
+def openmp_warm_us(window_us: float | None = None, cores: int | None = None) -> float:
+    """How long after one of tilec's regions on torch's OpenMP team ends every parallel job still
+    goes to the team (OPENMP_WARM_US by default); `window_us` sets it for the rest of the process.
+    Returns the window in force before the call."""
+    engine = _engine(cores)
+    slot = _slot(engine, OPENMP_WARM_CYCLES)
+    ticks = _CALIBRATIONS[id(engine)].ticks_per_us
+    previous = slot.value / ticks
+    if window_us is not None:
+        slot.value = int(window_us * ticks)
+    return previous
+
+
 def runs_in_parallel(work: int, cores: int | None = None) -> bool:
     """Whether a parallel loop of estimated `work` units (< 0: unknown) runs in parallel: the
     runtime's own decision, made again at every call."""
@@ -289,6 +313,6 @@ def _torch_openmp() -> tuple[int, int] | None:
     return None
 
 
-__all__ = ["ENTRY", "IDLE_POLLS", "OPENMP_ABOVE_US", "PAYOFF", "SLEEP_US", "Calibration", "adopt_openmp", "calibrate",
-           "calibration", "ensure_runtime", "pool_jobs", "runs_in_parallel", "runs_on_openmp", "set_thresholds",
+__all__ = ["ENTRY", "IDLE_POLLS", "OPENMP_ABOVE_US", "OPENMP_WARM_US", "PAYOFF", "SLEEP_US", "Calibration", "adopt_openmp", "calibrate",
+           "calibration", "ensure_runtime", "openmp_warm_us", "pool_jobs", "runs_in_parallel", "runs_on_openmp", "set_thresholds",
            "thresholds"]
