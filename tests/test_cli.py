@@ -251,3 +251,17 @@ def test_tune_in_bfloat16_for_the_gpu_says_the_cuda_backend_has_none(capsys):
                            "--target", "cuda-sim", "--trials", "1")
     assert rc != 0 and "Traceback" not in err
     assert "bfloat16 tunes CPU kernels only" in err and "--target llvm" in err
+
+
+def test_version_prints_the_package_version(capsys):
+    rc, out, err = run_cli(capsys, "--version")
+    assert rc == 0 and out.strip() == f"tilec {tilec.__version__}"
+
+
+@pytest.mark.parametrize("word, hint", [("gemmm", "did you mean 'gemm'?"), ("conv", "did you mean 'conv2d'?"),
+                                        ("mykernel", "")])
+def test_tune_an_unknown_op_names_the_ops_it_knows(capsys, word, hint):
+    rc, out, err = run_cli(capsys, "tune", word, "--trials", "1")
+    assert rc != 0 and "Traceback" not in err
+    assert f"unknown op '{word}'" in err and hint in err
+    assert all(name in err for name in ("gemm", "conv2d", "attention", "model"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from tilec.version import __version__
 from tilec.cli.bench import add_bench_parser
 from tilec.cli.explain import add_explain_parser
 from tilec.cli.info import add_info_parser
@@ -18,6 +19,7 @@ from tilec.cli.tune import add_tune_parser
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tilec", description="The tilec tensor-expression compiler.")
+    parser.add_argument("--version", action="version", version=f"tilec {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_explain_parser(sub)
     add_bench_parser(sub)

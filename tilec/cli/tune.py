@@ -11,6 +11,8 @@ the record database, and one JSON summary line per tuned kernel is printed; exit
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,6 +51,11 @@ def _tune_tasks(args: argparse.Namespace, quiet: bool = False) -> "tuple[list[Ta
         op_name, shape_text = args.op, ops.format_shape(op_sizes)
         wrt = ops.backward_op(op).wrt if args.op in ops.BACKWARD_OPS else tuple(parse(source).input_names)
     else:
+        if re.fullmatch(r"[A-Za-z_][\w-]*", args.op) and not Path(args.op).is_file():
+            close = difflib.get_close_matches(args.op, [*ops.OP_NAMES, "model"], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TilecError(f"unknown op {args.op!r}{hint}: tilec tune takes one of {', '.join(ops.OP_NAMES)}, "
+                             f"`model`, or a Tile program or the file holding it")
         source = read_source(args.op)
         shapes = dict(parse_shape(s) for s in args.shape)
         op_name, shape_text = Path(args.op).stem if "\n" not in args.op else "tile", \
