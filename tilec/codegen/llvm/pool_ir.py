@@ -33,8 +33,8 @@ OPENMP_SLOT = "tilec_openmp_parallel"  # GOMP_parallel's address once adopted, e
 OPENMP_THREADS_SLOT = "tilec_openmp_threads"  # omp_get_max_threads' address once adopted, else 0
 SERIAL_BELOW = "tilec_serial_below"  # jobs with less estimated work run serially (work units)
 OPENMP_ABOVE = "tilec_openmp_above"  # with OpenMP adopted, jobs with this much work (or unknown) run on it
-OPENMP_WARM_CYCLES = "tilec_openmp_warm_cycles"  # ... and any parallel job this soon (ticks) after a region there ended
-OPENMP_ENDED = "tilec_openmp_ended"  # the cycle counter when the last of this runtime's OpenMP regions ended
+# ... and so does any parallel job this soon (ticks) after the last region there ended (the cycle counter then)
+OPENMP_WARM_CYCLES, OPENMP_ENDED = "tilec_openmp_warm_cycles", "tilec_openmp_ended"
 SPIN_CYCLES = "tilec_spin_cycles"  # a worker's longest spin, in cycle-counter ticks (SPIN_US)
 WAIT_CYCLES = "tilec_wait_cycles"  # the caller's longest spin, in ticks (WAIT_SPIN_US)
 SPIN_NOW = "tilec_spin_now"  # the workers' current spin bound: halved after a job they were late for
@@ -229,9 +229,7 @@ def _entry(rt: _Runtime, serial: ir.Function, pool: ir.Function, team: ir.Functi
     """tilec_parallel_for(fn, ctx, n, work): serially when `work` (estimated work units, < 0:
     unknown) is below SERIAL_BELOW, or when an adopted OpenMP runtime allows one thread
     (torch.set_num_threads(1)); else on its team when the work is unknown or at least OPENMP_ABOVE,
-    or when one of these regions ended less than OPENMP_WARM_CYCLES ago (its threads still spin:
-    there a region costs little, and the own pool's threads would compete with them for the
-    cores); else on this module's pool."""
+    or one of these regions ended less than OPENMP_WARM_CYCLES ago (its threads still spin); else on this module's pool."""
     entry = ir.Function(rt.m, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]), ENTRY)
     fn_arg, ctx_arg, n_arg, work_arg = entry.args
     b = ir.IRBuilder(entry.append_basic_block("entry"))
@@ -250,14 +248,12 @@ def _entry(rt: _Runtime, serial: ir.Function, pool: ir.Function, team: ir.Functi
     omp = rt.load(b, rt.openmp)
     big = b.or_(b.icmp_signed("<", work_arg, ir.Constant(I64, 0)),
                 b.icmp_signed(">=", work_arg, rt.load(b, rt.openmp_above)))
-    since = b.sub(b.call(rt.cycles, []), rt.load(b, rt.openmp_ended))
-    warm = b.icmp_unsigned("<", since, rt.load(b, rt.openmp_warm))
+    warm = b.icmp_unsigned("<", b.sub(b.call(rt.cycles, []), rt.load(b, rt.openmp_ended)), rt.load(b, rt.openmp_warm))
     with b.if_then(b.and_(b.icmp_unsigned("!=", omp, ir.Constant(I64, 0)), b.or_(big, warm))):
         for k, value in enumerate((b.ptrtoint(fn_arg, I64), b.ptrtoint(ctx_arg, I64), n_arg, ir.Constant(I64, 0))):
             b.store(value, _field(b, job, k))
         gomp_parallel = ir.FunctionType(ir.VoidType(), [PTR, PTR, I32, I32])  # GOMP_parallel(fn, data, threads, flags)
-        zero32 = ir.Constant(I32, 0)
-        b.call(b.inttoptr(omp, ir.PointerType(gomp_parallel)), [team, job, zero32, zero32])  # 0: the default team
+        b.call(b.inttoptr(omp, ir.PointerType(gomp_parallel)), [team, job, *[ir.Constant(I32, 0)] * 2])  # 0: the default team
         b.store_atomic(b.call(rt.cycles, []), rt.openmp_ended, "seq_cst", 8)
         b.ret_void()
     b.call(pool, entry.args)
