@@ -265,3 +265,11 @@ def test_tune_an_unknown_op_names_the_ops_it_knows(capsys, word, hint):
     assert rc != 0 and "Traceback" not in err
     assert f"unknown op '{word}'" in err and hint in err
     assert all(name in err for name in ("gemm", "conv2d", "attention", "model"))
+
+
+def test_tune_a_file_with_a_malformed_shape_says_what_form_is_expected(capsys, tmp_path):
+    path = tmp_path / "mm.tile"
+    path.write_text("function (A[M, K], B[K, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }")
+    rc, out, err = run_cli(capsys, "tune", str(path), "--shape", "bogus", "--trials", "1")
+    assert rc != 0 and "Traceback" not in err
+    assert "--shape" in err and "NAME=DIMS such as A=64x32" in err and "'bogus'" in err

@@ -57,7 +57,10 @@ def _tune_tasks(args: argparse.Namespace, quiet: bool = False) -> "tuple[list[Ta
             raise TilecError(f"unknown op {args.op!r}{hint}: tilec tune takes one of {', '.join(ops.OP_NAMES)}, "
                              f"`model`, or a Tile program or the file holding it")
         source = read_source(args.op)
-        shapes = dict(parse_shape(s) for s in args.shape)
+        try:
+            shapes = dict(parse_shape(s) for s in args.shape)
+        except argparse.ArgumentTypeError as err:  # (--shape is free text: an op's sizes or NAME=DIMS)
+            raise TilecError(f"--shape for a Tile program: {err}") from None
         op_name, shape_text = Path(args.op).stem if "\n" not in args.op else "tile", \
             ",".join(f"{n}={'x'.join(map(str, d))}" for n, d in shapes.items())
         wrt = tuple(parse(source).input_names)
