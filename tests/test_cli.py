@@ -273,3 +273,16 @@ def test_tune_a_file_with_a_malformed_shape_says_what_form_is_expected(capsys, t
     rc, out, err = run_cli(capsys, "tune", str(path), "--shape", "bogus", "--trials", "1")
     assert rc != 0 and "Traceback" not in err
     assert "--shape" in err and "NAME=DIMS such as A=64x32" in err and "'bogus'" in err
+
+
+def test_tune_progress_in_a_log_file_is_plain_lines(capsys, tmp_path):
+    """stderr that is not a terminal (here captured; a log file) gets whole progress lines, every
+    8 measurements and the last, with no carriage returns or escape sequences."""
+    rc, out, err = run_cli(capsys, "tune", "gemm", "--shape", "M=48,N=48,K=48", "--trials", "9",
+                           "--records", str(tmp_path / "records.sqlite"))
+    assert rc == 0, err
+    assert "\r" not in err and "\033" not in err
+    progress = [line for line in err.splitlines() if line.startswith("tune gemm")]
+    counts = [int(line.split(": ")[1].split("/")[0]) for line in progress]
+    assert counts and counts == sorted(set(counts)) and counts[-1] == 9
+    assert all(c % 8 == 0 or c == 9 for c in counts)

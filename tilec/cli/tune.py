@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from tilec.records import RecordDB
 
 
+PLAIN_EVERY = 8  # where stderr is not a terminal (a log file), a progress line every this many measurements
+
+
 def _tune_tasks(args: argparse.Namespace, quiet: bool = False) -> "tuple[list[Task], str, str]":
     """(tasks, op name, shape text) for `tilec tune OP|FILE [--shape ...] [--backward]`: the
     forward statement chosen by --stmt (default: the first tunable one), then with --backward
@@ -170,22 +173,31 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise TilecError(f"tune model: --target {args.target!r}: the model's kernels are compiled by the torch.compile "
                          f"backend for target 'llvm'; set TILEC_TARGET={args.target!r} to tune them for that CPU")
     tasks, op_name, shape_text = _tune_tasks(args)
+    tty = sys.stderr.isatty()
     options = MeasureOptions(timeout_s=args.timeout, build_workers=args.jobs)
     with RecordDB(args.records) as db, LocalMeasurer(options) as measurer:
         for index, task in enumerate(tasks):  # one JSON line per tuned kernel: the forward one, then the gradient's
             started = time.monotonic()
 
-            def show(p: Progress, label: str = task.label) -> None:
+            shown: list[int] = []  # (not a terminal: the counts already printed, one plain line each)
+
+            def show(p: Progress, label: str = task.label, shown: list[int] = shown) -> None:
                 best = "-" if p.best_s is None else f"{p.best_s * 1e3:.3f} ms"
                 eta = "-" if p.eta_s is None else f"{p.eta_s:.0f} s"
-                sys.stderr.write(f"\r\033[Ktune {label}: {p.measured}/{p.total} measured, best {best}, ETA {eta}")
+                line = f"tune {label}: {p.measured}/{p.total} measured, best {best}, ETA {eta}"
+                if tty:  # one line rewritten in place
+                    sys.stderr.write(f"\r\033[K{line}")
+                elif p.measured not in shown and (p.measured % PLAIN_EVERY == 0 or p.measured == p.total):
+                    shown.append(p.measured)
+                    sys.stderr.write(line + "\n")
                 sys.stderr.flush()
 
             kernel_op = op_name if task is tasks[0] or args.op == "model" else f"{op_name}-backward"  # as `tilec bench --backward` names it
             transfer = _transfer_tasks(args, db, index, kernel_op, shape_text, task.target.key)
             best = tune(task, args.trials, measurer, db, seed=args.seed, progress=show, op=kernel_op, shape=shape_text,
                         transfer=transfer)
-            sys.stderr.write("\n")
+            if tty:
+                sys.stderr.write("\n")
             if best is None:
                 raise TilecError(f"every candidate of {task.label} failed; see `tilec records show {task.key}`")
             base = default_time(task, db) or measurer.default_time
