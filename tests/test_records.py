@@ -299,6 +299,43 @@ def test_the_best_record_is_applied(db_path):
         options.use_records = True
 
 
+@pytest.mark.parametrize("column, value", [("schedule", "{not json"), ("schedule", json.dumps({"stmt": 0})),
+                                           ("time_s", "fast"), ("trial", -3), ("error", "exploded")])
+def test_a_damaged_row_is_skipped_with_one_warning_and_the_others_still_serve(db_path, column, value):
+    """A row that is not a record (bad JSON, a wrong type: a hand-edited file, an older tilec) costs
+    only itself: reading skips it with one TilecWarning naming it, and the next best record applies."""
+    with RecordDB(db_path) as db:
+        db.add(rec(2e-3))  # the runner-up: DISTINCT's register block
+        db.add(rec(3e-3, mr=1, nr=16, mc=8, kc=16))
+    best = rec(1e-3, mr=2, nr=16, mc=8, kc=16)  # the fastest, written damaged
+    row = {**best.to_json(), "schedule": json.dumps(best.schedule), "created": 1.0, "digest": "damaged", column: value}
+    with sqlite3.connect(db_path) as conn:
+        damaged = conn.execute(f"INSERT INTO records ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                               tuple(row.values())).lastrowid
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with RecordDB(db_path) as db:
+            assert len(db.records()) == 2 and len(db.records(TASK)) == 2
+            best = db.best(TASK, resolve_target("llvm").key, compiler_fingerprint())
+            assert best is not None and best.time_s == 2e-3
+    about = [str(w.message) for w in caught if issubclass(w.category, tilec.TilecWarning) and f"row {damaged} " in str(w.message)]
+    assert len(about) == 1  # once, however often it is read
+    assert "damaged and skipped" in about[0] and str(db_path) in about[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tilec.TilecWarning)
+        assert "C.acc: float32[4, 32]" in loop_ir()  # the compiler applies the runner-up's register block
+
+
+def test_a_recorded_schedule_with_knobs_of_the_wrong_type_falls_back_to_the_default(db_path):
+    with RecordDB(db_path) as db:
+        db.add(rec(1e-3, mr="four", nr=16, mc=8, kc=16))
+    with pytest.warns(tilec.TilecWarning, match="does not build and is skipped"):
+        text = loop_ir()
+    assert "C.acc" in text
+    a, b = gemm_inputs()
+    np.testing.assert_allclose(tilec.compile(GEMM)(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_stale_foreign_and_failed_records_are_never_applied(db_path):
     with RecordDB(db_path) as db:
         db.add(rec(1e-3, compiler="0.0.1+stale"))

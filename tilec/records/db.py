@@ -12,12 +12,13 @@ import json
 import os
 import sqlite3
 import time
+import warnings
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import IO, Iterator
 
 from tilec.config import options
-from tilec.errors import TilecError
+from tilec.errors import TilecError, TilecWarning
 from tilec.records.record import Record, _digest
 
 SCHEMA_VERSION = 1
@@ -55,6 +56,7 @@ class RecordDB:
 
     def __init__(self, path: str | os.PathLike | None = None) -> None:
         self.path = Path(path) if path is not None else default_path()
+        self._damaged: set[int] = set()  # ids of the rows skipped as damaged (each warned about once)
         if path is None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -167,20 +169,33 @@ class RecordDB:
         return list(self._select(f"{where} ORDER BY id", params))
 
     def best(self, task: str, target: str, compiler: str) -> Record | None:
-        """The fastest successful record of exactly this task, target and compiler."""
-        found = list(self._select("WHERE task = ? AND target = ? AND compiler = ? AND error = 'ok' AND time_s IS NOT NULL "
-                                  "ORDER BY time_s, id LIMIT 1", (task, target, compiler)))
-        return found[0] if found else None
+        """The fastest successful record of exactly this task, target and compiler (damaged rows skipped)."""
+        return next(self._select("WHERE task = ? AND target = ? AND compiler = ? AND error = 'ok' AND time_s IS NOT NULL "
+                                 "ORDER BY time_s, id", (task, target, compiler)), None)
 
     def _select(self, clause: str, params: tuple) -> Iterator[Record]:
+        """The records of the rows `clause` selects, in its order; a damaged row (bad JSON, a wrong
+        type: an older tilec's or a hand-edited file) is skipped with one warning naming it."""
         try:
-            rows = self._conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM records {clause}", params).fetchall()
+            rows = self._conn.execute(f"SELECT id, {', '.join(_COLUMNS)} FROM records {clause}", params).fetchall()
         except sqlite3.Error as err:
             raise TilecError(f"cannot read the tuning records {self.path}: {err}") from None
-        for row in rows:
+        for row_id, *row in rows:
             values = dict(zip(_COLUMNS, row))
-            values["schedule"] = json.loads(values["schedule"])
-            yield Record(**values)
+            try:
+                values["schedule"] = json.loads(values["schedule"])
+                record = Record(**values)
+            except (ValueError, TypeError, TilecError) as err:  # (json's errors are ValueErrors)
+                self._skip(row_id, err)
+                continue
+            yield record
+
+    def _skip(self, row_id: int, err: Exception) -> None:
+        if row_id in self._damaged:
+            return
+        self._damaged.add(row_id)
+        warnings.warn(f"tuning records {self.path}: row {row_id} is damaged and skipped ({err}); the other records "
+                      f"still serve (`tilec records` lists them)", TilecWarning, stacklevel=3)
 
     def export_jsonl(self, file: "str | os.PathLike | IO[str]") -> int:
         """Write every record as one JSON object per line; returns how many."""

@@ -66,7 +66,7 @@ def _usable_config(record: Record, stmt: int, program: Program, sig: Signature,
             raise TilecError(f"its schedule has no config for statement {stmt}")
         lower_program(program, sig, TemplateSchedule((config,)), target)  # cheap: no LLVM
         return config
-    except TilecError as err:
+    except (TilecError, TypeError, ValueError, KeyError) as err:  # (knobs of the wrong type or name: a damaged row)
         warnings.warn(f"the best tuning record of statement {stmt} (task {record.task}, trial {record.trial}) "
                       f"does not build and is skipped: {err}", TilecWarning, stacklevel=4)
         return None
