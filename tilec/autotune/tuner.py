@@ -1,9 +1,10 @@
 """The tuning loop: search proposes, the measurer measures, the records remember.
 
-`tune(task, trials, measurer, db)` measures up to `trials` candidates of the task's space in
-batches. Every result is written to the RecordDB as soon as its batch is measured, so a tuner
-killed with SIGKILL loses at most the batch in flight; a rerun resumes: the task's existing
-records (same target and compiler) count as measured and are never measured again.
+`tune(task, trials, measurer, db)` measures `trials` new candidates of the task's space in
+batches (fewer only when the space runs out). Every result is written to the RecordDB as soon as
+its batch is measured, so a tuner killed with SIGKILL loses at most the batch in flight; a rerun
+resumes: the task's existing records (same target and compiler) inform the search and are never
+measured again, and `trials` more are measured.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from tilec.schedule.template_schedule import TemplateSchedule
 
 @dataclass(frozen=True)
 class Progress:
-    measured: int  # trials done, resumed ones included
-    total: int
+    measured: int  # new trials this run has measured
+    total: int  # the new trials it was asked for
     best_s: float | None
     elapsed_s: float  # this run's wall time
     eta_s: float | None
@@ -55,8 +56,9 @@ def tune(task: Task, trials: int, measurer: Measurer, db: RecordDB, seed: int = 
          progress: Callable[[Progress], None] | None = None, *, batch_size: int = 8, patience: int = 0,
          strategy: str = "model", space: Space | None = None, model: CostModel | None = None,
          transfer: Sequence[Task] = (), op: str = "", shape: str = "") -> Record | None:
-    """Measure up to `trials` candidates (resumed records included); the best record, or None if
-    every candidate failed. strategy: "model" (XGBoost-guided annealing) or "random"."""
+    """Measure `trials` new candidates (the task's earlier records guide the search, and count as
+    measured); the best record, or None if every candidate failed. strategy: "model"
+    (XGBoost-guided annealing) or "random"."""
     compiler = compiler_fingerprint()
     space = space or space_for(task)
     default = space.index(task.default_config())
@@ -79,8 +81,8 @@ def tune(task: Task, trials: int, measurer: Measurer, db: RecordDB, seed: int = 
     count, start = len({i for i, _ in resumed}), time.monotonic()
     started_at = count
     best = min((t for _, t in resumed if t is not None), default=None)
-    while count < trials and not search.done:
-        batch = search.next_batch(min(batch_size, trials - count))
+    while count - started_at < trials and not search.done:
+        batch = search.next_batch(min(batch_size, trials - (count - started_at)))
         if not batch:
             break
         results = measurer.measure(task, [space.config(i) for i in batch])
@@ -92,8 +94,8 @@ def tune(task: Task, trials: int, measurer: Measurer, db: RecordDB, seed: int = 
                 best = result.time_s
             if progress is not None:
                 elapsed = time.monotonic() - start
-                rate = elapsed / max(1, count - started_at)
-                progress(Progress(count, trials, best, elapsed, rate * (trials - count), result))
+                new = count - started_at
+                progress(Progress(new, trials, best, elapsed, elapsed / new * (trials - new), result))
         search.update([(i, r.time_s) for i, r in zip(batch, results)])
     return db.best(task.key, task.target.key, compiler)
 

@@ -221,7 +221,8 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
     tune.add_argument("--shape", action="append", default=[], metavar="SHAPE",
                       help="an op's sizes as in `tilec bench` (M=1024,N=1024,K=1024; default: its first "
                            "acceptance case), or for a file each input's NAME=DIMS (repeat)")
-    tune.add_argument("--trials", type=int, default=64, help="candidates to measure (default 64)")
+    tune.add_argument("--trials", type=int, default=64, help="new candidates to measure (default 64); the task's earlier records guide the "
+                      "search and are not measured again")
     tune.add_argument("--records", default=None, metavar="PATH", help="the record database (default: the cache's)")
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--stmt", type=int, default=None, help="which tunable statement (default: the first)")
