@@ -15,7 +15,7 @@ import pytest
 
 from tilec.autotune.features import Featurizer
 from tilec.autotune.measure import FakeMeasurer, LocalMeasurer, MeasureOptions, synthetic_cost
-from tilec.records import RecordDB
+from tilec.records import Record, RecordDB
 from tilec.autotune.search import ModelSearch, RandomSearch
 from tilec.autotune.space import Constraint, Knob, Space, SpaceTooLarge, space_for
 from tilec.autotune.task import Task, tasks_for
@@ -304,8 +304,55 @@ def test_real_tiny_gemm_tuning_end_to_end(tmp_path: Path) -> None:
     assert all(r.error == "ok" for r in records)
     from tilec.cli import main
 
-    assert main(["plot", str(tmp_path / "records.sqlite"), "--task", t.key[:8], "--out", str(tmp_path / "c.png")]) == 0
+    assert main(["plot", str(tmp_path / "records.sqlite"), "--task", t.key[:8], "--out", str(tmp_path / "c.png"),
+                 "--baseline-ms", "0.05", "--baseline-name", "numpy"]) == 0
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_names_the_series_marks_each_trial_and_starts_its_axis_at_zero(tmp_path: Path, capsys) -> None:
+    """`tilec plot`: points per trial, the best-so-far line, the default's (trial 1) and a baseline's
+    times as lines, a y axis from 0, the speedup in the title and printed; a missing --out
+    directory is a clear error."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tilec.autotune import tuner
+    from tilec.cli import main
+
+    t = gemm_task(64, 64, 64)
+    db = RecordDB(tmp_path / "r.sqlite")
+    times = [4e-3, 5e-3, 2e-3, None, 3e-3, 1e-3]
+    for trial, time_s in enumerate(times, 1):
+        db.add(Record(t.key, t.target.key, "c", [{"stmt": 0, "template": "implicit_gemm", "knobs": {"mr": trial}}],
+                      time_s, "ok" if time_s else "timeout", trial=trial, op="gemm", shape="M=64,N=64,K=64"))
+    saved = {}
+    real_savefig = plt.Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        saved["fig"] = fig
+        return real_savefig(fig, *args, **kwargs)
+
+    plt.Figure.savefig = keep
+    try:
+        speedup = tuner.plot_run(db.records(t.key), str(tmp_path / "p.png"), ("numpy", 2.5e-3))
+    finally:
+        plt.Figure.savefig = real_savefig
+    assert speedup == pytest.approx(4.0)  # the default (trial 1, 4 ms) against the best (1 ms)
+    ax = saved["fig"].axes[0]
+    assert ax.get_ylim()[0] == 0
+    assert "gemm M=64,N=64,K=64" in ax.get_title() and "4.00x the default" in ax.get_title()
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels[:2] == ["gemm M=64,N=64,K=64: each trial", "gemm M=64,N=64,K=64: best so far"]
+    assert any(label.startswith("default schedule 4") for label in labels) and any(label.startswith("numpy 2.5") for label in labels)
+    points = ax.get_lines()[0]
+    assert list(points.get_xdata()) == [1, 2, 3, 5, 6] and list(points.get_ydata()) == pytest.approx([4, 5, 2, 3, 1])
+    db.close()
+    assert main(["plot", str(tmp_path / "r.sqlite"), "--task", t.key[:8], "--out", str(tmp_path / "q.png")]) == 0
+    assert "4.00x the default" in capsys.readouterr().out
+    assert main(["plot", str(tmp_path / "r.sqlite"), "--task", t.key[:8], "--out", str(tmp_path / "missing" / "q.png")]) == 1
+    assert "does not exist" in capsys.readouterr().err
 
 
 def test_tune_cuda_without_gpu_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from tilec.autotune.features import Featurizer
 from tilec.autotune.measure import MeasureResult, Measurer
@@ -117,27 +117,40 @@ def best_so_far(records: Sequence[Record]) -> list[float]:
     return out
 
 
-def plot(curves: Mapping[str, Sequence[float]], out: str, title: str = "") -> None:
-    """A PNG of best-so-far time (ms) versus trials, one step line per named curve (many-seed
-    experiments have their own summary plot: tilec.bench.tuner_experiment.plot_seeds)."""
+def plot_run(records: Sequence[Record], out: str, baseline: tuple[str, float] | None = None) -> float | None:
+    """A PNG of one task's tuning run: every trial's time as a point, the best so far as a step
+    line, the default schedule's time (the tuner measures it first: trial 1) and, when given, a
+    baseline's (name, seconds) as horizontal lines, on a time axis from 0; the series is named by
+    op and shape and the title gives the speedup of the best over the default, which it returns."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    ordered = sorted(records, key=lambda r: (r.trial, r.created))
+    name = f"{ordered[0].op} {ordered[0].shape}".strip() or ordered[0].task[:12]
+    ok = [(r.trial, r.time_s * 1e3) for r in ordered if r.error == "ok" and r.time_s is not None]
+    best = best_so_far(ordered)
+    default = next((r.time_s for r in ordered if r.trial == 1 and r.error == "ok" and r.time_s is not None), None)
+    speedup = default / min(best) if default is not None and math.isfinite(min(best)) else None
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, ys in curves.items():
-        ax.step(range(1, len(ys) + 1), [y * 1e3 if math.isfinite(y) else math.nan for y in ys], where="post",
-                label=name)
-    ax.set_xlabel("trials")
-    ax.set_ylabel("best time so far (ms)")
-    if title:
-        ax.set_title(title)
+    ax.plot([t for t, _ in ok], [ms for _, ms in ok], "o", ms=3, alpha=0.5, label=f"{name}: each trial")
+    ax.step([r.trial for r in ordered], [b * 1e3 if math.isfinite(b) else math.nan for b in best], where="post",
+            label=f"{name}: best so far")
+    if default is not None:
+        ax.axhline(default * 1e3, color="gray", ls="--", label=f"default schedule {default * 1e3:.3g} ms")
+    if baseline is not None:
+        ax.axhline(baseline[1] * 1e3, color="black", ls=":", label=f"{baseline[0]} {baseline[1] * 1e3:.3g} ms")
+    ax.set_xlabel("trial")
+    ax.set_ylabel("time per call (ms)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(name + (f": best {min(best) * 1e3:.3g} ms, {speedup:.2f}x the default" if speedup else ""))
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
+    return speedup
 
 
 def describe(record: Record, default_s: float | None) -> dict[str, Any]:

@@ -119,24 +119,32 @@ def add_records_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     from tilec.records import RecordDB
-    from tilec.autotune.tuner import best_so_far, plot
+    from tilec.autotune.tuner import plot_run
 
     if not Path(args.records).exists():
         raise TilecError(f"no tuning records at {args.records}")
+    if not Path(args.out).resolve().parent.is_dir():
+        raise TilecError(f"--out {args.out}: the directory {Path(args.out).parent} does not exist; create it first")
+    if args.baseline_ms is not None and not args.baseline_ms > 0:
+        raise TilecError(f"--baseline-ms must be a positive time in milliseconds, got {args.baseline_ms}")
     with RecordDB(args.records) as db:
         keys = sorted({r.task for r in db.records() if r.task.startswith(args.task)})
         if len(keys) != 1:
             raise TilecError(f"--task {args.task} matches {len(keys)} tasks in {args.records}; give a unique prefix "
                              f"of a key that `tilec records list` shows")
         records = db.records(keys[0])
-    plot({keys[0][:12]: best_so_far(records)}, args.out, title=f"{records[0].op} {records[0].shape}".strip())
-    print(args.out)
+    baseline = None if args.baseline_ms is None else (args.baseline_name, args.baseline_ms / 1e3)
+    speedup = plot_run(records, args.out, baseline)
+    print(args.out + ("" if speedup is None else f": the best schedule is {speedup:.2f}x the default"))
     return 0
 
 
 def add_plot_parser(sub: argparse._SubParsersAction) -> None:
-    plot = sub.add_parser("plot", help="plot best-so-far time versus trials of a tuning run (PNG)")
+    plot = sub.add_parser("plot", help="plot a tuning run: each trial, the best so far, the default schedule (PNG)")
     plot.add_argument("records", metavar="RECORDS", help="the record database")
     plot.add_argument("--task", required=True, help="the task key or a unique prefix")
     plot.add_argument("--out", required=True, metavar="FILE.png")
+    plot.add_argument("--baseline-ms", type=float, default=None, metavar="MS",
+                      help="a baseline's time per call to draw as a line (e.g. numpy's, from `tilec bench`)")
+    plot.add_argument("--baseline-name", default="baseline", metavar="NAME", help="its label (default: baseline)")
     plot.set_defaults(run=cmd_plot)
