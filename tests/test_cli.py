@@ -286,3 +286,20 @@ def test_tune_progress_in_a_log_file_is_plain_lines(capsys, tmp_path):
     counts = [int(line.split(": ")[1].split("/")[0]) for line in progress]
     assert counts and counts == sorted(set(counts)) and counts[-1] == 9
     assert all(c % 8 == 0 or c == 9 for c in counts)
+
+
+def test_tilec_tune_is_the_command_from_python(tmp_path, capsys):
+    """`tilec.tune(op, shape, **options)` runs `tilec tune` and returns its summaries; options are the
+    command's by name, a misspelt one is a TilecError listing them."""
+    from tilec.records import RecordDB
+
+    records = tmp_path / "records.sqlite"
+    (summary,) = tilec.tune("gemm", "M=48,N=40,K=32", trials=3, records=str(records), seed=1)
+    assert summary["label"] == "gemm M=48,N=40,K=32" and summary["time_ms"] > 0
+    with RecordDB(records) as db:
+        assert len(db.records(summary["task"])) == 3
+    assert capsys.readouterr().err == ""  # no progress unless asked for
+    with pytest.raises(tilec.TilecError, match="unknown option 'trails'.*trials"):
+        tilec.tune("gemm", "M=48,N=40,K=32", trails=3)
+    with pytest.raises(tilec.TilecError, match="unknown op 'gemmm'"):
+        tilec.tune("gemmm")

@@ -40,14 +40,19 @@ def explain(source: str, shapes: dict[str, Any], dtypes: dict[str, str] | None =
 
 
 def __getattr__(name: str) -> Any:
-    """`tilec.do_bench` (tilec.runtime.timing), imported on first use so that `import tilec` stays quick."""
+    """`tilec.do_bench` (tilec.runtime.timing) and `tilec.tune` (`tilec tune` from Python:
+    tilec.cli.tune.tune_api), imported on first use so that `import tilec` stays quick."""
     if name == "do_bench":
         from tilec.runtime.timing import do_bench
 
         return do_bench
+    if name == "tune":
+        from tilec.cli.tune import tune_api
+
+        return tune_api
     raise AttributeError(f"module 'tilec' has no attribute {name!r}")
 
 
 __all__ = ["compile", "explain", "grad", "parse", "Function", "Schedule", "TemplateSchedule", "TemplateConfig", "Target",
            "cpu_target", "TilecError", "TilecWarning", "TileSyntaxError", "SemanticError", "BindError", "ScheduleError",
-           "CodegenError", "TargetError", "__version__", "do_bench"]
+           "CodegenError", "TargetError", "__version__", "do_bench", "tune"]

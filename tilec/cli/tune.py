@@ -15,13 +15,14 @@ import difflib
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from tilec.cli.arguments import parse_shape, read_source
 from tilec.errors import TilecError
 
 if TYPE_CHECKING:
     from tilec.autotune.task import Task
+    from tilec.autotune.tuner import Progress
     from tilec.records import RecordDB
 
 
@@ -151,20 +152,55 @@ def _transfer_tasks(args: argparse.Namespace, db: "RecordDB", index: int, kernel
 
 def cmd_tune(args: argparse.Namespace) -> int:
     import json
+
+    from tilec.bench import gpu
+
+    try:
+        for summary in run_tune(args, progress_line(sys.stderr)):
+            print(json.dumps(summary), flush=True)
+    except gpu.NoGpu as err:
+        print(f"tilec: tune --target cuda needs a GPU: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def progress_line(stream: Any) -> "Callable[[str, Progress | None], None]":
+    """A progress reporter for run_tune: on a terminal one line rewritten in place; elsewhere (a log
+    file) a plain line every PLAIN_EVERY measurements and at the end. Called with None when a task is done."""
+    tty = stream.isatty()
+    shown: set[tuple[str, int]] = set()
+
+    def show(label: str, p: "Progress | None") -> None:
+        if p is None:
+            if tty:
+                stream.write("\n")
+            return
+        best = "-" if p.best_s is None else f"{p.best_s * 1e3:.3f} ms"
+        eta = "-" if p.eta_s is None else f"{p.eta_s:.0f} s"
+        line = f"tune {label}: {p.measured}/{p.total} measured, best {best}, ETA {eta}"
+        if tty:
+            stream.write(f"\r\033[K{line}")
+        elif (label, p.measured) not in shown and (p.measured % PLAIN_EVERY == 0 or p.measured == p.total):
+            shown.add((label, p.measured))
+            stream.write(line + "\n")
+        stream.flush()
+    return show
+
+
+def run_tune(args: argparse.Namespace, show: "Callable[[str, Progress | None], None] | None" = None) -> list[dict]:
+    """Tune what `args` (the `tilec tune` arguments) name: one summary per tuned kernel (the forward
+    one, then the gradient's), each also written to the records. Raises gpu.NoGpu for --target cuda
+    without a GPU, TilecError for anything else the user must fix."""
     import time
 
     from tilec.autotune.measure import LocalMeasurer, MeasureOptions
     from tilec.records import RecordDB
-    from tilec.autotune.tuner import Progress, default_time, describe, tune
+    from tilec.autotune.tuner import default_time, describe, tune
 
     if args.target == "cuda":
         from tilec.bench import gpu
 
-        try:
-            gpu.require_gpu()  # torch (CUDA events, device tensors) and a GPU that tilec's runtime reaches
-        except gpu.NoGpu as err:
-            print(f"tilec: tune --target cuda needs a GPU: {err}", file=sys.stderr)
-            return 2
+        gpu.require_gpu()  # torch (CUDA events, device tensors) and a GPU that tilec's runtime reaches
     from tilec.pipeline import resolve_target
     from tilec.target import parse_target
 
@@ -173,38 +209,58 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise TilecError(f"tune model: --target {args.target!r}: the model's kernels are compiled by the torch.compile "
                          f"backend for target 'llvm'; set TILEC_TARGET={args.target!r} to tune them for that CPU")
     tasks, op_name, shape_text = _tune_tasks(args)
-    tty = sys.stderr.isatty()
     options = MeasureOptions(timeout_s=args.timeout, build_workers=args.jobs)
+    summaries = []
     with RecordDB(args.records) as db, LocalMeasurer(options) as measurer:
-        for index, task in enumerate(tasks):  # one JSON line per tuned kernel: the forward one, then the gradient's
+        for index, task in enumerate(tasks):
             started = time.monotonic()
-
-            shown: list[int] = []  # (not a terminal: the counts already printed, one plain line each)
-
-            def show(p: Progress, label: str = task.label, shown: list[int] = shown) -> None:
-                best = "-" if p.best_s is None else f"{p.best_s * 1e3:.3f} ms"
-                eta = "-" if p.eta_s is None else f"{p.eta_s:.0f} s"
-                line = f"tune {label}: {p.measured}/{p.total} measured, best {best}, ETA {eta}"
-                if tty:  # one line rewritten in place
-                    sys.stderr.write(f"\r\033[K{line}")
-                elif p.measured not in shown and (p.measured % PLAIN_EVERY == 0 or p.measured == p.total):
-                    shown.append(p.measured)
-                    sys.stderr.write(line + "\n")
-                sys.stderr.flush()
-
             kernel_op = op_name if task is tasks[0] or args.op == "model" else f"{op_name}-backward"  # as `tilec bench --backward` names it
             transfer = _transfer_tasks(args, db, index, kernel_op, shape_text, task.target.key)
-            best = tune(task, args.trials, measurer, db, seed=args.seed, progress=show, op=kernel_op, shape=shape_text,
+            report = None if show is None else (lambda p, label=task.label: show(label, p))
+            best = tune(task, args.trials, measurer, db, seed=args.seed, progress=report, op=kernel_op, shape=shape_text,
                         transfer=transfer)
-            if tty:
-                sys.stderr.write("\n")
+            if show is not None:
+                show(task.label, None)
             if best is None:
                 raise TilecError(f"every candidate of {task.label} failed; see `tilec records show {task.key}`")
             base = default_time(task, db) or measurer.default_time
-            summary = {"task": task.key, "label": task.label, **describe(best, base),
-                       "wall_s": round(time.monotonic() - started, 1)}
-            print(json.dumps(summary), flush=True)
-    return 0
+            summaries.append({"task": task.key, "label": task.label, **describe(best, base),
+                              "wall_s": round(time.monotonic() - started, 1)})
+    return summaries
+
+
+def tune_api(op: str, shape: "str | Sequence[str] | None" = None, **options: Any) -> list[dict]:
+    """`tilec.tune`: `tilec tune OP|FILE` from Python. `op` and `shape` as on the command line (an
+    op's sizes "M=1024,N=1024,K=1024", or for a Tile program each input's "NAME=DIMS"); the other
+    options are the command's, by name (trials=64, records=None, seed=0, stmt=None, timeout=20.0,
+    target="llvm", dtype="float32", backward=False, jobs=None, model="mlp"; progress=True prints
+    the progress line on stderr). Returns one summary per tuned kernel, as the command prints."""
+    from tilec.cli.parser import build_parser
+
+    progress = bool(options.pop("progress", False))
+    shapes = [] if shape is None else [shape] if isinstance(shape, str) else list(shape)
+    argv = ["tune", op, *(x for s in shapes for x in ("--shape", s))]
+    flags = {action.dest: action for action in _tune_parser(build_parser())._actions}
+    for name, value in options.items():
+        action = flags.get(name)
+        if action is None or name in ("op", "shape", "help"):
+            raise TilecError(f"tilec.tune: unknown option {name!r}; it takes "
+                             f"{', '.join(sorted(k for k in flags if k not in ('op', 'shape', 'help', 'run')))}")
+        flag = action.option_strings[-1]
+        if isinstance(action, argparse._StoreTrueAction):
+            argv += [flag] if value else []
+        elif value is not None:
+            argv += [flag, str(value)]
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit:
+        raise TilecError(f"tilec.tune: invalid options {options!r} (see `tilec tune --help`)") from None
+    return run_tune(args, progress_line(sys.stderr) if progress else None)
+
+
+def _tune_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices["tune"]
 
 
 def add_tune_parser(sub: argparse._SubParsersAction) -> None:
