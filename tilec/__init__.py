@@ -12,7 +12,7 @@ from typing import Any
 from tilec.errors import (BindError, CodegenError, ScheduleError, SemanticError, TargetError, TilecError, TilecWarning,
                           TileSyntaxError)
 from tilec.frontend import parse
-from tilec.pipeline.backends import is_interpreted
+from tilec.entry import compile_source
 from tilec.runtime.function import Function
 from tilec.schedule.primitives.records import Schedule
 from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
@@ -26,11 +26,7 @@ def compile(source: str, target: "str | Target" = "llvm", **sizes: int) -> Funct
 
     ``target="interp"`` returns the reference interpreter's function instead (tilec.interp): the
     same calling conventions, numpy executing the tensor IR, ``trace`` for every intermediate."""
-    if is_interpreted(target):
-        from tilec.interp import InterpretedFunction
-
-        return InterpretedFunction(source, **sizes)
-    return Function(source, target, **sizes)
+    return compile_source(source, target, **sizes)  # type: ignore[no-any-return]
 
 
 def explain(source: str, shapes: dict[str, Any], dtypes: dict[str, str] | None = None,

@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-import tilec
+from tilec.entry import compile_source
+from tilec.version import __version__
 from tilec.bench.overhead import measure, report
 from tilec.target import host_cpu
 
@@ -42,12 +43,12 @@ BENCH_CASES = [
 
 def main() -> None:
     cpu = host_cpu()
-    print(f"tilec {tilec.__version__} on {cpu.name}, {cpu.cores} cores, {cpu.vector_bits}-bit vectors, "
+    print(f"tilec {__version__} on {cpu.name}, {cpu.cores} cores, {cpu.vector_bits}-bit vectors, "
           f"L1d {cpu.l1d_bytes // 1024} KiB, L2 {cpu.l2_bytes // 1024} KiB\n")
     rng = np.random.default_rng(0)
     for name, (src, shapes, reference) in CHECKS.items():
         args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-        err = float(np.abs(tilec.compile(src)(*args) - reference(*args)).max())
+        err = float(np.abs(compile_source(src)(*args) - reference(*args)).max())
         print(f"check {name:<16} max |tilec - numpy| = {err:.2e}")
     print()
     print(report(measure()))

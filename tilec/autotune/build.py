@@ -55,11 +55,11 @@ def _builder(conn: Any, cache_dir: str) -> None:
     options.cache_dir, options.disk_cache, options.use_records = Path(cache_dir), True, False
     import numpy as np
 
-    import tilec
+    from tilec.entry import compile_source
 
     # Warm up (imports, LLVM's initialisation, the parser) before saying "ready", so that a
     # candidate's timeout covers its own compilation only.
-    tilec.compile("function (A[N]) -> (B) { B = A + 1; }")(np.zeros(4, np.float32))
+    compile_source("function (A[N]) -> (B) { B = A + 1; }")(np.zeros(4, np.float32))
     conn.send(("ready", "", 0.0))
     task: Task | None = None
     while True:

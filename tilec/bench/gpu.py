@@ -111,7 +111,7 @@ def time_cuda(torch: Any, call: Callable[[], Any], warmup: int, repeats: int) ->
 
 def run(quick: bool = False, warmup: int = 3, repeats: int = 10) -> list[dict[str, Any]]:
     """Every case: correctness against the baseline, then both timed; one dict per case."""
-    import tilec
+    from tilec.entry import compile_source
 
     torch = require_gpu()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -120,7 +120,7 @@ def run(quick: bool = False, warmup: int = 3, repeats: int = 10) -> list[dict[st
     for case in cases(quick):
         r = np.random.default_rng(0)
         inputs = [torch.from_numpy(a).cuda() for a in case.make_inputs(r)]
-        fn = tilec.compile(case.source, target="cuda")
+        fn = compile_source(case.source, "cuda")
         out = fn(*inputs)
         want = case.baseline_fn(torch, inputs)()
         if case.name == "conv2d":
@@ -139,19 +139,19 @@ def run(quick: bool = False, warmup: int = 3, repeats: int = 10) -> list[dict[st
 
 def smoke_sim() -> list[dict[str, Any]]:
     """The quick shapes through the GPU emulator (target cuda-sim) against numpy: correctness only."""
-    import tilec
+    from tilec.entry import compile_source
 
     rows = []
     for case in cases(quick=True):
         if case.dtype == "float16" and case.name == "gemm":
             a, b = case.make_inputs(np.random.default_rng(0))
             want: np.ndarray = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
-            got = tilec.compile(case.source, target="cuda-sim")(a, b)
+            got = compile_source(case.source, "cuda-sim")(a, b)
             ok = bool(np.allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-2, atol=2e-2))
         else:
             arrays = case.make_inputs(np.random.default_rng(0))
-            got = tilec.compile(case.source, target="cuda-sim")(*arrays)
-            want = tilec.compile(case.source, target="llvm")(*arrays)  # the CPU backend as the reference
+            got = compile_source(case.source, "cuda-sim")(*arrays)
+            want = compile_source(case.source, "llvm")(*arrays)  # the CPU backend as the reference
             tol = 2e-2 if case.dtype == "float16" else 1e-3
             ok = bool(np.allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol))
         rows.append({"op": case.name, "shape": case.shape, "dtype": case.dtype, "target": "cuda-sim", "ok": ok})

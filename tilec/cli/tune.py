@@ -235,12 +235,12 @@ def tune_api(op: str, shape: "str | Sequence[str] | None" = None, **options: Any
     options are the command's, by name (trials=64, records=None, seed=0, stmt=None, timeout=20.0,
     target="llvm", dtype="float32", backward=False, jobs=None, model="mlp"; progress=True prints
     the progress line on stderr). Returns one summary per tuned kernel, as the command prints."""
-    from tilec.cli.parser import build_parser
-
     progress = bool(options.pop("progress", False))
     shapes = [] if shape is None else [shape] if isinstance(shape, str) else list(shape)
     argv = ["tune", op, *(x for s in shapes for x in ("--shape", s))]
-    flags = {action.dest: action for action in _tune_parser(build_parser())._actions}
+    parser = _tune_parser()
+    tune_parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["tune"]
+    flags = {action.dest: action for action in tune_parser._actions}
     for name, value in options.items():
         action = flags.get(name)
         if action is None or name in ("op", "shape", "help"):
@@ -252,15 +252,17 @@ def tune_api(op: str, shape: "str | Sequence[str] | None" = None, **options: Any
         elif value is not None:
             argv += [flag, str(value)]
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
     except SystemExit:
         raise TilecError(f"tilec.tune: invalid options {options!r} (see `tilec tune --help`)") from None
     return run_tune(args, progress_line(sys.stderr) if progress else None)
 
 
-def _tune_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices["tune"]
+def _tune_parser() -> argparse.ArgumentParser:
+    """A parser of the `tune` command alone (tilec.tune does not load the other commands)."""
+    parser = argparse.ArgumentParser(prog="tilec.tune")
+    add_tune_parser(parser.add_subparsers(dest="command", required=True))
+    return parser
 
 
 def add_tune_parser(sub: argparse._SubParsersAction) -> None:

@@ -16,13 +16,13 @@ from typing import Any
 
 import torch
 
-import tilec
 from tilec.autodiff import derive
 from tilec.frontend import parse
-from tilec.runtime.function import pointer_runner
+from tilec.entry import compile_source
+from tilec.runtime.function import Function, pointer_runner
 
-_FORWARD: dict[tuple[str, str], tilec.Function] = {}
-_BACKWARD: dict[tuple[str, tuple[str, ...], str], tilec.Function] = {}
+_FORWARD: dict[tuple[str, str], Function] = {}
+_BACKWARD: dict[tuple[str, tuple[str, ...], str], Function] = {}
 
 
 def target_of(t: torch.Tensor) -> str:
@@ -30,20 +30,20 @@ def target_of(t: torch.Tensor) -> str:
     return "cuda" if t.is_cuda else "llvm"
 
 
-def forward_fn(source: str, target: str = "llvm") -> tilec.Function:
+def forward_fn(source: str, target: str = "llvm") -> Function:
     fn = _FORWARD.get((source, target))
     if fn is None:
-        fn = _FORWARD[source, target] = tilec.compile(source, target=target)
+        fn = _FORWARD[source, target] = compile_source(source, target)
     return fn
 
 
-def grad_fn(source: str, wrt: tuple[str, ...], target: str = "llvm") -> tilec.Function:
+def grad_fn(source: str, wrt: tuple[str, ...], target: str = "llvm") -> Function:
     key = (source, wrt, target)
     fn = _BACKWARD.get(key)
     if fn is None:
         # the derived program without its renaming copies (each would be one more pass over memory)
         program = derive(parse(source), list(wrt))
-        fn = _BACKWARD[key] = tilec.compile(str(program), target=target)
+        fn = _BACKWARD[key] = compile_source(str(program), target)
     return fn
 
 
@@ -59,7 +59,7 @@ class Plan:
 _PLANS: dict[tuple[Any, ...], Plan] = {}
 
 
-def plan_for(fn: tilec.Function, tensors: Sequence[torch.Tensor]) -> Plan:
+def plan_for(fn: Function, tensors: Sequence[torch.Tensor]) -> Plan:
     key = (id(fn), *[(t.shape, t.dtype) for t in tensors])
     plan = _PLANS.get(key)
     if plan is None:
@@ -71,7 +71,7 @@ def plan_for(fn: tilec.Function, tensors: Sequence[torch.Tensor]) -> Plan:
     return plan
 
 
-def call(fn: tilec.Function, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def call(fn: Function, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Run `fn` on CPU tensors of the dtypes it takes: outputs are allocated as torch tensors and
     every buffer goes to the kernel by address (no numpy round trip); the compiled kernel is looked
     up once per (function, shapes, dtypes). Non-contiguous inputs are copied to contiguous ones."""

@@ -56,13 +56,14 @@ class Case:
 
     def prepare(self) -> Prepared:
         """Make the inputs and both callables; the Tile program is compiled on its first call."""
-        import tilec
+        from tilec.autodiff import grad
+        from tilec.entry import compile_source
 
         inputs = self.op.make_inputs(self.shape, self.dtype, np.random.default_rng(self.seed))
         if self.op.wrt:
-            fn = tilec.grad(self.source(), self.op.wrt, target=self.target)
+            fn = grad(self.source(), self.op.wrt, target=self.target)
         else:
-            fn = tilec.compile(self.source(), target=self.target)
+            fn = compile_source(self.source(), self.target)
         baseline = self.op.make_baseline(inputs, self.shape)
         return Prepared(lambda: fn(*inputs), baseline, self.check)
 
