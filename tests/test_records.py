@@ -336,6 +336,29 @@ def test_a_recorded_schedule_with_knobs_of_the_wrong_type_falls_back_to_the_defa
     np.testing.assert_allclose(tilec.compile(GEMM)(a, b), a @ b, rtol=1e-4, atol=1e-4)
 
 
+def test_a_record_serves_every_program_that_differs_only_in_names(db_path):
+    """Records are keyed by the program with its names numbered and its inputs' declared dimensions
+    dropped (the shapes fix them): `tilec tune gemm`'s program, the README's matmul and a renamed
+    copy are one task; a program whose statement reads a size symbol bound to another value is not."""
+    declared = "function (A[M, K], B[K, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }"
+    assert task_key(str(tilec.parse(declared)), SHAPES, DTYPES, 0) == TASK
+    renamed = "function (X[R, S], W[S, T]) -> (Y) { Y[a, b: R, T] = +(X[a, q] * W[q, b]); }"
+    x_shapes, x_dtypes = {"X": SHAPES["A"], "W": SHAPES["B"]}, {"X": "float32", "W": "float32"}
+    assert task_key(str(tilec.parse(renamed)), x_shapes, x_dtypes, 0) == TASK
+    with RecordDB(db_path) as db:
+        db.add(rec(1e-3))  # DISTINCT's register block, recorded for GEMM
+    fn = tilec.compile(renamed)
+    assert "Y.acc: float32[4, 32]" in fn.explain(x_shapes, stage="loop")
+    a, b = gemm_inputs()
+    np.testing.assert_allclose(fn(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    # the same statement where M is A's second dimension (A is 128 x 64: M = 64, not 128)
+    swapped = "function (A[K, M], B[L, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[k, j]); }"
+    assert task_key(str(tilec.parse(swapped)), SHAPES, DTYPES, 0) != TASK
+    # and a different product of the same names is another task
+    other = "function (A[M, K], B[K, N]) -> (C) { C[i, j: M, N] = +(A[i, k] * B[j, k]); }"
+    assert task_key(str(tilec.parse(other)), {"A": (128, 64), "B": (96, 64)}, DTYPES, 0) != TASK
+
+
 def test_stale_foreign_and_failed_records_are_never_applied(db_path):
     with RecordDB(db_path) as db:
         db.add(rec(1e-3, compiler="0.0.1+stale"))

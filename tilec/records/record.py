@@ -8,9 +8,11 @@ by field (`Record.from_json`): a damaged record is a TilecError, never a crash.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Iterable, Mapping, TypeVar, Union
 
@@ -28,22 +30,67 @@ def task_key(program_text: str, shapes: _Items[tuple[int, ...]], dtypes: _Items[
              sizes: _Items[int] | None = None) -> str:
     """A stable hash of one statement of a program at given input shapes and dtypes.
 
-    `program_text` is the canonical text, `str(tilec.parse(src))` (not the source as typed:
+    `program_text` is the printed program, `str(tilec.parse(src))` (not the source as typed:
     `Function` looks records up by `str(self.program)`). `shapes`, `dtypes` and `sizes` are
     dicts or (name, value) pairs, in any order. `sizes` are size symbols bound by keyword
-    (`tilec.compile(src, N=8)`), which the text and shapes do not show; without them the key
-    is the same as with `sizes={}`.
+    (`tilec.compile(src, N=8)`), which the text and shapes do not show.
+
+    The names do not matter (`canonical_task`): ``C[i, j: M, N] = +(A[i, k] * B[k, j])`` and
+    ``function (X[M, L], W[L, N]) -> (Y) { Y[a, b: M, N] = +(X[a, r] * W[r, b]); }`` at the same
+    shapes are one task, so a record tuned for one serves the other.
     """
+    shape_items = tuple(sorted((name, tuple(int(d) for d in shape)) for name, shape in dict(shapes).items()))
+    dtype_items = tuple(sorted((name, _dtype_name(dtype)) for name, dtype in dict(dtypes).items()))
+    size_items = tuple(sorted((name, int(v)) for name, v in dict(sizes or {}).items()))
+    program, shape_map, dtype_map, size_map = canonical_task(program_text, shape_items, dtype_items, size_items)
     payload: dict[str, Any] = {
-        "program": program_text,
-        "shapes": {name: [int(d) for d in shape] for name, shape in sorted(dict(shapes).items())},
-        "dtypes": {name: _dtype_name(dtype) for name, dtype in sorted(dict(dtypes).items())},
+        "program": program,
+        "shapes": {name: list(shape) for name, shape in shape_map},
+        "dtypes": dict(dtype_map),
         "stmt": int(stmt),
     }
-    if sizes:
-        payload["sizes"] = {name: int(v) for name, v in sorted(dict(sizes).items())}
+    if size_map:
+        payload["sizes"] = dict(size_map)
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+_KEYWORDS = frozenset({"function", "default", "no_defract"})
+_TOKEN = re.compile(r"\[\[.*?\]\]|(?<![\w.])[A-Za-z_]\w*")  # an attribute (kept whole), or a name
+_Pairs = tuple[tuple[str, Any], ...]
+
+
+@functools.lru_cache(maxsize=1024)
+def canonical_task(program_text: str, shapes: _Pairs, dtypes: _Pairs, sizes: _Pairs) -> tuple[str, _Pairs, _Pairs, _Pairs]:
+    """The program with every name it chose (tensors, indices, size symbols) numbered in order of
+    first appearance and its inputs' declared dimensions dropped, with the shapes, dtypes and the
+    values of the size symbols its statements use under those numbers. Two programs that differ
+    only in names, or in dimensions their inputs' shapes fix anyway, become one; the values of
+    the size symbols keep apart those whose statements read a symbol bound differently. Calls
+    (`exp(x)`), keywords and attributes keep their names. A program that does not bind at these
+    shapes is its text as given."""
+    from tilec.frontend import parse
+    from tilec.ir.bounds import bind
+
+    try:
+        bound = bind(parse(program_text), dict(shapes), dict(dtypes), dict(sizes))
+    except (TilecError, KeyError):
+        return program_text, shapes, dtypes, sizes
+    header, brace, body = program_text.partition("{")
+    header = re.sub(r"(\w+)\[[^\]]*\]", r"\1", header)  # inputs' dimensions: the shapes say them
+    names: dict[str, str] = {}
+
+    def rename(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token.startswith("[[") or token in _KEYWORDS or match.string[match.end():].lstrip().startswith("("):
+            return token
+        return names.setdefault(token, f"v{len(names)}")
+
+    text = _TOKEN.sub(rename, header) + brace + _TOKEN.sub(rename, body)
+    used = {t for t in _TOKEN.findall(body)}
+    return (text, tuple(sorted((names.get(n, n), s) for n, s in shapes)),
+            tuple(sorted((names.get(n, n), d) for n, d in dtypes)),
+            tuple(sorted((names[n], v) for n, v in bound.sizes.items() if n in used and n in names)))
 
 
 def _dtype_name(dtype: Any) -> str:
