@@ -359,6 +359,24 @@ def test_a_record_serves_every_program_that_differs_only_in_names(db_path):
     assert task_key(str(tilec.parse(other)), {"A": (128, 64), "B": (96, 64)}, DTYPES, 0) != TASK
 
 
+def test_explain_and_tilec_log_say_where_each_schedule_came_from(db_path, monkeypatch, capsys):
+    templates = tilec.compile(GEMM).explain(SHAPES, stage="templates")
+    assert templates.rstrip().endswith("<- heuristic")
+    with RecordDB(db_path) as db:
+        db.add(rec(2e-3, mr=2, nr=16, mc=8, kc=16))
+        db.add(rec(1e-3))
+    monkeypatch.setenv("TILEC_LOG", "schedule")
+    fn = tilec.compile(GEMM)
+    fn(*gemm_inputs())
+    log = capsys.readouterr().err
+    assert "tilec schedule: function (A, B) -> (C)" in log and "A=128x64, B=64x96" in log
+    assert f"<- tuning record 2 of {db_path} (task {TASK[:12]}, trial 0, 1 ms)" in log  # row 2: the faster one
+    assert "<- tuning record 2 of" in fn.explain(SHAPES, stage="templates")
+    assert "<- tuning record 2 of" in fn.explain(SHAPES)  # the whole explain: its templates section
+    given = fn.with_schedule(tilec.TemplateSchedule())
+    assert given.explain(SHAPES, stage="templates").rstrip().endswith("<- the given schedule")
+
+
 def test_stale_foreign_and_failed_records_are_never_applied(db_path):
     with RecordDB(db_path) as db:
         db.add(rec(1e-3, compiler="0.0.1+stale"))
@@ -372,8 +390,8 @@ def test_the_lookup_is_one_query_per_statement_per_signature(db_path, monkeypatc
     with RecordDB(db_path) as db:
         db.add(rec())
     calls = []
-    original = RecordDB.best
-    monkeypatch.setattr(RecordDB, "best", lambda self, *a: calls.append(a) or original(self, *a))
+    original = RecordDB.best_with_id
+    monkeypatch.setattr(RecordDB, "best_with_id", lambda self, *a: calls.append(a) or original(self, *a))
     src = "function (A[M, K], B[K, N]) -> (O) { C[i, j: M, N] = +(A[i, k] * B[k, j]); O = relu(C); }"
     fn = tilec.compile(src)
     a, b = gemm_inputs()

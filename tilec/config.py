@@ -15,6 +15,10 @@
 - ``TILEC_TARGET``: what the CPU target ``llvm`` (and its aliases ``cpu``, ``host``, the default
   of every ``target=``) compiles for: an explicit CPU such as ``llvm -mcpu=haswell`` (default: the
   host CPU; tilec.pipeline.resolve_target).
+- ``TILEC_LOG``: topics to log on stderr, separated by commas (read at each use, `logs`):
+  ``backend`` (each torch.compile graph's ATen calls in tilec kernels and torch's share),
+  ``schedule`` (where each statement's schedule came from: a tuning record, the heuristic or the
+  schedule given, as the first call of each signature compiles it).
 """
 
 from __future__ import annotations
@@ -60,3 +64,8 @@ class Options:
 
 
 options = Options()
+
+
+def logs(topic: str) -> bool:
+    """Whether TILEC_LOG names `topic` (read now, so that a test or a user may set it at any time)."""
+    return topic in os.environ.get("TILEC_LOG", "").split(",")

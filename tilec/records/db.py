@@ -170,10 +170,18 @@ class RecordDB:
 
     def best(self, task: str, target: str, compiler: str) -> Record | None:
         """The fastest successful record of exactly this task, target and compiler (damaged rows skipped)."""
-        return next(self._select("WHERE task = ? AND target = ? AND compiler = ? AND error = 'ok' AND time_s IS NOT NULL "
-                                 "ORDER BY time_s, id", (task, target, compiler)), None)
+        return self.best_with_id(task, target, compiler)[0]
+
+    def best_with_id(self, task: str, target: str, compiler: str) -> tuple[Record | None, int | None]:
+        """`best` and its row id (None, None when there is none)."""
+        return next(self._select_with_ids("WHERE task = ? AND target = ? AND compiler = ? AND error = 'ok' AND "
+                                          "time_s IS NOT NULL ORDER BY time_s, id", (task, target, compiler)),
+                    (None, None))
 
     def _select(self, clause: str, params: tuple) -> Iterator[Record]:
+        return (record for record, _ in self._select_with_ids(clause, params))
+
+    def _select_with_ids(self, clause: str, params: tuple) -> Iterator[tuple[Record, int]]:
         """The records of the rows `clause` selects, in its order; a damaged row (bad JSON, a wrong
         type: an older tilec's or a hand-edited file) is skipped with one warning naming it."""
         try:
@@ -188,7 +196,7 @@ class RecordDB:
             except (ValueError, TypeError, TilecError) as err:  # (json's errors are ValueErrors)
                 self._skip(row_id, err)
                 continue
-            yield record
+            yield record, row_id
 
     def _skip(self, row_id: int, err: Exception) -> None:
         if row_id in self._damaged:

@@ -27,8 +27,11 @@ def _warn_once(key: str, message: str) -> None:
         warnings.warn(message, TilecWarning, stacklevel=4)
 
 
-def recorded_schedule(program: Program, sig: Signature, target: Target) -> TemplateSchedule | None:
-    """One TemplateSchedule from the best record of each statement of `program`, or None.
+def recorded_schedule(program: Program, sig: Signature, target: Target,
+                      sources: dict[int, str] | None = None) -> TemplateSchedule | None:
+    """One TemplateSchedule from the best record of each statement of `program`, or None; with
+    `sources`, each statement a record schedules gets there where it came from (its file, row id,
+    trial and time).
 
     One query per statement. A best record whose config does not lower is skipped with a
     TilecWarning; a database that cannot be read warns once and yields None (the default).
@@ -45,16 +48,20 @@ def recorded_schedule(program: Program, sig: Signature, target: Target) -> Templ
     text, compiler = str(program), compiler_fingerprint()
     try:
         with RecordDB(path) as db:
-            best = [db.best(task_key(text, shapes, dtypes, i, sizes), target.key, compiler)
+            best = [db.best_with_id(task_key(text, shapes, dtypes, i, sizes), target.key, compiler)
                     for i in range(len(program.statements))]
     except TilecError as err:
         _warn_once(str(path), f"{err}; compiling with default schedules")
         return None
     configs = []
-    for stmt, record in enumerate(best):
+    for stmt, (record, row) in enumerate(best):
         config = None if record is None else _usable_config(record, stmt, program, sig, target)
-        if config is not None:
+        if config is not None and record is not None:
             configs.append(config)
+            if sources is not None:
+                time_ms = f", {record.time_s * 1e3:.4g} ms" if record.time_s is not None else ""
+                sources[stmt] = f"tuning record {row} of {path} (task {record.task[:12]}, trial {record.trial}{time_ms})"
+
     return TemplateSchedule(tuple(configs)) if configs else None
 
 

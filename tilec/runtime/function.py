@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import re
+import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -18,6 +20,7 @@ import numpy as np
 from tilec import pipeline
 from tilec.pipeline import Kernel, Signature, resolve_target
 from tilec.runtime import memory, torch_cuda
+from tilec.config import logs
 from tilec.errors import BindError, TilecError, TilecWarning, located
 from tilec.frontend import parse
 from tilec.ir.dtypes import check_supported
@@ -50,6 +53,7 @@ class Function:
         self.schedule: "Schedule | TemplateSchedule | None" = None  # None: the heuristic's templates
         self._by_signature: dict[tuple, Kernel] = {}
         self._recorded: dict[Signature, "TemplateSchedule | None"] = {}
+        self._sources: dict[Signature, dict[int, str]] = {}  # statement -> the tuning record that schedules it
 
     def with_schedule(self, schedule: "Schedule | TemplateSchedule") -> "Function":
         """A Function computing the same program with `schedule` applied to its loop IR.
@@ -207,8 +211,26 @@ class Function:
         if self.schedule is not None:
             return None
         if sig not in self._recorded:
-            self._recorded[sig] = recorded_schedule(self.program, sig, self.target)
+            sources: dict[int, str] = {}
+            self._recorded[sig] = recorded_schedule(self.program, sig, self.target, sources)
+            self._sources[sig] = sources
+            if logs("schedule"):
+                first = str(self.program).splitlines()[0]
+                shapes = ", ".join(f"{n}={'x'.join(map(str, d))}" for n, d in sig.shapes)
+                print(f"tilec schedule: {first} at {shapes}:\n" + self._origins(
+                    pipeline.explain(self.program, sig, self.target, "templates", self._recorded[sig]), sig),
+                    file=sys.stderr)
         return self._recorded[sig]
+
+    def _origins(self, templates: str, sig: Signature) -> str:
+        """The templates stage's lines, each with where its statement's schedule came from: the
+        schedule given to this Function, a tuning record (file, row, trial, time) or the heuristic."""
+        sources = self._sources.get(sig, {})
+
+        def origin(match: re.Match[str]) -> str:
+            where = "the given schedule" if self.schedule is not None else sources.get(int(match.group(1)), "heuristic")
+            return f"{match.group(0)}    <- {where}"
+        return re.sub(r"(?m)^(\d+): .*$", origin, templates)
 
     def _kernel(self, sig: Signature, schedule: "Schedule | TemplateSchedule | None") -> Kernel:
         c = pipeline.compilation(self.program, sig, self.target, schedule)
@@ -232,7 +254,14 @@ class Function:
             dtypes=tuple((n, check_supported(n, np.dtype(dtypes.get(n, "float32")))) for n in self.inputs),
             sizes=tuple(sorted(self.sizes.items())),
         )
-        return pipeline.explain(self.program, sig, self.target, stage, self._recorded_schedule(sig) or self.schedule)
+        text = pipeline.explain(self.program, sig, self.target, stage, self._recorded_schedule(sig) or self.schedule)
+        if stage == "templates":
+            return self._origins(text, sig)
+        if stage is None:  # the templates section only
+            head, marker, rest = text.partition(";; ---- templates ----")
+            section, next_marker, tail = rest.partition(";; ----")
+            return head + marker + self._origins(section, sig) + next_marker + tail if marker else text
+        return text
 
 
 def _as_array(name: str, value: Any) -> np.ndarray:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import heapq
 import operator
-import os
 import sys
 import warnings
 from collections import Counter
@@ -27,6 +26,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from tilec.config import logs
 from tilec.errors import TilecError, TilecWarning
 from tilec.ops.kernels import call, forward_fn, plan_for
 from tilec.torch_backend import tasks
@@ -283,7 +283,7 @@ def _has_symbols(gm: fx.GraphModule) -> bool:
 
 
 def _log(stats: GraphStats) -> None:
-    if "backend" in os.environ.get("TILEC_LOG", "").split(","):
+    if logs("backend"):
         print(stats.summary(), file=sys.stderr)
 
 
