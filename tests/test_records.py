@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -134,12 +135,48 @@ def test_a_newer_schema_or_a_foreign_file_is_refused(db_path, tmp_path):
     conn.execute("INSERT INTO tilec_schema VALUES (?)", (R.SCHEMA_VERSION + 1,))
     conn.commit()
     conn.close()
-    with pytest.raises(tilec.TilecError, match="schema version 2, newer than this tilec reads"):
+    with pytest.raises(tilec.TilecError, match=f"schema version {R.SCHEMA_VERSION + 1}, newer than this tilec reads"):
         RecordDB(db_path)
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"not a database" * 100)
     with pytest.raises(tilec.TilecError, match="cannot open the tuning records"):
         RecordDB(junk)
+
+
+VERSION_1 = (  # the schema of the files tilec wrote before confirmation (schema version 1)
+    "CREATE TABLE tilec_schema (version INTEGER NOT NULL)",
+    "INSERT INTO tilec_schema VALUES (1)",
+    """CREATE TABLE records (id INTEGER PRIMARY KEY AUTOINCREMENT, digest TEXT NOT NULL UNIQUE,
+        task TEXT NOT NULL, target TEXT NOT NULL, compiler TEXT NOT NULL, schedule TEXT NOT NULL,
+        time_s REAL, error TEXT NOT NULL, trial INTEGER NOT NULL, seed INTEGER,
+        created REAL NOT NULL, op TEXT NOT NULL, shape TEXT NOT NULL)""",
+)
+
+
+def _version_1_file(path, records: list[Record]) -> None:
+    conn = sqlite3.connect(path)
+    for statement in VERSION_1:
+        conn.execute(statement)
+    for r in records:
+        row = {k: v for k, v in r.to_json().items() if k not in ("confirmed", "spread")}
+        row["schedule"] = json.dumps(row["schedule"], sort_keys=True)
+        conn.execute(f"INSERT INTO records (digest, {', '.join(row)}) VALUES (?, {', '.join('?' * len(row))})",
+                     (R.record._digest(r), *row.values()))
+    conn.commit()
+    conn.close()
+
+
+def test_a_version_1_file_is_upgraded_and_serves_its_trials(db_path):
+    trials = [replace(rec(2e-3, trial=1), created=1.0), replace(rec(1e-3, trial=2, mr=8, nr=16, mc=8, kc=16), created=2.0)]
+    _version_1_file(db_path, trials)
+    with RecordDB(db_path) as db:
+        assert db.records(TASK) == trials
+        assert db.best(TASK, trials[0].target, trials[0].compiler) == trials[1]
+        confirmed = replace(trials[0], time_s=1.5e-3, created=3.0, confirmed=1, spread=0.05)
+        db.add(confirmed)  # slower than trial 2's minimum, but re-measured: the trusted best
+        assert db.best(TASK, trials[0].target, trials[0].compiler) == confirmed
+        assert db.import_jsonl(io.StringIO(json.dumps(trials[1].to_json()))) == 0  # the same trial, known
+    assert sqlite3.connect(db_path).execute("SELECT max(version) FROM tilec_schema").fetchone()[0] == R.SCHEMA_VERSION
 
 
 WRITER = textwrap.dedent("""

@@ -21,6 +21,7 @@ from tilec.autotune.space import Constraint, Knob, Space, SpaceTooLarge, space_f
 from tilec.autotune.task import Task, tasks_for
 from tilec.autotune.tuner import best_so_far, tune
 from tilec.bench.ops import attention_source, gemm_source
+from tilec.schedule.template_schedule import TemplateSchedule
 
 pytest.importorskip("xgboost")
 from tilec.autotune.model import CostModel  # noqa: E402
@@ -166,16 +167,49 @@ def test_tuner_finds_the_synthetic_optimum_and_resumes(tmp_path: Path) -> None:
     db = RecordDB(tmp_path / "r.sqlite")
     fake = FakeMeasurer(faults={"build_error": lambda c: c["mr"] == 3, "timeout": lambda c: c["mr"] == 10})
     best = tune(t, 96, fake, db, seed=0)
-    assert best is not None and best.time_s == pytest.approx(optimum)
-    assert len(db.records(t.key)) == 96 == len({json.dumps(c, sort_keys=True) for c in fake.calls})
-    assert {r.error for r in db.records(t.key)} >= {"ok"}
+    assert best is not None and best.time_s == pytest.approx(optimum) and best.confirmed == 1
+    trials = [r for r in db.records(t.key) if r.confirmed == 0]
+    assert len(trials) == 96 == len({json.dumps(c, sort_keys=True) for c in fake.calls})
+    assert {r.error for r in trials} >= {"ok"}
     assert fake.calls[0] == t.default_config()
+    # the confirmation re-measured the 4 fastest trials and the default, once, after the search
+    (confirmed,) = fake.remeasured
+    fastest = sorted((r for r in trials if r.time_s is not None), key=lambda r: (r.time_s, r.trial))[:4]
+    assert [t.schedule(c).to_json() for c in confirmed] == [r.schedule for r in fastest] + [t.schedule(t.default_config()).to_json()]
     # a rerun measures `trials` new candidates, none measured before
     again = FakeMeasurer()
     tune(t, 8, again, db, seed=0)
-    assert len(again.calls) == 8 and len(db.records(t.key)) == 104
+    assert len(again.calls) == 8 and len([r for r in db.records(t.key) if r.confirmed == 0]) == 104
     assert not {json.dumps(c, sort_keys=True) for c in again.calls} & {json.dumps(c, sort_keys=True) for c in fake.calls}
     assert best_so_far(db.records(t.key))[-1] == pytest.approx(optimum)
+    # ... and confirms again, with the previous confirmation's best among the candidates
+    assert len(again.remeasured) == 1 and t.config_of(TemplateSchedule.from_json(best.schedule)) in again.remeasured[0]
+
+
+def test_the_confirmation_undoes_a_lucky_trial(tmp_path: Path) -> None:
+    """A candidate whose trial ran 40% fast by luck ranks first among the trials, but its
+    re-measurement beside the others shows its real time, and the truly fastest becomes the best;
+    the default's time in the summary is the one measured beside them."""
+    from tilec.autotune.tuner import default_time
+    from tilec.pipeline import compiler_fingerprint
+
+    t = gemm_task(64, 64, 64)
+    space = space_for(t)
+    ranked = sorted(range(len(space)), key=lambda i: synthetic_cost(space.config(i)))
+    optimum = space.config(ranked[0])
+    lucky = next(space.config(i) for i in ranked if synthetic_cost(space.config(i)) > 1.3 * synthetic_cost(optimum))
+    db = RecordDB(tmp_path / "r.sqlite")
+    for trial, (config, luck) in enumerate([(t.default_config(), 1.0), (lucky, 0.6), (optimum, 1.0)], 1):
+        db.add(Record(t.key, t.target.key, compiler_fingerprint(), t.schedule(config).to_json(),
+                      synthetic_cost(config) * luck, "ok", trial=trial))
+    assert synthetic_cost(lucky) * 0.6 < synthetic_cost(optimum) < synthetic_cost(lucky)
+    truth = FakeMeasurer()
+    best = tune(t, 0, truth, db, seed=0, confirm=2)  # no new trials: only the confirmation
+    assert truth.calls == [] and len(truth.remeasured) == 1
+    assert best is not None and best.confirmed == 1 and best.time_s == pytest.approx(synthetic_cost(optimum))
+    assert t.config_of(TemplateSchedule.from_json(best.schedule)) == optimum
+    assert default_time(t, db) == pytest.approx(synthetic_cost(t.default_config()))
+    assert tune(t, 0, truth, db, seed=0) == best and len(truth.remeasured) == 1  # nothing new: not again
 
 
 def test_a_second_shape_starts_from_the_first_shapes_records(tmp_path: Path) -> None:
@@ -298,10 +332,15 @@ def test_real_tiny_gemm_tuning_end_to_end(tmp_path: Path) -> None:
     seen = []
     with LocalMeasurer(MeasureOptions(repeats=2, min_repeat_s=0.001)) as m:
         best = tune(t, 4, m, db, seed=0, batch_size=2, progress=seen.append)
-    records = db.records(t.key)
+    records = [r for r in db.records(t.key) if r.confirmed == 0]
     assert best is not None and best.error == "ok" and len(records) == 4
     assert [p.measured for p in seen] == [1, 2, 3, 4]
     assert all(r.error == "ok" for r in records)
+    # then all four (the default among them) were re-measured together: the best is the confirmation's
+    confirmed = [r for r in db.records(t.key) if r.confirmed == 1]
+    assert sorted(json.dumps(r.schedule) for r in confirmed) == sorted(json.dumps(r.schedule) for r in records)
+    assert best == min(confirmed, key=lambda r: r.time_s or 0.0)
+    assert all(r.time_s is not None and r.time_s > 0 and r.spread is not None for r in confirmed)
     from tilec.cli import main
 
     assert main(["plot", str(tmp_path / "records.sqlite"), "--task", t.key[:8], "--out", str(tmp_path / "c.png"),

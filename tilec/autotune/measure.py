@@ -62,6 +62,8 @@ class MeasureOptions:
     rtol: float = 1e-3
     seed: int = 0  # of the inputs
     build_workers: int | None = None  # builder processes; None: one per core; below 2: the measurer builds
+    remeasure_s: float = 1.0  # the confirmation's re-measurement of the top candidates, in all (about)
+    min_sample_s: float = 1e-4  # each of its samples calls a kernel enough times to last this long
 
 
 # ---------------------------------------------------------------- the worker process
@@ -107,6 +109,47 @@ def _time_candidate(task: Task, fn: Callable[[list[np.ndarray]], Any], inputs: l
     return _time(lambda: fn(inputs), opts)
 
 
+def _sample(task: Task, fn: Callable[[list[np.ndarray]], Any], inputs: list[np.ndarray], number: int) -> float:
+    """Seconds per call of `number` calls in a row, without warm-up (a GPU task's: on the device)."""
+    if task.target.is_gpu:
+        device_call = getattr(fn, "device_call", fn)
+        return float(time_gpu(task.target, lambda: device_call(inputs), 1, 0.0))
+    start = time.perf_counter()
+    for _ in range(number):
+        fn(inputs)
+    return (time.perf_counter() - start) / number
+
+
+MIN_ROUNDS, MAX_ROUNDS = 5, 200
+
+
+def _interleaved_samples(task: Task, configs: list[Config], inputs: list[np.ndarray],
+                         opts: MeasureOptions) -> list[list[float] | None]:
+    """Per config, its samples from rounds in which every config runs once, in an order rotating
+    from round to round, so that all of them see the same machine state and each runs after
+    another one's calls, as a kernel in a program does; None for one that fails to build or run.
+    The rounds last `opts.remeasure_s` in all, at least MIN_ROUNDS of them."""
+    fns: list[Any] = []
+    for config in configs:
+        try:
+            fn = task.build(config)
+            fn(inputs)  # loaded, and its pages touched
+            fns.append(fn)
+        except Exception:  # noqa: BLE001 - a candidate that no longer builds or runs is left out
+            fns.append(None)
+    live = [k for k, fn in enumerate(fns) if fn is not None]
+    once = {k: max(_sample(task, fns[k], inputs, 1), 1e-7) for k in live}
+    number = {k: max(1, math.ceil(opts.min_sample_s / once[k])) for k in live}
+    per_round = sum(once[k] * number[k] for k in live) or 1e-7
+    rounds = min(MAX_ROUNDS, max(MIN_ROUNDS, math.ceil(opts.remeasure_s / per_round)))
+    samples: list[list[float] | None] = [[] if fn is not None else None for fn in fns]
+    for r in range(rounds if live else 0):
+        shift = r % len(live)
+        for k in live[shift:] + live[:shift]:
+            samples[k].append(_sample(task, fns[k], inputs, number[k]))  # type: ignore[union-attr]
+    return samples
+
+
 def _worker(conn: Any, task: Task, opts: MeasureOptions, cache_dir: str) -> None:
     from tilec.config import options
 
@@ -123,6 +166,9 @@ def _worker(conn: Any, task: Task, opts: MeasureOptions, cache_dir: str) -> None
         config = conn.recv()
         if config is None:
             return
+        if isinstance(config, list):  # the confirmation: these configs, re-measured interleaved
+            conn.send(("samples", _interleaved_samples(task, config, inputs, opts), ""))
+            continue
         try:
             fn = task.build(config)
         except Exception as err:  # noqa: BLE001 - any failure to build is the candidate's
@@ -161,6 +207,20 @@ class LocalMeasurer:
         built = self._build(task, configs)
         return [self._one(task, c) if b is None or b.error == "ok" else MeasureResult(c, None, b.error, b.message)
                 for c, b in zip(configs, built)]
+
+    def remeasure(self, task: Task, configs: Sequence[Config]) -> list[list[float] | None]:
+        """Per config, its seconds per call in each round of an interleaved re-measurement of all
+        of them (`MeasureOptions.remeasure_s` long); None for one that failed, or all None when
+        the measurement process died or hung."""
+        configs = [dict(c) for c in configs]
+        self._start(task)
+        self._conn.send(configs)
+        limit = self.options.timeout_s * len(configs) + 10 * self.options.remeasure_s
+        kind, value, _ = self._receive(limit)
+        if kind != "samples":
+            self._close_worker()
+            return [None] * len(configs)
+        return value
 
     def _build(self, task: Task, configs: list[Config]) -> list[BuildResult | None]:
         """Every candidate compiled by the pool first (None: left to the measurement process)."""
@@ -299,12 +359,19 @@ class FakeMeasurer:
     cost: Callable[[Mapping[str, Any]], float] = synthetic_cost
     faults: Mapping[str, Callable[[Mapping[str, Any]], bool]] = field(default_factory=dict)
     calls: list[Config] = field(default_factory=list)
+    remeasured: list[list[Config]] = field(default_factory=list)  # the configs of each remeasure call
 
     def measure(self, task: Task, configs: Sequence[Config]) -> list[MeasureResult]:
-        out = []
-        for c in configs:
-            self.calls.append(dict(c))
-            kind = next((k for k, hit in self.faults.items() if hit(c)), None)
-            out.append(MeasureResult(dict(c), None, kind, f"injected {kind}") if kind is not None
-                       else MeasureResult(dict(c), self.cost(c)))
-        return out
+        self.calls.extend(dict(c) for c in configs)
+        return [self._result(c) for c in configs]
+
+    def remeasure(self, task: Task, configs: Sequence[Config]) -> list[list[float] | None]:
+        """Five rounds of the noiseless cost (None for a faulty config)."""
+        self.remeasured.append([dict(c) for c in configs])
+        return [None if r.time_s is None else [r.time_s] * 5 for r in map(self._result, configs)]
+
+    def _result(self, config: Config) -> MeasureResult:
+        kind = next((k for k, hit in self.faults.items() if hit(config)), None)
+        if kind is not None:
+            return MeasureResult(dict(config), None, kind, f"injected {kind}")
+        return MeasureResult(dict(config), self.cost(config))

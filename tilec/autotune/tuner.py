@@ -4,7 +4,9 @@
 batches (fewer only when the space runs out). Every result is written to the RecordDB as soon as
 its batch is measured, so a tuner killed with SIGKILL loses at most the batch in flight; a rerun
 resumes: the task's existing records (same target and compiler) inform the search and are never
-measured again, and `trials` more are measured.
+measured again, and `trials` more are measured. After the search, the fastest few, the default
+and the previous confirmed best are re-measured together (tilec.autotune.confirm), and the
+fastest of that confirmation is the task's best.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from tilec.autotune import confirm as confirmation
 from tilec.autotune.features import Featurizer
 from tilec.autotune.measure import MeasureResult, Measurer
 from tilec.autotune.model import CostModel
@@ -39,25 +42,48 @@ def _records_of(task: Task, db: RecordDB, compiler: str) -> list[Record]:
     return [r for r in db.records(task.key) if r.target == task.target.key and r.compiler == compiler]
 
 
+def _config_of(task: Task, record: Record) -> Config | None:
+    try:
+        return task.config_of(TemplateSchedule.from_json(record.schedule))
+    except Exception:  # noqa: BLE001 - a record this tilec cannot read is not ours to resume
+        return None
+
+
 def measured_configs(task: Task, db: RecordDB) -> list[tuple[Config, float | None]]:
-    """The task's recorded (config, seconds or None) for this target and compiler, oldest first."""
+    """The task's trials (config, seconds or None) for this target and compiler, oldest first."""
     out = []
     for r in _records_of(task, db, compiler_fingerprint()):
-        try:
-            config = task.config_of(TemplateSchedule.from_json(r.schedule))
-        except Exception:  # noqa: BLE001 - a record this tilec cannot read is not ours to resume
-            continue
+        config = _config_of(task, r) if r.confirmed == 0 else None
         if config is not None:
             out.append((config, r.time_s if r.error == "ok" else None))
+    return out
+
+
+def confirmation_candidates(task: Task, db: RecordDB, top: int = confirmation.TOP) -> list[Config]:
+    """The `top` fastest distinct trials, the default config and the latest confirmation's best."""
+    trials = [(t, k, c) for k, (c, t) in enumerate(measured_configs(task, db)) if t is not None]
+    out: list[Config] = []
+    for _, _, config in sorted(trials, key=lambda x: x[:2]):
+        if len(out) == top:
+            break
+        if config not in out:
+            out.append(config)
+    previous = confirmation.latest_round(task, db, compiler_fingerprint())
+    previous_best = _config_of(task, min(previous, key=lambda r: r.time_s or 0.0)) if previous else None
+    for extra in (task.default_config(), previous_best):
+        if extra is not None and extra not in out:
+            out.append(extra)
     return out
 
 
 def tune(task: Task, trials: int, measurer: Measurer, db: RecordDB, seed: int = 0,
          progress: Callable[[Progress], None] | None = None, *, batch_size: int = 8, patience: int = 0,
          strategy: str = "model", space: Space | None = None, model: CostModel | None = None,
-         transfer: Sequence[Task] = (), op: str = "", shape: str = "") -> Record | None:
+         transfer: Sequence[Task] = (), op: str = "", shape: str = "",
+         confirm: int = confirmation.TOP) -> Record | None:
     """Measure `trials` new candidates (the task's earlier records guide the search, and count as
-    measured); the best record, or None if every candidate failed. strategy: "model"
+    measured), then confirm the `confirm` fastest (0: do not; nor with a measurer that cannot
+    re-measure); the best record, or None if every candidate failed. strategy: "model"
     (XGBoost-guided annealing) or "random"."""
     compiler = compiler_fingerprint()
     space = space or space_for(task)
@@ -97,20 +123,31 @@ def tune(task: Task, trials: int, measurer: Measurer, db: RecordDB, seed: int = 
                 new = count - started_at
                 progress(Progress(new, trials, best, elapsed, elapsed / new * (trials - new), result))
         search.update([(i, r.time_s) for i, r in zip(batch, results)])
+    remeasure = getattr(measurer, "remeasure", None)
+    fresh = count > started_at or not confirmation.latest_round(task, db, compiler)
+    if confirm > 0 and remeasure is not None and fresh and best is not None:
+        confirmation.confirm(task, measurer, db, confirmation_candidates(task, db, confirm),  # type: ignore[arg-type]
+                             compiler, trial=count, seed=seed, op=op, shape=shape)
     return db.best(task.key, task.target.key, compiler)
 
 
 def default_time(task: Task, db: RecordDB) -> float | None:
-    """The recorded time of the task's default config (the heuristic's), if measured."""
+    """The recorded time of the task's default config (the heuristic's), if measured: the latest
+    confirmation's, measured beside the best, else its trial's."""
     default = task.default_config()
+    confirmed = [r.time_s for r in confirmation.latest_round(task, db, compiler_fingerprint())
+                 if r.time_s is not None and _config_of(task, r) == default]
+    if confirmed:
+        return confirmed[0]
     times = [t for c, t in measured_configs(task, db) if c == default and t is not None]
     return min(times) if times else None
 
 
 def best_so_far(records: Sequence[Record]) -> list[float]:
-    """The best time after each trial (records in trial order; inf until a first success)."""
+    """The best time after each trial (records in trial order; inf until a first success);
+    confirmations are left out."""
     out, best = [], math.inf
-    for r in sorted(records, key=lambda r: (r.trial, r.created)):
+    for r in sorted((r for r in records if r.confirmed == 0), key=lambda r: (r.trial, r.created)):
         if r.time_s is not None and r.error == "ok":
             best = min(best, r.time_s)
         out.append(best)
@@ -127,7 +164,9 @@ def plot_run(records: Sequence[Record], out: str, baseline: tuple[str, float] | 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ordered = sorted(records, key=lambda r: (r.trial, r.created))
+    ordered = sorted((r for r in records if r.confirmed == 0), key=lambda r: (r.trial, r.created))
+    confirmed = max((r for r in records if r.confirmed > 0 and r.time_s is not None),
+                    key=lambda r: (r.confirmed, -(r.time_s or 0.0)), default=None)
     name = f"{ordered[0].op} {ordered[0].shape}".strip() or ordered[0].task[:12]
     ok = [(r.trial, r.time_s * 1e3) for r in ordered if r.error == "ok" and r.time_s is not None]
     best = best_so_far(ordered)
@@ -139,6 +178,10 @@ def plot_run(records: Sequence[Record], out: str, baseline: tuple[str, float] | 
             label=f"{name}: best so far")
     if default is not None:
         ax.axhline(default * 1e3, color="gray", ls="--", label=f"default schedule {default * 1e3:.3g} ms")
+    if confirmed is not None and confirmed.time_s is not None:
+        ms, above = confirmed.time_s * 1e3, (confirmed.spread or 0.0) * confirmed.time_s * 1e3
+        ax.errorbar([confirmed.trial], [ms], yerr=[[0.0], [above]], fmt="D", color="C3",
+                    label=f"confirmed best {ms:.3g} ms (median re-measured, spread above)")
     if baseline is not None:
         ax.axhline(baseline[1] * 1e3, color="black", ls=":", label=f"{baseline[0]} {baseline[1] * 1e3:.3g} ms")
     ax.set_xlabel("trial")
@@ -154,6 +197,10 @@ def plot_run(records: Sequence[Record], out: str, baseline: tuple[str, float] | 
 
 
 def describe(record: Record, default_s: float | None) -> dict[str, Any]:
+    """The summary of a tuning: the best's schedule and time, the default's, the speedup, and
+    whether the best was confirmed (re-measured interleaved; then its time is a median, and its
+    spread the samples' (max - min) / median)."""
     speedup = None if default_s is None or record.time_s is None else default_s / record.time_s
     return {"schedule": record.schedule, "time_ms": None if record.time_s is None else record.time_s * 1e3,
-            "default_ms": None if default_s is None else default_s * 1e3, "speedup": speedup}
+            "default_ms": None if default_s is None else default_s * 1e3, "speedup": speedup,
+            "confirmed": record.confirmed > 0, "spread": record.spread}

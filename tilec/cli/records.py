@@ -67,7 +67,7 @@ def _show_task(db: "RecordDB", key: str, target_name: str) -> None:
               f"{foreign} foreign (another target)")
     else:
         print(f"\nbest for {_short_target(target.key)}, compiler {compiler}: {_format_time(best.time_s)} "
-              f"(trial {best.trial})\n{json.dumps(best.schedule, indent=2, sort_keys=True)}")
+              f"({_trial(best) if best.confirmed else f'trial {best.trial}'})\n{json.dumps(best.schedule, indent=2, sort_keys=True)}")
 
 
 def _records_table(records: "list[Record]") -> str:
@@ -76,9 +76,16 @@ def _records_table(records: "list[Record]") -> str:
     now = time.time()
     rows = [("TASK", "OP", "SHAPE", "TARGET", "TIME", "ERROR", "TRIAL", "AGE")]
     rows += [(r.task, r.op or "-", r.shape or "-", _short_target(r.target), _format_time(r.time_s), r.error,
-              str(r.trial), _format_age(now - r.created)) for r in records]
+              _trial(r), _format_age(now - r.created)) for r in records]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _trial(record: "Record") -> str:
+    """The trial number, or for a confirmation (a median of re-measurements) its round and spread."""
+    if record.confirmed == 0:
+        return str(record.trial)
+    return f"confirmation {record.confirmed}, spread {100 * (record.spread or 0.0):.0f}%"
 
 
 def _short_target(key: str) -> str:

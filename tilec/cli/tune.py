@@ -218,7 +218,7 @@ def run_tune(args: argparse.Namespace, show: "Callable[[str, Progress | None], N
             transfer = _transfer_tasks(args, db, index, kernel_op, shape_text, task.target.key)
             report = None if show is None else (lambda p, label=task.label: show(label, p))
             best = tune(task, args.trials, measurer, db, seed=args.seed, progress=report, op=kernel_op, shape=shape_text,
-                        transfer=transfer)
+                        transfer=transfer, confirm=args.confirm)
             if show is not None:
                 show(task.label, None)
             if best is None:
@@ -233,7 +233,7 @@ def tune_api(op: str, shape: "str | Sequence[str] | None" = None, **options: Any
     """`tilec.tune`: `tilec tune OP|FILE` from Python. `op` and `shape` as on the command line (an
     op's sizes "M=1024,N=1024,K=1024", or for a Tile program each input's "NAME=DIMS"); the other
     options are the command's, by name (trials=64, records=None, seed=0, stmt=None, timeout=20.0,
-    target="llvm", dtype="float32", backward=False, jobs=None, model="mlp"; progress=True prints
+    target="llvm", dtype="float32", backward=False, confirm=4, jobs=None, model="mlp"; progress=True prints
     the progress line on stderr). Returns one summary per tuned kernel, as the command prints."""
     progress = bool(options.pop("progress", False))
     shapes = [] if shape is None else [shape] if isinstance(shape, str) else list(shape)
@@ -295,6 +295,10 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
     tune.add_argument("--backward", action="store_true",
                       help="tune the gradient kernels too (those tilec.grad and the torch ops compile), "
                            "each for --trials candidates")
+    tune.add_argument("--confirm", type=int, default=4, metavar="K",
+                      help="after the search, re-measure the K fastest candidates, the default schedule and the "
+                           "previous best together, interleaved, and keep the fastest median as the best (default 4; "
+                           "0: keep the fastest trial's minimum)")
     tune.add_argument("--jobs", type=int, default=None, metavar="N",
                       help="processes building candidates in parallel (default: one per core; 1: build in the "
                            "measurement process, one after another)")

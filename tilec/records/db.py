@@ -3,7 +3,8 @@
 `RecordDB` stores records in SQLite (WAL mode, one commit per record), so several tuners may
 write at once and a tuner killed with SIGKILL loses at most the candidate it was measuring.
 `best()` trusts only records of exactly the asking target and compiler: a stale or foreign
-record is ignored, never applied. Records travel as JSON lines (`export_jsonl`, `import_jsonl`).
+record is ignored, never applied; among those, the task's latest confirmation (its top candidates
+re-measured interleaved, tilec.autotune.confirm) before any single trial. Records travel as JSON lines (`export_jsonl`, `import_jsonl`).
 """
 
 from __future__ import annotations
@@ -21,17 +22,20 @@ from tilec.config import options
 from tilec.errors import TilecError, TilecWarning
 from tilec.records.record import Record, _digest
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2 added the columns confirmed and spread (version 1 files are upgraded on opening)
 BUSY_TIMEOUT_MS = 30_000  # concurrent tuners wait this long for each other's commits
 
-_COLUMNS = ("task", "target", "compiler", "schedule", "time_s", "error", "trial", "seed", "created", "op", "shape")
+_COLUMNS = ("task", "target", "compiler", "schedule", "time_s", "error", "trial", "seed", "created", "op", "shape",
+            "confirmed", "spread")
+_ADDED_IN_2 = ("confirmed INTEGER NOT NULL DEFAULT 0", "spread REAL")
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS tilec_schema (version INTEGER NOT NULL)",
     """CREATE TABLE IF NOT EXISTS records (
         id INTEGER PRIMARY KEY AUTOINCREMENT, digest TEXT NOT NULL UNIQUE,
         task TEXT NOT NULL, target TEXT NOT NULL, compiler TEXT NOT NULL, schedule TEXT NOT NULL,
         time_s REAL, error TEXT NOT NULL, trial INTEGER NOT NULL, seed INTEGER,
-        created REAL NOT NULL, op TEXT NOT NULL, shape TEXT NOT NULL)""",
+        created REAL NOT NULL, op TEXT NOT NULL, shape TEXT NOT NULL,
+        confirmed INTEGER NOT NULL DEFAULT 0, spread REAL)""",
     "CREATE INDEX IF NOT EXISTS records_best ON records (task, target, compiler, error, time_s)",
     # append-only: enforced by the database, not only by the absence of an update method
     """CREATE TRIGGER IF NOT EXISTS records_no_update BEFORE UPDATE ON records
@@ -105,10 +109,27 @@ class RecordDB:
                 self._conn.execute("ROLLBACK")
                 raise
             version = self._version()
+        if version == 1:
+            self._upgrade_from_1()
+            version = self._version()
         if version is None or version > SCHEMA_VERSION:
             raise TilecError(f"the tuning records {self.path} have schema version {version}, newer than this tilec "
                              f"reads ({SCHEMA_VERSION}); upgrade tilec, or use another file (--records PATH or "
                              f"TILEC_RECORDS)")
+
+    def _upgrade_from_1(self) -> None:
+        """Add version 2's columns: every existing row is a trial (confirmed 0). A file that
+        cannot be written fails to open, through the caller's sqlite3.Error handler."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            if self._version() == 1:  # not upgraded meanwhile by another process
+                for column in _ADDED_IN_2:
+                    self._conn.execute(f"ALTER TABLE records ADD COLUMN {column}")
+                self._conn.execute("INSERT INTO tilec_schema (version) VALUES (2)")
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
 
     def _version(self) -> int | None:
         exists = self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tilec_schema'")
@@ -169,13 +190,14 @@ class RecordDB:
         return list(self._select(f"{where} ORDER BY id", params))
 
     def best(self, task: str, target: str, compiler: str) -> Record | None:
-        """The fastest successful record of exactly this task, target and compiler (damaged rows skipped)."""
+        """The fastest successful record of exactly this task, target and compiler (damaged rows
+        skipped): of the task's latest confirmation if it has one, else of all its trials."""
         return self.best_with_id(task, target, compiler)[0]
 
     def best_with_id(self, task: str, target: str, compiler: str) -> tuple[Record | None, int | None]:
         """`best` and its row id (None, None when there is none)."""
         return next(self._select_with_ids("WHERE task = ? AND target = ? AND compiler = ? AND error = 'ok' AND "
-                                          "time_s IS NOT NULL ORDER BY time_s, id", (task, target, compiler)),
+                                          "time_s IS NOT NULL ORDER BY confirmed DESC, time_s, id", (task, target, compiler)),
                     (None, None))
 
     def _select(self, clause: str, params: tuple) -> Iterator[Record]:

@@ -115,6 +115,11 @@ class Record:
     created: float = 0.0  # unix time, filled in by RecordDB.add
     op: str = ""  # e.g. "gemm"
     shape: str = ""  # human text, e.g. "M=1024,N=1024,K=1024"
+    # 0: a tuning trial (its time the minimum of a few back-to-back runs). n >= 1: the task's n-th
+    # confirmation (tilec.autotune.confirm), its time the median of the runs of the top candidates
+    # re-measured interleaved, and `spread` their (max - min) / median; best() trusts the latest.
+    confirmed: int = 0
+    spread: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("task", "target", "compiler"):
@@ -127,11 +132,16 @@ class Record:
         _check(self.seed is None or _is_int(self.seed), f"'seed' must be an integer or null, got {self.seed!r}")
         _check(_is_number(self.created) and self.created >= 0, f"'created' must be a unix time, got {self.created!r}")
         _check(isinstance(self.op, str) and isinstance(self.shape, str), "'op' and 'shape' must be strings")
+        _check(_is_int(self.confirmed) and self.confirmed >= 0,
+               f"'confirmed' must be a non-negative integer, got {self.confirmed!r}")
+        _check(self.spread is None or (_is_number(self.spread) and math.isfinite(self.spread) and self.spread >= 0),
+               f"'spread' must be a non-negative number or null, got {self.spread!r}")
         _check_schedule(self.schedule)
         # a private plain-JSON copy: numpy knob values become Python numbers, and the caller's
         # list stays theirs to change
         object.__setattr__(self, "schedule", _plain_json(self.schedule))
-        for name, kind in (("time_s", float), ("trial", int), ("seed", int), ("created", float)):
+        for name, kind in (("time_s", float), ("trial", int), ("seed", int), ("created", float), ("confirmed", int),
+                           ("spread", float)):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, kind(getattr(self, name)))  # numpy scalars, too
 
@@ -183,8 +193,14 @@ def _check_schedule(schedule: Any) -> None:
                f"each 'schedule' entry needs an integer 'stmt', a string 'template' and a 'knobs' object, got {item!r}")
 
 
+_LATER_FIELDS = {"confirmed": 0, "spread": None}  # fields added after the first schema, at their defaults
+
+
 def _digest(record: Record) -> str:
-    return hashlib.sha256(json.dumps(record.to_json(), sort_keys=True).encode()).hexdigest()
+    """The record's identity. Fields added later are left out while at their defaults, so a trial
+    exported by an older tilec and imported again is recognised as the one already stored."""
+    values = {k: v for k, v in record.to_json().items() if k not in _LATER_FIELDS or v != _LATER_FIELDS[k]}
+    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
 
 
 __all__ = ["TASK_ERRORS", "Record", "task_key"]

@@ -1,0 +1,55 @@
+"""Confirmation: the tuner's best is re-measured before it is trusted.
+
+A tuning trial's time is the minimum of a few back-to-back runs of one candidate: quick enough to
+rank hundreds of candidates, but the fastest of many noisy minima is luckier than its candidate
+(the winner's curse), and back-to-back runs keep a kernel's data hot as a call in a program need
+not. So after the search the tuner hands its few fastest candidates, the default schedule and the
+previous confirmed best to `confirm`, which re-measures them together, interleaved round by round
+(`remeasure` of tilec.autotune.measure.LocalMeasurer), and records each one's median and spread
+as the task's next confirmation. RecordDB.best() serves the latest confirmation's fastest before
+any single trial, and `tilec bench --records` then finds the time the tuner reported.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Protocol, Sequence
+
+from tilec.autotune.task import Config, Task
+from tilec.records import Record, RecordDB
+
+TOP = 4  # the fastest trials a confirmation re-measures (besides the default and the previous best)
+
+
+class Remeasurer(Protocol):
+    def remeasure(self, task: Task, configs: Sequence[Config]) -> list[list[float] | None]: ...
+
+
+def spread(samples: Sequence[float]) -> float:
+    """(max - min) / median of one candidate's samples."""
+    median = statistics.median(samples)
+    return (max(samples) - min(samples)) / median if median > 0 else 0.0
+
+
+def latest_round(task: Task, db: RecordDB, compiler: str) -> list[Record]:
+    """The records of the task's latest confirmation on this target and compiler (empty if none)."""
+    confirmed = [r for r in db.records(task.key)
+                 if r.confirmed > 0 and r.target == task.target.key and r.compiler == compiler]
+    last = max((r.confirmed for r in confirmed), default=0)
+    return [r for r in confirmed if r.confirmed == last]
+
+
+def confirm(task: Task, measurer: Remeasurer, db: RecordDB, configs: Sequence[Config], compiler: str, *,
+            trial: int, seed: int | None = None, op: str = "", shape: str = "") -> list[Record]:
+    """Re-measure `configs` interleaved and record each one that ran as the task's next
+    confirmation (its time: the median of its samples); the records, fastest first."""
+    number = max((r.confirmed for r in latest_round(task, db, compiler)), default=0) + 1
+    out = []
+    for config, samples in zip(configs, measurer.remeasure(task, configs)):
+        if samples:
+            out.append(Record(task.key, task.target.key, compiler, task.schedule(config).to_json(),
+                              statistics.median(samples), "ok", trial=trial, seed=seed, op=op, shape=shape,
+                              confirmed=number, spread=spread(samples)))
+    for record in out:
+        db.add(record)
+    return sorted(out, key=lambda r: r.time_s or 0.0)
