@@ -161,6 +161,17 @@ def build(name: str, seed: int = 0) -> Workload:
     return work
 
 
+def in_dtype(work: Workload, dtype: Any) -> Workload:
+    """The workload with its model's floating-point parameters and buffers and its batches' floating-
+    point tensors in `dtype` (torch.float64: a run whose rounding is too small to steer training)."""
+    inner = work.batch
+
+    def batch(step: int) -> Batch:
+        return {name: v.to(dtype) if v.is_floating_point() else v for name, v in inner(step).items()}
+
+    return replace(work, model=work.model.to(dtype), batch=batch)
+
+
 def copy_of(work: Workload) -> Workload:
     """The same workload with a deep copy of the model: identical weights, trained independently."""
     return replace(work, model=copy.deepcopy(work.model))
