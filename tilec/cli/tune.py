@@ -98,27 +98,55 @@ def _tune_tasks(args: argparse.Namespace, quiet: bool = False) -> "tuple[list[Ta
     return chosen, op_name, shape_text
 
 
+def _model_workload(args: argparse.Namespace) -> "list[tuple[Task, int]]":
+    """(task, places in the step's graphs that run it) for every tunable statement of every program
+    the backend runs in one training step of the model: `--model NAME` (tilec.bench.models), or
+    the file given after `model`, which defines `model`, `example_inputs` (a tuple, or a dict of
+    keyword arguments) and optionally `loss` (the model's output -> a scalar tensor)."""
+    from tilec.torch_backend.tuning import step_workload
+
+    if args.model_file is not None:
+        model, step = _model_from_file(args.model_file)
+    else:
+        from tilec.bench import models
+
+        work = models.build(args.model)  # (in train mode)
+        model, step = work.model, (lambda compiled: work.loss(compiled, work.batch(0)))
+    return step_workload(model, step)
+
+
+def _model_from_file(path: str) -> "tuple[Any, Callable[[Any], Any]]":
+    import importlib.util
+
+    from tilec.torch_backend.tuning import example_step
+
+    spec = importlib.util.spec_from_file_location("tilec_tuned_model", path)
+    if spec is None or spec.loader is None or not Path(path).is_file():
+        raise TilecError(f"tune model {path}: no such Python file")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # noqa: BLE001 - the user's file: say what failed in it
+        raise TilecError(f"tune model {path}: running the file failed: {type(err).__name__}: {err}") from None
+    missing = [name for name in ("model", "example_inputs") if not hasattr(module, name)]
+    if missing:
+        raise TilecError(f"tune model {path}: the file must define {' and '.join(missing)} (the module to tune and "
+                         f"its example inputs: a tuple, or a dict of keyword arguments)")
+    return module.model, example_step(module.example_inputs, getattr(module, "loss", None))
+
+
 def _model_tasks(args: argparse.Namespace) -> "tuple[list[Task], str, str]":
-    """`tilec tune model --model NAME`: one training step of the model under
-    torch.compile(backend="tilec"), then every tunable statement of every program the backend ran
-    (its fused kernels and its convolutions' programs), or the one --stmt picks."""
-    from tilec.bench import models
-
-    import torch
-
-    import tilec.torch_backend as backend
-
-    work = models.build(args.model)
-    compiled = torch.compile(work.model, backend="tilec")
-    work.loss(compiled, work.batch(0)).backward()
-    tasks = backend.tuning_tasks()
-    if not tasks:
-        raise TilecError(f"nothing to tune in model {args.model}: its kernels have no tunable statement")
+    """`tilec tune model`: the tasks of _model_workload, or the one --stmt picks."""
+    tasks = [task for task, _ in _model_workload(args)]
     if args.stmt is not None:
         if not 0 <= args.stmt < len(tasks):
-            raise TilecError(f"--stmt {args.stmt}: model {args.model} has {len(tasks)} tuning tasks, 0 to {len(tasks) - 1}")
+            raise TilecError(f"--stmt {args.stmt}: the model has {len(tasks)} tuning tasks, 0 to {len(tasks) - 1}")
         tasks = [tasks[args.stmt]]
-    return tasks, f"model-{args.model}", ""
+    return tasks, _model_name(args), ""
+
+
+def _model_name(args: argparse.Namespace) -> str:
+    return f"model-{Path(args.model_file).stem if args.model_file else args.model}"
 
 
 TRANSFER_SHAPES = 3  # earlier tunings of other shapes whose records seed the cost model
@@ -208,6 +236,8 @@ def run_tune(args: argparse.Namespace, show: "Callable[[str, Progress | None], N
     if args.op == "model" and parse_target(args.target)[1]:
         raise TilecError(f"tune model: --target {args.target!r}: the model's kernels are compiled by the torch.compile "
                          f"backend for target 'llvm'; set TILEC_TARGET={args.target!r} to tune them for that CPU")
+    if args.budget is not None:
+        return _run_budget(args, show)
     tasks, op_name, shape_text = _tune_tasks(args)
     options = MeasureOptions(timeout_s=args.timeout, build_workers=args.jobs)
     summaries = []
@@ -227,6 +257,42 @@ def run_tune(args: argparse.Namespace, show: "Callable[[str, Progress | None], N
             summaries.append({"task": task.key, "label": task.label, **describe(best, base),
                               "wall_s": round(time.monotonic() - started, 1)})
     return summaries
+
+
+def _run_budget(args: argparse.Namespace, show: "Callable[[str, Progress | None], None] | None") -> list[dict]:
+    """`tilec tune model --budget T`: the step's tasks tuned by tilec.autotune.scheduler; the final
+    table and the tuned kernels' time per step before and after on stderr, a summary per task."""
+    from tilec.autotune.measure import LocalMeasurer, MeasureOptions
+    from tilec.autotune.scheduler import EFFORTS, format_table, parse_budget, step_estimate, tune_tasks
+    from tilec.records import RecordDB
+
+    if args.op != "model":
+        raise TilecError("--budget tunes a whole model: `tilec tune model [FILE.py] --budget 10m`; for one op use --trials")
+    if args.effort not in EFFORTS:
+        raise TilecError(f"--effort {args.effort!r}: expected one of {', '.join(EFFORTS)}")
+    seconds = parse_budget(args.budget)
+    workload = _model_workload(args)
+    options = MeasureOptions(timeout_s=args.timeout, build_workers=args.jobs)
+
+    def report(row: Any, elapsed: float) -> None:
+        if show is not None:
+            sys.stderr.write(f"tune model: {elapsed:.0f}/{seconds:.0f} s, {row.task.label}: round {row.rounds}, "
+                             f"{row.trials} trials, default {_ms(row.default_s)}, best {_ms(row.best_s)}\n")
+            sys.stderr.flush()
+
+    with RecordDB(args.records) as db, LocalMeasurer(options) as measurer:
+        rows = tune_tasks(workload, measurer, db, seconds, effort=args.effort, seed=args.seed, op=_model_name(args),
+                          progress=report)
+    before, after = step_estimate(rows)
+    sys.stderr.write(format_table(rows) + f"\ntuned kernels per step: {before * 1e3:.3f} ms before, "
+                     f"{after * 1e3:.3f} ms after ({before / after if after else 1.0:.2f}x)\n")
+    return [{"task": r.task.key, "label": r.task.label, "runs_per_step": r.weight, "share": round(r.share, 4),
+             "default_ms": None if r.default_s is None else r.default_s * 1e3,
+             "time_ms": None if r.best_s is None else r.best_s * 1e3, "trials": r.trials} for r in rows]
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f} ms"
 
 
 def tune_api(op: str, shape: "str | Sequence[str] | None" = None, **options: Any) -> list[dict]:
@@ -274,6 +340,14 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
     tune.add_argument("op", metavar="OP|FILE", help="gemm, conv2d, attention, ... or a Tile file; or `model` "
                                                     "(with --model): every kernel torch.compile(backend=\"tilec\") "
                                                     "runs for that model's training step")
+    tune.add_argument("model_file", nargs="?", default=None, metavar="MODEL.py",
+                      help="with `tilec tune model`: a Python file defining `model`, `example_inputs` (a tuple, or a "
+                           "dict of keyword arguments) and optionally `loss` (output -> scalar); instead of --model")
+    tune.add_argument("--budget", default=None, metavar="TIME",
+                      help="with `tilec tune model`: tune all of the step's kernels within this time (90s, 10m, 1h), "
+                           "most where the expected gain is largest, instead of --trials for each")
+    tune.add_argument("--effort", default="default", choices=("quick", "default", "full"),
+                      help="with --budget: trials per round and candidates confirmed (quick 4/2, default 8/4, full 16/4)")
     tune.add_argument("--model", default="mlp", help="with `tilec tune model`: mlp, gpt2, bert or resnet18 "
                                                      "(tilec.bench.models; default mlp)")
     tune.add_argument("--shape", action="append", default=[], metavar="SHAPE",

@@ -20,6 +20,8 @@ module is imported (the package's `torch_dynamo_backends` entry point imports it
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from typing import Any
 
 import torch
@@ -83,14 +85,22 @@ def tuning_tasks() -> list[Any]:
     process (its fused kernels and its convolutions' programs): run a training step first, tune
     these (`tilec tune model`), and later compilations of the same programs use the best records
     (tilec.records), as every tilec kernel does."""
+    return [task for task, _ in tuning_workload()]
+
+
+def tuning_workload() -> list[tuple[Any, int]]:
+    """`tuning_tasks()`, each with the number of places in the compiled graphs that run its program
+    (the weight tilec.autotune.scheduler gives it)."""
     from tilec.autotune.task import tasks_for
 
-    tasks = []
-    for k, (source, inputs) in enumerate(PROGRAMS):
+    out: list[tuple[Any, int]] = []
+    for k, ((source, inputs), sites) in enumerate(PROGRAMS.items()):
         shapes = {name: shape for name, shape, _ in inputs}
         dtypes = {name: dtype for name, _, dtype in inputs}
-        tasks.extend(tasks_for(source, shapes, dtypes, label=f"torch backend kernel {k}"))
-    return tasks
+        dims = ",".join("x".join(map(str, shape)) for _, shape, _ in inputs)
+        out.extend((replace(task, label=f"kernel {k}.{task.stmt} {task.template} {dims}"), sites)
+                   for task in tasks_for(source, shapes, dtypes))
+    return out
 
 
 def register() -> None:
@@ -104,5 +114,6 @@ def register() -> None:
 
 register()
 
-__all__ = ["tilec_backend", "compile_graph", "coverage", "reset_coverage", "tuning_tasks", "register", "GraphStats"]
+__all__ = ["tilec_backend", "compile_graph", "coverage", "reset_coverage", "tuning_tasks", "tuning_workload", "register",
+           "GraphStats"]
 del torch
