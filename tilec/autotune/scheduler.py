@@ -5,7 +5,8 @@ most of the step's time sits in a few of them, and most of a task's gain comes i
 trials. `tune_tasks` follows Ansor's task scheduler in spirit. Each task is (Task, weight), the
 weight being how many times the step runs it. Every task first gets one round (`Effort.round`
 trials, the default schedule first), which measures its default time; the task's share of the
-step is weight x default time over the sum. Then, while the budget lasts, the next round goes to
+step is weight x default time over the sum (a task is one statement of a program, and the time is the
+whole program's, so a program's statements share its share). Then, while the budget lasts, the next round goes to
 the task whose expected gain per second of tuning is largest:
 
     gain = weight x max(last round's improvement, best x EXPLORE / rounds so far)
@@ -44,8 +45,9 @@ EFFORTS = dict(quick=Effort(4, 2, 1.5), default=Effort(8, 4, 2.5), full=Effort(1
 
 @dataclass
 class TaskRow:
-    """What one task got: its weight (runs per step), share of the step's (default) time, default
-    and tuned seconds per call, and trials measured in this run."""
+    """What one task got: its weight (runs per step), its program's share of the step's (default)
+    time, default and tuned seconds per call (of the whole program: a task is one of its
+    statements), and trials measured in this run."""
 
     task: Task
     weight: int
@@ -128,15 +130,30 @@ def tune_tasks(tasks: Sequence[tuple[Task, int]], measurer: Measurer, db: Record
             best = tune(row.task, 0, measurer, db, seed=seed, op=op, shape=row.task.label, confirm=plan.confirm)
             row.best_s = None if best is None else best.time_s
             row.default_s = default_time(row.task, db)
-    total = sum(r.weight * (r.default_s or 0.0) for r in rows)
+    programs = _program_times(rows)
+    total = sum(programs.values())
     for row in rows:
-        row.share = row.weight * (row.default_s or 0.0) / total if total > 0 else 0.0
+        row.share = programs[_program(row.task)] / total if total > 0 else 0.0
     return rows
+
+
+def _program(task: Task) -> tuple:
+    """A task is one statement of a program; its time is the whole program's."""
+    return task.source, task.shapes, task.dtypes, task.sizes
+
+
+def _program_times(rows: Sequence[TaskRow]) -> dict[tuple, float]:
+    """Per program: runs per step x its default seconds per call (the largest its tasks measured)."""
+    out: dict[tuple, float] = {}
+    for r in rows:
+        key = _program(r.task)
+        out[key] = max(out.get(key, 0.0), r.weight * (r.default_s or 0.0))
+    return out
 
 
 def format_table(rows: Sequence[TaskRow]) -> str:
     """The final table: task, runs per step, share of the step, default and tuned ms, trials."""
-    lines = [("task", "runs/step", "share", "default ms", "tuned ms", "speedup", "trials")]
+    lines = [("task", "runs/step", "program's share", "default ms", "tuned ms", "speedup", "trials")]
     for r in sorted(rows, key=lambda r: -r.share):
         speedup = f"{r.default_s / r.best_s:.2f}x" if r.default_s and r.best_s else "-"
         lines.append((r.task.label, str(r.weight), f"{100 * r.share:.1f}%", _ms(r.default_s), _ms(r.best_s), speedup,
@@ -146,11 +163,13 @@ def format_table(rows: Sequence[TaskRow]) -> str:
 
 
 def step_estimate(rows: Sequence[TaskRow]) -> tuple[float, float]:
-    """The tuned kernels' seconds per step before and after: sum of weight x default (x best)."""
-    before = sum(r.weight * (r.default_s or 0.0) for r in rows)
-    after = sum(r.weight * (r.best_s if r.best_s is not None and r.default_s is not None else r.default_s or 0.0)
-                for r in rows)
-    return before, after
+    """The tuned programs' seconds per step before and after: each program's runs x default time,
+    less each task's gain (runs x (default - tuned); a first-order estimate where several
+    statements of one program were tuned, each measured with the others at their defaults)."""
+    before = sum(_program_times(rows).values())
+    gain = sum(r.weight * max(0.0, r.default_s - r.best_s) for r in rows
+               if r.default_s is not None and r.best_s is not None)
+    return before, before - gain
 
 
 def _ms(seconds: float | None) -> str:

@@ -97,7 +97,7 @@ def tuning_workload() -> list[tuple[Any, int]]:
     for k, ((source, inputs), sites) in enumerate(PROGRAMS.items()):
         shapes = {name: shape for name, shape, _ in inputs}
         dtypes = {name: dtype for name, _, dtype in inputs}
-        dims = ",".join("x".join(map(str, shape)) for _, shape, _ in inputs)
+        dims = ",".join("x".join(map(str, shape)) for _, shape, _ in inputs) if len(inputs) <= 3 else f"{len(inputs)} inputs"
         out.extend((replace(task, label=f"kernel {k}.{task.stmt} {task.template} {dims}"), sites)
                    for task in tasks_for(source, shapes, dtypes))
     return out
