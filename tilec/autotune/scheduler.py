@@ -94,7 +94,9 @@ def tune_tasks(tasks: Sequence[tuple[Task, int]], measurer: Measurer, db: Record
     plan = EFFORTS[effort]
     rows = [TaskRow(task, max(1, int(weight))) for task, weight in tasks]
     start = clock()
-    reserve = plan.confirm_s * len(rows) if plan.confirm > 0 else 0.0
+
+    def reserve() -> float:  # for the confirmations of the tasks tuned so far, and of one more
+        return plan.confirm_s * (1 + sum(1 for r in rows if r.trials)) if plan.confirm > 0 else 0.0
 
     def spend(row: TaskRow) -> None:
         before, began = row.best_s, clock()
@@ -114,12 +116,14 @@ def tune_tasks(tasks: Sequence[tuple[Task, int]], measurer: Measurer, db: Record
         if progress is not None:
             progress(row, clock() - start)
 
+    estimate = 0.0  # the last first round's wall time: what the next one is expected to take
     for row in rows:  # a first round each: the default's time, and so the task's share
-        if clock() - start + row.last_round_s > budget_s - reserve and row is not rows[0]:
+        if row is not rows[0] and clock() - start + estimate > budget_s - reserve():
             break
         spend(row)
+        estimate = row.last_round_s
     while True:
-        left = budget_s - reserve - (clock() - start)
+        left = budget_s - reserve() - (clock() - start)
         ranked = sorted((r for r in rows if r.rounds > 0 and not r.done), key=TaskRow.expected_gain, reverse=True)
         if not ranked or left < ranked[0].last_round_s:
             break
