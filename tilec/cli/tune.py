@@ -21,6 +21,7 @@ from tilec.cli.arguments import parse_shape, read_source
 from tilec.errors import TilecError
 
 if TYPE_CHECKING:
+    from tilec.autotune.measure import MeasureOptions
     from tilec.autotune.task import Task
     from tilec.autotune.tuner import Progress
     from tilec.records import RecordDB
@@ -221,7 +222,7 @@ def run_tune(args: argparse.Namespace, show: "Callable[[str, Progress | None], N
     without a GPU, TilecError for anything else the user must fix."""
     import time
 
-    from tilec.autotune.measure import LocalMeasurer, MeasureOptions
+    from tilec.autotune.measure import MeasureOptions
     from tilec.records import RecordDB
     from tilec.autotune.tuner import default_time, describe, tune
 
@@ -241,7 +242,7 @@ def run_tune(args: argparse.Namespace, show: "Callable[[str, Progress | None], N
     tasks, op_name, shape_text = _tune_tasks(args)
     options = MeasureOptions(timeout_s=args.timeout, build_workers=args.jobs)
     summaries = []
-    with RecordDB(args.records) as db, LocalMeasurer(options) as measurer:
+    with RecordDB(args.records) as db, _measurer(args, options) as measurer:
         for index, task in enumerate(tasks):
             started = time.monotonic()
             kernel_op = op_name if task is tasks[0] or args.op == "model" else f"{op_name}-backward"  # as `tilec bench --backward` names it
@@ -259,10 +260,21 @@ def run_tune(args: argparse.Namespace, show: "Callable[[str, Progress | None], N
     return summaries
 
 
+def _measurer(args: argparse.Namespace, options: "MeasureOptions") -> Any:
+    """The nodes of a Ray cluster with --ray, else this machine."""
+    if args.ray is None:
+        from tilec.autotune.measure import LocalMeasurer
+
+        return LocalMeasurer(options)
+    from tilec.autotune.distributed import RayMeasurer
+
+    return RayMeasurer(args.ray, options)
+
+
 def _run_budget(args: argparse.Namespace, show: "Callable[[str, Progress | None], None] | None") -> list[dict]:
     """`tilec tune model --budget T`: the step's tasks tuned by tilec.autotune.scheduler; the final
     table and the tuned kernels' time per step before and after on stderr, a summary per task."""
-    from tilec.autotune.measure import LocalMeasurer, MeasureOptions
+    from tilec.autotune.measure import MeasureOptions
     from tilec.autotune.scheduler import EFFORTS, format_table, parse_budget, step_estimate, tune_tasks
     from tilec.records import RecordDB
 
@@ -280,7 +292,7 @@ def _run_budget(args: argparse.Namespace, show: "Callable[[str, Progress | None]
                              f"{row.trials} trials, default {_ms(row.default_s)}, best {_ms(row.best_s)}\n")
             sys.stderr.flush()
 
-    with RecordDB(args.records) as db, LocalMeasurer(options) as measurer:
+    with RecordDB(args.records) as db, _measurer(args, options) as measurer:
         rows = tune_tasks(workload, measurer, db, seconds, effort=args.effort, seed=args.seed, op=_model_name(args),
                           progress=report)
     before, after = step_estimate(rows)
@@ -373,6 +385,10 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
                       help="after the search, re-measure the K fastest candidates, the default schedule and the "
                            "previous best together, interleaved, and keep the fastest median as the best (default 4; "
                            "0: keep the fastest trial's minimum)")
+    tune.add_argument("--ray", default=None, metavar="auto|ADDRESS",
+                      help="build and measure on a Ray cluster's nodes of this hardware (one measurer per node; "
+                           "needs tilec[distributed] and nodes started with `ray start --resources` as `python -m "
+                           "tilec.autotune.distributed` prints); the records stay here")
     tune.add_argument("--jobs", type=int, default=None, metavar="N",
                       help="processes building candidates in parallel (default: one per core; 1: build in the "
                            "measurement process, one after another)")
