@@ -8,6 +8,12 @@ previous confirmed best to `confirm`, which re-measures them together, interleav
 (`remeasure` of tilec.autotune.measure.LocalMeasurer), and records each one's median and spread
 as the task's next confirmation. RecordDB.best() serves the latest confirmation's fastest before
 any single trial, and `tilec bench --records` then finds the time the tuner reported.
+
+The default schedule is the null hypothesis: a candidate enters the confirmation only if it beat
+the default in at least WIN_SHARE of the rounds (each round runs them side by side) and by its
+median. Where one statement is a small part of its program (a whole model's fused kernel), the
+program's time varies more than the statement's schedule moves it, and without this test the
+confirmation would crown whichever candidate the noise favoured.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from tilec.autotune.task import Config, Task
 from tilec.records import Record, RecordDB
 
 TOP = 4  # the fastest trials a confirmation re-measures (besides the default and the previous best)
+WIN_SHARE = 0.75  # of the rounds a candidate must win against the default to be kept
 
 
 class Remeasurer(Protocol):
@@ -39,14 +46,25 @@ def latest_round(task: Task, db: RecordDB, compiler: str) -> list[Record]:
     return [r for r in confirmed if r.confirmed == last]
 
 
+def beats(samples: Sequence[float], default: Sequence[float]) -> bool:
+    """Whether a candidate's samples beat the default's, taken in the same rounds: faster in at
+    least WIN_SHARE of them, and by the median."""
+    rounds = list(zip(samples, default))
+    wins = sum(1 for mine, theirs in rounds if mine < theirs)
+    return bool(rounds) and wins >= WIN_SHARE * len(rounds) and statistics.median(samples) < statistics.median(default)
+
+
 def confirm(task: Task, measurer: Remeasurer, db: RecordDB, configs: Sequence[Config], compiler: str, *,
             trial: int, seed: int | None = None, op: str = "", shape: str = "") -> list[Record]:
-    """Re-measure `configs` interleaved and record each one that ran as the task's next
-    confirmation (its time: the median of its samples); the records, fastest first."""
+    """Re-measure `configs` interleaved and record, as the task's next confirmation (its time: the
+    median of its samples), the default config and each candidate that `beats` it (every one that
+    ran when the default is not among `configs` or failed); the records, fastest first."""
     number = max((r.confirmed for r in latest_round(task, db, compiler)), default=0) + 1
+    measured = measurer.remeasure(task, configs)
+    default = next((s for c, s in zip(configs, measured) if c == task.default_config() and s), None)
     out = []
-    for config, samples in zip(configs, measurer.remeasure(task, configs)):
-        if samples:
+    for config, samples in zip(configs, measured):
+        if samples and (default is None or samples is default or beats(samples, default)):
             out.append(Record(task.key, task.target.key, compiler, task.schedule(config).to_json(),
                               statistics.median(samples), "ok", trial=trial, seed=seed, op=op, shape=shape,
                               confirmed=number, spread=spread(samples)))
