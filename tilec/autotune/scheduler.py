@@ -31,6 +31,7 @@ from tilec.errors import TilecError
 from tilec.records import RecordDB
 
 EXPLORE = 0.05  # the share of a task's time a round is expected to gain before it has shown any
+CONFIRM_SHARE = 0.2  # of its last round, a task's confirmation takes (GPT-2: 3 s against 30 s rounds)
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,11 @@ def tune_tasks(tasks: Sequence[tuple[Task, int]], measurer: Measurer, db: Record
     rows = [TaskRow(task, max(1, int(weight))) for task, weight in tasks]
     start = clock()
 
-    def reserve() -> float:  # for the confirmations of the tasks tuned so far, and of one more
-        return plan.confirm_s * (1 + sum(1 for r in rows if r.trials)) if plan.confirm > 0 else 0.0
+    def reserve() -> float:  # for the confirmations of the tasks tuned so far, and of one more: each
+        # a share of a round (a measurement process started, candidates loaded, a second of samples)
+        if plan.confirm <= 0:
+            return 0.0
+        return plan.confirm_s + sum(max(plan.confirm_s, CONFIRM_SHARE * r.last_round_s) for r in rows if r.trials)
 
     def spend(row: TaskRow) -> None:
         before, began = row.best_s, clock()

@@ -296,8 +296,10 @@ def _run_budget(args: argparse.Namespace, show: "Callable[[str, Progress | None]
         rows = tune_tasks(workload, measurer, db, seconds, effort=args.effort, seed=args.seed, op=_model_name(args),
                           progress=report)
     before, after = step_estimate(rows)
-    sys.stderr.write(format_table(rows) + f"\ntuned kernels per step: {before * 1e3:.3f} ms before, "
-                     f"{after * 1e3:.3f} ms after ({before / after if after else 1.0:.2f}x)\n")
+    sys.stderr.write(format_table(rows) + f"\ntuned kernels per step, as the tuner timed them alone: "
+                     f"{before * 1e3:.3f} ms before, {after * 1e3:.3f} ms after ({before / after if after else 1.0:.2f}x); "
+                     f"the step itself may differ: time it with `tilec bench model --records` against an empty "
+                     f"records file\n")
     return [{"task": r.task.key, "label": r.task.label, "runs_per_step": r.weight, "share": round(r.share, 4),
              "default_ms": None if r.default_s is None else r.default_s * 1e3,
              "time_ms": None if r.best_s is None else r.best_s * 1e3, "trials": r.trials} for r in rows]
