@@ -158,7 +158,7 @@ def _version_1_file(path, records: list[Record]) -> None:
     for statement in VERSION_1:
         conn.execute(statement)
     for r in records:
-        row = {k: v for k, v in r.to_json().items() if k not in ("confirmed", "spread")}
+        row = {k: v for k, v in r.to_json().items() if k not in R.record._LATER_FIELDS}
         row["schedule"] = json.dumps(row["schedule"], sort_keys=True)
         conn.execute(f"INSERT INTO records (digest, {', '.join(row)}) VALUES (?, {', '.join('?' * len(row))})",
                      (R.record._digest(r), *row.values()))
@@ -412,6 +412,34 @@ def test_explain_and_tilec_log_say_where_each_schedule_came_from(db_path, monkey
     assert "<- tuning record 2 of" in fn.explain(SHAPES)  # the whole explain: its templates section
     given = fn.with_schedule(tilec.TemplateSchedule())
     assert given.explain(SHAPES, stage="templates").rstrip().endswith("<- the given schedule")
+
+
+def test_an_untuned_shape_takes_the_nearest_tuned_shapes_record(db_path):
+    """The same statement at other sizes: the record of the nearest shape of the family applies
+    where its knobs lower, and explain says so; a record's shapes are under numbered names."""
+    from tilec.autotune.task import tasks_for
+
+    def task_at(m: int, n: int, k: int):
+        return tasks_for(GEMM, {"A": (m, k), "B": (k, n)}, {"A": "float32", "B": "float32"})[0]
+
+    near, far = task_at(128, 96, 64), task_at(512, 512, 64)
+    assert near.family[0] == far.family[0] and near.key != far.key
+    with RecordDB(db_path) as db:
+        db.add(near.record(DISTINCT, 1e-3, trial=1))
+        db.add(far.record({"mr": 2, "nr": 16, "mc": 8, "kc": 16}, 5e-4, trial=1))
+    shapes = {"A": (120, 64), "B": (64, 100)}
+    fn = tilec.compile(GEMM)
+    templates = fn.explain(shapes, stage="templates")
+    assert f"<- nearest-shape reuse of tuning record 1 of {db_path}" in templates, templates
+    assert "tuned at v0=128x64 v1=64x96" in templates
+    assert "C.acc: float32[4, 32]" in fn.explain(shapes, stage="loop")  # the near record's register block
+    a, b = rng.standard_normal(shapes["A"]).astype(np.float32), rng.standard_normal(shapes["B"]).astype(np.float32)
+    np.testing.assert_allclose(fn(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    # a record of the exact shape wins over any neighbour's
+    exact = task_at(120, 100, 64)
+    with RecordDB(db_path) as db:
+        db.add(exact.record({"mr": 2, "nr": 16, "mc": 8, "kc": 16}, 2e-3, trial=1))
+    assert "<- tuning record 3 of" in tilec.compile(GEMM).explain(shapes, stage="templates")
 
 
 def test_stale_foreign_and_failed_records_are_never_applied(db_path):

@@ -65,9 +65,8 @@ def confirm(task: Task, measurer: Remeasurer, db: RecordDB, configs: Sequence[Co
     out = []
     for config, samples in zip(configs, measured):
         if samples and (default is None or samples is default or beats(samples, default)):
-            out.append(Record(task.key, task.target.key, compiler, task.schedule(config).to_json(),
-                              statistics.median(samples), "ok", trial=trial, seed=seed, op=op, shape=shape,
-                              confirmed=number, spread=spread(samples)))
+            out.append(task.record(config, statistics.median(samples), trial=trial, seed=seed, op=op, shape=shape,
+                                   confirmed=number, spread=spread(samples)))
     for record in out:
         db.add(record)
     return sorted(out, key=lambda r: r.time_s or 0.0)

@@ -23,7 +23,8 @@ from tilec.frontend import parse
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundProgram, bind
 from tilec.ir.tensor import Program
-from tilec.records import task_key
+from tilec.records import Record, task_key
+from tilec.records.record import task_family
 from tilec.runtime.function import Function
 from tilec.schedule import params as lowering_params
 from tilec.schedule.heuristics import cpu as cpu_heuristic
@@ -98,6 +99,17 @@ class Task:
     @property
     def key(self) -> str:
         return task_key(str(self.program), dict(self.shapes), dict(self.dtypes), self.stmt, dict(self.sizes))
+
+    @functools.cached_property
+    def family(self) -> tuple[str, dict[str, list[int]]]:
+        """(the key without the shapes, the shapes under its names): tilec.records.task_family."""
+        return task_family(str(self.program), dict(self.shapes), dict(self.dtypes), self.stmt, dict(self.sizes))
+
+    def record(self, config: Config, time_s: float | None, error: str = "ok", **fields: Any) -> Record:
+        """A tuning record of `config` for this task (its family and shapes filled in)."""
+        family, dims = self.family
+        return Record(self.key, self.target.key, pipeline.compiler_fingerprint(), self.schedule(config).to_json(), time_s, error,
+                      family=family, dims=dims, **fields)
 
     @property
     def flops(self) -> float:

@@ -114,8 +114,7 @@ def tune(task: Task, trials: int, measurer: Measurer, db: RecordDB, seed: int = 
         results = measurer.measure(task, [space.config(i) for i in batch])
         for result in results:
             count += 1
-            db.add(Record(task.key, task.target.key, compiler, task.schedule(result.config).to_json(),
-                          result.time_s, result.error, trial=count, seed=seed, op=op, shape=shape))
+            db.add(task.record(result.config, result.time_s, result.error, trial=count, seed=seed, op=op, shape=shape))
             if result.time_s is not None and (best is None or result.time_s < best):
                 best = result.time_s
             if progress is not None:

@@ -22,12 +22,13 @@ from tilec.config import options
 from tilec.errors import TilecError, TilecWarning
 from tilec.records.record import Record, _digest
 
-SCHEMA_VERSION = 2  # 2 added the columns confirmed and spread (version 1 files are upgraded on opening)
+SCHEMA_VERSION = 3  # 2 added confirmed and spread, 3 family and dims; older files are upgraded on opening
 BUSY_TIMEOUT_MS = 30_000  # concurrent tuners wait this long for each other's commits
 
 _COLUMNS = ("task", "target", "compiler", "schedule", "time_s", "error", "trial", "seed", "created", "op", "shape",
-            "confirmed", "spread")
-_ADDED_IN_2 = ("confirmed INTEGER NOT NULL DEFAULT 0", "spread REAL")
+            "confirmed", "spread", "family", "dims")
+_ADDED = {"confirmed": "INTEGER NOT NULL DEFAULT 0", "spread": "REAL",  # since version 2
+          "family": "TEXT NOT NULL DEFAULT ''", "dims": "TEXT"}  # since version 3
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS tilec_schema (version INTEGER NOT NULL)",
     """CREATE TABLE IF NOT EXISTS records (
@@ -35,8 +36,9 @@ _SCHEMA = (
         task TEXT NOT NULL, target TEXT NOT NULL, compiler TEXT NOT NULL, schedule TEXT NOT NULL,
         time_s REAL, error TEXT NOT NULL, trial INTEGER NOT NULL, seed INTEGER,
         created REAL NOT NULL, op TEXT NOT NULL, shape TEXT NOT NULL,
-        confirmed INTEGER NOT NULL DEFAULT 0, spread REAL)""",
+        confirmed INTEGER NOT NULL DEFAULT 0, spread REAL, family TEXT NOT NULL DEFAULT '', dims TEXT)""",
     "CREATE INDEX IF NOT EXISTS records_best ON records (task, target, compiler, error, time_s)",
+    "CREATE INDEX IF NOT EXISTS records_family ON records (family, target, compiler)",
     # append-only: enforced by the database, not only by the absence of an update method
     """CREATE TRIGGER IF NOT EXISTS records_no_update BEFORE UPDATE ON records
         BEGIN SELECT RAISE(ABORT, 'tuning records are append-only'); END""",
@@ -109,23 +111,26 @@ class RecordDB:
                 self._conn.execute("ROLLBACK")
                 raise
             version = self._version()
-        if version == 1:
-            self._upgrade_from_1()
+        if version is not None and version < SCHEMA_VERSION:
+            self._upgrade()
             version = self._version()
         if version is None or version > SCHEMA_VERSION:
             raise TilecError(f"the tuning records {self.path} have schema version {version}, newer than this tilec "
                              f"reads ({SCHEMA_VERSION}); upgrade tilec, or use another file (--records PATH or "
                              f"TILEC_RECORDS)")
 
-    def _upgrade_from_1(self) -> None:
-        """Add version 2's columns: every existing row is a trial (confirmed 0). A file that
-        cannot be written fails to open, through the caller's sqlite3.Error handler."""
+    def _upgrade(self) -> None:
+        """Add the columns later versions added (old rows: trials of no known family). A file
+        that cannot be written fails to open, through the caller's sqlite3.Error handler."""
         self._conn.execute("BEGIN IMMEDIATE")
         try:
-            if self._version() == 1:  # not upgraded meanwhile by another process
-                for column in _ADDED_IN_2:
-                    self._conn.execute(f"ALTER TABLE records ADD COLUMN {column}")
-                self._conn.execute("INSERT INTO tilec_schema (version) VALUES (2)")
+            have = {row[1] for row in self._conn.execute("PRAGMA table_info(records)")}
+            for column, kind in _ADDED.items():
+                if column not in have:
+                    self._conn.execute(f"ALTER TABLE records ADD COLUMN {column} {kind}")
+            self._conn.execute("CREATE INDEX IF NOT EXISTS records_family ON records (family, target, compiler)")
+            if (self._version() or 0) < SCHEMA_VERSION:  # (another process may have upgraded it meanwhile)
+                self._conn.execute("INSERT INTO tilec_schema (version) VALUES (?)", (SCHEMA_VERSION,))
             self._conn.execute("COMMIT")
         except BaseException:
             self._conn.execute("ROLLBACK")
@@ -200,6 +205,15 @@ class RecordDB:
                                           "time_s IS NOT NULL ORDER BY confirmed DESC, time_s, id", (task, target, compiler)),
                     (None, None))
 
+    def family_bests(self, family: str, target: str, compiler: str) -> list[tuple[Record, int]]:
+        """Per task of this family (target and compiler), its `best` and row id."""
+        out: dict[str, tuple[Record, int]] = {}
+        for record, row in self._select_with_ids("WHERE family = ? AND target = ? AND compiler = ? AND error = 'ok' "
+                                                 "AND time_s IS NOT NULL ORDER BY confirmed DESC, time_s, id",
+                                                 (family, target, compiler)):
+            out.setdefault(record.task, (record, row))
+        return list(out.values())
+
     def _select(self, clause: str, params: tuple) -> Iterator[Record]:
         return (record for record, _ in self._select_with_ids(clause, params))
 
@@ -214,6 +228,7 @@ class RecordDB:
             values = dict(zip(_COLUMNS, row))
             try:
                 values["schedule"] = json.loads(values["schedule"])
+                values["dims"] = None if values["dims"] is None else json.loads(values["dims"])
                 record = Record(**values)
             except (ValueError, TypeError, TilecError) as err:  # (json's errors are ValueErrors)
                 self._skip(row_id, err)
@@ -255,6 +270,7 @@ class RecordDB:
 def _row(record: Record) -> tuple:
     values = asdict(record)
     values["schedule"] = json.dumps(record.schedule, sort_keys=True)
+    values["dims"] = None if record.dims is None else json.dumps(record.dims, sort_keys=True)
     return tuple(values[c] for c in _COLUMNS)
 
 

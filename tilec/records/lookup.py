@@ -3,6 +3,10 @@
 Requires: a program, its signature and target. Guarantees: one config per statement that has a
 usable best record (one of this target and compiler whose config still lowers), or None; a
 database that cannot be read warns once and yields None (the default schedule).
+
+A statement with no record of its own (this program, names aside, at these shapes) takes the
+best record of the nearest shape of its family (the same statement of the same program at other
+sizes; distance: tilec.records.record.shape_distance) whose config lowers at this shape too.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from tilec.errors import TilecError, TilecWarning
 from tilec.ir.tensor import Program
 from tilec.pipeline import Signature, compiler_fingerprint, lower_program
 from tilec.records.db import RecordDB, default_path
-from tilec.records.record import Record, task_key
+from tilec.records.record import Record, shape_distance, task_family, task_key
 from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
 from tilec.target import Target
 
@@ -46,23 +50,51 @@ def recorded_schedule(program: Program, sig: Signature, target: Target,
         return None  # the common case, and it creates nothing
     shapes, dtypes, sizes = dict(sig.shapes), dict(sig.dtypes), dict(sig.sizes)
     text, compiler = str(program), compiler_fingerprint()
+    configs = []
     try:
         with RecordDB(path) as db:
-            best = [db.best_with_id(task_key(text, shapes, dtypes, i, sizes), target.key, compiler)
-                    for i in range(len(program.statements))]
+            for stmt in range(len(program.statements)):
+                record, row = db.best_with_id(task_key(text, shapes, dtypes, stmt, sizes), target.key, compiler)
+                config = None if record is None else _usable_config(record, stmt, program, sig, target)
+                how = "tuning record"
+                if record is None:
+                    record, row, config = _nearest(db, text, stmt, program, sig, target, compiler)
+                    how = "nearest-shape reuse of tuning record"
+                if config is None or record is None:
+                    continue
+                configs.append(config)
+                if sources is not None:
+                    time_ms = f", {record.time_s * 1e3:.4g} ms" if record.time_s is not None else ""
+                    at = f", tuned at {_dims_text(record.dims)}" if how != "tuning record" else ""
+                    sources[stmt] = (f"{how} {row} of {path} (task {record.task[:12]}, trial {record.trial}"
+                                     f"{time_ms}{at})")
     except TilecError as err:
         _warn_once(str(path), f"{err}; compiling with default schedules")
         return None
-    configs = []
-    for stmt, (record, row) in enumerate(best):
-        config = None if record is None else _usable_config(record, stmt, program, sig, target)
-        if config is not None and record is not None:
-            configs.append(config)
-            if sources is not None:
-                time_ms = f", {record.time_s * 1e3:.4g} ms" if record.time_s is not None else ""
-                sources[stmt] = f"tuning record {row} of {path} (task {record.task[:12]}, trial {record.trial}{time_ms})"
-
     return TemplateSchedule(tuple(configs)) if configs else None
+
+
+def _nearest(db: RecordDB, text: str, stmt: int, program: Program, sig: Signature, target: Target,
+             compiler: str) -> tuple[Record | None, int | None, TemplateConfig | None]:
+    """The best record of the nearest shape of the statement's family whose config lowers here."""
+    family, dims = task_family(text, dict(sig.shapes), dict(sig.dtypes), stmt, dict(sig.sizes))
+    ranked = sorted(((shape_distance(dims, r.dims or {}), row, r) for r, row in db.family_bests(family, target.key, compiler)),
+                    key=lambda x: x[:2])
+    for distance, row, record in ranked:
+        if distance == float("inf"):
+            break
+        try:
+            config = TemplateSchedule.from_json(record.schedule).override(stmt)
+            if config is not None:
+                lower_program(program, sig, TemplateSchedule((config,)), target)  # legal at this shape?
+                return record, row, config
+        except (TilecError, TypeError, ValueError, KeyError):  # not legal here: the next nearest
+            continue
+    return None, None, None
+
+
+def _dims_text(dims: dict[str, list[int]] | None) -> str:
+    return " ".join(f"{name}={'x'.join(map(str, shape))}" for name, shape in sorted((dims or {}).items()))
 
 
 def _usable_config(record: Record, stmt: int, program: Program, sig: Signature,

@@ -55,6 +55,28 @@ def task_key(program_text: str, shapes: _Items[tuple[int, ...]], dtypes: _Items[
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+def task_family(program_text: str, shapes: _Items[tuple[int, ...]], dtypes: _Items[str], stmt: int,
+                sizes: _Items[int] | None = None) -> tuple[str, dict[str, list[int]]]:
+    """The task's key without its shapes, and its shapes under the numbered names (`canonical_task`):
+    the tasks of one family are one statement of one program at other sizes, so a record tuned at
+    one shape can serve the nearest one (tilec.records.lookup) where its knobs are legal."""
+    shape_items = tuple(sorted((name, tuple(int(d) for d in shape)) for name, shape in dict(shapes).items()))
+    dtype_items = tuple(sorted((name, _dtype_name(dtype)) for name, dtype in dict(dtypes).items()))
+    size_items = tuple(sorted((name, int(v)) for name, v in dict(sizes or {}).items()))
+    program, shape_map, dtype_map, _ = canonical_task(program_text, shape_items, dtype_items, size_items)
+    text = json.dumps({"program": program, "dtypes": dict(dtype_map), "stmt": int(stmt)}, sort_keys=True,
+                      separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:24], {name: list(shape) for name, shape in shape_map}
+
+
+def shape_distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
+    """How far apart two tasks' shapes are: the sum over their dimensions of |log2(a / b)|
+    (inf when they do not have the same tensors of the same ranks)."""
+    if set(a) != set(b) or any(len(a[k]) != len(b[k]) for k in a):
+        return math.inf
+    return sum(abs(math.log2(max(1, x) / max(1, y))) for k in a for x, y in zip(a[k], b[k]))
+
+
 _KEYWORDS = frozenset({"function", "default", "no_defract"})
 _TOKEN = re.compile(r"\[\[.*?\]\]|(?<![\w.])[A-Za-z_]\w*")  # an attribute (kept whole), or a name
 _Pairs = tuple[tuple[str, Any], ...]
@@ -120,6 +142,8 @@ class Record:
     # re-measured interleaved, and `spread` their (max - min) / median; best() trusts the latest.
     confirmed: int = 0
     spread: float | None = None
+    family: str = ""  # task_family's key: the task without its shapes ("" in records of an older tilec)
+    dims: dict[str, list[int]] | None = None  # the shapes under the family's names
 
     def __post_init__(self) -> None:
         for name in ("task", "target", "compiler"):
@@ -134,12 +158,18 @@ class Record:
         _check(isinstance(self.op, str) and isinstance(self.shape, str), "'op' and 'shape' must be strings")
         _check(_is_int(self.confirmed) and self.confirmed >= 0,
                f"'confirmed' must be a non-negative integer, got {self.confirmed!r}")
+        _check(isinstance(self.family, str), f"'family' must be a string, got {self.family!r}")
+        _check(self.dims is None or (isinstance(self.dims, dict) and all(
+            isinstance(k, str) and isinstance(v, list) and all(_is_int(d) and d >= 0 for d in v)
+            for k, v in self.dims.items())), f"'dims' must map names to lists of sizes, got {self.dims!r}")
         _check(self.spread is None or (_is_number(self.spread) and math.isfinite(self.spread) and self.spread >= 0),
                f"'spread' must be a non-negative number or null, got {self.spread!r}")
         _check_schedule(self.schedule)
         # a private plain-JSON copy: numpy knob values become Python numbers, and the caller's
         # list stays theirs to change
         object.__setattr__(self, "schedule", _plain_json(self.schedule))
+        if self.dims is not None:
+            object.__setattr__(self, "dims", {k: [int(d) for d in v] for k, v in self.dims.items()})
         for name, kind in (("time_s", float), ("trial", int), ("seed", int), ("created", float), ("confirmed", int),
                            ("spread", float)):
             if getattr(self, name) is not None:
@@ -193,7 +223,7 @@ def _check_schedule(schedule: Any) -> None:
                f"each 'schedule' entry needs an integer 'stmt', a string 'template' and a 'knobs' object, got {item!r}")
 
 
-_LATER_FIELDS = {"confirmed": 0, "spread": None}  # fields added after the first schema, at their defaults
+_LATER_FIELDS = {"confirmed": 0, "spread": None, "family": "", "dims": None}  # fields added after the first schema, at their defaults
 
 
 def _digest(record: Record) -> str:
@@ -203,4 +233,4 @@ def _digest(record: Record) -> str:
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
 
 
-__all__ = ["TASK_ERRORS", "Record", "task_key"]
+__all__ = ["TASK_ERRORS", "Record", "shape_distance", "task_family", "task_key"]
