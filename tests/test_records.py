@@ -435,6 +435,8 @@ def test_an_untuned_shape_takes_the_nearest_tuned_shapes_record(db_path):
     assert "C.acc: float32[4, 32]" in fn.explain(shapes, stage="loop")  # the near record's register block
     a, b = rng.standard_normal(shapes["A"]).astype(np.float32), rng.standard_normal(shapes["B"]).astype(np.float32)
     np.testing.assert_allclose(fn(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    # nothing is near enough 4096 rows: the heuristic
+    assert tilec.compile(GEMM).explain({"A": (4096, 64), "B": (64, 100)}, stage="templates").rstrip().endswith("<- heuristic")
     # a record of the exact shape wins over any neighbour's
     exact = task_at(120, 100, 64)
     with RecordDB(db_path) as db:

@@ -69,12 +69,17 @@ def task_family(program_text: str, shapes: _Items[tuple[int, ...]], dtypes: _Ite
     return hashlib.sha256(text.encode()).hexdigest()[:24], {name: list(shape) for name, shape in shape_map}
 
 
+NEAR = 4  # a record serves another shape only if no dimension differs by more than this factor
+
+
 def shape_distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
-    """How far apart two tasks' shapes are: the sum over their dimensions of |log2(a / b)|
-    (inf when they do not have the same tensors of the same ranks)."""
+    """How far apart two tasks' shapes are: the sum over their dimensions of |log2(a / b)|; inf
+    when they do not have the same tensors of the same ranks, or when a dimension differs by
+    more than a factor NEAR (a schedule tuned for 64 rows says little about 4096)."""
     if set(a) != set(b) or any(len(a[k]) != len(b[k]) for k in a):
         return math.inf
-    return sum(abs(math.log2(max(1, x) / max(1, y))) for k in a for x, y in zip(a[k], b[k]))
+    logs = [abs(math.log2(max(1, x) / max(1, y))) for k in a for x, y in zip(a[k], b[k])]
+    return math.inf if any(d > math.log2(NEAR) for d in logs) else sum(logs)
 
 
 _KEYWORDS = frozenset({"function", "default", "no_defract"})
