@@ -12,7 +12,7 @@ import pytest
 
 import tilec
 from tilec.autotune.measure import FakeMeasurer
-from tilec.autotune.scheduler import EFFORTS, format_table, parse_budget, step_estimate, tune_tasks
+from tilec.autotune.scheduler import EFFORTS, format_table, parse_budget, revert_to_defaults, step_estimate, tune_tasks
 from tilec.autotune.task import tasks_for
 from tilec.bench.ops import gemm_source
 from tilec.records import RecordDB
@@ -51,6 +51,20 @@ def test_rounds_go_where_the_step_spends_its_time(tmp_path: Path) -> None:
     table = format_table(rows)
     assert table.splitlines()[1].startswith("heavy") and "light" in table
 
+
+def test_tuned_tasks_go_back_to_their_defaults_when_the_step_did_not_gain(tmp_path: Path) -> None:
+    from tilec.pipeline import compiler_fingerprint
+
+    task = gemm_task(64, 64, 64, "t")
+    db = RecordDB(tmp_path / "r.sqlite")
+    (row,) = tune_tasks([(task, 1)], FakeMeasurer(), db, 30.0, effort="quick", clock=ticking())
+    default = task.schedule(task.default_config()).to_json()
+    best = db.best(task.key, task.target.key, compiler_fingerprint())
+    assert best is not None and best.schedule != default  # the fake cost has its optimum elsewhere
+    assert revert_to_defaults([row], db) == 1
+    back = db.best(task.key, task.target.key, compiler_fingerprint())
+    assert back is not None and back.schedule == default and back.confirmed == best.confirmed + 1
+    assert row.best_s == back.time_s and revert_to_defaults([row], db) == 0  # already there
 
 def test_a_budget_smaller_than_a_round_still_tunes_the_first_task_once(tmp_path: Path) -> None:
     a, b = gemm_task(64, 64, 64, "a"), gemm_task(64, 48, 64, "b")
@@ -97,6 +111,7 @@ def test_cli_tunes_a_model_file_within_its_budget(tmp_path: Path, capsys: pytest
     programs = {s["task"]: s["share"] for s in summaries}  # (the statements of one program share its share)
     assert 0 < max(programs.values()) <= 1.0 and sum(set(programs.values())) >= 0.99
     assert "share" in out.err and "tuned kernels per step, as the tuner timed them alone" in out.err
+    assert "training step, alternating processes of 10 steps" in out.err  # the records checked on the step itself
     with RecordDB(records) as db:
         tuned = [s for s in summaries if s["trials"]]
         assert tuned and all(any(r.confirmed for r in db.records(s["task"])) for s in tuned)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from tilec.autotune.measure import Measurer
@@ -159,6 +159,27 @@ def _program_times(rows: Sequence[TaskRow]) -> dict[tuple, float]:
     return out
 
 
+def revert_to_defaults(rows: Sequence[TaskRow], db: RecordDB) -> int:
+    """Put every tuned task whose best is not its default schedule back on the default: a new
+    confirmation round holding only the default's latest confirmed measurement (records are
+    append-only; best() serves the latest round). For when the step itself did not get faster.
+    Returns how many tasks it reverted."""
+    from tilec.autotune.confirm import latest_round
+    from tilec.pipeline import compiler_fingerprint
+
+    reverted = 0
+    for row in rows:
+        latest = latest_round(row.task, db, compiler_fingerprint())
+        default = row.task.schedule(row.task.default_config()).to_json()
+        mine = [r for r in latest if r.schedule == default]
+        if not mine or min(latest, key=lambda r: r.time_s or 0.0).schedule == default:
+            continue
+        db.add(replace(mine[0], confirmed=mine[0].confirmed + 1, created=0.0))
+        row.best_s = mine[0].time_s
+        reverted += 1
+    return reverted
+
+
 def format_table(rows: Sequence[TaskRow]) -> str:
     """The final table: task, runs per step, share of the step, default and tuned ms, trials."""
     lines = [("task", "runs/step", "program's share", "default ms", "tuned ms", "speedup", "trials")]
@@ -184,4 +205,5 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.3f}"
 
 
-__all__ = ["EFFORTS", "Effort", "TaskRow", "format_table", "parse_budget", "step_estimate", "tune_tasks"]
+__all__ = ["EFFORTS", "Effort", "TaskRow", "format_table", "parse_budget", "revert_to_defaults", "step_estimate",
+           "tune_tasks"]

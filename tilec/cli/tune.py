@@ -104,36 +104,16 @@ def _model_workload(args: argparse.Namespace) -> "list[tuple[Task, int]]":
     the backend runs in one training step of the model: `--model NAME` (tilec.bench.models), or
     the file given after `model`, which defines `model`, `example_inputs` (a tuple, or a dict of
     keyword arguments) and optionally `loss` (the model's output -> a scalar tensor)."""
-    from tilec.torch_backend.tuning import step_workload
+    from tilec.torch_backend.tuning import model_from_file, step_workload
 
     if args.model_file is not None:
-        model, step = _model_from_file(args.model_file)
+        model, step = model_from_file(args.model_file)
     else:
         from tilec.bench import models
 
         work = models.build(args.model)  # (in train mode)
         model, step = work.model, (lambda compiled: work.loss(compiled, work.batch(0)))
     return step_workload(model, step)
-
-
-def _model_from_file(path: str) -> "tuple[Any, Callable[[Any], Any]]":
-    import importlib.util
-
-    from tilec.torch_backend.tuning import example_step
-
-    spec = importlib.util.spec_from_file_location("tilec_tuned_model", path)
-    if spec is None or spec.loader is None or not Path(path).is_file():
-        raise TilecError(f"tune model {path}: no such Python file")
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as err:  # noqa: BLE001 - the user's file: say what failed in it
-        raise TilecError(f"tune model {path}: running the file failed: {type(err).__name__}: {err}") from None
-    missing = [name for name in ("model", "example_inputs") if not hasattr(module, name)]
-    if missing:
-        raise TilecError(f"tune model {path}: the file must define {' and '.join(missing)} (the module to tune and "
-                         f"its example inputs: a tuple, or a dict of keyword arguments)")
-    return module.model, example_step(module.example_inputs, getattr(module, "loss", None))
 
 
 def _model_tasks(args: argparse.Namespace) -> "tuple[list[Task], str, str]":
@@ -297,12 +277,50 @@ def _run_budget(args: argparse.Namespace, show: "Callable[[str, Progress | None]
                           progress=report)
     before, after = step_estimate(rows)
     sys.stderr.write(format_table(rows) + f"\ntuned kernels per step, as the tuner timed them alone: "
-                     f"{before * 1e3:.3f} ms before, {after * 1e3:.3f} ms after ({before / after if after else 1.0:.2f}x); "
-                     f"the step itself may differ: time it with `tilec bench model --records` against an empty "
-                     f"records file\n")
+                     f"{before * 1e3:.3f} ms before, {after * 1e3:.3f} ms after ({before / after if after else 1.0:.2f}x)\n")
+    if args.verify_steps > 0:
+        _verify_step(args, rows)
     return [{"task": r.task.key, "label": r.task.label, "runs_per_step": r.weight, "share": round(r.share, 4),
              "default_ms": None if r.default_s is None else r.default_s * 1e3,
              "time_ms": None if r.best_s is None else r.best_s * 1e3, "trials": r.trials} for r in rows]
+
+
+VERIFY_GAIN = 0.01  # the tuned step must be this much faster than the untuned one to keep its records
+
+
+def _verify_step(args: argparse.Namespace, rows: Any) -> None:
+    """Time the training step with the new records and without, alternately, each in a process of
+    its own (tilec.bench.step_timer); if the tuned step is not VERIFY_GAIN faster, put the tuned
+    tasks back on their default schedules (scheduler.revert_to_defaults)."""
+    import json
+    import os
+    import statistics
+    import subprocess
+
+    from tilec.autotune.scheduler import revert_to_defaults
+    from tilec.records import RecordDB, default_path
+
+    records = str(args.records or default_path())
+    which = ["--file", args.model_file] if args.model_file else ["--model", args.model]
+    times: dict[str, list[float]] = {"untuned": [], "tuned": []}
+    for side in ["untuned", "tuned"] * 2:
+        env = {**os.environ, "TILEC_RECORDS": records if side == "tuned" else ""}
+        done = subprocess.run([sys.executable, "-m", "tilec.bench.step_timer", *which, "--steps", str(args.verify_steps)],
+                              env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+            sys.stderr.write(f"tune model: could not time the training step to check the records ({last}); they are kept\n")
+            return
+        times[side].append(json.loads(done.stdout.strip().splitlines()[-1])["median_ms"])
+    untuned, tuned = statistics.median(times["untuned"]), statistics.median(times["tuned"])
+    sys.stderr.write(f"training step, alternating processes of {args.verify_steps} steps: {untuned:.3f} ms untuned, "
+                     f"{tuned:.3f} ms tuned ({untuned / tuned:.2f}x)\n")
+    if tuned > untuned * (1 - VERIFY_GAIN):
+        with RecordDB(args.records) as db:
+            count = revert_to_defaults(rows, db)
+        sys.stderr.write(f"tune model: the tuned step is not at least {100 * VERIFY_GAIN:.0f}% faster, so the {count} "
+                         f"tuned kernel statement(s) that left their default schedule are back on it (their records "
+                         f"stay, and a later tuning can win them back)\n")
 
 
 def _ms(seconds: float | None) -> str:
@@ -360,6 +378,10 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
     tune.add_argument("--budget", default=None, metavar="TIME",
                       help="with `tilec tune model`: tune all of the step's kernels within this time (90s, 10m, 1h), "
                            "most where the expected gain is largest, instead of --trials for each")
+    tune.add_argument("--verify-steps", type=int, default=10, metavar="N",
+                      help="with --budget: then time N training steps with the new records and without, alternately "
+                           "in processes of their own, and put the tuned kernels back on their default schedules "
+                           "unless the step got at least 1%% faster (default 10; 0: do not check)")
     tune.add_argument("--effort", default="default", choices=("quick", "default", "full"),
                       help="with --budget: trials per round and candidates confirmed (quick 4/2, default 8/4, full 16/4)")
     tune.add_argument("--model", default="mlp", help="with `tilec tune model`: mlp, gpt2, bert or resnet18 "

@@ -64,6 +64,27 @@ def step_workload(model: torch.nn.Module, step: Callable[[Any], torch.Tensor]) -
     return workload
 
 
+def model_from_file(path: str) -> tuple[torch.nn.Module, Callable[[Any], torch.Tensor]]:
+    """The model a Python file defines (`model`, `example_inputs`: a tuple, or a dict of keyword
+    arguments; optionally `loss`: output -> scalar) and its example step (`example_step`)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("tilec_tuned_model", path)
+    if spec is None or spec.loader is None or not Path(path).is_file():
+        raise TilecError(f"tune model {path}: no such Python file")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # noqa: BLE001 - the user's file: say what failed in it
+        raise TilecError(f"tune model {path}: running the file failed: {type(err).__name__}: {err}") from None
+    missing = [name for name in ("model", "example_inputs") if not hasattr(module, name)]
+    if missing:
+        raise TilecError(f"tune model {path}: the file must define {' and '.join(missing)} (the module to tune and "
+                         f"its example inputs: a tuple, or a dict of keyword arguments)")
+    return module.model, example_step(module.example_inputs, getattr(module, "loss", None))
+
+
 def tune_model(model: torch.nn.Module, example_inputs: Any, budget: str | float = "10m", *, effort: str = "default",
                loss: Callable[[Any], torch.Tensor] | None = None, records: str | None = None, seed: int = 0,
                progress: Callable[[Any, float], None] | None = None) -> Sequence[Any]:
@@ -81,4 +102,4 @@ def tune_model(model: torch.nn.Module, example_inputs: Any, budget: str | float 
                           progress=progress)
 
 
-__all__ = ["example_step", "step_workload", "tune_model"]
+__all__ = ["example_step", "model_from_file", "step_workload", "tune_model"]
