@@ -40,10 +40,15 @@ def spread(samples: Sequence[float]) -> float:
 
 def latest_round(task: Task, db: RecordDB, compiler: str) -> list[Record]:
     """The records of the task's latest confirmation on this target and compiler (empty if none)."""
-    confirmed = [r for r in db.records(task.key)
-                 if r.confirmed > 0 and r.target == task.target.key and r.compiler == compiler]
+    confirmed = [r for r in db.records(task.key, task.target.key, compiler) if r.confirmed > 0]
     last = max((r.confirmed for r in confirmed), default=0)
     return [r for r in confirmed if r.confirmed == last]
+
+
+def default_record(task: Task, records: Sequence[Record]) -> Record | None:
+    """The record of the task's default schedule among `records` (one confirmation's, say)."""
+    default = task.schedule(task.default_config()).to_json()
+    return next((r for r in records if r.schedule == default), None)
 
 
 def beats(samples: Sequence[float], default: Sequence[float]) -> bool:

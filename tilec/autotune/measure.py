@@ -104,16 +104,20 @@ def _time_candidate(task: Task, fn: Callable[[list[np.ndarray]], Any], inputs: l
                     opts: MeasureOptions) -> float:
     """GPU tasks by CUDA events on the device call (tilec.autotune.gpu); CPU ones by wall clock."""
     if task.target.is_gpu:
-        device_call = getattr(fn, "device_call", fn)
-        return float(time_gpu(task.target, lambda: device_call(inputs), opts.repeats, opts.min_repeat_s))
+        return _time_on_device(task, fn, inputs, opts.repeats, opts.min_repeat_s)
     return _time(lambda: fn(inputs), opts)
+
+
+def _time_on_device(task: Task, fn: Callable[[list[np.ndarray]], Any], inputs: list[np.ndarray], repeats: int,
+                    min_repeat_s: float) -> float:
+    device_call = getattr(fn, "device_call", fn)
+    return float(time_gpu(task.target, lambda: device_call(inputs), repeats, min_repeat_s))
 
 
 def _sample(task: Task, fn: Callable[[list[np.ndarray]], Any], inputs: list[np.ndarray], number: int) -> float:
     """Seconds per call of `number` calls in a row, without warm-up (a GPU task's: on the device)."""
     if task.target.is_gpu:
-        device_call = getattr(fn, "device_call", fn)
-        return float(time_gpu(task.target, lambda: device_call(inputs), 1, 0.0))
+        return _time_on_device(task, fn, inputs, 1, 0.0)
     start = time.perf_counter()
     for _ in range(number):
         fn(inputs)

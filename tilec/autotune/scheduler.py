@@ -164,18 +164,17 @@ def revert_to_defaults(rows: Sequence[TaskRow], db: RecordDB) -> int:
     confirmation round holding only the default's latest confirmed measurement (records are
     append-only; best() serves the latest round). For when the step itself did not get faster.
     Returns how many tasks it reverted."""
-    from tilec.autotune.confirm import latest_round
+    from tilec.autotune.confirm import default_record, latest_round
     from tilec.pipeline import compiler_fingerprint
 
     reverted = 0
     for row in rows:
         latest = latest_round(row.task, db, compiler_fingerprint())
-        default = row.task.schedule(row.task.default_config()).to_json()
-        mine = [r for r in latest if r.schedule == default]
-        if not mine or min(latest, key=lambda r: r.time_s or 0.0).schedule == default:
+        default = default_record(row.task, latest)
+        if default is None or min(latest, key=lambda r: r.time_s or 0.0) is default:
             continue
-        db.add(replace(mine[0], confirmed=mine[0].confirmed + 1, created=0.0))
-        row.best_s = mine[0].time_s
+        db.add(replace(default, confirmed=default.confirmed + 1, created=0.0))
+        row.best_s = default.time_s
         reverted += 1
     return reverted
 

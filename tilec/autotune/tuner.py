@@ -38,10 +38,6 @@ class Progress:
     last: MeasureResult | None
 
 
-def _records_of(task: Task, db: RecordDB, compiler: str) -> list[Record]:
-    return [r for r in db.records(task.key) if r.target == task.target.key and r.compiler == compiler]
-
-
 def _config_of(task: Task, record: Record) -> Config | None:
     try:
         return task.config_of(TemplateSchedule.from_json(record.schedule))
@@ -52,7 +48,7 @@ def _config_of(task: Task, record: Record) -> Config | None:
 def measured_configs(task: Task, db: RecordDB) -> list[tuple[Config, float | None]]:
     """The task's trials (config, seconds or None) for this target and compiler, oldest first."""
     out = []
-    for r in _records_of(task, db, compiler_fingerprint()):
+    for r in db.records(task.key, task.target.key, compiler_fingerprint()):
         config = _config_of(task, r) if r.confirmed == 0 else None
         if config is not None:
             out.append((config, r.time_s if r.error == "ok" else None))
@@ -133,11 +129,10 @@ def tune(task: Task, trials: int, measurer: Measurer, db: RecordDB, seed: int = 
 def default_time(task: Task, db: RecordDB) -> float | None:
     """The recorded time of the task's default config (the heuristic's), if measured: the latest
     confirmation's, measured beside the best, else its trial's."""
+    confirmed = confirmation.default_record(task, confirmation.latest_round(task, db, compiler_fingerprint()))
+    if confirmed is not None and confirmed.time_s is not None:
+        return confirmed.time_s
     default = task.default_config()
-    confirmed = [r.time_s for r in confirmation.latest_round(task, db, compiler_fingerprint())
-                 if r.time_s is not None and _config_of(task, r) == default]
-    if confirmed:
-        return confirmed[0]
     times = [t for c, t in measured_configs(task, db) if c == default and t is not None]
     return min(times) if times else None
 

@@ -21,25 +21,15 @@ WARMUP = 3  # steps before timing: the first compiles
 
 
 def _stepper(model_name: str | None, file: str | None) -> Callable[[int], Any]:
-    import torch
-
     from tilec.bench import models
 
     if file is None:
         return models.stepper(models.build(model_name or "mlp"), models.BACKEND)
     from tilec.torch_backend.tuning import model_from_file
 
-    model, loss_of = model_from_file(file)
-    compiled = torch.compile(model, backend=models.BACKEND)
-    optimiser = torch.optim.SGD(model.parameters(), lr=1e-3)
-
-    def step(k: int) -> Any:
-        optimiser.zero_grad()
-        loss = loss_of(compiled)
-        loss.backward()
-        optimiser.step()
-        return float(loss.detach())
-    return step
+    model, loss_of = model_from_file(file)  # (the file's example inputs, every step)
+    work = models.Workload(file, model, batch=lambda k: {}, loss=lambda compiled, batch: loss_of(compiled), lr=1e-3)
+    return models.stepper(work, models.BACKEND)
 
 
 def median_step_ms(model_name: str | None, file: str | None, steps: int) -> float:

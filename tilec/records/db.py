@@ -29,6 +29,9 @@ _COLUMNS = ("task", "target", "compiler", "schedule", "time_s", "error", "trial"
             "confirmed", "spread", "family", "dims")
 _ADDED = {"confirmed": "INTEGER NOT NULL DEFAULT 0", "spread": "REAL",  # since version 2
           "family": "TEXT NOT NULL DEFAULT ''", "dims": "TEXT"}  # since version 3
+_FAMILY_INDEX = "CREATE INDEX IF NOT EXISTS records_family ON records (family, target, compiler)"
+# the usable records, best first: of the latest confirmation (tilec.autotune.confirm), then the fastest
+_USABLE_BEST_FIRST = "error = 'ok' AND time_s IS NOT NULL ORDER BY confirmed DESC, time_s, id"
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS tilec_schema (version INTEGER NOT NULL)",
     """CREATE TABLE IF NOT EXISTS records (
@@ -38,7 +41,7 @@ _SCHEMA = (
         created REAL NOT NULL, op TEXT NOT NULL, shape TEXT NOT NULL,
         confirmed INTEGER NOT NULL DEFAULT 0, spread REAL, family TEXT NOT NULL DEFAULT '', dims TEXT)""",
     "CREATE INDEX IF NOT EXISTS records_best ON records (task, target, compiler, error, time_s)",
-    "CREATE INDEX IF NOT EXISTS records_family ON records (family, target, compiler)",
+    _FAMILY_INDEX,
     # append-only: enforced by the database, not only by the absence of an update method
     """CREATE TRIGGER IF NOT EXISTS records_no_update BEFORE UPDATE ON records
         BEGIN SELECT RAISE(ABORT, 'tuning records are append-only'); END""",
@@ -128,7 +131,7 @@ class RecordDB:
             for column, kind in _ADDED.items():
                 if column not in have:
                     self._conn.execute(f"ALTER TABLE records ADD COLUMN {column} {kind}")
-            self._conn.execute("CREATE INDEX IF NOT EXISTS records_family ON records (family, target, compiler)")
+            self._conn.execute(_FAMILY_INDEX)
             if (self._version() or 0) < SCHEMA_VERSION:  # (another process may have upgraded it meanwhile)
                 self._conn.execute("INSERT INTO tilec_schema (version) VALUES (?)", (SCHEMA_VERSION,))
             self._conn.execute("COMMIT")
@@ -189,10 +192,12 @@ class RecordDB:
 
     # ------------------------------------------------------------ reading
 
-    def records(self, task: str | None = None) -> list[Record]:
-        """Every record (or every record of `task`), oldest first."""
-        where, params = ("WHERE task = ?", (task,)) if task is not None else ("", ())
-        return list(self._select(f"{where} ORDER BY id", params))
+    def records(self, task: str | None = None, target: str | None = None, compiler: str | None = None) -> list[Record]:
+        """Every record (or those of `task`, and of `target` and `compiler` where given), oldest first."""
+        given = [(column, value) for column, value in (("task", task), ("target", target), ("compiler", compiler))
+                 if value is not None]
+        where = "WHERE " + " AND ".join(f"{column} = ?" for column, _ in given) if given else ""
+        return list(self._select(f"{where} ORDER BY id", tuple(value for _, value in given)))
 
     def best(self, task: str, target: str, compiler: str) -> Record | None:
         """The fastest successful record of exactly this task, target and compiler (damaged rows
@@ -201,15 +206,13 @@ class RecordDB:
 
     def best_with_id(self, task: str, target: str, compiler: str) -> tuple[Record | None, int | None]:
         """`best` and its row id (None, None when there is none)."""
-        return next(self._select_with_ids("WHERE task = ? AND target = ? AND compiler = ? AND error = 'ok' AND "
-                                          "time_s IS NOT NULL ORDER BY confirmed DESC, time_s, id", (task, target, compiler)),
-                    (None, None))
+        return next(self._select_with_ids(f"WHERE task = ? AND target = ? AND compiler = ? AND {_USABLE_BEST_FIRST}",
+                                          (task, target, compiler)), (None, None))
 
     def family_bests(self, family: str, target: str, compiler: str) -> list[tuple[Record, int]]:
         """Per task of this family (target and compiler), its `best` and row id."""
         out: dict[str, tuple[Record, int]] = {}
-        for record, row in self._select_with_ids("WHERE family = ? AND target = ? AND compiler = ? AND error = 'ok' "
-                                                 "AND time_s IS NOT NULL ORDER BY confirmed DESC, time_s, id",
+        for record, row in self._select_with_ids(f"WHERE family = ? AND target = ? AND compiler = ? AND {_USABLE_BEST_FIRST}",
                                                  (family, target, compiler)):
             out.setdefault(record.task, (record, row))
         return list(out.values())
