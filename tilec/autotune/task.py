@@ -27,8 +27,7 @@ from tilec.records import Record, task_key
 from tilec.records.record import task_family
 from tilec.runtime.function import Function
 from tilec.schedule import params as lowering_params
-from tilec.schedule.heuristics import cpu as cpu_heuristic
-from tilec.schedule.heuristics import gpu as gpu_heuristic
+from tilec.schedule.cuts import cut, tunable_statements
 from tilec.schedule import registry
 from tilec.schedule.templates.base import Context, Template, config_of
 from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
@@ -165,10 +164,13 @@ class Task:
 
 
 def tasks_for(source: str, shapes: Mapping[str, tuple[int, ...]], dtypes: Mapping[str, str] | None = None,
-              target: Target | None = None, sizes: Mapping[str, int] | None = None, label: str = "") -> list[Task]:
-    """The tunable statements of a program: at each statement, the first template of the target
-    kind's tuning order that applies gets a task if it is tunable (statements it lowers together
-    with it are skipped; the fused attention gradient, which has no search space yet, has no task)."""
+              target: Target | None = None, sizes: Mapping[str, int] | None = None, label: str = "",
+              alone: bool = False) -> list[Task]:
+    """The tunable statements of a program (tilec.schedule.cuts.tunable_statements): one task at
+    each (the fused attention gradient, which has no search space yet, has none). With `alone`,
+    each task is its statement cut out of the program (tilec.schedule.cuts.cut): a candidate runs
+    the statement, not the whole program, and its record serves every program that holds the
+    statement (tilec.records.lookup looks cuts up after the whole program's own records)."""
     target = target or pipeline.resolve_target("llvm")  # the host, or the CPU TILEC_TARGET names
     dtypes = dict(dtypes or {})
     program = parse(source, dict(sizes or {}))
@@ -180,21 +182,25 @@ def tasks_for(source: str, shapes: Mapping[str, tuple[int, ...]], dtypes: Mappin
     dtype_items = tuple((n, dtypes.get(n, "float32")) for n in names)
     size_items = tuple(sorted((sizes or {}).items()))
     bp = bind(program, dict(shape_items), dict(dtype_items), dict(size_items))
-    ctx = Context(bp, target, lowering_params.current())
-    order = gpu_heuristic.ORDER if target.is_gpu else cpu_heuristic.TUNED
-    tasks, skip_until = [], 0
-    for index in range(len(bp.statements)):
-        if index < skip_until:
+    tasks = []
+    for found in tunable_statements(bp, target):
+        if not alone:
+            tasks.append(Task(source, shape_items, dtype_items, target, found.index, found.template, size_items, label))
             continue
-        for template in order:
-            plan = template.match(index, ctx)
-            if plan is None:
-                continue
-            skip_until = index + template.consumed(plan)
-            if template.tunable:
-                tasks.append(Task(source, shape_items, dtype_items, target, index, template.name, size_items, label))
-            break
+        part = cut(bp, found.index, found.count)
+        task = Task(part.source, part.shapes, part.dtypes, target, part.first, found.template, part.sizes, label)
+        tasks.append(task if _applies(task) else
+                     Task(source, shape_items, dtype_items, target, found.index, found.template, size_items, label))
     return tasks
+
+
+def _applies(task: Task) -> bool:
+    """Whether the task's template lowers its statement (a cut program can lose what made the
+    template apply in the whole one: then the whole program is tuned)."""
+    try:
+        return task.impl.match(task.stmt, task.context) is not None
+    except TilecError:
+        return False
 
 
 def gradient_source(source: str, wrt: "list[str] | tuple[str, ...]", sizes: Mapping[str, int] | None = None) -> str:

@@ -89,18 +89,23 @@ def tuning_tasks() -> list[Any]:
 
 
 def tuning_workload() -> list[tuple[Any, int]]:
-    """`tuning_tasks()`, each with the number of places in the compiled graphs that run its program
-    (the weight tilec.autotune.scheduler gives it)."""
+    """The tuner's tasks of every program the backend ran (`tasks.PROGRAMS`), each statement cut
+    out of its program (tilec.autotune.task.tasks_for with `alone`: a candidate runs one
+    statement, not a whole fused kernel), with the number of places in the compiled graphs that
+    run it (the weight tilec.autotune.scheduler gives it): a statement that several kernels hold
+    is one task."""
     from tilec.autotune.task import tasks_for
 
-    out: list[tuple[Any, int]] = []
+    weights: dict[str, tuple[Any, int]] = {}
     for k, ((source, inputs), sites) in enumerate(PROGRAMS.items()):
         shapes = {name: shape for name, shape, _ in inputs}
         dtypes = {name: dtype for name, _, dtype in inputs}
-        dims = ",".join("x".join(map(str, shape)) for _, shape, _ in inputs) if len(inputs) <= 3 else f"{len(inputs)} inputs"
-        out.extend((replace(task, label=f"kernel {k}.{task.stmt} {task.template} {dims}"), sites)
-                   for task in tasks_for(source, shapes, dtypes))
-    return out
+        for j, task in enumerate(tasks_for(source, shapes, dtypes, alone=True)):
+            dims = ",".join("x".join(map(str, shape)) for _, shape in task.shapes) if len(task.shapes) <= 3 \
+                else f"{len(task.shapes)} inputs"
+            first, count = weights.get(task.key, (replace(task, label=f"kernel {k}.{j} {task.template} {dims}"), 0))
+            weights[task.key] = (first, count + sites)
+    return list(weights.values())
 
 
 def register() -> None:
