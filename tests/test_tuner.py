@@ -213,14 +213,25 @@ def test_the_confirmation_undoes_a_lucky_trial(tmp_path: Path) -> None:
 
 
 def test_a_candidate_must_beat_the_default_in_most_rounds_to_be_kept() -> None:
-    """Round by round, side by side: a lower median won in half the rounds is noise, not a win."""
-    from tilec.autotune.confirm import beats
+    """Round by round, side by side: a lower median won in half the rounds is noise, not a win;
+    how many wins are enough is a one-sided sign test's answer, stricter with more candidates."""
+    from math import comb
+
+    from tilec.autotune.confirm import ALPHA, beats, wins_needed
 
     default = [10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0]
-    assert beats([9.0] * 8, default)
-    assert beats([9.0, 9.0, 9.0, 9.0, 9.0, 9.0, 11.0, 12.0], default)  # 6 of 8 rounds
+    assert beats([9.0] * 8, default) and beats([9.0] * 8, default, candidates=5)
+    seven = [9.0, 9.0, 9.0, 9.0, 9.0, 9.0, 9.0, 12.0]  # P(7 or 8 wins of 8 by chance) = 3.5%
+    assert beats(seven, default) and not beats(seven, default, candidates=4)
     assert not beats([5.0, 5.0, 5.0, 5.0, 11.0, 11.0, 11.0, 11.0], default)  # 4 of 8, however large the wins
     assert not beats([10.0] * 8, default) and not beats([], [])
+    for rounds in (5, 8, 40, 200):
+        for candidates in (1, 5):
+            k = wins_needed(rounds, candidates)
+            tail = sum(comb(rounds, j) for j in range(k, rounds + 1)) / 2 ** rounds
+            below = sum(comb(rounds, j) for j in range(k - 1, rounds + 1)) / 2 ** rounds
+            assert tail <= ALPHA / candidates < below  # the smallest count the test accepts
+    assert 0.55 < wins_needed(200, 5) / 200 < 0.62  # a millisecond kernel's ~200 rounds: a clear majority
 
 def test_a_second_shape_starts_from_the_first_shapes_records(tmp_path: Path) -> None:
     """`tilec tune` hands the records of the op's other shapes to the cost model (transfer): the

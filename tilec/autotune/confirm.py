@@ -10,14 +10,18 @@ as the task's next confirmation. RecordDB.best() serves the latest confirmation'
 any single trial, and `tilec bench --records` then finds the time the tuner reported.
 
 The default schedule is the null hypothesis: a candidate enters the confirmation only if it beat
-the default in at least WIN_SHARE of the rounds (each round runs them side by side) and by its
-median. Where one statement is a small part of its program (a whole model's fused kernel), the
-program's time varies more than the statement's schedule moves it, and without this test the
-confirmation would crown whichever candidate the noise favoured.
+the default in enough of the rounds (each round runs them side by side) that a one-sided sign
+test rejects "no faster than the default" at level ALPHA shared among the candidates (Bonferroni),
+and by its median. With the few rounds of a slow kernel that takes nearly every round (8 of 8 at
+four candidates); with the ~200 rounds of a millisecond kernel, about 58% of them. Single calls
+of a millisecond kernel on a shared 2-core machine vary by tens of percent, so a candidate whose
+search-time minimum looked 10-20% faster usually wins about half the rounds: the test keeps the
+default then, where the confirmation would otherwise crown whichever candidate the noise favoured.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Protocol, Sequence
 
@@ -25,7 +29,7 @@ from tilec.autotune.task import Config, Task
 from tilec.records import Record, RecordDB
 
 TOP = 4  # the fastest trials a confirmation re-measures (besides the default and the previous best)
-WIN_SHARE = 0.75  # of the rounds a candidate must win against the default to be kept
+ALPHA = 0.05  # the chance that a confirmation keeps some candidate no faster than the default
 
 
 class Remeasurer(Protocol):
@@ -51,12 +55,26 @@ def default_record(task: Task, records: Sequence[Record]) -> Record | None:
     return next((r for r in records if r.schedule == default), None)
 
 
-def beats(samples: Sequence[float], default: Sequence[float]) -> bool:
-    """Whether a candidate's samples beat the default's, taken in the same rounds: faster in at
-    least WIN_SHARE of them, and by the median."""
+def wins_needed(rounds: int, candidates: int = 1) -> int:
+    """The fewest wins in `rounds` side-by-side rounds that a one-sided sign test takes as a real
+    gain over the default, at level ALPHA / `candidates`: the smallest k with P(X >= k) <= level
+    for X ~ Binomial(rounds, 1/2) (rounds + 1 when even winning them all is not enough)."""
+    level, tail = ALPHA / max(1, candidates), 0.0
+    for k in range(rounds, -1, -1):
+        tail += math.comb(rounds, k) / 2.0 ** rounds
+        if tail > level:
+            return k + 1
+    return 0
+
+
+def beats(samples: Sequence[float], default: Sequence[float], candidates: int = 1) -> bool:
+    """Whether a candidate's samples beat the default's, taken in the same rounds: faster in
+    `wins_needed` of them (`candidates`: how many are tested against the default at once), and by
+    the median."""
     rounds = list(zip(samples, default))
     wins = sum(1 for mine, theirs in rounds if mine < theirs)
-    return bool(rounds) and wins >= WIN_SHARE * len(rounds) and statistics.median(samples) < statistics.median(default)
+    return (bool(rounds) and wins >= wins_needed(len(rounds), candidates)
+            and statistics.median(samples) < statistics.median(default))
 
 
 def confirm(task: Task, measurer: Remeasurer, db: RecordDB, configs: Sequence[Config], compiler: str, *,
@@ -67,9 +85,10 @@ def confirm(task: Task, measurer: Remeasurer, db: RecordDB, configs: Sequence[Co
     number = max((r.confirmed for r in latest_round(task, db, compiler)), default=0) + 1
     measured = measurer.remeasure(task, configs)
     default = next((s for c, s in zip(configs, measured) if c == task.default_config() and s), None)
+    rivals = max(1, len(configs) - 1)
     out = []
     for config, samples in zip(configs, measured):
-        if samples and (default is None or samples is default or beats(samples, default)):
+        if samples and (default is None or samples is default or beats(samples, default, rivals)):
             out.append(task.record(config, statistics.median(samples), trial=trial, seed=seed, op=op, shape=shape,
                                    confirmed=number, spread=spread(samples)))
     for record in out:

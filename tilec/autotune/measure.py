@@ -124,7 +124,7 @@ def _sample(task: Task, fn: Callable[[list[np.ndarray]], Any], inputs: list[np.n
     return (time.perf_counter() - start) / number
 
 
-MIN_ROUNDS, MAX_ROUNDS = 5, 200
+MIN_ROUNDS, MAX_ROUNDS = 8, 200  # (8: a sign test over five candidates can still keep one, tilec.autotune.confirm)
 
 
 def _interleaved_samples(task: Task, configs: list[Config], inputs: list[np.ndarray],
@@ -283,11 +283,13 @@ class LocalMeasurer:
         self._close_worker()
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_worker, args=(child, task, self.options, str(self.cache_dir)), daemon=True,
-                                 name="tilec-measure")
-        self._proc.start()
-        child.close()
-        self._conn, self._task, self._loading = parent, task, True
+        proc = ctx.Process(target=_worker, args=(child, task, self.options, str(self.cache_dir)), daemon=True,
+                           name="tilec-measure")
+        try:
+            proc.start()  # (a process that cannot start leaves no worker behind to close)
+        finally:
+            child.close()
+        self._proc, self._conn, self._task, self._loading = proc, parent, task, True
 
     def _start(self, task: Task) -> None:
         """Have the worker ready to measure: spawned, loaded, and the default timed."""
@@ -370,9 +372,9 @@ class FakeMeasurer:
         return [self._result(c) for c in configs]
 
     def remeasure(self, task: Task, configs: Sequence[Config]) -> list[list[float] | None]:
-        """Five rounds of the noiseless cost (None for a faulty config)."""
+        """MIN_ROUNDS rounds of the noiseless cost (None for a faulty config)."""
         self.remeasured.append([dict(c) for c in configs])
-        return [None if r.time_s is None else [r.time_s] * 5 for r in map(self._result, configs)]
+        return [None if r.time_s is None else [r.time_s] * MIN_ROUNDS for r in map(self._result, configs)]
 
     def _result(self, config: Config) -> MeasureResult:
         kind = next((k for k, hit in self.faults.items() if hit(config)), None)

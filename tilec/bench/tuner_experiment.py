@@ -30,9 +30,9 @@ from pathlib import Path
 from tilec.autotune.measure import LocalMeasurer, Measurer, MeasureResult
 from tilec.records import RecordDB
 from tilec.autotune.space import Constraint, Space, space_for
-from tilec.autotune.task import Config, Task, tasks_for
+from tilec.autotune.task import Config, Task
 from tilec.autotune.tuner import best_so_far, tune
-from tilec.bench.ops import gemm_source
+from tilec.bench.tuner_table import gemm_task
 from tilec.errors import TilecError
 
 
@@ -138,13 +138,7 @@ def trials_to_reach(curve: Sequence[float], target: float) -> int | None:
     return next((k + 1 for k, t in enumerate(curve) if t <= target), None)
 
 
-def gemm_task(size: int) -> Task:
-    shapes = {"A": (size, size), "B": (size, size)}
-    (task,) = tasks_for(gemm_source({}), shapes, {"A": "float32", "B": "float32"}, label=f"gemm {size}^3")
-    return task
-
-
-def run(trials: int = 64, seeds: Sequence[int] = (0, 1, 2), size: int = 512, out: str | None = None,
+def run(trials: int = 64, seeds: Sequence[int] = (0, 1, 2), size: int | str = 512, out: str | None = None,
         cache: str | None = None, table: str | None = None, task: Task | None = None) -> dict:
     """Both strategies, each seed. With `table` (a complete or partial table of measurements),
     nothing is measured: the searches run over the table's points and the reference best is
@@ -204,7 +198,7 @@ def mean_trials(counts: Sequence[int | None], cap: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=64)
-    parser.add_argument("--size", type=int, default=512)
+    parser.add_argument("--size", default="512", help="GEMM size: N (N^3) or M,N,K; with --table, the table's")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     parser.add_argument("--out", default="tuning_curve.png")
     parser.add_argument("--table", default=None, metavar="FILE.json",

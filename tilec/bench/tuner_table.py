@@ -27,6 +27,25 @@ from tilec.autotune.space import space_for
 from tilec.autotune.task import Config, Task, tasks_for
 
 
+def gemm_task(size: int | str = 512) -> Task:
+    """The GEMM task of a table or an experiment: `size` is N (N^3) or "M,N,K"."""
+    from tilec.bench.ops import gemm_source
+    from tilec.errors import TilecError
+
+    try:
+        dims = [int(d) for d in str(size).split(",")]
+    except ValueError:
+        dims = []
+    if len(dims) == 1:
+        dims *= 3
+    if len(dims) != 3 or min(dims) < 1:
+        raise TilecError(f"GEMM size '{size}': give N (for N^3) or M,N,K, positive integers")
+    m, n, k = dims
+    label = f"gemm {m}^3" if m == n == k else f"gemm M={m},N={n},K={k}"
+    (task,) = tasks_for(gemm_source({}), {"A": (m, k), "B": (k, n)}, {"A": "float32", "B": "float32"}, label=label)
+    return task
+
+
 def config_key(config: Config) -> str:
     return json.dumps(sorted(config.items()), default=str)
 
@@ -83,18 +102,15 @@ def measure_table(task: Task, out: str | Path, repeats: int = 5, min_repeat_s: f
 
 
 def main() -> None:
-    from tilec.bench.ops import gemm_source
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=512, help="GEMM size (size^3)")
+    parser.add_argument("--size", default="512", help="GEMM size: N (N^3) or M,N,K (default 512)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--top", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=2, help="re-measurements of the top points")
     parser.add_argument("--limit", type=int, default=None, help="measure only this many points (random ones)")
     args = parser.parse_args()
-    shapes = {"A": (args.size, args.size), "B": (args.size, args.size)}
-    (task,) = tasks_for(gemm_source({}), shapes, {"A": "float32", "B": "float32"}, label=f"gemm {args.size}^3")
+    task = gemm_task(args.size)
     start = time.monotonic()
     table = measure_table(task, args.out, repeats=args.repeats, top=args.top, rounds=args.rounds, limit=args.limit,
                           log=lambda s: print(s, flush=True))
