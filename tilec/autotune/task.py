@@ -184,13 +184,12 @@ def tasks_for(source: str, shapes: Mapping[str, tuple[int, ...]], dtypes: Mappin
     bp = bind(program, dict(shape_items), dict(dtype_items), dict(size_items))
     tasks = []
     for found in tunable_statements(bp, target):
-        if not alone:
-            tasks.append(Task(source, shape_items, dtype_items, target, found.index, found.template, size_items, label))
-            continue
-        part = cut(bp, found.index, found.count)
-        task = Task(part.source, part.shapes, part.dtypes, target, part.first, found.template, part.sizes, label)
-        tasks.append(task if _applies(task) else
-                     Task(source, shape_items, dtype_items, target, found.index, found.template, size_items, label))
+        whole = Task(source, shape_items, dtype_items, target, found.index, found.template, size_items, label)
+        if alone:
+            part = cut(bp, found.index, found.count)
+            task = Task(part.source, part.shapes, part.dtypes, target, part.first, found.template, part.sizes, label)
+            whole = task if _applies(task) else whole
+        tasks.append(whole)
     return tasks
 
 

@@ -290,7 +290,8 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
     tune.add_argument("--confirm", type=int, default=4, metavar="K",
                       help="after the search, re-measure the K fastest candidates, the default schedule and the "
                            "previous best together, interleaved; a candidate replaces the default only if it was "
-                           "faster in 3 of 4 rounds and by its median (default 4; 0: keep the fastest trial's minimum)")
+                           "faster in enough rounds for a one-sided sign test (level 0.05 shared among the candidates) "
+                           "and by its median (default 4; 0: keep the fastest trial's minimum)")
     tune.add_argument("--ray", default=None, metavar="auto|ADDRESS",
                       help="build and measure on a Ray cluster's nodes of this hardware (one measurer per node; "
                            "needs tilec[distributed] and nodes started with `ray start --resources` as `python -m "

@@ -39,10 +39,7 @@ def task_key(program_text: str, shapes: _Items[tuple[int, ...]], dtypes: _Items[
     ``function (X[M, L], W[L, N]) -> (Y) { Y[a, b: M, N] = +(X[a, r] * W[r, b]); }`` at the same
     shapes are one task, so a record tuned for one serves the other.
     """
-    shape_items = tuple(sorted((name, tuple(int(d) for d in shape)) for name, shape in dict(shapes).items()))
-    dtype_items = tuple(sorted((name, _dtype_name(dtype)) for name, dtype in dict(dtypes).items()))
-    size_items = tuple(sorted((name, int(v)) for name, v in dict(sizes or {}).items()))
-    program, shape_map, dtype_map, size_map = canonical_task(program_text, shape_items, dtype_items, size_items)
+    program, shape_map, dtype_map, size_map = _canonical(program_text, shapes, dtypes, sizes)
     payload: dict[str, Any] = {
         "program": program,
         "shapes": {name: list(shape) for name, shape in shape_map},
@@ -60,13 +57,19 @@ def task_family(program_text: str, shapes: _Items[tuple[int, ...]], dtypes: _Ite
     """The task's key without its shapes, and its shapes under the numbered names (`canonical_task`):
     the tasks of one family are one statement of one program at other sizes, so a record tuned at
     one shape can serve the nearest one (tilec.records.lookup) where its knobs are legal."""
-    shape_items = tuple(sorted((name, tuple(int(d) for d in shape)) for name, shape in dict(shapes).items()))
-    dtype_items = tuple(sorted((name, _dtype_name(dtype)) for name, dtype in dict(dtypes).items()))
-    size_items = tuple(sorted((name, int(v)) for name, v in dict(sizes or {}).items()))
-    program, shape_map, dtype_map, _ = canonical_task(program_text, shape_items, dtype_items, size_items)
+    program, shape_map, dtype_map, _ = _canonical(program_text, shapes, dtypes, sizes)
     text = json.dumps({"program": program, "dtypes": dict(dtype_map), "stmt": int(stmt)}, sort_keys=True,
                       separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:24], {name: list(shape) for name, shape in shape_map}
+
+
+def _canonical(program_text: str, shapes: _Items[tuple[int, ...]], dtypes: _Items[str],
+               sizes: _Items[int] | None) -> tuple[str, "_Pairs", "_Pairs", "_Pairs"]:
+    """`canonical_task` of the arguments task_key and task_family take, in a stable order."""
+    shape_items = tuple(sorted((name, tuple(int(d) for d in shape)) for name, shape in dict(shapes).items()))
+    dtype_items = tuple(sorted((name, _dtype_name(dtype)) for name, dtype in dict(dtypes).items()))
+    size_items = tuple(sorted((name, int(v)) for name, v in dict(sizes or {}).items()))
+    return canonical_task(program_text, shape_items, dtype_items, size_items)
 
 
 NEAR = 4  # a record serves another shape only if no dimension differs by more than this factor

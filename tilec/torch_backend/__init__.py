@@ -101,10 +101,13 @@ def tuning_workload() -> list[tuple[Any, int]]:
         shapes = {name: shape for name, shape, _ in inputs}
         dtypes = {name: dtype for name, _, dtype in inputs}
         for j, task in enumerate(tasks_for(source, shapes, dtypes, alone=True)):
+            if task.key in weights:  # the same statement in another kernel: one task, run at both places
+                first, count = weights[task.key]
+                weights[task.key] = (first, count + sites)
+                continue
             dims = ",".join("x".join(map(str, shape)) for _, shape in task.shapes) if len(task.shapes) <= 3 \
                 else f"{len(task.shapes)} inputs"
-            first, count = weights.get(task.key, (replace(task, label=f"kernel {k}.{j} {task.template} {dims}"), 0))
-            weights[task.key] = (first, count + sites)
+            weights[task.key] = (replace(task, label=f"kernel {k}.{j} {task.template} {dims}"), sites)
     return list(weights.values())
 
 
