@@ -494,6 +494,29 @@ def test_table_measures_a_space_once_and_replays_it(tmp_path: Path) -> None:
     assert mean_trials([2, None, 4], cap=10) == pytest.approx(16 / 3)  # a miss counts as the whole run
 
 
+def test_experiment_can_leave_a_point_out_and_tables_take_any_gemm_shape(tmp_path: Path) -> None:
+    """--without-default: the left-out point is no point of the replayed space (and the default is
+    then not kept as a point either); --size takes N or M,N,K, and anything else is a TilecError."""
+    from tilec.bench.tuner_experiment import table_space
+    from tilec.bench.tuner_table import config_key, gemm_task, measure_table
+    from tilec.errors import TilecError
+
+    task = gemm_task("64")
+    assert task.label == "gemm 64^3" and dict(task.shapes) == {"A": (64, 64), "B": (64, 64)}
+    out = tmp_path / "table.json"
+    table = measure_table(task, out, top=0, rounds=0, limit=20, measurer=FakeMeasurer(), log=lambda s: None)
+    whole = table_space(space_for(task), table, task.default_config())
+    left = whole.config(0)
+    without = table_space(space_for(task), table, task.default_config(), without=left)
+    keys = {config_key(without.config(i)) for i in range(len(without))}
+    assert len(without) == len(whole) - 1 and config_key(left) not in keys and keys < set(table)
+    other = gemm_task("48,80,32")
+    assert other.label == "gemm M=48,N=80,K=32" and dict(other.shapes) == {"A": (48, 32), "B": (32, 80)}
+    for bad in ("48,80", "0", "12x", "48,80,32,4"):
+        with pytest.raises(TilecError, match="give N .* or M,N,K"):
+            gemm_task(bad)
+
+
 def test_speed_labels_and_regression_objective(task: Task, space: Space) -> None:
     from tilec.autotune.model import speed_labels
 
