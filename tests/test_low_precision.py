@@ -205,9 +205,9 @@ def test_bfloat16_attention_gradients_match_float32(heads, causal):
 
 
 @pytest.mark.parametrize("shape", [(2, 64, 20, 48, 3, 1, 1), (2, 96, 16, 64, 1, 2, 0)])
-def test_bfloat16_convolutions_read_their_input_in_place_in_float32(shape):
-    """Implicit-GEMM convolutions in bfloat16 (the direct variant: A read in place and widened, B packed
-    in float32) against a float32 reference, with their gradients."""
+def test_bfloat16_convolutions_through_tilec_nn_with_gradients(shape):
+    """Implicit-GEMM convolutions in bfloat16 through tilec.nn.functional (the direct variant: A read
+    in place, as channel pairs on AVX512-BF16 CPUs) against a float32 reference, with their gradients."""
     torch = pytest.importorskip("torch")
     import tilec.nn.functional as F
 
@@ -224,3 +224,85 @@ def test_bfloat16_convolutions_read_their_input_in_place_in_float32(shape):
     want = torch.autograd.grad(ref, (x32, w32), grad.bfloat16().float())
     for g, e in zip(got, want):
         assert rel_error(g.float(), e) < 2e-2
+
+
+def _has_pair_dot() -> bool:
+    from tilec.pipeline import resolve_target
+    from tilec.target import cpu_isa
+
+    cpu = resolve_target("llvm").host
+    return cpu is not None and cpu.vector_bits == 512 and "avx512bf16" in cpu_isa(cpu.name, cpu.features)
+
+
+def _conv_nhwc(stride: int, pad: int) -> str:
+    """A convolution on torch's NCHW/OIHW tensors through NHWC/HWIO copies (as `tilec bench` writes it)."""
+    oh = f"(H + {2 * pad} - KH) / {stride} + 1"
+    ow = f"(W + {2 * pad} - KW) / {stride} + 1"
+    return (f"function (X[N, C, H, W], F[CO, C, KH, KW]) -> (O) {{\n"
+            f"    I[n, h, w, c: N, H, W, C] = =(X[n, c, h, w]);\n"
+            f"    K[i, j, c, co: KH, KW, C, CO] = =(F[co, c, i, j]);\n"
+            f"    Y[n, x, y, co: N, {oh}, {ow}, CO] = +(I[n, {stride}*x + i - {pad}, {stride}*y + j - {pad}, c] * K[i, j, c, co]);\n"
+            f"    O[n, co, x, y: N, CO, {oh}, {ow}] = =(Y[n, x, y, co]);\n}}")
+
+
+def _conv_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int) -> np.ndarray:
+    torch = pytest.importorskip("torch")
+    return torch.nn.functional.conv2d(torch.from_numpy(x.astype(np.float32)), torch.from_numpy(w.astype(np.float32)),
+                                      stride=stride, padding=pad).numpy()
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=st.integers(1, 3), c=st.integers(1, 40), hw=st.integers(3, 17), co=st.sampled_from([16, 32, 48, 70]),
+       k=st.sampled_from([1, 2, 3]), stride=st.integers(1, 2), pad=st.integers(0, 1), seed=st.integers(0, 2**31))
+def test_bfloat16_convolutions_match_float32_with_and_without_pairs(n, c, hw, co, k, stride, pad, seed):
+    """The implicit GEMM's direct variant reads A (the NHWC input, zero-bordered) in place: with an
+    even channel count on an AVX512-BF16 CPU as bfloat16 pairs (vdpbf16ps on a 32-bit broadcast of
+    two neighbouring channels), otherwise widened to float32; either way it agrees with a float32
+    reference within bfloat16's tolerance, on odd sizes, strides and borders."""
+    if hw + 2 * pad < k:
+        return
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, hw, hw)).astype(BF16)
+    w = rng.standard_normal((co, c, k, k)).astype(BF16)
+    f = tilec.compile(_conv_nhwc(stride, pad))
+    got = f(x, w)
+    assert got.dtype == BF16
+    assert rel_error(got, _conv_reference(x, w, stride, pad)) < 1e-2
+    loop = f.explain({"X": x.shape, "F": w.shape}, {"X": "bfloat16", "F": "bfloat16"}, stage="loop")
+    if "implicit_gemm" in f.explain({"X": x.shape, "F": w.shape}, {"X": "bfloat16", "F": "bfloat16"}, stage="templates"):
+        assert ("dot2_bf16" in loop) == (_has_pair_dot() and c % 2 == 0)
+
+
+@pytest.mark.parametrize("c", [64, 63])
+def test_bfloat16_one_by_one_strided_convolution_on_nchw(c):
+    """A 1x1 filter read in place, F[co, c, 0, 0]: its channel pairs are adjacent although the index
+    that steps is not the last (the dimensions after it have size 1). With an odd channel count the
+    direct variant could not take pairs, so on an AVX512-BF16 CPU the packed one (which pads the last
+    pair) runs instead."""
+    rng = np.random.default_rng(c)
+    x, w = rng.standard_normal((2, c, 28, 28)).astype(BF16), rng.standard_normal((96, c, 1, 1)).astype(BF16)
+    src = ("function (X[N, C, H, W], F[CO, C, KH, KW]) -> (O) {\n"
+           "    O[n, co, x, y: N, CO, (H - KH) / 2 + 1, (W - KW) / 2 + 1] = +(X[n, c, 2*x, 2*y] * F[co, c, 0, 0]);\n}")
+    f = tilec.compile(src)
+    assert rel_error(f(x, w), _conv_reference(x, w, 2, 0)) < 1e-2
+    shapes, dtypes = {"X": x.shape, "F": w.shape}, {"X": "bfloat16", "F": "bfloat16"}
+    variant = "direct" if c % 2 == 0 or not _has_pair_dot() else "packed"
+    assert f"implicit_gemm[{variant}]" in f.explain(shapes, dtypes, stage="templates")
+    if _has_pair_dot():
+        assert "vdpbf16ps" in f.explain(shapes, dtypes, stage="asm")
+
+
+@settings(max_examples=8, deadline=None)
+@given(dims=st.lists(st.integers(1, 40), min_size=4, max_size=4), seed=st.integers(0, 2**31))
+def test_bfloat16_layout_permutations_are_exact(dims, seed):
+    """NCHW <-> NHWC copies of bfloat16 (transposing tiles in registers: float32 lanes, narrowed to
+    store) move every value bit for bit, infinities and signed zeros included."""
+    rng = np.random.default_rng(seed)
+    size = int(np.prod(dims))
+    x = rng.standard_normal(size) * np.exp2(rng.integers(-126, 120, size))
+    x[rng.integers(0, size, 4)] = [np.inf, -np.inf, 0.0, -0.0]
+    x = x.reshape(dims).astype(BF16)
+    to_nhwc = tilec.compile("O[n, h, w, c: N, H, W, C] = =(X[n, c, h, w])")
+    to_nchw = tilec.compile("O[n, c, h, w: N, C, H, W] = =(X[n, h, w, c])")
+    assert np.array_equal(bits(to_nhwc(x)), bits(x.transpose(0, 2, 3, 1)))
+    assert np.array_equal(bits(to_nchw(x)), bits(x.transpose(0, 3, 1, 2)))

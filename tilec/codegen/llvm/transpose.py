@@ -7,7 +7,8 @@
 
 as written, each of the m vector rows would be stored lane by lane (m * n scalar stores, the cost of
 an NCHW <-> NHWC copy). Here the m rows are computed as vectors of n lanes, transposed in registers
-into n vectors of m lanes (log2 steps of two-input shuffles), and each is stored whole along a.
+into n vectors of m lanes (log2 steps of two-input shuffles), and each is stored whole along a
+(all n as one vector where they lie back to back: O's stride along b is m, an interleave).
 Extents that are not powers of two are cut into power-of-two pieces (as `power_of_two_pieces`), each
 piece pair transposed in square blocks of the smaller side.
 
@@ -27,7 +28,7 @@ from tilec.ir import loop as L
 from tilec.ir.visitor import walk
 
 MAX_SIDE = L.TRANSPOSE_MAX_SIDE  # lanes of a row or column: beyond this the register file spills anyway
-_DTYPES = {"float32", "float64", "int32", "int64"}
+_DTYPES = {"float32", "float64", "int32", "int64", "bfloat16"}  # bfloat16: float32 in registers, narrowed to store
 
 
 def _loads(e: L.Expr) -> list[L.Load]:
@@ -86,8 +87,15 @@ def emit_transposed(em: ScalarEmitter, loop: L.For) -> None:
                 rows.append(lanes.vector(store.value))
             columns = transpose(em.b, rows, n)
             em.vars[loop.var] = ir.Constant(I64, a0)
+            if element_stride(buf, store.indices, inner.var) == m:  # the columns lie back to back: one store
+                em.vars[inner.var] = ir.Constant(I64, b0)
+                whole = em.to_memory(buf, _concat(em.b, columns))
+                em.b.store(whole, em.b.bitcast(em.address(buf, store.indices), ir.PointerType(whole.type)),
+                           align=alignment(buf.dtype))
+                continue
             for k, column in enumerate(columns):
                 em.vars[inner.var] = ir.Constant(I64, b0 + k)
+                column = em.to_memory(buf, column)
                 pointer = em.b.bitcast(em.address(buf, store.indices), ir.PointerType(column.type))
                 em.b.store(column, pointer, align=alignment(buf.dtype))
     for v, value in saved.items():

@@ -33,12 +33,24 @@ _SAFE_CALLS = {"exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "tanh", "pow
 _SAFE_BIN = {"add", "sub", "mul", "div", "min", "max", "and", "or", "xor", "shl", "shr"}
 
 
-def _pair(first: L.Expr, second: L.Expr) -> bool:
-    """Whether two loads read adjacent bfloat16 cells of one buffer (the second's last index one more)."""
-    return (isinstance(first, L.Load) and isinstance(second, L.Load) and first.buffer == second.buffer
-            and first.dtype == second.dtype == "bfloat16" and first.indices[:-1] == second.indices[:-1]
-            and isinstance(first.indices[-1], L.Const) and isinstance(second.indices[-1], L.Const)
-            and second.indices[-1].value == first.indices[-1].value + 1)
+def _pair(first: L.Expr, second: L.Expr, buffers: dict[str, L.Buffer]) -> bool:
+    """Whether two loads read adjacent bfloat16 cells of one buffer: the second's index one more in
+    one dimension, every dimension after it of size 1."""
+    if not (isinstance(first, L.Load) and isinstance(second, L.Load) and first.buffer == second.buffer
+            and first.dtype == second.dtype == "bfloat16" and first.buffer in buffers):
+        return False
+    differ = [d for d, (x, y) in enumerate(zip(first.indices, second.indices)) if x != y]
+    shape = buffers[first.buffer].shape
+    return (len(differ) == 1 and _one_more(first.indices[differ[0]], second.indices[differ[0]])
+            and all(n == 1 for n in shape[differ[0] + 1:]))
+
+
+def _one_more(first: L.Expr, second: L.Expr) -> bool:
+    """Whether index `second` is `first` + 1: two constants, or `second` written as first + 1."""
+    if isinstance(first, L.Const) and isinstance(second, L.Const):
+        return second.value == first.value + 1
+    return (isinstance(second, L.Bin) and second.op == "add" and second.a == first
+            and isinstance(second.b, L.Const) and second.b.value == 1)
 
 
 def varies(e: Any, var: str) -> bool:
@@ -305,7 +317,7 @@ class VectorLoop:
         lane by lane in float32."""
         acc, a0, a1, b0, b1 = e.args
         pairs_ok = (self.lanes % bfloat.DOT2_LANES == 0 and self.mask is None and not varies(a0, self.var)
-                    and _pair(a0, a1) and _pair(b0, b1) and isinstance(a0, L.Load) and isinstance(b0, L.Load)
+                    and _pair(a0, a1, self.em.buffers) and _pair(b0, b1, self.em.buffers) and isinstance(a0, L.Load) and isinstance(b0, L.Load)
                     and packed_bfloat16(self.em.buffers[a0.buffer]) and packed_bfloat16(self.em.buffers[b0.buffer])
                     and element_stride(self.em.buffers[b0.buffer], b0.indices, self.var) == 2)
         if not pairs_ok:

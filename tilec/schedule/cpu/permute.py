@@ -113,12 +113,13 @@ def loop_order(plan: PermutePlan, line: int) -> tuple[list[tuple[str, int]], str
 
 
 def nest(plan: PermutePlan, itemsize: int, body: Callable[[dict[str, L.Expr]], L.Stmt], cores: int,
-         parallel: bool) -> L.Stmt:
+         parallel: bool, alone: frozenset[str] = frozenset()) -> L.Stmt:
     """The loops around `body(index of each variable)`: transposing tiles when both innermost
     dimensions are long enough, else the loops of `loop_order`; the outermost loop with an
-    iteration per core parallel if `parallel`."""
+    iteration per core parallel if `parallel`. Variables in `alone` are not merged into the one
+    before them (see coalesce)."""
     line = max(1, LINE_BYTES // itemsize)
-    plan, expand = coalesce(plan)
+    plan, expand = coalesce(plan, alone)
 
     def merged_body(where: dict[str, L.Expr]) -> L.Stmt:
         return body(expand(where))
@@ -130,14 +131,17 @@ def nest(plan: PermutePlan, itemsize: int, body: Callable[[dict[str, L.Expr]], L
     return parallel_outermost(stmt, cores) if parallel and cores >= 2 and isinstance(stmt, L.For) else stmt
 
 
-def coalesce(plan: PermutePlan) -> tuple[PermutePlan, Callable[[dict[str, L.Expr]], dict[str, L.Expr]]]:
+def coalesce(plan: PermutePlan, alone: frozenset[str] = frozenset()
+             ) -> tuple[PermutePlan, Callable[[dict[str, L.Expr]], dict[str, L.Expr]]]:
     """The permutation with every run of variables that are adjacent, in the same order, on both
     sides merged into one (named by joining theirs with '.'; its extent their product), and the
     function from an index of each merged variable to an index of each original one (a run
     (v1, ..., vk) at index q: vk = q % ek, ..., v1 = q / (e2 ... ek), the digits that
     tilec.codegen.llvm.vector.element_stride recombines). OIHW <- HWIO of a 3x3 kernel,
     DF[co, c, i, j] = DK[i, j, c, co], becomes DF[co, c, ij] = DK[ij, c, co]: a 9-wide innermost side,
-    long enough for transposing tiles."""
+    long enough for transposing tiles. A variable in `alone` starts a run of its own: one whose
+    destination dimension is wider than its extent (a zero-bordered copy's) is not contiguous
+    with the dimension before it there."""
     extent = dict(plan.extents)
     runs: list[tuple[str, ...]] = []
     k = 0
@@ -145,7 +149,8 @@ def coalesce(plan: PermutePlan) -> tuple[PermutePlan, Callable[[dict[str, L.Expr
         run = [plan.out_vars[k]]
         at = plan.src_vars.index(run[0])
         while (k + len(run) < len(plan.out_vars) and at + len(run) < len(plan.src_vars)
-               and plan.src_vars[at + len(run)] == plan.out_vars[k + len(run)]):
+               and plan.src_vars[at + len(run)] == plan.out_vars[k + len(run)]
+               and plan.out_vars[k + len(run)] not in alone):
             run.append(plan.out_vars[k + len(run)])
         runs.append(tuple(run))
         k += len(run)

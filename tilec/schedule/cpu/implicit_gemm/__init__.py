@@ -31,7 +31,7 @@ from tilec.ir.dtypes import accumulator_dtype
 from tilec.ir.lower import LoweredGroup
 from tilec.schedule.cpu import copy_fold
 from tilec.schedule.cpu.implicit_gemm import inplace
-from tilec.schedule.cpu.implicit_gemm.direct import DirectPlan, padding
+from tilec.schedule.cpu.implicit_gemm.direct import DirectPlan, padding, pair_variable
 from tilec.schedule.cpu.implicit_gemm.padding import Pads
 from tilec.schedule.cpu.implicit_gemm.features import NAMES, gemm_features
 from tilec.schedule.cpu.implicit_gemm.knobs import DTYPES, GemmKnobs, default_knobs, itemsize, knob_problems, worthwhile
@@ -79,10 +79,7 @@ class ImplicitGemm(Template):
         if candidate is not None:
             knobs = inplace.default_knobs(candidate, b.dtype, ctx.target)
         else:
-            # a bfloat16 matrix (one row and one reduction index) packs into pairs for the pair dot
-            # product; an implicit GEMM's A (a convolution's) is cheaper read in place, in float32
-            pairs = b.dtype == "bfloat16" and bf16_dot(ctx.target) and len(plan.rows) == len(plan.red) == 1
-            knobs = packed_or_direct(plan, ctx, b.dtype, None if pairs else padding(plan, ctx.bp))
+            knobs = packed_or_direct(plan, ctx, b.dtype, padding(plan, ctx.bp))
         return self._choice(index, ctx, plan, knobs, candidate, out_copy)
 
     def default_knobs(self, index: int, plan: GemmPlan, ctx: Context) -> GemmKnobs:
@@ -168,9 +165,12 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
       panel from L2 anyway, so packing it is one more pass over A and a cold workspace per call
       (measured on Zen 4, one and two cores: 64x512x512 in any layout 1.03-1.1x, 1024^3 1.03x,
       2048^3 1.05x faster direct; with K = 4096 at M = 64, whose B micro-panel fills L2, 0.96x); or
-    * the column panels are few (each packed A element would serve too few of them)."""
+    * the column panels are few (each packed A element would serve too few of them);
+
+    and the direct variant would not give up the bfloat16 pair dot product the packed one has
+    (`pairs_lost`)."""
     knobs = default_knobs(plan, dtype, ctx.target)
-    if pads is None:
+    if pads is None or pairs_lost(plan, ctx, knobs, pads):
         return knobs
     assert ctx.target.host is not None
     no_copy = all(p == (0, 0) for p in pads)
@@ -178,6 +178,14 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
     if (no_copy and 2 * b_panel <= ctx.target.host.l2_bytes) or -(-plan.n // knobs.nr) <= ctx.params.direct_max_panels:
         knobs = replace(knobs, pack_a=False)
     return knobs
+
+
+def pairs_lost(plan: GemmPlan, ctx: Context, knobs: GemmKnobs, pads: Pads) -> bool:
+    """Whether the packed variant multiplies bfloat16 pairs (a matrix: one row and one reduction
+    index) and the direct one, reading A as it lies, cannot (direct.pair_variable)."""
+    packed_pairs = (plan.dtype == "bfloat16" and bf16_dot(ctx.target) and len(plan.rows) == len(plan.red) == 1
+                    and knobs.nr % 16 == 0)
+    return packed_pairs and pair_variable(plan, pads, ctx.bp, ctx.target, knobs.nr) is None
 
 
 def select_inplace(b: BoundContraction, ctx: Context, plan: GemmPlan, out_copy: Copy | None,

@@ -23,6 +23,13 @@ i, j] read as K[i, j, c, co]: row c * KH * KW + i * KW + j): whole panels are th
 along that index and transposed in registers (`b_source_order`, packed.transposing_pack), instead of
 gathered element by element 9 KiB apart; the kernel reads them back in its own loop order.
 
+bfloat16 operands on a CPU with AVX512-BF16 run in pairs (`pair_variable`) where A's innermost
+index is a reduction variable alone over a whole dimension of even size (a convolution's channels in
+NHWC): that variable's loop steps by two, A's two neighbouring cells are broadcast as one 32-bit
+word and B is packed as bfloat16 pairs, Bp[jr, kk, jj, 2], for one `vdpbf16ps` per vector
+(tilec.ir.loop.DOT2_BF16): twice the products of a float32 FMA. Bp's rows then follow the
+kernel's loop order.
+
 Row indices of a tile's last rows are clamped into range (their results are never
 stored), so the kernel needs no branch. A's bound guards become a zero-padded copy;
 any other guard on A (a constraint, a divisibility) makes this variant inapplicable.
@@ -43,11 +50,12 @@ from tilec.ir.lower import index_expr, zero_fill
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, plan_threads
 from tilec.schedule.cpu.implicit_gemm.padding import Pads, access_padding, padded_index, padded_operand
-from tilec.schedule.cpu.implicit_gemm.packed import transposable, transposed_panels, transposing_pack
+from tilec.schedule.cpu.implicit_gemm.packed import bf16_dot, transposable, transposed_panels, transposing_pack
 from tilec.schedule.nest import decompose, guarded_store, thread_share, threads_loop
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.base import Context
+from tilec.target import Target
 
 
 def padding(plan: GemmPlan, bp: BoundProgram) -> Pads | None:
@@ -80,6 +88,32 @@ def b_source_order(plan: GemmPlan, ctx: Context) -> tuple[tuple[str, int, int], 
     if any(lo != 0 or hi + 1 != size for (_, lo, hi), size in zip(ranges, shape[len(shape) - len(red):])):
         return None
     return None if ranges == tuple(plan.red) else ranges
+
+
+def pair_variable(plan: GemmPlan, pads: Pads, bp: BoundProgram, target: Target, nr: int) -> str | None:
+    """The reduction variable whose neighbouring values the micro-kernel takes in pairs (module doc):
+    alone in A's innermost dimension longer than 1 (those after it of size 1: a 1x1 filter's
+    F[co, c, 0, 0]), unpadded, over the whole dimension, of even size, and in no other index of A;
+    A, B and the output bfloat16 on a CPU with the pair dot product, NR whole 16-lane vectors.
+    None where the variant runs in float32."""
+    a, dtypes = plan.a, bp.dtypes
+    if not (bf16_dot(target) and nr % 16 == 0 and plan.dtype == dtypes[a.tensor] == dtypes[plan.b.tensor] == "bfloat16"):
+        return None
+    shape = bp.shapes[a.tensor]
+    d = pair_dimension(shape)
+    if d is None:
+        return None
+    var = a.indices[d].lone_var
+    ranges = {name: (lo, hi) for name, lo, hi in plan.red}
+    if var is None or var not in ranges or pads[d] != (0, 0) or any(var in e.vars for k, e in enumerate(a.indices) if k != d):
+        return None
+    lo, hi = ranges[var]
+    return var if lo == 0 and hi + 1 == shape[d] and shape[d] % 2 == 0 else None
+
+
+def pair_dimension(shape: tuple[int, ...]) -> int | None:
+    """The innermost dimension of `shape` longer than 1 (its neighbours are adjacent in memory)."""
+    return next((d for d in reversed(range(len(shape))) if shape[d] > 1), None)
 
 
 @dataclass(frozen=True)
@@ -135,37 +169,52 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
         workspaces.append(apad)
         a_tensor = apad.name
 
-    bp_buf = L.Buffer(f"{out}.Bp", ct, (threads if outer_parallel else 1, panels, k, nr))
+    pair = pair_variable(plan, pads, bp, target, nr)
+    packed = "bfloat16" if pair is not None else ct  # Bp's dtype: bfloat16 pairs, else the accumulator's
+    step = 2 if pair is not None else 1  # reduction indices per packed row
+    cp = f"{out}.cp"  # the pair variable's loop: pair cp holds its values 2 cp and 2 cp + 1
+    red = tuple((cp, 0, (hi + 1) // 2 - 1) if var == pair else (var, lo, hi) for var, lo, hi in plan.red)
+    pair_axis: tuple[int, ...] = (2,) if pair is not None else ()
+    bp_buf = L.Buffer(f"{out}.Bp", packed, (threads if outer_parallel else 1, panels, k // step, nr) + pair_axis)
     workspaces.append(bp_buf)
     slot = v(t) if outer_parallel else L.const(0)
     outer_env = decompose(v(o), plan.outer) if plan.outer else {}
 
-    # the flat reduction index as an affine function of the reduction loop variables
+    def pair_env(element: int | str) -> dict[str, L.Expr]:
+        """The pair variable's value at pair cp's `element` (0, 1 or a variable's name)."""
+        e = L.const(element) if isinstance(element, int) else v(element)
+        return {} if pair is None else {pair: L.add(L.mul(v(cp), L.const(2)), e)}
+
+    # the flat reduction index (of packed rows) as an affine function of the reduction loop variables
     kk: L.Expr = L.const(0)
     stride = 1
-    for var, lo, hi in reversed(plan.red):
+    for var, lo, hi in reversed(red):
         kk = L.add(L.mul(L.sub(v(var), L.const(lo)), L.const(stride)), kk)
         stride *= hi - lo + 1
 
     def red_loops(body: L.Stmt) -> L.Stmt:
-        for var, lo, hi in reversed(plan.red):
+        for var, lo, hi in reversed(red):
             body = L.For(var, L.const(lo), L.const(hi + 1), body)
         return body
 
-    # -- pack B: Bp[slot, jr, kk, jj] = B(red, col) for col < N, else 0
+    # -- pack B: Bp[slot, jr, kk, jj] = B(red, col) for col < N, else 0 (with pairs: Bp[slot, jr, kk, jj, e])
     col_var, col_lo, _ = plan.col
     col_index = L.add(L.mul(v(jr), L.const(nr)), v(jj))
+    e = f"{out}.e"
 
-    def b_store(row: L.Expr, jj_: L.Expr, red_env: dict[str, L.Expr], edge: bool) -> L.Stmt:
+    def b_store(row: L.Expr, jj_: L.Expr, red_env: dict[str, L.Expr], edge: bool, pair_loop: bool = True) -> L.Stmt:
         """Bp's cell (packed row `row`, column jj_ of panel jr) with the reduction variables `red_env`
-        maps (the others are the pack loops' own); `edge`: the panel may pass N."""
+        maps (the others are the pack loops' own); `edge`: the panel may pass N. With pairs, both
+        elements e of the pair (`pair_loop`), or the one of the enclosing loop over e."""
         col = L.add(L.mul(v(jr), L.const(nr)), jj_)
-        env = {**outer_env, **red_env, col_var: L.add(col, L.const(col_lo))}
-        return guarded_store(bp_buf.name, (slot, v(jr), row, jj_), plan.b, plan.b_guards, env, ct,
-                             bp.dtypes[plan.b.tensor], [L.Cmp("lt", col, L.const(n))] if edge else [])
+        env = {**outer_env, **red_env, **pair_env(e), col_var: L.add(col, L.const(col_lo))}
+        cell = (slot, v(jr), row, jj_) + ((v(e),) if pair is not None else ())
+        store = guarded_store(bp_buf.name, cell, plan.b, plan.b_guards, env, packed,
+                              bp.dtypes[plan.b.tensor], [L.Cmp("lt", col, L.const(n))] if edge else [])
+        return L.For(e, L.const(0), L.const(2), store) if pair is not None and pair_loop else store
 
     lanes = ctx.target.lanes(ct)
-    source_order = b_source_order(plan, ctx) if not plan.b_guards and lanes > 1 else None
+    source_order = b_source_order(plan, ctx) if not plan.b_guards and lanes > 1 and pair is None else None
     if source_order is not None:  # Bp's rows in the order B's source holds them: a flat index of its own
         kk = L.const(0)
         stride = 1
@@ -179,23 +228,40 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
         pack_b_panel = L.If(whole, transposing_pack(lambda row, jj_: b_store(row, jj_, decompose(row, source_order),
                                                                              False), jj, nr, f"{out}.r", L.const(k), lanes),
                             pack_b_panel)
-    elif transposed_panels(plan.b, plan.b_guards, plan, nr, lanes, bp.dtypes[plan.b.tensor], ct):
+    elif pair is None and transposed_panels(plan.b, plan.b_guards, plan, nr, lanes, bp.dtypes[plan.b.tensor], ct):
         red_var, red_lo, _ = plan.red[0]  # a whole panel: B's rows read as vectors along the reduction
         pack_b_panel = L.If(whole, transposing_pack(lambda row, jj_: b_store(row, jj_, {red_var: L.add(row, L.const(red_lo))},
                                                                              False), jj, nr, f"{out}.r", L.const(k), lanes),
                             pack_b_panel)
+    elif pair is not None and not plan.b_guards:
+        # a whole panel: the pair's two rows of B read as vectors across the panel and interleaved in
+        # registers (a 2 x side transposing tile, tilec.codegen.llvm.transpose)
+        side = min(nr, L.TRANSPOSE_MAX_SIDE)
+        jo, ji = f"{out}.jo", f"{out}.ji"
+        tile = L.For(e, L.const(0), L.const(2), L.For(ji, L.const(0), L.const(side), b_store(
+            kk, L.add(L.mul(v(jo), L.const(side)), v(ji)), {}, False, pair_loop=False), "vectorized"), "unrolled")
+        pack_b_panel = L.If(whole, red_loops(L.For(jo, L.const(0), L.const(nr // side), tile)), pack_b_panel)
     pack_b = L.For(jr, L.const(0), L.const(panels), pack_b_panel,
                    "parallel" if not outer_parallel and panels >= threads > 1 else "serial")
 
     # -- micro-kernel: rows clamped into range, A read in place (from the padded copy)
     row = L.Bin("min", L.add(L.mul(v(ir), L.const(mr)), v(ii)), L.const(m - 1))
-    env_a = {**outer_env, **decompose(row, plan.rows)}
+    env_a = {**outer_env, **decompose(row, plan.rows), **pair_env(0)}
     a_index = padded_index(plan.a.indices, a_offsets, env_a)
-    a_value = L.cast(ct, L.cast(dt, L.Load(a_tensor, a_index, a_dtype)))
     acc = L.Buffer(f"{out}.acc", ct, (mr, nr), "local")
     acc_now = L.Load(acc.name, (v(ii), v(jj)), ct)
-    fma = L.Store(acc.name, (v(ii), v(jj)), L.Bin("add", acc_now, L.Bin(
-        "mul", a_value, L.Load(bp_buf.name, (slot, v(jr), kk, v(jj)), ct))))
+    b_cell = (slot, v(jr), kk, v(jj))
+    if pair is not None:  # acc += the pair's two products (vdpbf16ps), A's pair one 32-bit word
+        d = pair_dimension(bp.shapes[plan.a.tensor])
+        assert d is not None
+        a_next = a_index[:d] + (L.Bin("add", a_index[d], L.const(1)),) + a_index[d + 1:]
+        a_pair = [L.Load(a_tensor, index, a_dtype) for index in (a_index, a_next)]
+        b_pair = [L.Load(bp_buf.name, b_cell + (L.const(x),), packed) for x in (0, 1)]
+        update: L.Expr = L.Call(L.DOT2_BF16, (acc_now, *a_pair, *b_pair), ct)
+    else:
+        a_value = L.cast(ct, L.cast(dt, L.Load(a_tensor, a_index, a_dtype)))
+        update = L.Bin("add", acc_now, L.Bin("mul", a_value, L.Load(bp_buf.name, b_cell, ct)))
+    fma = L.Store(acc.name, (v(ii), v(jj)), update)
     kernel = red_loops(L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), fma, "vectorized"),
                              "unrolled"))
 

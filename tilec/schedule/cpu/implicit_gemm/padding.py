@@ -101,11 +101,13 @@ def padded_index(indices: "tuple[IntAffine, ...]", offsets: "tuple[int, ...] | l
 
 
 def gathered(name: str, copy: Copy, shape: tuple[int, ...], cores: int,
-             cell: Callable[[dict[str, L.Expr]], tuple[L.Expr, ...]], origin: Mapping[str, int] | None = None) -> L.Stmt:
+             cell: Callable[[dict[str, L.Expr]], tuple[L.Expr, ...]], origin: Mapping[str, int] | None = None,
+             alone: frozenset[str] = frozenset()) -> L.Stmt:
     """The nest storing every element of `copy` (a permutation of its source) in the box of `shape`
     starting at `origin` (per output variable, 0 where not given) into buffer `name` at
     `cell(index of each of the copy's output variables)`, read straight from the source in the
-    permutation's cache-friendly order (tilec.schedule.cpu.permute.nest)."""
+    permutation's cache-friendly order (tilec.schedule.cpu.permute.nest); the output variables in
+    `alone` are not merged with the one before them (their dimension of `name` is wider)."""
     names = {v: f"{name}.{v}" for v in copy.out_vars}
     plan = PermutePlan(tuple(names[v] for v in copy.out_vars), tuple(names[v] for v in copy.src_vars),
                        tuple((names[v], n) for v, n in zip(copy.out_vars, shape)))
@@ -116,7 +118,7 @@ def gathered(name: str, copy: Copy, shape: tuple[int, ...], cores: int,
               for v in copy.out_vars}
         return L.Store(name, cell(at), copy.value(at))
 
-    return nest(plan, np.dtype(copy.dtype).itemsize, body, cores, True)
+    return nest(plan, np.dtype(copy.dtype).itemsize, body, cores, True, frozenset(names[v] for v in alone))
 
 
 def zero_slabs(name: str, dtype: str, shape: tuple[int, ...], slabs: list[tuple[int, int, int]]) -> list[L.Stmt]:
@@ -142,8 +144,9 @@ def _padded_gather(name: str, copy: Copy, shape: tuple[int, ...], pads: tuple[tu
     straight from the source: the interior gathered, then the border slabs zeroed."""
     padded = tuple(n + lo + hi for n, (lo, hi) in zip(shape, pads))
     buf = L.Buffer(name, copy.dtype, padded)
+    bordered = frozenset(v for v, pad in zip(copy.out_vars, pads) if pad != (0, 0))
     interior = gathered(name, copy, shape, cores,
-                        lambda at: tuple(L.add(at[v], L.const(lo)) for v, (lo, _) in zip(copy.out_vars, pads)))
+                        lambda at: tuple(L.add(at[v], L.const(lo)) for v, (lo, _) in zip(copy.out_vars, pads)), None, bordered)
     slabs = [(d, b, e) for d, (lo, _) in enumerate(pads) for b, e in ((0, lo), (lo + shape[d], padded[d]))]
     return L.seq(interior, *zero_slabs(name, copy.dtype, padded, slabs)), buf
 
