@@ -49,7 +49,7 @@ from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import index_expr, zero_fill
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, plan_threads
-from tilec.schedule.cpu.implicit_gemm.padding import Pads, access_padding, padded_index, padded_operand
+from tilec.schedule.cpu.implicit_gemm.padding import Pads, access_padding, interleaved_pairs, padded_index, padded_operand
 from tilec.schedule.cpu.implicit_gemm.packed import bf16_dot, transposable, transposed_panels, transposing_pack
 from tilec.schedule.nest import decompose, guarded_store, thread_share, threads_loop
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
@@ -111,6 +111,29 @@ def pair_variable(plan: GemmPlan, pads: Pads, bp: BoundProgram, target: Target, 
     return var if lo == 0 and hi + 1 == shape[d] and shape[d] % 2 == 0 else None
 
 
+def interleaved_variable(plan: GemmPlan, pads: Pads, bp: BoundProgram, target: Target, nr: int) -> str | None:
+    """Where no reduction variable's pairs lie side by side in A (pair_variable), the innermost
+    reduction variable over an even range from 0 whose pairs an interleaved copy of A puts side by
+    side (padding.interleaved_pairs, twice A's size), when each element of A then serves at least
+    INTERLEAVE_MIN_REUSE products (a weight gradient's input: its rows are the filter's taps and
+    channels, its reduction the images and pixels, which it reads at a stride); else None."""
+    a, dtypes = plan.a, bp.dtypes
+    if not (bf16_dot(target) and nr % 16 == 0 and plan.dtype == dtypes[a.tensor] == dtypes[plan.b.tensor] == "bfloat16"):
+        return None
+    a_size = math.prod(size + lo + hi for size, (lo, hi) in zip(bp.shapes[a.tensor], pads))
+    if plan.m * plan.n * plan.k * plan.batch < INTERLEAVE_MIN_REUSE * a_size:
+        return None
+    return next((var for var, lo, hi in reversed(plan.red) if lo == 0 and (hi + 1) % 2 == 0), None)
+
+
+INTERLEAVE_MIN_REUSE = 32  # products per element of A for which an interleaved copy of it pays
+
+
+def pair_steps(plan: GemmPlan, var: str) -> tuple[int, ...]:
+    """Per dimension of A, how far its index moves when `var` grows by one."""
+    return tuple(dict(e.coeffs).get(var, 0) for e in plan.a.indices)
+
+
 def pair_dimension(shape: tuple[int, ...]) -> int | None:
     """The innermost dimension of `shape` longer than 1 (its neighbours are adjacent in memory)."""
     return next((d for d in reversed(range(len(shape))) if shape[d] > 1), None)
@@ -163,13 +186,23 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
 
     a_tensor, a_dtype = plan.a.tensor, bp.dtypes[plan.a.tensor]
     a_offsets = [lo for lo, _ in pads]
-    if any(p != (0, 0) for p in pads):
+    pair, interleave = pair_variable(plan, pads, bp, target, nr), False
+    if pair is None:
+        pair = interleaved_variable(plan, pads, bp, target, nr)
+        interleave = pair is not None
+    a_shape, a_pads = bp.shapes[a_tensor], pads
+    if any(p != (0, 0) for p in pads) and (not interleave or a_tensor in ctx.folded):
         fill, apad = padded_operand(f"{out}.Apad", a_tensor, pads, ctx)
         stmts.append(fill)
         workspaces.append(apad)
-        a_tensor = apad.name
-
-    pair = pair_variable(plan, pads, bp, target, nr)
+        a_tensor, a_shape, a_pads = apad.name, apad.shape, tuple((0, 0) for _ in pads)
+    if interleave:  # A's pairs side by side in a (zero-bordered) copy of their own
+        assert pair is not None
+        fill, apair = interleaved_pairs(f"{out}.Apair", a_tensor, a_shape, a_pads, a_dtype, pair_steps(plan, pair),
+                                        target.cores)
+        stmts.append(fill)
+        workspaces.append(apair)
+        a_tensor = apair.name
     packed = "bfloat16" if pair is not None else ct  # Bp's dtype: bfloat16 pairs, else the accumulator's
     step = 2 if pair is not None else 1  # reduction indices per packed row
     cp = f"{out}.cp"  # the pair variable's loop: pair cp holds its values 2 cp and 2 cp + 1
@@ -252,10 +285,13 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
     acc_now = L.Load(acc.name, (v(ii), v(jj)), ct)
     b_cell = (slot, v(jr), kk, v(jj))
     if pair is not None:  # acc += the pair's two products (vdpbf16ps), A's pair one 32-bit word
-        d = pair_dimension(bp.shapes[plan.a.tensor])
-        assert d is not None
-        a_next = a_index[:d] + (L.Bin("add", a_index[d], L.const(1)),) + a_index[d + 1:]
-        a_pair = [L.Load(a_tensor, index, a_dtype) for index in (a_index, a_next)]
+        if interleave:
+            a_cells = [a_index + (L.const(x),) for x in (0, 1)]
+        else:
+            d = pair_dimension(bp.shapes[plan.a.tensor])
+            assert d is not None
+            a_cells = [a_index, a_index[:d] + (L.Bin("add", a_index[d], L.const(1)),) + a_index[d + 1:]]
+        a_pair = [L.Load(a_tensor, index, a_dtype) for index in a_cells]
         b_pair = [L.Load(bp_buf.name, b_cell + (L.const(x),), packed) for x in (0, 1)]
         update: L.Expr = L.Call(L.DOT2_BF16, (acc_now, *a_pair, *b_pair), ct)
     else:

@@ -151,4 +151,54 @@ def _padded_gather(name: str, copy: Copy, shape: tuple[int, ...], pads: tuple[tu
     return L.seq(interior, *zero_slabs(name, copy.dtype, padded, slabs)), buf
 
 
-__all__ = ["Pads", "access_padding", "gathered", "padded_index", "padded_operand", "zero_slabs"]
+def interleaved_pairs(name: str, source: str, shape: tuple[int, ...], pads: Pads, dtype: str, step: tuple[int, ...],
+                      cores: int) -> tuple[L.Stmt, L.Buffer]:
+    """The nest filling buffer `name`[cell..., e] = source[cell - border + e * step] for e in {0, 1} (0
+    where that is outside `source`, of `shape`), and the buffer (`pads` wider than `source`, and a
+    last dimension of 2): a zero-bordered copy holding the values of a reduction variable's
+    neighbouring iterations side by side, for the bfloat16 pair dot product where `source` holds
+    them `step` apart (a weight gradient's input, read at 2y + j and 2y + 2 + j). Where the
+    innermost dimension neither steps nor has a border, whole rows are interleaved as transposing
+    tiles (2 x up to TRANSPOSE_MAX_SIDE), else cell by cell."""
+    padded = tuple(n + lo + hi for n, (lo, hi) in zip(shape, pads))
+    buf = L.Buffer(name, dtype, padded + (2,))
+    names = [f"{name}.q{d}" for d in range(len(shape))]
+    e = f"{name}.e"
+
+    def at(cell: list[L.Expr], element: L.Expr) -> list[L.Expr]:
+        """The source cell of `cell` and pair element `element`."""
+        return [L.add(L.sub(c, L.const(lo)), L.mul(element, L.const(s)) if s else L.const(0))
+                for c, (lo, _), s in zip(cell, pads, step)]
+
+    def inside(cell: list[L.Expr], element: L.Expr) -> L.Expr | None:
+        return L.logical_and([L.Bin("and", L.Cmp("ge", x, L.const(0)), L.Cmp("lt", x, L.const(n)))
+                              for x, n, s, pad in zip(at(cell, element), shape, step, pads) if s or pad != (0, 0)])
+
+    def store(cell: list[L.Expr], element: L.Expr, guarded: bool) -> L.Stmt:
+        target = tuple(cell) + (element,)
+        copy = L.Store(name, target, L.Load(source, tuple(at(cell, element)), dtype))
+        cond = inside(cell, element) if guarded else None
+        return copy if cond is None else L.If(cond, copy, L.Store(name, target, L.cast(dtype, L.const(0))))
+
+    cell: list[L.Expr] = [L.Var(v) for v in names]
+    last, n_last = names[-1], padded[-1]
+    side = min(n_last, L.TRANSPOSE_MAX_SIDE)
+    edge: L.Stmt = L.For(last, L.const(0), L.const(n_last), L.For(e, L.const(0), L.const(2), store(cell, L.Var(e), True)))
+    body = edge
+    if step[-1] == 0 and pads[-1] == (0, 0) and n_last % side == 0 and side >= 2:
+        rows, within = f"{name}.qo", f"{name}.qi"
+        tile_cell = cell[:-1] + [L.add(L.mul(L.Var(rows), L.const(side)), L.Var(within))]
+        tile = L.For(rows, L.const(0), L.const(n_last // side), L.For(e, L.const(0), L.const(2), L.For(
+            within, L.const(0), L.const(side), store(tile_cell, L.Var(e), False), "vectorized"), "unrolled"))
+        row = cell[:-1] + [L.const(0)]
+        cond = L.logical_and([c for c in (inside(row, L.const(0)), inside(row, L.const(1))) if c is not None])
+        body = tile if cond is None else L.If(cond, tile, edge)
+    stmt = body
+    for v, n in reversed(list(zip(names[:-1], padded[:-1]))):
+        stmt = L.For(v, L.const(0), L.const(n), stmt)
+    if cores >= 2 and isinstance(stmt, L.For):
+        stmt = parallel_outermost(stmt, cores)
+    return stmt, buf
+
+
+__all__ = ["Pads", "access_padding", "gathered", "interleaved_pairs", "padded_index", "padded_operand", "zero_slabs"]
