@@ -285,3 +285,35 @@ def test_an_oihw_filter_packs_through_register_transposes():
     loop = tilec.explain(source, shapes, stage="loop")
     # a transposing tile (unrolled across the panel, vectorized along F's flat reduction) reading F itself
     assert re.search(r"unrolled Y\.jj1 in \[0, \d+\):\n\s+for vectorized Y\.r1 in \[0, \d+\):\n\s+Y\.Bp\[[^\n]*= F\[", loop)
+
+
+@settings(max_examples=10, deadline=None)
+@given(n=st.integers(1, 3), hw=st.integers(2, 9), c=st.sampled_from([5, 16]), co=st.sampled_from([16, 40]),
+       k=st.integers(1, 4), dtype=st.sampled_from(["float32", "float64"]), seed=st.integers(0, 2**31))
+def test_direct_variant_skips_the_taps_a_phase_lacks(n, hw, c, co, k, dtype, seed):
+    """A stride-2 transposed convolution split into output phases z (the input gradient of a
+    stride-2 convolution): the filter tap 2 t + z passes the filter for some z, where B (the filter)
+    is 0. The direct variant's reduction loops leave those taps out (bounds from B's guards on t and
+    the outer z) instead of multiplying zeros; the sums are unchanged. Against numpy."""
+    taps = (k + 1) // 2  # t in [0, taps): 2 t + z < k for z = 0 always, for z = 1 only when k is even
+    src = (f"function (DY[N, OH, OW, CO], K[KH, KW, C, CO]) -> (P) {{\n"
+           f"    P[z0, z1, n, u0, u1, c: 2, 2, N, OH + {taps - 1}, OW + {taps - 1}, C] = "
+           f"+(DY[n, u0 - t0, u1 - t1, co] * K[2 * t0 + z0, 2 * t1 + z1, c, co]);\n}}")
+    rng = np.random.default_rng(seed)
+    dy = rng.standard_normal((n, hw, hw, co)).astype(dtype)
+    w = rng.standard_normal((k, k, c, co)).astype(dtype)
+    f = tilec.compile(src)
+    got = f(dy, w)
+    size = hw + taps - 1
+    want = np.zeros((2, 2, n, size, size, c), dtype)
+    for z0 in range(2):
+        for z1 in range(2):
+            for t0 in range(taps):
+                for t1 in range(taps):
+                    if 2 * t0 + z0 >= k or 2 * t1 + z1 >= k:
+                        continue
+                    want[z0, z1, :, t0:t0 + hw, t1:t1 + hw] += np.einsum("nxyo,co->nxyc", dy, w[2 * t0 + z0, 2 * t1 + z1])
+    np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-4 if dtype == "float32" else 1e-10)
+    shapes, dtypes = {"DY": dy.shape, "K": w.shape}, {"DY": dtype, "K": dtype}
+    if "implicit_gemm[direct]" in f.explain(shapes, dtypes, stage="templates") and taps > 1:
+        assert re.search(r"for t0 in \[0, min\(", f.explain(shapes, dtypes, stage="loop"))
