@@ -9,6 +9,8 @@ as written, each of the m vector rows would be stored lane by lane (m * n scalar
 an NCHW <-> NHWC copy). Here the m rows are computed as vectors of n lanes, transposed in registers
 into n vectors of m lanes (log2 steps of two-input shuffles), and each is stored whole along a
 (all n as one vector where they lie back to back: O's stride along b is m, an interleave).
+Rows are transposed as O stores them: bfloat16 rows rounded to their 16-bit form first, or loaded
+as bits where the value is a plain copy of a bfloat16 buffer (half the registers of float32 lanes).
 Extents that are not powers of two are cut into power-of-two pieces (as `power_of_two_pieces`), each
 piece pair transposed in square blocks of the smaller side.
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from tilec.codegen.llvm.scalar import ScalarEmitter
-from tilec.codegen.llvm.types import I64, alignment
+from tilec.codegen.llvm.types import I64, alignment, packed_bfloat16, storage_type
 from tilec.codegen.llvm.vector import VectorLoop, element_stride, power_of_two_pieces, single_store, varies, vectorizable
 from tilec.ir import loop as L
 from tilec.ir.visitor import walk
@@ -80,26 +82,43 @@ def emit_transposed(em: ScalarEmitter, loop: L.For) -> None:
             m, n = _extent(rows_piece), _extent(cols_piece)
             assert m is not None and n is not None
             lanes = VectorLoop(em, cols_piece)
+            bits = _bits_source(store, buf, em.buffers, inner.var)
             rows = []
             for a in range(a0, a0 + m):
                 em.vars[loop.var] = ir.Constant(I64, a)
                 em.vars[inner.var] = ir.Constant(I64, b0)
-                rows.append(lanes.vector(store.value))
+                if bits is not None:  # the stored bits themselves: no widening and rounding
+                    vt = ir.VectorType(storage_type(bits), n)
+                    rows.append(em.b.load(lanes.vector_pointer(bits, store.value.indices, vt), typ=vt,  # type: ignore[union-attr]
+                                          align=alignment(bits.dtype)))
+                else:
+                    rows.append(em.to_memory(buf, lanes.vector(store.value)))
             columns = transpose(em.b, rows, n)
             em.vars[loop.var] = ir.Constant(I64, a0)
             if element_stride(buf, store.indices, inner.var) == m:  # the columns lie back to back: one store
                 em.vars[inner.var] = ir.Constant(I64, b0)
-                whole = em.to_memory(buf, _concat(em.b, columns))
+                whole = _concat(em.b, columns)
                 em.b.store(whole, em.b.bitcast(em.address(buf, store.indices), ir.PointerType(whole.type)),
                            align=alignment(buf.dtype))
                 continue
             for k, column in enumerate(columns):
                 em.vars[inner.var] = ir.Constant(I64, b0 + k)
-                column = em.to_memory(buf, column)
                 pointer = em.b.bitcast(em.address(buf, store.indices), ir.PointerType(column.type))
                 em.b.store(column, pointer, align=alignment(buf.dtype))
     for v, value in saved.items():
         em.restore_var(v, value)
+
+
+def _bits_source(store: L.Store, buf: L.Buffer, buffers: dict[str, L.Buffer], var: str) -> L.Buffer | None:
+    """The buffer a bfloat16 tile copies as it is (its value one unit-stride load of the same type,
+    whose bits are the stored bits): its rows are then moved as 16-bit integers. None otherwise."""
+    value = store.value
+    if not (packed_bfloat16(buf) and isinstance(value, L.Load)):
+        return None
+    src = buffers.get(value.buffer)
+    if src is None or not packed_bfloat16(src) or element_stride(src, value.indices, var) != 1:
+        return None
+    return src
 
 
 def transpose(b: ir.IRBuilder, rows: list[ir.Value], n: int) -> list[ir.Value]:
