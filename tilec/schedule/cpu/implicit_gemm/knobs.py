@@ -63,7 +63,8 @@ class GemmKnobs:
 
 DTYPES = ("float32", "float64", "bfloat16", "float16")  # the dtypes the CPU GEMM templates take
 # 16-bit floats are converted to float32 while packing (tilec.schedule.cpu.implicit_gemm.packed; the direct
-# variant reads A in place and converts it as it goes): the in-place variant (pack_b False) takes float32 and float64 only
+# variant reads A in place and converts it as it goes), or packed as bfloat16 pairs for the pair dot product
+# where the CPU has it (both variants): the in-place variant (pack_b False) takes float32 and float64 only
 
 
 def itemsize(dtype: str) -> int:
