@@ -335,3 +335,32 @@ def test_bfloat16_weight_gradients_interleave_their_input(n, c, hw, co, stride, 
     pairable = n % 2 == 0 or o % 2 == 0  # a reduction variable (n, x, y) of even extent
     if _has_pair_dot() and pairable and "implicit_gemm[direct]" in f.explain(shapes, dtypes, stage="templates"):
         assert "dot2_bf16" in f.explain(shapes, dtypes, stage="loop")
+
+
+@settings(max_examples=12, deadline=None)
+@given(stride=st.integers(1, 3), phases=st.integers(1, 3), n=st.integers(1, 9), shift=st.integers(-2, 2),
+       agg=st.sampled_from(["+", ">", "<"]), seed=st.integers(0, 2**31))
+def test_bfloat16_scatters_round_once_whether_or_not_cells_meet(stride, phases, n, shift, agg, seed):
+    """O[s u + z + shift] = agg(P[z, u]): with phases <= stride no two tuples meet in a cell (the
+    lowering then writes each once, straight into the bfloat16 output), with more they add up in a
+    float32 workspace. Either way bit for bit the interpreter's result, signed zeros included, and
+    within bfloat16's rounding of a float32 reference."""
+    size = stride * n + 2
+    src = f"O[{stride} * u + z + {shift}: {size}] = {agg}(P[z, u])" if shift >= 0 else \
+        f"O[{stride} * u + z - {-shift}: {size}] = {agg}(P[z, u])"
+    rng = np.random.default_rng(seed)
+    p = rng.standard_normal((phases, n)).astype(BF16)
+    p[0, 0] = -0.0
+    got, want = tilec.compile(src)(p), tilec.compile(src, target="interp")(p)
+    assert got.dtype == want.dtype == BF16
+    np.testing.assert_array_equal(bits(got), bits(want))
+    ref = np.zeros(size, np.float32) if agg == "+" else np.full(size, 0.0, np.float32)
+    hit = np.zeros(size, bool)
+    for z in range(phases):
+        for u in range(n):
+            o = stride * u + z + shift
+            if 0 <= o < size:
+                x = np.float32(p[z, u])
+                ref[o] = ref[o] + x if agg == "+" else (x if not hit[o] else (max if agg == ">" else min)(ref[o], x))
+                hit[o] = True
+    np.testing.assert_allclose(got.astype(np.float32), ref, rtol=1e-2, atol=1e-2)

@@ -316,20 +316,43 @@ def _lower_direct(b: BoundContraction, bp: BoundProgram) -> L.Stmt:
     return loop_nest(cell_ranges, body, [])
 
 
+def one_tuple_per_cell(b: BoundContraction) -> bool:
+    """Whether no two tuples of `b` land in the same output cell: every index variable in exactly one
+    output index, whose terms are digits of a mixed radix (each coefficient larger than the span of
+    the smaller ones: 2 u + z with z in [0, 2), a stride-2 transposed convolution's phases merged)."""
+    extent = {v: hi - lo + 1 for v, lo, hi in b.ranges}
+    seen: set[str] = set()
+    for e in b.out_indices:
+        if e.divisor != 1:
+            return False
+        span = 0
+        for v, c in sorted(e.coeffs, key=lambda t: abs(t[1])):
+            if v in seen or abs(c) <= span:
+                return False
+            seen.add(v)
+            span += abs(c) * (extent.get(v, 1) - 1)
+    return all(v in seen or n == 1 for v, n in extent.items())
+
+
 def _lower_scatter(b: BoundContraction, bp: BoundProgram, workspaces: list[L.Buffer]) -> L.Stmt:
     """Initialise, scatter every tuple, then (where needed) zero the unwritten cells; a 16-bit float
-    output is accumulated in a float32 workspace and rounded once per cell."""
+    output is accumulated in a float32 workspace and rounded once per cell, unless each cell gets
+    one tuple at most (one_tuple_per_cell; its identity initial value is exact in any dtype)."""
     out, dt = b.output, accumulator_dtype(b.dtype)
-    into = out if dt == b.dtype else f"{out}.acc"
     flagged = _needs_written_flag(b, always_written=False)
+    once = dt != b.dtype and not flagged and b.stmt.default is None and one_tuple_per_cell(b)
+    into = out if dt == b.dtype or once else f"{out}.acc"
     flag_name = f"{out}.written"
     cells, cell = _cell_loops(b.shape, f"{out}.c")
     default = _default_value(b, bp, cell)
-    init = L.seq(L.Store(into, tuple(cell), L.cast(dt, default) if default is not None else identity(b.stmt.agg, dt)),
+    init = L.seq(L.Store(into, tuple(cell), L.cast(dt, default) if default is not None
+                         else identity(b.stmt.agg, b.dtype if once else dt)),
                  L.Store(flag_name, tuple(cell), L.Const(False, "bool")) if flagged else None)
     parts = _tuple_value(b, bp)
     target = tuple(index_expr(e) for e in b.out_indices)
-    update = L.seq(L.Store(into, target, combine(b.stmt.agg, L.Load(into, target, dt), parts.value)),
+    now = L.cast(dt, L.Load(into, target, b.dtype)) if once else L.Load(into, target, dt)
+    update = L.seq(L.Store(into, target, L.cast(b.dtype, combine(b.stmt.agg, now, parts.value)) if once
+                           else combine(b.stmt.agg, now, parts.value)),
                    L.Store(flag_name, target, L.Const(True, "bool")) if flagged else None)
     if parts.cond is not None:
         update = L.If(parts.cond, update)
