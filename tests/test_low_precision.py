@@ -8,7 +8,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import tilec
 from tilec.ir.dtypes import accumulator_dtype, promote
@@ -312,6 +312,7 @@ def test_bfloat16_layout_permutations_are_exact(dims, seed):
 @settings(max_examples=10, deadline=None)
 @given(n=st.integers(1, 4), c=st.sampled_from([1, 3, 16, 64]), hw=st.integers(4, 20), co=st.sampled_from([16, 64]),
        stride=st.integers(1, 2), pad=st.integers(0, 1), seed=st.integers(0, 2**31))
+@example(n=2, c=16, hw=20, co=64, stride=2, pad=1, seed=0)  # the interleaved copy on AVX512-BF16 CPUs
 def test_bfloat16_weight_gradients_interleave_their_input(n, c, hw, co, stride, pad, seed):
     """A convolution's weight gradient, DK[i, j, c, co] = sum over n, x, y of DY[n, x, y, co] *
     I[n, s x + i - p, s y + j - p, c]: its A (the input) holds a reduction step's two values s
@@ -332,7 +333,11 @@ def test_bfloat16_weight_gradients_interleave_their_input(n, c, hw, co, stride, 
             ref[i, j] = np.einsum("nxyc,nxyo->co", window, dy.astype(np.float32))
     assert got.dtype == BF16 and rel_error(got, ref) < 1e-2
     shapes, dtypes = {"DY": dy.shape, "I": x.shape}, {"DY": "bfloat16", "I": "bfloat16"}
-    pairable = n % 2 == 0 or o % 2 == 0  # a reduction variable (n, x, y) of even extent
+    from tilec.schedule.cpu.implicit_gemm.direct import INTERLEAVE_MIN_REUSE
+
+    # a reduction variable (n, x, y) of even extent, and products enough per element of the bordered
+    # input (its size bounded by n (hw + 2 pad + 2)^2 c) for the interleaved copy
+    pairable = (n % 2 == 0 or o % 2 == 0) and 9 * co * o * o >= INTERLEAVE_MIN_REUSE * (hw + 2 * pad + 2) ** 2
     if _has_pair_dot() and pairable and "implicit_gemm[direct]" in f.explain(shapes, dtypes, stage="templates"):
         assert "dot2_bf16" in f.explain(shapes, dtypes, stage="loop")
 

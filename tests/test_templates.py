@@ -12,7 +12,7 @@ from dataclasses import asdict
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import tilec
@@ -290,6 +290,7 @@ def test_an_oihw_filter_packs_through_register_transposes():
 @settings(max_examples=10, deadline=None)
 @given(n=st.integers(1, 3), hw=st.integers(2, 9), c=st.sampled_from([5, 16]), co=st.sampled_from([16, 40]),
        k=st.integers(1, 4), dtype=st.sampled_from(["float32", "float64"]), seed=st.integers(0, 2**31))
+@example(n=3, hw=9, c=16, co=40, k=3, dtype="float32", seed=0)  # the direct variant, a 3x3 filter's phases
 def test_direct_variant_skips_the_taps_a_phase_lacks(n, hw, c, co, k, dtype, seed):
     """A stride-2 transposed convolution split into output phases z (the input gradient of a
     stride-2 convolution): the filter tap 2 t + z passes the filter for some z, where B (the filter)
@@ -315,5 +316,6 @@ def test_direct_variant_skips_the_taps_a_phase_lacks(n, hw, c, co, k, dtype, see
                     want[z0, z1, :, t0:t0 + hw, t1:t1 + hw] += np.einsum("nxyo,co->nxyc", dy, w[2 * t0 + z0, 2 * t1 + z1])
     np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-4 if dtype == "float32" else 1e-10)
     shapes, dtypes = {"DY": dy.shape, "K": w.shape}, {"DY": dtype, "K": dtype}
-    if "implicit_gemm[direct]" in f.explain(shapes, dtypes, stage="templates") and taps > 1:
+    lacking = taps > 1 and k % 2 == 1  # then phase z = 1 lacks its last tap: a guard on t0 and z0
+    if "implicit_gemm[direct]" in f.explain(shapes, dtypes, stage="templates") and lacking:
         assert re.search(r"for t0 in \[0, min\(", f.explain(shapes, dtypes, stage="loop"))

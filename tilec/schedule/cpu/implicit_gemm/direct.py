@@ -28,7 +28,12 @@ index is a reduction variable alone over a whole dimension of even size (a convo
 NHWC): that variable's loop steps by two, A's two neighbouring cells are broadcast as one 32-bit
 word and B is packed as bfloat16 pairs, Bp[jr, kk, jj, 2], for one `vdpbf16ps` per vector
 (tilec.ir.loop.DOT2_BF16): twice the products of a float32 FMA. Bp's rows then follow the
-kernel's loop order.
+kernel's loop order. Where no such variable exists but A serves enough products per element (a
+weight gradient's input, read at a stride), an interleaved copy of A holds each pair side by side
+(`interleaved_variable`, padding.interleaved_pairs).
+
+The reduction loops leave out the iterations where a guard of B on one reduction variable (and
+outer ones) fails, as B is 0 there (`b_nonzero`: a transposed convolution's phases).
 
 Row indices of a tile's last rows are clamped into range (their results are never
 stored), so the kernel needs no branch. A's bound guards become a zero-padded copy;
@@ -91,14 +96,21 @@ def b_source_order(plan: GemmPlan, ctx: Context) -> tuple[tuple[str, int, int], 
     return None if ranges == tuple(plan.red) else ranges
 
 
+def pairs_possible(plan: GemmPlan, bp: BoundProgram, target: Target, nr: int) -> bool:
+    """Whether A, B and the output are bfloat16 on a CPU with the pair dot product and NR is whole
+    16-lane vectors: the micro-kernel may then take the reduction in pairs."""
+    dtypes = bp.dtypes
+    return bf16_dot(target) and nr % 16 == 0 and plan.dtype == dtypes[plan.a.tensor] == dtypes[plan.b.tensor] == "bfloat16"
+
+
 def pair_variable(plan: GemmPlan, pads: Pads, bp: BoundProgram, target: Target, nr: int) -> str | None:
     """The reduction variable whose neighbouring values the micro-kernel takes in pairs (module doc):
     alone in A's innermost dimension longer than 1 (those after it of size 1: a 1x1 filter's
     F[co, c, 0, 0]), unpadded, over the whole dimension, of even size, and in no other index of A;
     A, B and the output bfloat16 on a CPU with the pair dot product, NR whole 16-lane vectors.
     None where the variant runs in float32."""
-    a, dtypes = plan.a, bp.dtypes
-    if not (bf16_dot(target) and nr % 16 == 0 and plan.dtype == dtypes[a.tensor] == dtypes[plan.b.tensor] == "bfloat16"):
+    a = plan.a
+    if not pairs_possible(plan, bp, target, nr):
         return None
     shape = bp.shapes[a.tensor]
     d = pair_dimension(shape)
@@ -118,8 +130,8 @@ def interleaved_variable(plan: GemmPlan, pads: Pads, bp: BoundProgram, target: T
     side (padding.interleaved_pairs, twice A's size), when each element of A then serves at least
     INTERLEAVE_MIN_REUSE products (a weight gradient's input: its rows are the filter's taps and
     channels, its reduction the images and pixels, which it reads at a stride); else None."""
-    a, dtypes = plan.a, bp.dtypes
-    if not (bf16_dot(target) and nr % 16 == 0 and plan.dtype == dtypes[a.tensor] == dtypes[plan.b.tensor] == "bfloat16"):
+    a = plan.a
+    if not pairs_possible(plan, bp, target, nr):
         return None
     a_size = math.prod(size + lo + hi for size, (lo, hi) in zip(bp.shapes[a.tensor], pads))
     if plan.m * plan.n * plan.k * plan.batch < INTERLEAVE_MIN_REUSE * a_size:
