@@ -333,7 +333,7 @@ def test_bfloat16_weight_gradients_interleave_their_input(n, c, hw, co, stride, 
             ref[i, j] = np.einsum("nxyc,nxyo->co", window, dy.astype(np.float32))
     assert got.dtype == BF16 and rel_error(got, ref) < 1e-2
     shapes, dtypes = {"DY": dy.shape, "I": x.shape}, {"DY": "bfloat16", "I": "bfloat16"}
-    from tilec.schedule.cpu.implicit_gemm.direct import INTERLEAVE_MIN_REUSE
+    from tilec.schedule.cpu.implicit_gemm.pairs import INTERLEAVE_MIN_REUSE
 
     # a reduction variable (n, x, y) of even extent, and products enough per element of the bordered
     # input (its size bounded by n (hw + 2 pad + 2)^2 c) for the interleaved copy

@@ -32,7 +32,8 @@ from tilec.ir.dtypes import accumulator_dtype
 from tilec.ir.lower import LoweredGroup
 from tilec.schedule.cpu import copy_fold
 from tilec.schedule.cpu.implicit_gemm import inplace
-from tilec.schedule.cpu.implicit_gemm.direct import DirectPlan, padding, pair_variable
+from tilec.schedule.cpu.implicit_gemm.direct import DirectPlan, padding
+from tilec.schedule.cpu.implicit_gemm.pairs import pair_variable
 from tilec.schedule.cpu.implicit_gemm.padding import Pads
 from tilec.schedule.cpu.implicit_gemm.features import NAMES, gemm_features
 from tilec.schedule.cpu.implicit_gemm.knobs import DTYPES, GemmKnobs, default_knobs, itemsize, knob_problems, worthwhile
@@ -183,7 +184,7 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
 
 def pairs_lost(plan: GemmPlan, ctx: Context, knobs: GemmKnobs, pads: Pads) -> bool:
     """Whether the packed variant multiplies bfloat16 pairs (a matrix: one row and one reduction
-    index) and the direct one, reading A as it lies, cannot (direct.pair_variable)."""
+    index) and the direct one, reading A as it lies, cannot (.pairs.pair_variable)."""
     packed_pairs = (plan.dtype == "bfloat16" and bf16_dot(ctx.target) and len(plan.rows) == len(plan.red) == 1
                     and knobs.nr % 16 == 0)
     return packed_pairs and pair_variable(plan, pads, ctx.bp, ctx.target, knobs.nr) is None

@@ -23,14 +23,14 @@ i, j] read as K[i, j, c, co]: row c * KH * KW + i * KW + j): whole panels are th
 along that index and transposed in registers (`b_source_order`, packed.transposing_pack), instead of
 gathered element by element 9 KiB apart; the kernel reads them back in its own loop order.
 
-bfloat16 operands on a CPU with AVX512-BF16 run in pairs (`pair_variable`) where A's innermost
+bfloat16 operands on a CPU with AVX512-BF16 run in pairs (.pairs.pair_variable) where A's innermost
 index is a reduction variable alone over a whole dimension of even size (a convolution's channels in
 NHWC): that variable's loop steps by two, A's two neighbouring cells are broadcast as one 32-bit
 word and B is packed as bfloat16 pairs, Bp[jr, kk, jj, 2], for one `vdpbf16ps` per vector
 (tilec.ir.loop.DOT2_BF16): twice the products of a float32 FMA. Bp's rows then follow the
 kernel's loop order. Where no such variable exists but A serves enough products per element (a
 weight gradient's input, read at a stride), an interleaved copy of A holds each pair side by side
-(`interleaved_variable`, padding.interleaved_pairs).
+(.pairs.interleaved_variable, .padding.interleaved_pairs).
 
 The reduction loops leave out the iterations where a guard of B on one reduction variable (and
 outer ones) fails, as B is 0 there (`b_nonzero`: a transposed convolution's phases).
@@ -56,12 +56,12 @@ from tilec.ir.lower import affine_expr, index_expr, zero_fill
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, plan_threads
 from tilec.schedule.cpu.implicit_gemm.padding import Pads, access_padding, interleaved_pairs, padded_index, padded_operand
-from tilec.schedule.cpu.implicit_gemm.packed import bf16_dot, transposable, transposed_panels, transposing_pack
+from tilec.schedule.cpu.implicit_gemm.packed import transposable, transposed_panels, transposing_pack
+from tilec.schedule.cpu.implicit_gemm.pairs import interleaved_variable, pair_dimension, pair_steps, pair_variable
 from tilec.schedule.nest import decompose, guarded_store, thread_share, threads_loop
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.base import Context
-from tilec.target import Target
 
 
 def padding(plan: GemmPlan, bp: BoundProgram) -> Pads | None:
@@ -94,57 +94,6 @@ def b_source_order(plan: GemmPlan, ctx: Context) -> tuple[tuple[str, int, int], 
     if any(lo != 0 or hi + 1 != size for (_, lo, hi), size in zip(ranges, shape[len(shape) - len(red):])):
         return None
     return None if ranges == tuple(plan.red) else ranges
-
-
-def pairs_possible(plan: GemmPlan, bp: BoundProgram, target: Target, nr: int) -> bool:
-    """Whether A, B and the output are bfloat16 on a CPU with the pair dot product and NR is whole
-    16-lane vectors: the micro-kernel may then take the reduction in pairs."""
-    dtypes = bp.dtypes
-    return bf16_dot(target) and nr % 16 == 0 and plan.dtype == dtypes[plan.a.tensor] == dtypes[plan.b.tensor] == "bfloat16"
-
-
-def pair_variable(plan: GemmPlan, pads: Pads, bp: BoundProgram, target: Target, nr: int) -> str | None:
-    """The reduction variable whose neighbouring values the micro-kernel takes in pairs (module doc):
-    alone in A's innermost dimension longer than 1 (those after it of size 1: a 1x1 filter's
-    F[co, c, 0, 0]), unpadded, over the whole dimension, of even size, and in no other index of A;
-    A, B and the output bfloat16 on a CPU with the pair dot product, NR whole 16-lane vectors.
-    None where the variant runs in float32."""
-    a = plan.a
-    if not pairs_possible(plan, bp, target, nr):
-        return None
-    shape = bp.shapes[a.tensor]
-    d = pair_dimension(shape)
-    if d is None:
-        return None
-    var = a.indices[d].lone_var
-    ranges = {name: (lo, hi) for name, lo, hi in plan.red}
-    if var is None or var not in ranges or pads[d] != (0, 0) or any(var in e.vars for k, e in enumerate(a.indices) if k != d):
-        return None
-    lo, hi = ranges[var]
-    return var if lo == 0 and hi + 1 == shape[d] and shape[d] % 2 == 0 else None
-
-
-def interleaved_variable(plan: GemmPlan, pads: Pads, bp: BoundProgram, target: Target, nr: int) -> str | None:
-    """Where no reduction variable's pairs lie side by side in A (pair_variable), the innermost
-    reduction variable over an even range from 0 whose pairs an interleaved copy of A puts side by
-    side (padding.interleaved_pairs, twice A's size), when each element of A then serves at least
-    INTERLEAVE_MIN_REUSE products (a weight gradient's input: its rows are the filter's taps and
-    channels, its reduction the images and pixels, which it reads at a stride); else None."""
-    a = plan.a
-    if not pairs_possible(plan, bp, target, nr):
-        return None
-    a_size = math.prod(size + lo + hi for size, (lo, hi) in zip(bp.shapes[a.tensor], pads))
-    if plan.m * plan.n * plan.k * plan.batch < INTERLEAVE_MIN_REUSE * a_size:
-        return None
-    return next((var for var, lo, hi in reversed(plan.red) if lo == 0 and (hi + 1) % 2 == 0), None)
-
-
-INTERLEAVE_MIN_REUSE = 32  # products per element of A for which an interleaved copy of it pays
-
-
-def pair_steps(plan: GemmPlan, var: str) -> tuple[int, ...]:
-    """Per dimension of A, how far its index moves when `var` grows by one."""
-    return tuple(dict(e.coeffs).get(var, 0) for e in plan.a.indices)
 
 
 def b_nonzero(plan: GemmPlan, outer_env: dict[str, L.Expr]) -> dict[str, tuple[L.Expr, L.Expr]]:
@@ -180,11 +129,6 @@ def b_nonzero(plan: GemmPlan, outer_env: dict[str, L.Expr]) -> dict[str, tuple[L
             end = L.Bin("min", end, L.add(floor_div(num, abs(c)), L.const(1)))
         bounds[var] = (begin, end)
     return bounds
-
-
-def pair_dimension(shape: tuple[int, ...]) -> int | None:
-    """The innermost dimension of `shape` longer than 1 (its neighbours are adjacent in memory)."""
-    return next((d for d in reversed(range(len(shape))) if shape[d] > 1), None)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,83 @@
+"""bfloat16 pairs for the direct variant's micro-kernel: which reduction variable it takes in pairs.
+
+AVX512-BF16's `vdpbf16ps` adds two products per float32 lane: acc[l] += a0 b0[l] + a1 b1[l], the a
+pair broadcast from one 32-bit word. The direct variant (tilec.schedule.cpu.implicit_gemm.direct)
+steps one reduction variable by two and needs A's two values of each step side by side in memory:
+either they lie so in A itself (`pair_variable`: an NHWC input's channels, a matrix row, a 1x1
+filter's F[co, c, 0, 0]), or an interleaved copy of A puts them so (`interleaved_variable`, built by
+tilec.schedule.cpu.implicit_gemm.padding.interleaved_pairs) where A is read at a stride along every
+reduction variable (a convolution's weight gradient) and serves enough products per element.
+
+Requires: a GemmPlan, A's zero borders and the program's shapes and dtypes. Guarantees: a variable
+only where the pairs are exact (an even range from 0; in place, over a whole unpadded dimension).
+"""
+
+from __future__ import annotations
+
+import math
+
+from tilec.ir.bounds import BoundProgram
+from tilec.schedule.cpu.implicit_gemm.packed import bf16_dot
+from tilec.schedule.cpu.implicit_gemm.padding import Pads
+from tilec.schedule.patterns.gemm import GemmPlan
+from tilec.target import Target
+
+
+def pairs_possible(plan: GemmPlan, bp: BoundProgram, target: Target, nr: int) -> bool:
+    """Whether A, B and the output are bfloat16 on a CPU with the pair dot product and NR is whole
+    16-lane vectors: the micro-kernel may then take the reduction in pairs."""
+    dtypes = bp.dtypes
+    return bf16_dot(target) and nr % 16 == 0 and plan.dtype == dtypes[plan.a.tensor] == dtypes[plan.b.tensor] == "bfloat16"
+
+
+def pair_variable(plan: GemmPlan, pads: Pads, bp: BoundProgram, target: Target, nr: int) -> str | None:
+    """The reduction variable whose neighbouring values the micro-kernel takes in pairs (module doc):
+    alone in A's innermost dimension longer than 1 (those after it of size 1: a 1x1 filter's
+    F[co, c, 0, 0]), unpadded, over the whole dimension, of even size, and in no other index of A;
+    A, B and the output bfloat16 on a CPU with the pair dot product, NR whole 16-lane vectors.
+    None where the variant runs in float32."""
+    a = plan.a
+    if not pairs_possible(plan, bp, target, nr):
+        return None
+    shape = bp.shapes[a.tensor]
+    d = pair_dimension(shape)
+    if d is None:
+        return None
+    var = a.indices[d].lone_var
+    ranges = {name: (lo, hi) for name, lo, hi in plan.red}
+    if var is None or var not in ranges or pads[d] != (0, 0) or any(var in e.vars for k, e in enumerate(a.indices) if k != d):
+        return None
+    lo, hi = ranges[var]
+    return var if lo == 0 and hi + 1 == shape[d] and shape[d] % 2 == 0 else None
+
+
+def interleaved_variable(plan: GemmPlan, pads: Pads, bp: BoundProgram, target: Target, nr: int) -> str | None:
+    """Where no reduction variable's pairs lie side by side in A (pair_variable), the innermost
+    reduction variable over an even range from 0 whose pairs an interleaved copy of A puts side by
+    side (padding.interleaved_pairs, twice A's size), when each element of A then serves at least
+    INTERLEAVE_MIN_REUSE products (a weight gradient's input: its rows are the filter's taps and
+    channels, its reduction the images and pixels, which it reads at a stride); else None."""
+    a = plan.a
+    if not pairs_possible(plan, bp, target, nr):
+        return None
+    a_size = math.prod(size + lo + hi for size, (lo, hi) in zip(bp.shapes[a.tensor], pads))
+    if plan.m * plan.n * plan.k * plan.batch < INTERLEAVE_MIN_REUSE * a_size:
+        return None
+    return next((var for var, lo, hi in reversed(plan.red) if lo == 0 and (hi + 1) % 2 == 0), None)
+
+
+INTERLEAVE_MIN_REUSE = 32  # products per element of A for which an interleaved copy of it pays
+
+
+def pair_steps(plan: GemmPlan, var: str) -> tuple[int, ...]:
+    """Per dimension of A, how far its index moves when `var` grows by one."""
+    return tuple(dict(e.coeffs).get(var, 0) for e in plan.a.indices)
+
+
+def pair_dimension(shape: tuple[int, ...]) -> int | None:
+    """The innermost dimension of `shape` longer than 1 (its neighbours are adjacent in memory)."""
+    return next((d for d in reversed(range(len(shape))) if shape[d] > 1), None)
+
+
+__all__ = ["INTERLEAVE_MIN_REUSE", "interleaved_variable", "pair_dimension", "pair_steps", "pair_variable",
+           "pairs_possible"]
