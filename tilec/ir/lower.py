@@ -350,7 +350,7 @@ def _lower_scatter(b: BoundContraction, bp: BoundProgram, workspaces: list[L.Buf
                  L.Store(flag_name, tuple(cell), L.Const(False, "bool")) if flagged else None)
     parts = _tuple_value(b, bp)
     target = tuple(index_expr(e) for e in b.out_indices)
-    now = L.cast(dt, L.Load(into, target, b.dtype)) if once else L.Load(into, target, dt)
+    now = identity(b.stmt.agg, dt) if once else L.Load(into, target, dt)  # once: the cell still holds its initial value
     update = L.seq(L.Store(into, target, L.cast(b.dtype, combine(b.stmt.agg, now, parts.value)) if once
                            else combine(b.stmt.agg, now, parts.value)),
                    L.Store(flag_name, target, L.Const(True, "bool")) if flagged else None)

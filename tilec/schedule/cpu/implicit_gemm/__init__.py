@@ -37,7 +37,7 @@ from tilec.schedule.cpu.implicit_gemm.pairs import pair_variable
 from tilec.schedule.cpu.implicit_gemm.padding import Pads
 from tilec.schedule.cpu.implicit_gemm.features import NAMES, gemm_features
 from tilec.schedule.cpu.implicit_gemm.knobs import DTYPES, GemmKnobs, default_knobs, itemsize, knob_problems, worthwhile
-from tilec.schedule.cpu.implicit_gemm.packed import PackedPlan, bf16_dot
+from tilec.schedule.cpu.implicit_gemm.packed import PackedPlan, bf16_pairs
 from tilec.schedule.cpu.implicit_gemm.space import gemm_space
 from tilec.schedule.patterns import gemm as gemm_pattern
 from tilec.schedule.patterns.epilogue import covered, find_epilogue, fused_group
@@ -185,8 +185,7 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
 def pairs_lost(plan: GemmPlan, ctx: Context, knobs: GemmKnobs, pads: Pads) -> bool:
     """Whether the packed variant multiplies bfloat16 pairs (a matrix: one row and one reduction
     index) and the direct one, reading A as it lies, cannot (.pairs.pair_variable)."""
-    packed_pairs = (plan.dtype == "bfloat16" and bf16_dot(ctx.target) and len(plan.rows) == len(plan.red) == 1
-                    and knobs.nr % 16 == 0)
+    packed_pairs = len(plan.rows) == len(plan.red) == 1 and bf16_pairs(plan, ctx.bp.dtypes, ctx.target, knobs.nr)
     return packed_pairs and pair_variable(plan, pads, ctx.bp, ctx.target, knobs.nr) is None
 
 

@@ -105,6 +105,10 @@ def b_nonzero(plan: GemmPlan, outer_env: dict[str, L.Expr]) -> dict[str, tuple[L
     red = {var: (lo, hi) for var, lo, hi in plan.red}
     outer = {var for var, _, _ in plan.outer}
     bounds: dict[str, tuple[L.Expr, L.Expr]] = {}
+
+    def floor_div(x: L.Expr, d: int) -> L.Expr:
+        return L.Bin("div", x, L.const(d))
+
     for g in plan.b_guards:
         terms = dict(g.expr.coeffs)
         mine = [var for var in terms if var in red]
@@ -115,10 +119,6 @@ def b_nonzero(plan: GemmPlan, outer_env: dict[str, L.Expr]) -> dict[str, tuple[L
         rest = substitute_expr(affine_expr(IntAffine(tuple(sorted(terms.items())), g.expr.const)), outer_env)
         lo, hi = red[var]
         begin, end = bounds.get(var, (L.const(lo), L.const(hi + 1)))
-
-        def floor_div(x: L.Expr, d: int) -> L.Expr:
-            return L.Bin("div", x, L.const(d))
-
         low = g.lo if c > 0 else g.hi  # the guard's side that bounds var from below
         high = g.hi if c > 0 else g.lo
         if low is not None:  # c var + rest >= lo (c > 0) or <= hi (c < 0): var >= ceil(...)

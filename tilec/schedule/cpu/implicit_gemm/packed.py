@@ -74,7 +74,7 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     dt, ct = b.dtype, accumulator_dtype(b.dtype)  # the output's dtype, the one it is computed in
     mr, nr, mc = knobs.mr, knobs.nr, knobs.mc
     m, n, k = plan.m, plan.n, plan.k
-    pairs = bf16_pairs(b, plan, bp.dtypes, target, nr)
+    pairs = bf16_pairs(plan, bp.dtypes, target, nr)
     kc = min(knobs.kc, k)
     kc += kc % 2 if pairs else 0  # whole pairs (an odd K's last pair is padded with 0)
     step = 2 if pairs else 1  # reduction indices per packed row
@@ -283,10 +283,10 @@ def bf16_dot(target: Target) -> bool:
     return host is not None and host.vector_bits == 512 and "avx512bf16" in cpu_isa(host.name, host.features)
 
 
-def bf16_pairs(b: BoundContraction, plan: GemmPlan, dtypes: dict[str, str], target: Target, nr: int) -> bool:
-    """Whether the micro-kernel runs on bfloat16 pairs (twice the products of a float32 FMA per
+def bf16_pairs(plan: GemmPlan, dtypes: dict[str, str], target: Target, nr: int) -> bool:
+    """Whether the micro-kernel may run on bfloat16 pairs (twice the products of a float32 FMA per
     instruction): bfloat16 operands and output on a CPU that has them, NR whole vectors."""
-    return bf16_dot(target) and b.dtype == dtypes[plan.a.tensor] == dtypes[plan.b.tensor] == "bfloat16" and nr % 16 == 0
+    return bf16_dot(target) and plan.dtype == dtypes[plan.a.tensor] == dtypes[plan.b.tensor] == "bfloat16" and nr % 16 == 0
 
 
 __all__ = ["PackedPlan", "bf16_dot", "bf16_pairs", "build", "transposable", "transposed_panels", "transposing_pack"]

@@ -17,17 +17,10 @@ from __future__ import annotations
 import math
 
 from tilec.ir.bounds import BoundProgram
-from tilec.schedule.cpu.implicit_gemm.packed import bf16_dot
+from tilec.schedule.cpu.implicit_gemm.packed import bf16_pairs
 from tilec.schedule.cpu.implicit_gemm.padding import Pads
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.target import Target
-
-
-def pairs_possible(plan: GemmPlan, bp: BoundProgram, target: Target, nr: int) -> bool:
-    """Whether A, B and the output are bfloat16 on a CPU with the pair dot product and NR is whole
-    16-lane vectors: the micro-kernel may then take the reduction in pairs."""
-    dtypes = bp.dtypes
-    return bf16_dot(target) and nr % 16 == 0 and plan.dtype == dtypes[plan.a.tensor] == dtypes[plan.b.tensor] == "bfloat16"
 
 
 def pair_variable(plan: GemmPlan, pads: Pads, bp: BoundProgram, target: Target, nr: int) -> str | None:
@@ -37,7 +30,7 @@ def pair_variable(plan: GemmPlan, pads: Pads, bp: BoundProgram, target: Target, 
     A, B and the output bfloat16 on a CPU with the pair dot product, NR whole 16-lane vectors.
     None where the variant runs in float32."""
     a = plan.a
-    if not pairs_possible(plan, bp, target, nr):
+    if not bf16_pairs(plan, bp.dtypes, target, nr):
         return None
     shape = bp.shapes[a.tensor]
     d = pair_dimension(shape)
@@ -58,7 +51,7 @@ def interleaved_variable(plan: GemmPlan, pads: Pads, bp: BoundProgram, target: T
     INTERLEAVE_MIN_REUSE products (a weight gradient's input: its rows are the filter's taps and
     channels, its reduction the images and pixels, which it reads at a stride); else None."""
     a = plan.a
-    if not pairs_possible(plan, bp, target, nr):
+    if not bf16_pairs(plan, bp.dtypes, target, nr):
         return None
     a_size = math.prod(size + lo + hi for size, (lo, hi) in zip(bp.shapes[a.tensor], pads))
     if plan.m * plan.n * plan.k * plan.batch < INTERLEAVE_MIN_REUSE * a_size:
@@ -79,5 +72,4 @@ def pair_dimension(shape: tuple[int, ...]) -> int | None:
     return next((d for d in reversed(range(len(shape))) if shape[d] > 1), None)
 
 
-__all__ = ["INTERLEAVE_MIN_REUSE", "interleaved_variable", "pair_dimension", "pair_steps", "pair_variable",
-           "pairs_possible"]
+__all__ = ["INTERLEAVE_MIN_REUSE", "interleaved_variable", "pair_dimension", "pair_steps", "pair_variable"]
