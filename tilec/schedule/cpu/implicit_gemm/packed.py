@@ -286,7 +286,8 @@ def bf16_dot(target: Target) -> bool:
 def bf16_pairs(plan: GemmPlan, dtypes: dict[str, str], target: Target, nr: int) -> bool:
     """Whether the micro-kernel may run on bfloat16 pairs (twice the products of a float32 FMA per
     instruction): bfloat16 operands and output on a CPU that has them, NR whole vectors."""
-    return bf16_dot(target) and plan.dtype == dtypes[plan.a.tensor] == dtypes[plan.b.tensor] == "bfloat16" and nr % 16 == 0
+    return (plan.dtype == "bfloat16" and nr % 16 == 0 and bf16_dot(target)  # operands may be a template's own buffers
+            and dtypes.get(plan.a.tensor) == dtypes.get(plan.b.tensor) == "bfloat16")
 
 
 __all__ = ["PackedPlan", "bf16_dot", "bf16_pairs", "build", "transposable", "transposed_panels", "transposing_pack"]
