@@ -61,10 +61,20 @@ def test_float64_runs_at_about_half_the_float32_rate(measured: peaks.MachinePeak
 
 
 def test_wider_vectors_never_lose_and_256_bits_doubles_128(measured: peaks.MachinePeaks):
-    narrow, wide = measured.peak("float32", 128), measured.peak("float32", 256)
-    if wide is None:
+    if measured.peak("float32", 256) is None:
         pytest.skip("this CPU has no 256-bit vectors")
-    assert narrow is not None and 1.5 < wide.single_gflops / narrow.single_gflops < 2.6
+    # A neighbour on a shared host can hold one figure back for all of its runs (256 bits at 23 of
+    # 32 flops per cycle against 128 bits at 16 of 16, in one CI run). Noise only lowers a figure,
+    # so where the ratio is out of range the figures are measured again and the best of each kept.
+    narrow, wide, ratio = 0.0, 0.0, 0.0
+    for attempt in range(3):
+        again = measured if attempt == 0 else peaks.measure(duration=SHORT, repeats=REPEATS)
+        narrow = max(narrow, again.peak("float32", 128).single_gflops)  # type: ignore[union-attr]
+        wide = max(wide, again.peak("float32", 256).single_gflops)  # type: ignore[union-attr]
+        ratio = wide / narrow
+        if 1.5 < ratio < 2.6:
+            break
+    assert 1.5 < ratio < 2.6, (narrow, wide)
     gain = measured.width_gain("float32")
     assert gain is not None and 0.7 < gain < 2.6
 
