@@ -121,7 +121,9 @@ def test_conv2d_gradient_never_materialises_the_input_layout_copies():
     params = kernel_params(tilec.grad(conv2d_source(shape), wrt=["X", "F"]).source, shapes)
     for copy in ("I", "K", "DY_0"):  # read through by the products' packing instead
         assert f" {copy}: " not in params
-    assert " DI_1: " in params and " DK_2: " in params  # the products themselves stay
+    # the input gradient's tiles are stored straight into DX through the copy back to NCHW (the
+    # direct variant: DI_1's packed B, no DI_1); the weight gradient's product stays
+    assert " DI_1: " not in params and " DI_1.Bp: " in params and " DK_2: " in params
 
 
 def test_a_copy_read_outside_a_gemm_is_materialised():
@@ -180,3 +182,33 @@ def test_a_large_zero_padded_operand_is_filled_in_parallel():
     padded = np.pad(i_.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
     ref = sum(np.einsum("nxyc,cd->nxyd", padded[:, a:a + 20, b:b + 20, :], k[a, b]) for a in range(3) for b in range(3))
     np.testing.assert_allclose(tilec.compile(src)(i_, k), ref, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("n,c,hw,co,stride", [(3, 6, (9, 7), 20, 1), (2, 16, (13, 11), 32, 2), (2, 32, (5, 5), 64, 1)])
+def test_a_direct_convolution_stores_its_tiles_through_the_copy_back_to_nchw(dtype, n, c, hw, co, stride):
+    """The channels-last product and its bias are stored straight into the NCHW output: no NHWC
+    temporary, the copy lowered with the product (stored_copy). Each tile stays within one image's
+    pixels (63, 35 and 25 of them here: the last tile of each image is partial), so the results
+    match torch in every image."""
+    import ml_dtypes
+    import torch
+
+    from tilec.ops.sources import conv2d_source as op_conv2d_source
+
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float32
+    src = op_conv2d_source((stride, stride), (1, 1), (1, 1), True)
+    x = rng.standard_normal((n, c, *hw)).astype(np_dtype)
+    f = rng.standard_normal((co, c, 3, 3)).astype(np_dtype)
+    bias = rng.standard_normal(co).astype(np_dtype)
+    fn = tilec.compile(src)
+    shapes = dict(zip(fn.inputs, (x.shape, f.shape, bias.shape)))
+    dtypes = dict.fromkeys(fn.inputs, dtype)
+    assert "stored_copy" in fn.explain(shapes, dtypes, stage="templates")
+    params = fn.explain(shapes, dtypes, stage="loop").splitlines()[0]
+    assert " Y: " not in params and " Yb: " not in params
+    got = fn(x, f, bias).astype(np.float32)
+    want = torch.nn.functional.conv2d(*(torch.from_numpy(a.astype(np.float32)) for a in (x, f, bias)),
+                                      stride=stride, padding=1).numpy()
+    tol = 2e-2 if dtype == "bfloat16" else 1e-5
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())

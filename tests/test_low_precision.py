@@ -345,8 +345,10 @@ def test_bfloat16_weight_gradients_interleave_their_input(n, c, hw, co, stride, 
 @settings(max_examples=12, deadline=None)
 @given(stride=st.integers(1, 3), phases=st.integers(1, 3), n=st.integers(1, 9), shift=st.integers(-2, 2),
        agg=st.sampled_from(["+", ">", "<"]), seed=st.integers(0, 2**31))
+@example(stride=1, phases=1, n=2, shift=0, agg="+", seed=0)  # a lone phase listed after u: still one tuple a cell
+@example(stride=1, phases=2, n=1, shift=0, agg="+", seed=0)  # a lone u: phases never meet
 def test_bfloat16_scatters_round_once_whether_or_not_cells_meet(stride, phases, n, shift, agg, seed):
-    """O[s u + z + shift] = agg(P[z, u]): with phases <= stride no two tuples meet in a cell (the
+    """O[s u + z + shift] = agg(P[z, u]): with phases <= stride (or one u) no two tuples meet in a cell (the
     lowering then writes each once, straight into the bfloat16 output), with more they add up in a
     float32 workspace. Either way bit for bit the interpreter's result, signed zeros included, and
     within bfloat16's rounding of a float32 reference."""
@@ -362,7 +364,7 @@ def test_bfloat16_scatters_round_once_whether_or_not_cells_meet(stride, phases, 
     np.testing.assert_array_equal(bits(got), bits(want))
     workspace = "O.acc" in f.explain({"P": p.shape}, {"P": "bfloat16"}, stage="loop")
     if agg == "+":  # '>' and '<' keep a workspace beside their written flags where they scatter
-        assert workspace == (phases > stride)
+        assert workspace == (phases > stride and n > 1)  # one u: no two tuples meet, whatever the phases
     ref = np.zeros(size, np.float32) if agg == "+" else np.full(size, 0.0, np.float32)
     hit = np.zeros(size, bool)
     for z in range(phases):
@@ -373,3 +375,20 @@ def test_bfloat16_scatters_round_once_whether_or_not_cells_meet(stride, phases, 
                 ref[o] = ref[o] + x if agg == "+" else (x if not hit[o] else (max if agg == ">" else min)(ref[o], x))
                 hit[o] = True
     np.testing.assert_allclose(got.astype(np.float32), ref, rtol=1e-2, atol=1e-2)
+
+
+def test_bfloat16_pairs_pack_the_filter_from_its_channels_last_copy():
+    """Packing B as pairs reads it along its column (the output channels): from the OIHW filter that
+    was a gather per element, so where pairs are used the HWIO copy K is made on its own (a
+    transposing permutation) and packed from; without pairs it is read through (never made)."""
+    src = _conv_nhwc(1, 1)
+    shapes = {"X": (2, 64, 12, 12), "F": (64, 64, 3, 3)}
+    dtypes = {"X": "bfloat16", "F": "bfloat16"}
+    loop = tilec.explain(src, shapes, dtypes, stage="loop")
+    assert (" K: " in loop.splitlines()[0]) == _has_pair_dot()
+    assert (("dot2_bf16" in loop) == _has_pair_dot())
+    x = np.random.default_rng(3).standard_normal(shapes["X"]).astype(BF16)
+    f = np.random.default_rng(4).standard_normal(shapes["F"]).astype(BF16)
+    got = tilec.compile(src)(x, f).astype(np.float32)
+    want = tilec.compile(src)(x.astype(np.float32), f.astype(np.float32))
+    assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()

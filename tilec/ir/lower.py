@@ -326,7 +326,7 @@ def one_tuple_per_cell(b: BoundContraction) -> bool:
         if e.divisor != 1:
             return False
         span = 0
-        for v, c in sorted(e.coeffs, key=lambda t: abs(t[1])):
+        for v, c in sorted(e.coeffs, key=lambda t: (abs(t[1]), extent.get(t[0], 1))):  # a lone value first: it spans nothing
             if v in seen or abs(c) <= span:
                 return False
             seen.add(v)

@@ -35,6 +35,12 @@ weight gradient's input, read at a stride), an interleaved copy of A holds each 
 The reduction loops leave out the iterations where a guard of B on one reduction variable (and
 outer ones) fails, as B is 0 there (`b_nonzero`: a transposed convolution's phases).
 
+Where a layout copy alone reads the result (`out_copy`: a convolution computed channels-last and
+copied back to NCHW), the tiles are stored straight into the copy's output and the copy is never
+run. A tile's rows then stay within the run of rows the copy's output holds back to back (one
+image's pixels: `tile_rows`), so the code generator stores each of its columns as one vector
+(a transposing tile, tilec.codegen.llvm.transpose).
+
 Row indices of a tile's last rows are clamped into range (their results are never
 stored), so the kernel needs no branch. A's bound guards become a zero-padded copy;
 any other guard on A (a constraint, a divisibility) makes this variant inapplicable.
@@ -51,9 +57,9 @@ from dataclasses import dataclass
 from tilec.ir import loop as L
 from tilec.ir.dtypes import accumulator_dtype
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.affine import IntAffine
-from tilec.ir.lower import affine_expr, index_expr, zero_fill
+from tilec.ir.lower import index_expr, zero_fill
 from tilec.ir.rewrite import substitute_expr
+from tilec.schedule.cpu.implicit_gemm.direct_b import b_nonzero, b_source_order
 from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, plan_threads
 from tilec.schedule.cpu.implicit_gemm.padding import Pads, access_padding, interleaved_pairs, padded_index, padded_operand
 from tilec.schedule.cpu.implicit_gemm.packed import transposable, transposed_panels, transposing_pack
@@ -61,6 +67,7 @@ from tilec.schedule.cpu.implicit_gemm.pairs import interleaved_variable, pair_di
 from tilec.schedule.nest import decompose, guarded_store, thread_share, threads_loop
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
 from tilec.schedule.patterns.gemm import GemmPlan
+from tilec.schedule.patterns.layout_copy import Copy
 from tilec.schedule.templates.base import Context
 
 
@@ -71,73 +78,47 @@ def padding(plan: GemmPlan, bp: BoundProgram) -> Pads | None:
     return access_padding(plan.a, plan.a_guards, box, bp.shapes[plan.a.tensor])
 
 
-def b_source_order(plan: GemmPlan, ctx: Context) -> tuple[tuple[str, int, int], ...] | None:
-    """The reduction variables in the order B's source (the layout copy's source where B is a folded
-    copy: a convolution's OIHW filter read as K[i, j, c, co]) lays them out as its innermost
-    dimensions, each alone and over the whole dimension, when there are several of them and that
-    order differs from the loops': then the reduction is one flat, contiguous index of the source,
-    which the packing reads as vectors. None otherwise."""
-    tensor, indices = plan.b.tensor, plan.b.indices
-    copy = ctx.folded.get(tensor)
-    if copy is not None:
-        tensor = copy.source
-        indices = tuple(indices[copy.out_vars.index(var)] for var in copy.src_vars)
-    red = {var: (var, lo, hi) for var, lo, hi in plan.red}
-    shape = ctx.bp.shapes[tensor]
-    if len(red) < 2 or len(indices) < len(red):
-        return None
-    inner = indices[len(indices) - len(red):]
-    order = tuple(red.get(e.lone_var or "") for e in inner)
-    if any(r is None for r in order) or len({r[0] for r in order if r}) != len(red):
-        return None
-    ranges = tuple(r for r in order if r is not None)
-    if any(lo != 0 or hi + 1 != size for (_, lo, hi), size in zip(ranges, shape[len(shape) - len(red):])):
-        return None
-    return None if ranges == tuple(plan.red) else ranges
+def tile_rows(plan: GemmPlan, b: BoundContraction, out_copy: Copy | None, bp: BoundProgram) -> int:
+    """How many of the plan's last row variables a tile's rows may span: all of them, unless the
+    tiles are stored into `out_copy`'s output and it holds only the last few back to back (as its
+    innermost dimensions, in the rows' order, each whole), as NCHW holds one image's pixels."""
+    if out_copy is None:
+        return len(plan.rows)
+    out_vars = tuple(e.lone_var for e in b.out_indices)
+    dest_vars = out_copy.dest_cell(out_vars)  # type: ignore[arg-type]
+    shape = bp.shapes[out_copy.output]
+    k = 0
+    while k < len(plan.rows) and k < len(dest_vars):
+        var, lo, hi = plan.rows[len(plan.rows) - 1 - k]
+        if dest_vars[len(dest_vars) - 1 - k] != var or lo != 0 or hi + 1 != shape[len(shape) - 1 - k]:
+            break
+        k += 1
+    return k or len(plan.rows)
 
 
-def b_nonzero(plan: GemmPlan, outer_env: dict[str, L.Expr]) -> dict[str, tuple[L.Expr, L.Expr]]:
-    """Per reduction variable, loop bounds [begin, end) that leave out the iterations where one of B's
-    guards fails (B is 0 there, so they add nothing), for each guard on that variable alone besides
-    the outer ones: a stride-2 transposed convolution's phases, whose filter taps 2 t + z pass the
-    filter for z = 1 (K[2 t0 + z0, ...] with t0 < 2 and KH = 3) and would otherwise be multiplied
-    by zeros, 7 in 16 products."""
-    red = {var: (lo, hi) for var, lo, hi in plan.red}
-    outer = {var for var, _, _ in plan.outer}
-    bounds: dict[str, tuple[L.Expr, L.Expr]] = {}
-
-    def floor_div(x: L.Expr, d: int) -> L.Expr:
-        return L.Bin("div", x, L.const(d))
-
-    for g in plan.b_guards:
-        terms = dict(g.expr.coeffs)
-        mine = [var for var in terms if var in red]
-        if g.expr.divisor != 1 or len(mine) != 1 or any(var not in red and var not in outer for var in terms):
-            continue
-        var = mine[0]
-        c = terms.pop(var)
-        rest = substitute_expr(affine_expr(IntAffine(tuple(sorted(terms.items())), g.expr.const)), outer_env)
-        lo, hi = red[var]
-        begin, end = bounds.get(var, (L.const(lo), L.const(hi + 1)))
-        low = g.lo if c > 0 else g.hi  # the guard's side that bounds var from below
-        high = g.hi if c > 0 else g.lo
-        if low is not None:  # c var + rest >= lo (c > 0) or <= hi (c < 0): var >= ceil(...)
-            num = L.sub(L.const(low), rest) if c > 0 else L.sub(rest, L.const(low))
-            begin = L.Bin("max", begin, floor_div(L.add(num, L.const(abs(c) - 1)), abs(c)))
-        if high is not None:  # var <= floor(...)
-            num = L.sub(L.const(high), rest) if c > 0 else L.sub(rest, L.const(high))
-            end = L.Bin("min", end, L.add(floor_div(num, abs(c)), L.const(1)))
-        bounds[var] = (begin, end)
-    return bounds
+def stores_well(plan: GemmPlan, b: BoundContraction, out_copy: Copy, mr: int, bp: BoundProgram) -> bool:
+    """Whether the tiles land in `out_copy`'s output as whole vectors: its innermost dimension is
+    the column, or rows (`tile_rows`) of which there are at least two tiles' worth."""
+    out_vars = tuple(e.lone_var for e in b.out_indices)
+    innermost = out_copy.dest_cell(out_vars)[-1]  # type: ignore[arg-type]
+    if innermost == plan.col[0]:
+        return True
+    k = tile_rows(plan, b, out_copy, bp)
+    run = math.prod(hi - lo + 1 for _, lo, hi in plan.rows[len(plan.rows) - k:])
+    return innermost == plan.rows[-1][0] and run >= 2 * mr
 
 
 @dataclass(frozen=True)
 class DirectPlan:
-    """A statement for the direct variant: its GEMM roles, A's zero borders, the fused epilogue."""
+    """A statement for the direct variant: its GEMM roles, A's zero borders, the fused epilogue,
+    the layout copy it stores its tiles into (or None), whether B is packed through its layout
+    copy (`b_through`)."""
 
     gemm: GemmPlan
     pads: Pads
     epilogue: Epilogue | None
+    out_copy: Copy | None = None
+    b_through: bool = True
 
     variant = "direct"
 
@@ -145,25 +126,30 @@ class DirectPlan:
         """B is packed; A only when it is copied into a zero-padded buffer (else A is read in place,
         not through a copy, even where it is B too)."""
         a, b = self.gemm.a.tensor, self.gemm.b.tensor
+        packed = {b} if self.b_through else set()
         if any(p != (0, 0) for p in self.pads):
-            return frozenset({a, b})
-        return frozenset({b} - {a})
+            return frozenset({a} | packed)
+        return frozenset(packed - {a})
 
     def stores(self) -> str | None:
-        return None
+        return self.out_copy.output if self.out_copy is not None else None
 
     def build(self, b: BoundContraction, knobs: GemmKnobs, ctx: Context) -> tuple[L.Stmt, list[L.Buffer]]:
-        return build(b, self.gemm, self.pads, knobs, ctx, self.epilogue)
+        return build(b, self.gemm, self.pads, knobs, ctx, self.epilogue, self.out_copy)
 
 
 def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx: Context,
-          epilogue: Epilogue | None = None) -> tuple[L.Stmt, list[L.Buffer]]:
+          epilogue: Epilogue | None = None, out_copy: Copy | None = None) -> tuple[L.Stmt, list[L.Buffer]]:
     bp, target = ctx.bp, ctx.target
     dt, ct = b.dtype, accumulator_dtype(b.dtype)  # the output's dtype, the one it is computed in (16-bit: float32)
     mr, nr = knobs.mr, knobs.nr
     m, n, k = plan.m, plan.n, plan.k
     panels = -(-n // nr)
-    tiles = -(-m // mr)
+    spanned = tile_rows(plan, b, out_copy, bp)  # the tiles cut each run of the last `spanned` rows
+    prefix, suffix = plan.rows[:len(plan.rows) - spanned], plan.rows[len(plan.rows) - spanned:]
+    run = math.prod(hi - lo + 1 for _, lo, hi in suffix)
+    per_run = -(-run // mr)
+    tiles = (m // run) * per_run
     outer_parallel, threads, n_outer = plan_threads(plan, knobs, target, tiles)
     wanted = max(1, knobs.threads or target.cores)
     share_panels = not outer_parallel and by_panels(plan, panels, wanted, bp.shapes[plan.a.tensor])
@@ -274,8 +260,11 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
                    "parallel" if not outer_parallel and panels >= threads > 1 else "serial")
 
     # -- micro-kernel: rows clamped into range, A read in place (from the padded copy)
-    row = L.Bin("min", L.add(L.mul(v(ir), L.const(mr)), v(ii)), L.const(m - 1))
-    env_a = {**outer_env, **decompose(row, plan.rows), **pair_env(0)}
+    run_of = {} if not prefix else decompose(L.Bin("div", v(ir), L.const(per_run)), prefix)
+    tile_in_run = v(ir) if not prefix else L.Bin("mod", v(ir), L.const(per_run))
+    row_of_tile = L.add(L.mul(tile_in_run, L.const(mr)), v(ii))  # the row within its run
+    row = L.Bin("min", row_of_tile, L.const(run - 1))
+    env_a = {**outer_env, **run_of, **decompose(row, suffix), **pair_env(0)}
     a_index = padded_index(plan.a.indices, a_offsets, env_a)
     acc = L.Buffer(f"{out}.acc", ct, (mr, nr), "local")
     acc_now = L.Load(acc.name, (v(ii), v(jj)), ct)
@@ -297,14 +286,15 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
     kernel = red_loops(L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), fma, "vectorized"),
                              "unrolled"), skip_zero_b=True)
 
-    row_of_tile = L.add(L.mul(v(ir), L.const(mr)), v(ii))
-    cell_env = {**outer_env, **decompose(row_of_tile, plan.rows), col_var: L.add(col_index, L.const(col_lo))}
+    cell_env = {**outer_env, **run_of, **decompose(row_of_tile, suffix), col_var: L.add(col_index, L.const(col_lo))}
     out_cell = tuple(substitute_expr(index_expr(e), cell_env) for e in b.out_indices)
     result = L.cast(dt, acc_now)  # the contraction's value of the cell (rounded once)
     final = result if epilogue is None else epilogue_value(epilogue, bp, out, result, out_cell)
-    full = L.Bin("and", L.Cmp("le", L.mul(L.add(v(ir), L.const(1)), L.const(mr)), L.const(m)),
+    if out_copy is not None:
+        dest, out_cell, final = out_copy.output, out_copy.dest_cell(out_cell), out_copy.apply(final)
+    full = L.Bin("and", L.Cmp("le", L.mul(L.add(tile_in_run, L.const(1)), L.const(mr)), L.const(run)),
                  L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n)))
-    inside = L.Bin("and", L.Cmp("lt", row_of_tile, L.const(m)), L.Cmp("lt", col_index, L.const(n)))
+    inside = L.Bin("and", L.Cmp("lt", row_of_tile, L.const(run)), L.Cmp("lt", col_index, L.const(n)))
     zero_acc = L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), L.Store(
         acc.name, (v(ii), v(jj)), L.cast(ct, L.const(0))), "vectorized"), "unrolled")
     store_fast = L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr),
@@ -329,7 +319,7 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
         tiles_loop = thread_loop(L.For(jr, L.const(0), L.const(panels), chunk(ir, tiles, micro)))
         stmts.append(L.For(o, L.const(0), L.const(n_outer), L.seq(pack_b, tiles_loop)))
     if plan.partial:  # cells no tuple writes are 0
-        stmts.insert(0, zero_fill(dest, b.shape, dt, parallel=threads > 1))
+        stmts.insert(0, zero_fill(dest, bp.shapes[dest] if out_copy is not None else b.shape, dt, parallel=threads > 1))
     return L.seq(*stmts), workspaces
 
 
@@ -346,4 +336,4 @@ def by_panels(plan: GemmPlan, panels: int, threads: int, a_shape: tuple[int, ...
     return b_elements / threads + a_elements < b_elements + a_elements / threads
 
 
-__all__ = ["DirectPlan", "build", "by_panels", "padding"]
+__all__ = ["DirectPlan", "build", "by_panels", "padding", "stores_well", "tile_rows"]
