@@ -184,6 +184,44 @@ print(R.pool_jobs() - jobs)  # its parallel loop ran on the own pool, not on tor
     assert _run(code) == ["1"]
 
 
+def test_a_kernels_small_loops_run_where_its_large_one_does():
+    """With torch loaded, a small parallel loop alone runs on the own pool; in a kernel whose
+    largest parallel loop is over the OpenMP threshold it runs on torch's team too (on the own pool
+    right after a torch op, its worker fought torch's spinning threads: a bf16 conv's gather and
+    filter permutation took 0.4 ms more)."""
+    pytest.importorskip("torch")
+    code = r"""
+import numpy as np, torch, tilec
+from tilec.codegen.llvm import runtime as R
+torch.ones(4) + 1
+R.openmp_warm_us(0.0)  # no window after a region on the team: only the work decides
+R.set_thresholds(serial_below=0, openmp_above=1 << 20)
+x = np.random.default_rng(0).standard_normal(1 << 16).astype(np.float32)
+a = np.random.default_rng(1).standard_normal((256, 256)).astype(np.float32)
+small = tilec.compile("function (X[N]) -> (Y) { Y = X * 2.0; }")
+both = tilec.compile("function (X[N], A[M, K], B[K, P]) -> (Y, C) { Y = X * 2.0; C[i, j: M, P] = +(A[i, k] * B[k, j]); }")
+assert both.explain({"X": x.shape, "A": a.shape, "B": a.shape}, stage="loop").count("for parallel") >= 2
+for f, args in ((small, (x,)), (both, (x, a, a))):
+    f(*args)
+    jobs = R.pool_jobs()
+    out = f(*args)
+    assert np.array_equal(out if f is small else out[0], x * 2)
+    print(R.pool_jobs() - jobs)
+"""
+    assert _run(code) == ["1", "0"]
+
+
+def test_the_largest_parallel_loop_is_the_kernels_work():
+    from tilec.codegen.llvm.work import largest_parallel_work
+
+    small = L.For("i", L.const(0), L.const(10), _axpy(), "parallel")
+    large = L.For("j", L.const(0), L.const(1000), _axpy(), "parallel")
+    assert largest_parallel_work(L.seq(small, large), 64) == iteration_work(large, 64) > iteration_work(small, 64)
+    assert largest_parallel_work(L.For("i", L.const(0), L.const(10), _axpy()), 64) == 0  # no parallel loop
+    unknown = L.For("k", L.const(0), L.Var("n"), _axpy(), "parallel")
+    assert largest_parallel_work(L.seq(small, unknown), 64) == -1
+
+
 def test_right_after_a_region_on_torchs_team_small_jobs_join_it():
     """Within OPENMP_WARM_US of the end of one of tilec's regions on torch's team (its threads still
     spin) a small job goes there too, not to the own pool whose threads would fight them for the

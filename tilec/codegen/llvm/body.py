@@ -30,7 +30,7 @@ from tilec.codegen.llvm.scalar import ScalarEmitter
 from tilec.codegen.llvm.transpose import emit_transposed, transposable
 from tilec.codegen.llvm.types import I64, PTR, storage_type, value_name, value_type
 from tilec.codegen.llvm.vector import VectorLoop, power_of_two_pieces, vectorizable
-from tilec.codegen.llvm.work import iteration_work
+from tilec.codegen.llvm.work import iteration_work, largest_parallel_work
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
 
@@ -68,6 +68,7 @@ class BodyEmitter(ScalarEmitter):
                  vector_bytes: int = 16) -> None:
         self.module, self.func, self.cores, self.ids = module, func, cores, ids
         self.vector_bytes = vector_bytes  # for estimates of a parallel loop's work
+        self.kernel_work = largest_parallel_work(func.body, vector_bytes)  # its largest parallel loop's
         self.fn, self.buffers, self.pointers, self.vars = fn, buffers, pointers, variables
         self.entry = fn.append_basic_block("entry")
         self.b = ir.IRBuilder(fn.append_basic_block("start"))
@@ -175,7 +176,8 @@ class BodyEmitter(ScalarEmitter):
         ctx = ir.IRBuilder(self.entry).alloca(ctx_type, name="par_ctx")
         captured = [self.pointers[b] for b in buffers] + [self.vars[v] for v in variables]
         begin, end = self.expr(s.begin), self.expr(s.end)
-        run_chunks(self.b, chunk_fn, ctx, captured, begin, end, self.cores, iteration_work(s.body, self.vector_bytes))
+        run_chunks(self.b, chunk_fn, ctx, captured, begin, end, self.cores, iteration_work(s.body, self.vector_bytes),
+                   self.kernel_work)
 
     def _outlined(self, s: L.For, name: str, buffers: list[str], variables: list[str]) -> ir.Function:
         """The iterations [lo, hi) of `s` as a function of the buffers and variables it captures."""

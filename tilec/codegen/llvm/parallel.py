@@ -65,9 +65,10 @@ def chunk_function(module: ir.Module, name: str, ctx_type: ir.LiteralStructType,
 
 
 def run_chunks(b: ir.IRBuilder, chunk_fn: ir.Function, ctx: ir.Value, captured: list[ir.Value], begin: ir.Value,
-               end: ir.Value, cores: int, iteration_work: int | None) -> None:
+               end: ir.Value, cores: int, iteration_work: int | None, kernel_work: int = 0) -> None:
     """Fill the context `ctx` (an alloca of the context type) and run `chunk_fn` on `cores` chunks;
-    the runtime is told the loop's work, its iterations times `iteration_work` (None: unknown)."""
+    the runtime is told the loop's work, its iterations times `iteration_work` (None: unknown), and
+    the work of the kernel's largest parallel loop (`kernel_work`, -1: unknown)."""
     module = b.module
     n = ir.Constant(I64, cores)
     trips = b.sub(end, begin)
@@ -80,8 +81,8 @@ def run_chunks(b: ir.IRBuilder, chunk_fn: ir.Function, ctx: ir.Value, captured: 
         work = b.mul(b.select(b.icmp_signed("<", trips, ir.Constant(I64, 0)), ir.Constant(I64, 0), trips),
                      ir.Constant(I64, iteration_work))
     run = module.globals.get(PARALLEL_FOR) or ir.Function(
-        module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64]), PARALLEL_FOR)
-    b.call(run, [chunk_fn, ctx, n, work])
+        module, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64, I64]), PARALLEL_FOR)
+    b.call(run, [chunk_fn, ctx, n, work, ir.Constant(I64, kernel_work)])
 
 
 __all__ = ["body_type", "captured_names", "chunk_function", "context_type", "run_chunks"]

@@ -1,14 +1,17 @@
 """The CPU runtime kernels link against: a persistent worker pool that shares cores politely.
 
-``void tilec_parallel_for(void (*chunk)(ptr ctx, i64 c), ptr ctx, i64 n, i64 work)`` runs
-``chunk(ctx, c)`` for every ``c`` in ``[0, n)`` and returns when all are done. ``work`` is the
+``void tilec_parallel_for(void (*chunk)(ptr ctx, i64 c), ptr ctx, i64 n, i64 work, i64 kernel_work)``
+runs ``chunk(ctx, c)`` for every ``c`` in ``[0, n)`` and returns when all are done. ``work`` is the
 loop's estimated work in units (iterations x a per-iteration estimate from the loop body,
-tilec.codegen.llvm.work; < 0: unknown). Three paths, decided at every call:
+tilec.codegen.llvm.work; < 0: unknown), ``kernel_work`` that of the calling kernel's largest
+parallel loop. Three paths, decided at every call:
 
 * serially on the calling thread when ``work`` is below the serial threshold: parallelism
   cannot pay for a small job (a 32^3 GEMM, a 16x16 attention);
-* on torch's OpenMP team when torch is loaded (`adopt_openmp`) and the work is unknown or at
-  least the OpenMP threshold (about OPENMP_ABOVE_US of work), or a region there ended less than
+* on torch's OpenMP team when torch is loaded (`adopt_openmp`) and the work, or the kernel's, is
+  unknown or at least the OpenMP threshold (about OPENMP_ABOVE_US of work): a kernel's small loops
+  run where its main one does (the gather and the filter's permutation before a convolution's
+  product took 0.4 ms more on the own pool right after a torch op), or a region there ended less than
   OPENMP_WARM_US ago: right after a torch op torch's workers spin for milliseconds, and on its
   own team the spinning workers take tilec's chunks instead of competing with tilec's threads
   for the cores;

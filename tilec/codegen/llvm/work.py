@@ -34,6 +34,20 @@ def iteration_work(body: L.Stmt, vector_bytes: int) -> int | None:
     return work if work is not None and work < MAX_WORK else None
 
 
+def largest_parallel_work(body: L.Stmt, vector_bytes: int) -> int:
+    """The estimated work of the largest parallel loop in `body` (one execution of it), -1 where
+    one of them has no estimate, 0 where there is none: the runtime runs a kernel's small
+    parallel loops where its large one runs (tilec.codegen.llvm.pool_ir's entry)."""
+    largest = 0
+    for s in walk(body):
+        if isinstance(s, L.For) and s.kind == "parallel":
+            work = _loop_work(s, vector_bytes)
+            if work is None or work >= MAX_WORK:
+                return -1
+            largest = max(largest, work)
+    return largest
+
+
 def _stmt_work(s: L.Stmt, vector_bytes: int) -> int | None:
     if isinstance(s, L.Store):
         return 1 + _expr_work(s.value)
@@ -157,4 +171,4 @@ def _sum(values: Iterable[int | None]) -> int | None:
     return total
 
 
-__all__ = ["MAX_WORK", "iteration_work", "trip_bound"]
+__all__ = ["MAX_WORK", "iteration_work", "largest_parallel_work", "trip_bound"]
