@@ -1,17 +1,15 @@
 """The LLVM IR of the CPU runtime (tilec.codegen.llvm.runtime): its pool, paths and probes.
 
-`build_module(cores)` returns the module's text. Exported functions (all ``void``, arguments
-``(ptr fn, ptr ctx, i64 n, i64 work)`` unless said): ENTRY (`tilec_parallel_for`, ``(ptr fn, ptr
-ctx, i64 n, i64 work, i64 kernel_work)``: serial, OpenMP or pool, decided per call from ``work``,
-the work of the calling kernel's largest parallel loop and the thresholds), SERIAL_FOR and POOL_FOR (those two
-paths alone, for the calibration), CYCLES (``i64 ()``: the cycle counter), NOOP and MEET (chunks:
-empty; waiting for all n chunks to start), CALIBRATE (``(i64 units)``: that much scalar work).
+`build_module(cores)` returns the module's text. Exported functions (all ``void``, arguments ``(ptr fn, ptr ctx,
+i64 n, i64 work)`` unless said): ENTRY (`tilec_parallel_for`, one more ``i64 kernel_work``: serial, OpenMP or
+pool, decided per call from the work, the kernel's and the thresholds), SERIAL_FOR and POOL_FOR (those two paths
+alone, for the calibration), CYCLES (``i64 ()``: the cycle counter), NOOP and MEET (chunks: empty; waiting for
+all n chunks to start), CALIBRATE (``(i64 units)``: that much scalar work).
 Exported globals (i64, zero until Python sets them): OPENMP_SLOT, OPENMP_THREADS_SLOT, SERIAL_BELOW, OPENMP_ABOVE,
 OPENMP_WARM_CYCLES, OPENMP_ENDED (when the last OpenMP region ended), SPIN_CYCLES, WAIT_CYCLES, SPIN_NOW, GENERATION (the pool's job count).
 
-Requires: llvmlite.ir, an x86-64 target (``pause``), pthreads and libc (``usleep``,
-``sched_yield``) at link time. Guarantees: every chunk of a call runs exactly once, on whichever
-path; the pool's claims are generation-tagged (see the runtime's docstring).
+Requires: llvmlite.ir, an x86-64 target (``pause``), pthreads and libc (``usleep``, ``sched_yield``) at link
+time. Guarantees: every chunk of a call runs exactly once, on whichever path; claims are generation-tagged.
 """
 
 from __future__ import annotations
@@ -227,33 +225,29 @@ def _serial_for(m: ir.Module) -> ir.Function:
 
 
 def _entry(rt: _Runtime, serial: ir.Function, pool: ir.Function, team: ir.Function) -> None:
-    """tilec_parallel_for(fn, ctx, n, work, kernel_work): serially when `work` (estimated work
-    units, < 0: unknown) is below SERIAL_BELOW, or when an adopted OpenMP runtime allows one thread
-    (torch.set_num_threads(1)); else on its team when the work is unknown or at least OPENMP_ABOVE,
-    or so is `kernel_work` (the calling kernel's largest parallel loop: its small loops run where its
-    main one does, instead of on the own pool beside torch's threads still spinning after torch's
-    last op), or one of these regions ended less than OPENMP_WARM_CYCLES ago (its threads still
-    spin); else on this module's pool."""
+    """tilec_parallel_for(fn, ctx, n, work, kernel_work): serially when `work` (estimated units, < 0:
+    unknown) is below SERIAL_BELOW, or an adopted OpenMP runtime allows one thread; else on its team
+    when `work` or `kernel_work` (the calling kernel's largest parallel loop: a kernel's small loops
+    run where its main one does) is unknown or at least OPENMP_ABOVE, or one of these regions ended
+    less than OPENMP_WARM_CYCLES ago (its threads still spin); else on this module's pool."""
     entry = ir.Function(rt.m, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64, I64]), ENTRY)
-    fn_arg, ctx_arg, n_arg, work_arg, kernel_arg = entry.args
-    loop_args = entry.args[:4]  # what the serial and pool paths take
+    fn_arg, ctx_arg, n_arg, work_arg, kernel_arg = entry.args  # the serial and pool paths take the first four
     b = ir.IRBuilder(entry.append_basic_block("entry"))
     job = b.alloca(I64, size=4)
     small = b.and_(b.icmp_signed(">=", work_arg, ir.Constant(I64, 0)),
                    b.icmp_signed("<", work_arg, rt.load(b, rt.serial_below)))
     with b.if_then(small):  # parallelism cannot pay
-        b.call(serial, loop_args)
+        b.call(serial, entry.args[:4])
         b.ret_void()
     max_threads = rt.load(b, rt.openmp_threads)
     with b.if_then(b.icmp_unsigned("!=", max_threads, ir.Constant(I64, 0))):
         allowed = b.call(b.inttoptr(max_threads, ir.PointerType(ir.FunctionType(I32, []))), [])
         with b.if_then(b.icmp_signed("<=", allowed, ir.Constant(I32, 1))):  # the user asked for one thread
-            b.call(serial, loop_args)
+            b.call(serial, entry.args[:4])
             b.ret_void()
     omp = rt.load(b, rt.openmp)
-    above = rt.load(b, rt.openmp_above)
-    big = b.or_(b.or_(b.icmp_signed("<", work_arg, ir.Constant(I64, 0)), b.icmp_signed(">=", work_arg, above)),
-                b.or_(b.icmp_signed("<", kernel_arg, ir.Constant(I64, 0)), b.icmp_signed(">=", kernel_arg, above)))
+    big = b.or_(*(b.or_(b.icmp_signed("<", w, ir.Constant(I64, 0)), b.icmp_signed(">=", w, rt.load(b, rt.openmp_above)))
+                  for w in (work_arg, kernel_arg)))
     warm = b.icmp_unsigned("<", b.sub(b.call(rt.cycles, []), rt.load(b, rt.openmp_ended)), rt.load(b, rt.openmp_warm))
     with b.if_then(b.and_(b.icmp_unsigned("!=", omp, ir.Constant(I64, 0)), b.or_(big, warm))):
         for k, value in enumerate((b.ptrtoint(fn_arg, I64), b.ptrtoint(ctx_arg, I64), n_arg, ir.Constant(I64, 0))):
@@ -262,7 +256,7 @@ def _entry(rt: _Runtime, serial: ir.Function, pool: ir.Function, team: ir.Functi
         b.call(b.inttoptr(omp, ir.PointerType(gomp_parallel)), [team, job, *[ir.Constant(I32, 0)] * 2])  # 0: the default team
         b.store_atomic(b.call(rt.cycles, []), rt.openmp_ended, "seq_cst", 8)
         b.ret_void()
-    b.call(pool, loop_args)
+    b.call(pool, entry.args[:4])
     b.ret_void()
 
 
