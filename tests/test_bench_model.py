@@ -42,6 +42,30 @@ def test_a_failing_side_is_reported_and_the_others_go_on():
     assert len(result.times_ms["eager"]) == 2 and result.median_ms("eager") > 0
 
 
+@pytest.mark.parametrize("steps, consecutive, rounds, run", [(6, 3, 3, 9), (5, 3, 3, 8), (4, 1, 4, 4), (2, 5, 1, 3)])
+def test_each_side_runs_consecutive_steps_and_its_first_is_not_timed(steps, consecutive, rounds, run,
+                                                                      monkeypatch: pytest.MonkeyPatch):
+    """Per timed round each side runs `consecutive` steps back to back; the one after another side's
+    step is left out of the timings (with 1 step a round every step is timed)."""
+    calls: list[tuple[str, int]] = []
+
+    def stepper(work, backend, lr=None):
+        return lambda k: calls.append((backend or "eager", k))
+
+    monkeypatch.setattr(models, "stepper", stepper)
+    ticks = iter(range(10_000))
+    result = model_step.run_model("mlp", steps=steps, warmup=1, sides={"eager": None, "other": "aot_eager"},
+                                  clock=lambda: float(next(ticks)), consecutive=consecutive)
+    assert result.rounds == rounds and result.steps_run == run
+    assert all(len(result.times_ms[side]) == steps for side in ("eager", "other"))
+    assert calls[:2] == [("eager", 0), ("aot_eager", 0)]  # the warm-up round: one step each
+    sides_in_order = [side for side, _ in calls[2:]]
+    first_round = min(consecutive, run)
+    assert sides_in_order[:2 * first_round] == ["eager"] * first_round + ["aot_eager"] * first_round
+    assert [k for side, k in calls[2:] if side == "eager"] == list(range(1, 1 + run))  # back to back, in order
+    assert len(calls) == 2 + 2 * run
+
+
 def test_a_busy_machine_makes_a_models_figures_unreliable():
     loads = iter([6.0, 0.1])
     result = model_step.run_model("mlp", steps=1, warmup=1, sides={"eager": None}, load=lambda: next(loads))
@@ -70,7 +94,7 @@ def test_cli_model_with_a_stand_in_backend(capsys: pytest.CaptureFixture[str]):
     out, err = capsys.readouterr()
     (line,) = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
     assert code == 0, err
-    assert line["model"] == "mlp" and line["rounds"] == 2 and line["errors"] == {}
+    assert line["model"] == "mlp" and line["rounds"] == 1 and line["consecutive"] == 5 and line["errors"] == {}
     assert all(line[f"{side}_ms"] > 0 for side in ("eager", "inductor", "tilec")) and line["tilec_vs_eager"] > 0
 
 

@@ -3,9 +3,15 @@
 The models are tilec.bench.models' (mlp, gpt2, bert, resnet18). Per model, three copies from the
 same weights, one per side: eager (no compilation), torch.compile's default backend (Inductor) and
 `torch.compile(model, backend="tilec")`. A step is forward, backward and the SGD update. The sides
-run interleaved in this process, one step each per round, so that they share the machine's state
-(clock, caches, other load): `warmup` rounds first (the first compiles), then `steps` timed rounds;
-the report gives each side's median. Around the timed rounds, tilec.torch_backend's coverage
+run interleaved in this process, so that they share the machine's state (clock, other load):
+`warmup` rounds of one step each first (the first compiles), then timed rounds until each side has
+`steps` timed steps; the report gives each side's median. In a timed round each side runs
+`consecutive` steps back to back, as a training loop does, and the first of them, the one that
+follows another side's step, is not timed (with `consecutive` 1 every step is timed and follows
+another side's). No training loop has such a switch-over step: it starts with the other model's
+weights in the caches and torch's thread team in the state the other side's kernels left it
+(measured on the mlp: 1.73 ms for tilec's step there against 1.32-1.39 ms for the steps after
+it, eager's 1.69 against 1.44-1.50). Around the timed rounds, tilec.torch_backend's coverage
 counts say which share of the ATen calls tilec's kernels ran and how many kernels a step launched.
 
 Requires: torch; transformers for gpt2, bert and resnet18. Guarantees: a side that fails (Inductor
@@ -39,6 +45,8 @@ class ModelResult:
     errors: dict[str, str] = field(default_factory=dict)  # side -> why it stopped
     coverage: dict[str, Any] | None = None  # tilec.torch_backend.coverage() over the timed rounds
     rounds: int = 0  # timed rounds run
+    steps_run: int = 0  # steps each side ran in the timed rounds (the untimed switch-over steps included)
+    consecutive: int = 1  # steps each side ran back to back per timed round
     loads: tuple[float | None, float | None] = (None, None)  # the 1-minute load average before and after
     cores: int = 1
 
@@ -63,6 +71,7 @@ class ModelResult:
         return {"model": self.model, **{f"{side}_ms": self.median_ms(side) for side in SIDES},
                 "tilec_vs_eager": self.speedup("tilec", "eager"),
                 "tilec_vs_inductor": self.speedup("tilec", "inductor"), "rounds": self.rounds,
+                "consecutive": self.consecutive,
                 "coverage": self.coverage_fraction, "kernels_per_step": self.kernels_per_step, "errors": self.errors,
                 "load_average": [None if x is None else round(x, 2) for x in self.loads], "warnings": self.warnings}
 
@@ -72,7 +81,7 @@ class ModelResult:
 
     @property
     def kernels_per_step(self) -> float | None:
-        return self.coverage["kernels"] / self.rounds if self.coverage is not None and self.rounds else None
+        return self.coverage["kernels"] / self.steps_run if self.coverage is not None and self.steps_run else None
 
 
 def machine_header() -> str:
@@ -100,22 +109,27 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0] if text else ''}"
 
 
-def check_counts(steps: int, warmup: int) -> None:
-    if steps < 1 or warmup < 1:
-        raise TilecError(f"tilec bench model needs --steps >= 1 and --warmup >= 1 (the first warm-up round "
-                         f"compiles), got --steps {steps} --warmup {warmup}")
+CONSECUTIVE = 5  # steps each side runs back to back per timed round, by default (the first untimed)
+
+
+def check_counts(steps: int, warmup: int, consecutive: int = CONSECUTIVE) -> None:
+    if steps < 1 or warmup < 1 or consecutive < 1:
+        raise TilecError(f"tilec bench model needs --steps >= 1, --warmup >= 1 (the first warm-up round "
+                         f"compiles) and --consecutive >= 1, got --steps {steps} --warmup {warmup} "
+                         f"--consecutive {consecutive}")
 
 
 def run_model(name: str, steps: int, warmup: int, sides: dict[str, str | None] | None = None,
               clock: Callable[[], float] = time.perf_counter,
-              load: Callable[[], float | None] = roofline.load_average) -> ModelResult:
+              load: Callable[[], float | None] = roofline.load_average,
+              consecutive: int = CONSECUTIVE) -> ModelResult:
     """Warm up and time one model's training step on every side (see the module docstring); `load`
     reads the load average before and after (ModelResult.warnings)."""
     import torch
 
-    check_counts(steps, warmup)
+    check_counts(steps, warmup, consecutive)
     sides = SIDES if sides is None else sides
-    result = ModelResult(name, cores=roofline.cores())
+    result = ModelResult(name, cores=roofline.cores(), consecutive=consecutive)
     before = load()
     torch._dynamo.reset()  # the previous model's compiled code and guards go
     base = models.build(name)
@@ -127,26 +141,34 @@ def run_model(name: str, steps: int, warmup: int, sides: dict[str, str | None] |
             result.errors[side] = _first_line(err)
     tilec_backend = sides.get("tilec") == "tilec" and "tilec" in steppers  # coverage counts exist
 
-    def round_(k: int, timed: bool) -> None:
+    def round_(first: int, count: int, timed: bool) -> None:
+        """Steps first .. first + count - 1 of every side, one side after the other; when `timed`,
+        each side's steps after the first are timed (all of them when count is 1)."""
         for side, step in steppers.items():
-            if side in result.errors:
-                continue
-            start = clock()
-            try:
-                step(k)
-            except Exception as err:  # noqa: BLE001 - e.g. Inductor's compile failing on this machine
-                result.errors[side] = _first_line(err)
-                continue
-            if timed:
-                result.times_ms.setdefault(side, []).append((clock() - start) * 1e3)
+            for k in range(first, first + count):
+                if side in result.errors:
+                    break
+                start = clock()
+                try:
+                    step(k)
+                except Exception as err:  # noqa: BLE001 - e.g. Inductor's compile failing on this machine
+                    result.errors[side] = _first_line(err)
+                    break
+                if timed and (k > first or count == 1):
+                    result.times_ms.setdefault(side, []).append((clock() - start) * 1e3)
 
     for k in range(warmup):
-        round_(k, timed=False)
+        round_(k, 1, timed=False)
     if tilec_backend and "tilec" not in result.errors:
         models.reset_coverage()
-    for k in range(warmup, warmup + steps):
-        round_(k, timed=True)
+    per_round = max(1, consecutive - 1)  # timed steps a round adds per side
+    k = warmup
+    for r in range(-(-steps // per_round)):
+        count = min(consecutive, steps - r * per_round + (consecutive > 1))  # the last round stops at `steps`
+        round_(k, count, timed=True)
+        k += count
         result.rounds += 1
+        result.steps_run += count
     if tilec_backend and "tilec" not in result.errors:
         result.coverage = models.coverage()
     result.loads = (before, load())
@@ -173,8 +195,11 @@ def table_row(r: ModelResult) -> str:
             f"{_times(r.speedup('tilec', 'eager')):>8} {_times(r.speedup('tilec', 'inductor')):>8}  {fraction} {kernels}")
 
 
-def explanation(steps: int, warmup: int, backend: str | None = models.BACKEND) -> str:
+def explanation(steps: int, warmup: int, backend: str | None = models.BACKEND, consecutive: int = CONSECUTIVE) -> str:
     stand_in = "" if backend == "tilec" else f"; the tilec column is torch.compile(backend={backend!r})"
-    return (f"one training step (forward, backward, SGD update), median ms of {steps} interleaved rounds after "
-            f"{warmup} warm-up round(s); 'vs eager' and 'vs ind.' = the other side's ms / tilec's ms (above 1: "
+    rounds = ("one step of each side per round" if consecutive == 1 else
+              f"{consecutive} steps of each side back to back per round, the first, after another side's, untimed")
+    return (f"one training step (forward, backward, SGD update), median ms of {steps} timed steps per side, "
+            f"interleaved ({rounds}), after {warmup} warm-up round(s); 'vs eager' and 'vs ind.' = the other side's "
+            f"ms / tilec's ms (above 1: "
             f"tilec is faster); coverage = ATen calls run by tilec kernels / all ATen calls of the compiled graphs{stand_in}")

@@ -1,5 +1,5 @@
 """`tilec bench [OP] [--shape M=1024,N=1024,K=1024] [--json]`: time tilec kernels against their baselines;
-`tilec bench model [--models mlp,gpt2,bert,resnet18] [--steps N] [--warmup N]`: whole models' training
+`tilec bench model [--models mlp,gpt2,bert,resnet18] [--steps N] [--consecutive N]`: whole models' training
 steps, eager vs Inductor vs backend "tilec" (tilec.bench.model_step).
 
 The CPU cases run through tilec.bench.harness (tilec and numpy/PyTorch interleaved in this
@@ -54,8 +54,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.op == "model":
         return _bench_model(args)
-    if args.models is not None or args.steps is not None or args.threads is not None or args.backend != "tilec":
-        raise TilecError("--models, --steps, --threads and --backend belong to `tilec bench model` (whole models' training steps)")
+    if args.models is not None or args.steps is not None or args.threads is not None or args.backend != "tilec" \
+            or args.consecutive is not None:
+        raise TilecError("--models, --steps, --consecutive, --threads and --backend belong to `tilec bench model` "
+                         "(whole models' training steps)")
     name, target_options = parse_target(args.target)
     if name in ("cuda", "cuda-sim"):
         if target_options:
@@ -129,7 +131,8 @@ def _bench_model(args: argparse.Namespace) -> int:
                          f"{args.models!r}")
     steps = 20 if args.steps is None else args.steps
     warmup = 3 if args.warmup is None else args.warmup
-    model_step.check_counts(steps, warmup)
+    consecutive = model_step.CONSECUTIVE if args.consecutive is None else args.consecutive
+    model_step.check_counts(steps, warmup, consecutive)
     if args.threads is not None:
         import torch
 
@@ -139,13 +142,13 @@ def _bench_model(args: argparse.Namespace) -> int:
     sides = {**model_step.SIDES, "tilec": args.backend}
     if not args.json:
         print(model_step.machine_header())
-        print(model_step.explanation(steps, warmup, args.backend))
+        print(model_step.explanation(steps, warmup, args.backend, consecutive))
         print(model_step.table_header(), flush=True)
     _warn_if_busy("at the start of the run")
     failed = 0
     for name in names:
         try:
-            result = model_step.run_model(name, steps, warmup, sides)
+            result = model_step.run_model(name, steps, warmup, sides, consecutive=consecutive)
         except models.ModelError as err:  # e.g. transformers is missing: the other models still run
             print(f"tilec: error: {err}", file=sys.stderr, flush=True)
             failed += 1
@@ -188,6 +191,7 @@ def _bench_gpu(args: argparse.Namespace) -> int:
 
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
+    from tilec.bench.model_step import CONSECUTIVE
     from tilec.bench.ops import OP_NAMES
 
     bench = sub.add_parser(
@@ -221,7 +225,11 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                        help="`model` only: which of mlp, gpt2, bert, resnet18 (default: all four; the last "
                             "three need the package transformers)")
     bench.add_argument("--steps", type=int, default=None, metavar="N",
-                       help="`model` only: timed rounds, one step of each side per round (default 20)")
+                       help="`model` only: timed steps of each side (default 20)")
+    bench.add_argument("--consecutive", type=int, default=None, metavar="N",
+                       help=f"`model` only: steps each side runs back to back per round, as a training loop "
+                            f"does; the first, which follows another side's step, is not timed (default "
+                            f"{CONSECUTIVE}; 1: one step each per round, every step timed)")
     bench.add_argument("--threads", type=int, default=None, metavar="N",
                        help="`model` only: torch.set_num_threads(N) for every side (default: torch's own); "
                             "1 gives steadier figures on a machine that other processes load")
