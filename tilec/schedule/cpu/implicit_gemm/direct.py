@@ -228,6 +228,18 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
                               bp.dtypes[plan.b.tensor], [L.Cmp("lt", col, L.const(n))] if edge else [])
         return L.For(e, L.const(0), L.const(2), store) if pair is not None and pair_loop else store
 
+    def b_store_clamped(row: L.Expr, jj_: L.Expr) -> L.Stmt:
+        """Bp's cell as b_store's for a panel that may pass N, without a branch: B read at
+        column min(col, N - 1), which is in bounds, and 0 stored where col >= N. Only for a B
+        without guards."""
+        col = L.add(L.mul(v(jr), L.const(nr)), jj_)
+        clamped = L.Bin("min", col, L.const(n - 1))
+        env = {**outer_env, **pair_env(e), col_var: L.add(clamped, L.const(col_lo))}
+        load = L.cast(packed, L.Load(plan.b.tensor, tuple(substitute_expr(index_expr(i), env) for i in plan.b.indices),
+                                     bp.dtypes[plan.b.tensor]))
+        cell = (slot, v(jr), row, jj_) + ((v(e),) if pair is not None else ())
+        return L.Store(bp_buf.name, cell, L.Select(L.Cmp("lt", col, L.const(n)), load, L.cast(packed, L.const(0))))
+
     lanes = ctx.target.lanes(ct)
     source_order = b_source_order(plan, ctx) if not plan.b_guards and lanes > 1 and pair is None else None
     if source_order is not None:  # Bp's rows in the order B's source holds them: a flat index of its own
@@ -236,7 +248,10 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
         for var, lo, hi in reversed(source_order):
             kk = L.add(L.mul(L.sub(v(var), L.const(lo)), L.const(stride)), kk)
             stride *= hi - lo + 1
-    pack_b_panel: L.Stmt = red_loops(L.For(jj, L.const(0), L.const(nr), b_store(kk, v(jj), {}, True)))
+    if plan.b_guards or pair is not None:  # (pairs: their own partial panels, below)
+        pack_b_panel: L.Stmt = red_loops(L.For(jj, L.const(0), L.const(nr), b_store(kk, v(jj), {}, True)))
+    else:  # any panel as vectors, a partial one through b_store_clamped (no branch per element)
+        pack_b_panel = red_loops(L.For(jj, L.const(0), L.const(nr), b_store_clamped(kk, v(jj)), "vectorized"))
     whole = L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n))
     if source_order is not None and transposable(nr, lanes, bp.dtypes[plan.b.tensor], ct):
         # a whole panel: B's source read as vectors along its flat reduction index
@@ -250,12 +265,19 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
                             pack_b_panel)
     elif pair is not None and not plan.b_guards:
         # a whole panel: the pair's two rows of B read as vectors across the panel and interleaved in
-        # registers (a 2 x side transposing tile, tilec.codegen.llvm.transpose)
+        # registers (a 2 x side transposing tile, tilec.codegen.llvm.transpose); the last, partial
+        # panel the same way, its columns past N reading column N - 1 and storing 0 (a select: no
+        # branch per element)
         side = min(nr, L.TRANSPOSE_MAX_SIDE)
         jo, ji = f"{out}.jo", f"{out}.ji"
-        tile = L.For(e, L.const(0), L.const(2), L.For(ji, L.const(0), L.const(side), b_store(
-            kk, L.add(L.mul(v(jo), L.const(side)), v(ji)), {}, False, pair_loop=False), "vectorized"), "unrolled")
-        pack_b_panel = L.If(whole, red_loops(L.For(jo, L.const(0), L.const(nr // side), tile)), pack_b_panel)
+
+        def pair_tile(edge: bool) -> L.Stmt:
+            jj_ = L.add(L.mul(v(jo), L.const(side)), v(ji))
+            store = b_store_clamped(kk, jj_) if edge else b_store(kk, jj_, {}, False, pair_loop=False)
+            tile = L.For(e, L.const(0), L.const(2), L.For(ji, L.const(0), L.const(side), store, "vectorized"), "unrolled")
+            return red_loops(L.For(jo, L.const(0), L.const(nr // side), tile))
+
+        pack_b_panel = L.If(whole, pair_tile(False), pair_tile(True))
     pack_b = L.For(jr, L.const(0), L.const(panels), pack_b_panel,
                    "parallel" if not outer_parallel and panels >= threads > 1 else "serial")
 
