@@ -54,7 +54,8 @@ OPS: list[tuple[str, str]] = [
     ("nn.functional.linear", ""), ("nn.functional.layer_norm", ""), ("nn.functional.batch_norm", ""),
     ("nn.functional.cross_entropy", ""), ("nn.functional.nll_loss", ""), ("nn.functional.embedding", ""),
     ("nn.functional.dropout", ""), ("nn.functional.conv1d", ""), ("nn.functional.conv2d", ""),
-    ("nn.functional.scaled_dot_product_attention", ""),
+    ("nn.functional.scaled_dot_product_attention", ""), ("var_mean", ""), ("nn.functional.group_norm", ""),
+    ("nn.functional.avg_pool2d", ""), ("as_strided", ""),
 ]
 FLOAT_DTYPES = (torch.float32, torch.float64)
 OTHER_DTYPES = (torch.int64, torch.bool)  # forward only

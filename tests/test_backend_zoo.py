@@ -75,13 +75,49 @@ def _models() -> dict[str, Callable[[], Any]]:
                                                                    num_heads=[2, 2], window_size=4, num_labels=3)),
         "mobilevit": lambda: t.MobileViTForImageClassification(t.MobileViTConfig(
             image_size=64, hidden_sizes=[32, 48, 64], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64], num_labels=3)),
+        # the nineteenth session's survey (2026-12-01): 47 more classes, these 16 kept
+        "mistral": lambda: t.MistralForCausalLM(t.MistralConfig(**DECODER)),
+        "mixtral": lambda: t.MixtralForCausalLM(t.MixtralConfig(**DECODER, num_local_experts=4, num_experts_per_tok=2)),
+        "falcon": lambda: t.FalconForCausalLM(t.FalconConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                                             vocab_size=VOCAB)),
+        "gpt_bigcode": lambda: t.GPTBigCodeForCausalLM(t.GPTBigCodeConfig(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB,
+                                                                          n_positions=64)),
+        "mpt": lambda: t.MptForCausalLM(t.MptConfig(d_model=64, n_layers=2, n_heads=4, vocab_size=VOCAB, max_seq_len=64)),
+        "gemma2": lambda: t.Gemma2ForCausalLM(t.Gemma2Config(**DECODER, head_dim=16)),
+        "mobilebert": lambda: t.MobileBertForSequenceClassification(t.MobileBertConfig(
+            **ENCODER, embedding_size=32, intra_bottleneck_size=32, true_hidden_size=32, num_feedforward_networks=2)),
+        "funnel": lambda: t.FunnelForSequenceClassification(t.FunnelConfig(
+            vocab_size=VOCAB, block_sizes=[1, 1], d_model=64, n_head=4, d_head=16, d_inner=128, num_labels=3)),
+        "pegasus": lambda: t.PegasusForConditionalGeneration(t.PegasusConfig(
+            d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128, encoder_layers=2, decoder_layers=2,
+            encoder_attention_heads=4, decoder_attention_heads=4, vocab_size=VOCAB, max_position_embeddings=64)),
+        "beit": lambda: t.BeitForImageClassification(t.BeitConfig(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8,
+            num_labels=3, use_relative_position_bias=True)),
+        "levit": lambda: t.LevitForImageClassification(t.LevitConfig(
+            image_size=32, hidden_sizes=[32, 48, 64], num_attention_heads=[1, 2, 2], depths=[1, 1, 1], key_dim=[8, 8, 8],
+            num_labels=3)),
+        "mobilenet_v2": lambda: t.MobileNetV2ForImageClassification(t.MobileNetV2Config(
+            image_size=32, depth_multiplier=0.25, num_labels=3)),
+        "poolformer": lambda: t.PoolFormerForImageClassification(t.PoolFormerConfig(
+            hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_labels=3)),  # group norm, average pooling
+        "segformer": lambda: t.SegformerForImageClassification(t.SegformerConfig(
+            hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], decoder_hidden_size=64, num_labels=3)),
+        "regnet": lambda: t.RegNetForImageClassification(t.RegNetConfig(
+            hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], groups_width=8, num_labels=3)),
+        "wav2vec2": lambda: t.Wav2Vec2ForSequenceClassification(t.Wav2Vec2Config(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, conv_dim=(32, 32),
+            conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
+            num_labels=3, apply_spec_augment=False)),  # (its random time masks would differ between the two sides)
     }
 
 
 FAST = {"opt"}  # in every run (the suite's time on a 2-core machine is the limit)
 SLOW = set(_models()) - FAST
-CLASSIFIERS = {"distilbert", "roberta", "albert", "electra", "deberta_v2"}
-IMAGES = {"vit": 32, "convnext": 32, "swin": 32, "mobilevit": 64}
+CLASSIFIERS = {"distilbert", "roberta", "albert", "electra", "deberta_v2", "mobilebert", "funnel"}
+IMAGES = {"vit": 32, "convnext": 32, "swin": 32, "mobilevit": 64, "beit": 32, "levit": 32, "mobilenet_v2": 32,
+          "poolformer": 32, "segformer": 32, "regnet": 32}
+AUDIO = {"wav2vec2"}
 NAMES = list(_models())
 
 
@@ -102,6 +138,8 @@ def _batch(name: str) -> dict[str, Any]:
         size = IMAGES[name]
         return {"pixel_values": torch.randn(BATCH, 3, size, size, generator=gen),
                 "labels": torch.randint(0, 3, (BATCH,), generator=gen)}
+    if name in AUDIO:
+        return {"input_values": torch.randn(2, 400, generator=gen), "labels": torch.randint(0, 3, (2,), generator=gen)}
     if name == "whisper":
         return {"input_features": torch.randn(2, 16, 64, generator=gen),
                 "labels": torch.randint(3, VOCAB, (2, 10), generator=gen)}

@@ -11,6 +11,7 @@ A reshape is affine when it only splits or merges neighbouring axes (with size-1
 from __future__ import annotations
 
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ import torch.fx as fx
 
 from tilec.torch_backend.lowering.registry import argv, axis, result, tile
 from tilec.torch_backend.lowering.elementwise import arguments
-from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, index_vars, literal
+from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, index_vars, literal, meta
 
 aten = torch.ops.aten
 
@@ -150,6 +151,30 @@ def _reshape(p: ProgramWriter, node: fx.Node) -> Value:
     if dtype != x.dtype:
         raise Unsupported("a view as another dtype")
     return reshaped(p, x, shape)
+
+
+@tile(aten.as_strided.default)
+def _as_strided(p: ProgramWriter, node: fx.Node) -> Value:
+    """as_strided of a contiguous tensor at its own offset with the contiguous strides of the new
+    size: a reshape (the decompositions of group norm write theirs so); any other is refused."""
+    shape, dtype = result(node)
+    base = meta(argv(node)[0])
+    a = arguments(node)
+    stride, offset = tuple(int(s) for s in a["stride"]), int(a.get("storage_offset") or 0)
+    if not isinstance(base, torch.Tensor) or not base.is_contiguous() or base.numel() != math.prod(shape) \
+            or offset != base.storage_offset() \
+            or any(n > 1 and s != c for n, s, c in zip(shape, stride, contiguous_strides(shape))):
+        raise Unsupported("an as_strided other than a contiguous tensor's reshape")
+    return reshaped(p, p.tensor(argv(node)[0]), shape)
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of `shape` (a size-1 axis's stride does not matter: no index moves along it)."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 @tile(aten.slice.Tensor)

@@ -1,6 +1,11 @@
 """max_pool2d with indices (+ backward) as Tile contractions: the maximum over each window, the
 first position holding it (a minimum over the flat indices where the window equals its maximum,
-as ATen picks the first), and the backward scattering each window's gradient to that position."""
+as ATen picks the first), and the backward scattering each window's gradient to that position.
+avg_pool2d (+ backward): each window's sum divided by its divisor (torch's: the window's cells
+within the padded input, within the input alone without `count_include_pad`, or the override),
+a constant per output position that the kernel takes as an input; the backward spreads each
+window's gradient, divided the same way, over the cells it covers (a scatter by a `+` contraction
+whose output index is the window's tap)."""
 
 from __future__ import annotations
 
@@ -75,4 +80,61 @@ def _max_pool2d_backward(p: ProgramWriter, node: fx.Node) -> Value:
     flat = _flat_positions(p, x)
     return p.contract(["n", "c", h, w], shape,
                       f"+({ind.name}[n, c, y, x] == {flat.name}[n, c, {h}, {w}] ? {g.name}[n, c, y, x])", dtype,
+                      f", i < {kernel[0]}, j < {kernel[1]}")
+
+
+def _divisors(size: tuple[int, int], out: tuple[int, int], kernel: list[int], stride: list[int], padding: list[int],
+              include_pad: bool, override: int | None, dtype: torch.dtype) -> torch.Tensor:
+    """avg_pool2d's divisor at each output position (OH, OW), as ATen computes it: a window starts at
+    s * o - p and ends at the padded input's end at the latest; without `include_pad` only its cells
+    within the input count."""
+    if override:
+        return torch.full(out, float(override), dtype=dtype)
+    counts = []
+    for n, o, k, s, p in zip(size, out, kernel, stride, padding):
+        start = torch.arange(o) * s - p
+        end = torch.clamp(start + k, max=n + p)
+        counts.append(end - start if include_pad else torch.clamp(end, max=n) - torch.clamp(start, min=0))
+    return (counts[0][:, None] * counts[1][None, :]).to(dtype)
+
+
+def _avg_pool_divisor(p: ProgramWriter, a: dict[str, Any], x: Value, out: tuple[int, ...]) -> Value:
+    kernel, stride, padding, _ = _pool_geometry(a)
+    if x.rank != 4 or 0 in x.shape:
+        raise Unsupported("avg_pool2d of an input other than a non-empty (N, C, H, W)")
+    args = (x.shape[2:], out[2:], kernel, stride, padding, bool(a.get("count_include_pad", True)),
+            a.get("divisor_override"), x.dtype)
+    made: list[torch.Tensor] = []  # made at the first run (the rule runs under torch's fake tensors)
+
+    def divisors() -> torch.Tensor:
+        if not made:
+            made.append(_divisors(*args))
+        return made[0]
+
+    return p.generate(tuple(out[2:]), x.dtype, divisors)
+
+
+@tile(aten.avg_pool2d.default)
+def _avg_pool2d(p: ProgramWriter, node: fx.Node) -> Value:
+    a = arguments(node)
+    shape, dtype = result(node)
+    x = p.materialise(p.tensor(a["self"]))
+    divisor = _avg_pool_divisor(p, a, x, shape)
+    kernel, stride, padding, _ = _pool_geometry(a)
+    h, w = _taps(stride, padding, [1, 1])
+    total = p.contract(["n", "c", "y", "x"], shape, f"+({x.name}[n, c, {h}, {w}])", dtype,
+                       f", i < {kernel[0]}, j < {kernel[1]}")
+    return p.let(f"{total.name} / {divisor.name}", shape, dtype, total, divisor)
+
+
+@tile(aten.avg_pool2d_backward.default)
+def _avg_pool2d_backward(p: ProgramWriter, node: fx.Node) -> Value:
+    a = arguments(node)
+    shape, dtype = result(node)
+    g, x = p.tensor(a["grad_output"]), p.tensor(a["self"])
+    divisor = _avg_pool_divisor(p, a, x, g.shape)
+    share = p.let(f"{p.elementwise(g)} / {divisor.name}", g.shape, dtype, g, divisor)
+    kernel, stride, padding, _ = _pool_geometry(a)
+    h, w = _taps(stride, padding, [1, 1])
+    return p.contract(["n", "c", h, w], shape, f"+({share.name}[n, c, y, x])", dtype,
                       f", i < {kernel[0]}, j < {kernel[1]}")

@@ -1,4 +1,4 @@
-"""Reductions over axes (sum, mean, amax, amin, any) as Tile contractions: the output keeps an
+"""Reductions over axes (sum, mean, var_mean, amax, amin, any) as Tile contractions: the output keeps an
 index variable per kept axis (a literal 0 for a kept size-1 axis), the reduced axes' variables
 run free. A mean is the sum divided once by the count, as torch computes it.
 """
@@ -64,6 +64,30 @@ def _mean(p: ProgramWriter, node: fx.Node) -> Value:
     dims = a.get("dim") or []
     s = reduce(p, x, dims, a.get("keepdim", False), "+", dtype)
     return p.let(f"{s.name} / {float(count(x, dims))!r}", shape, dtype, s)
+
+
+@tile(aten.var_mean.correction)
+def _var_mean(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value]:
+    """(variance, mean) over `dim` with torch's `correction` (default 1): the mean first, then the
+    squared deviations from it summed and divided by max(0, count - correction), as torch does."""
+    from tilec.torch_backend.lowering.layout import reshaped
+
+    a = arguments(node)
+    x = p.tensor(a["self"])
+    if not x.dtype.is_floating_point:
+        raise Unsupported(f"var_mean in {x.dtype}")
+    dims = a.get("dim") or []
+    correction = a.get("correction")
+    correction = 1 if correction is None else correction
+    keepdim = bool(a.get("keepdim", False))
+    n = count(x, dims)
+    total = reduce(p, x, dims, True, "+", x.dtype)
+    mean = p.let(f"{total.name} / {float(n)!r}", total.shape, x.dtype, total)
+    deviation = p.let(f"{p.elementwise(x)} - {mean.name}", x.shape, x.dtype, x, mean)
+    squares = reduce(p, p.let(f"{deviation.name} * {deviation.name}", x.shape, x.dtype, deviation), dims, keepdim,
+                     "+", x.dtype)
+    var = p.let(f"{squares.name} / {float(max(0, n - correction))!r}", squares.shape, x.dtype, squares)
+    return var, (mean if keepdim else reshaped(p, mean, var.shape))
 
 
 @tile(aten.amax.default, aten.amin.default)
