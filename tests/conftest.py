@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +32,27 @@ def verified_stages() -> Iterator[None]:
         mp.setattr(options, "debug", True)
         mp.setenv("TILEC_DEBUG", "1")
         yield
+
+
+# Test files that time things (peaks, thread pools, benchmarks, the tuner's measurements and budgets)
+# or start process pools or clusters of their own: they run alone, after the rest of the suite has
+# run on all cores (scripts/test.sh), so that no other test's work competes with what they measure.
+SERIAL_FILES = frozenset({
+    "test_backend_tuning.py", "test_bench.py", "test_bench_model.py", "test_cli.py", "test_distributed.py",
+    "test_info.py", "test_parallel_runtime.py", "test_parallel_serial.py", "test_peaks.py", "test_readme.py",
+    "test_records.py", "test_task_scheduler.py", "test_timing.py", "test_tuner.py",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests of SERIAL_FILES `serial` (a name that is no file here stops the run: a renamed
+    file would otherwise run among the others unnoticed)."""
+    missing = sorted(name for name in SERIAL_FILES if not (Path(__file__).parent / name).is_file())
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py's SERIAL_FILES names files that do not exist: {missing}")
+    for item in items:
+        if item.path.name in SERIAL_FILES:
+            item.add_marker(pytest.mark.serial)
 
 
 def pytest_configure(config: pytest.Config) -> None:
