@@ -83,7 +83,7 @@ def _max_pool2d_backward(p: ProgramWriter, node: fx.Node) -> Value:
                       f", i < {kernel[0]}, j < {kernel[1]}")
 
 
-def _divisors(size: tuple[int, int], out: tuple[int, int], kernel: list[int], stride: list[int], padding: list[int],
+def _divisors(size: tuple[int, ...], out: tuple[int, ...], kernel: list[int], stride: list[int], padding: list[int],
               include_pad: bool, override: int | None, dtype: torch.dtype) -> torch.Tensor:
     """avg_pool2d's divisor at each output position (OH, OW), as ATen computes it: a window starts at
     s * o - p and ends at the padded input's end at the latest; without `include_pad` only its cells
