@@ -163,12 +163,12 @@ def _as_strided(p: ProgramWriter, node: fx.Node) -> Value:
     stride, offset = tuple(int(s) for s in a["stride"]), int(a.get("storage_offset") or 0)
     if not isinstance(base, torch.Tensor) or not base.is_contiguous() or base.numel() != math.prod(shape) \
             or offset != base.storage_offset() \
-            or any(n > 1 and s != c for n, s, c in zip(shape, stride, contiguous_strides(shape))):
+            or any(n > 1 and s != c for n, s, c in zip(shape, stride, _contiguous_strides(shape))):
         raise Unsupported("an as_strided other than a contiguous tensor's reshape")
     return reshaped(p, p.tensor(argv(node)[0]), shape)
 
 
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     """Row-major strides of `shape` (a size-1 axis's stride does not matter: no index moves along it)."""
     strides, step = [], 1
     for size in reversed(shape):

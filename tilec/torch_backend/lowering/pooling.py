@@ -98,12 +98,14 @@ def _divisors(size: tuple[int, ...], out: tuple[int, ...], kernel: list[int], st
     return (counts[0][:, None] * counts[1][None, :]).to(dtype)
 
 
-def _avg_pool_divisor(p: ProgramWriter, a: dict[str, Any], x: Value, out: tuple[int, ...]) -> Value:
+def _avg_pool_divisor(p: ProgramWriter, a: dict[str, Any], size: tuple[int, ...], out: tuple[int, ...],
+                      dtype: torch.dtype) -> Value:
+    """The divisors (_divisors) of an avg_pool2d from input shape `size` to `out`, as a kernel input."""
     kernel, stride, padding, _ = _pool_geometry(a)
-    if x.rank != 4 or 0 in x.shape:
+    if len(size) != 4 or 0 in size:
         raise Unsupported("avg_pool2d of an input other than a non-empty (N, C, H, W)")
-    args = (x.shape[2:], out[2:], kernel, stride, padding, bool(a.get("count_include_pad", True)),
-            a.get("divisor_override"), x.dtype)
+    args = (size[2:], out[2:], kernel, stride, padding, bool(a.get("count_include_pad", True)),
+            a.get("divisor_override"), dtype)
     made: list[torch.Tensor] = []  # made at the first run (the rule runs under torch's fake tensors)
 
     def divisors() -> torch.Tensor:
@@ -111,7 +113,7 @@ def _avg_pool_divisor(p: ProgramWriter, a: dict[str, Any], x: Value, out: tuple[
             made.append(_divisors(*args))
         return made[0]
 
-    return p.generate(tuple(out[2:]), x.dtype, divisors)
+    return p.generate(tuple(out[2:]), dtype, divisors)
 
 
 @tile(aten.avg_pool2d.default)
@@ -119,7 +121,7 @@ def _avg_pool2d(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
     shape, dtype = result(node)
     x = p.materialise(p.tensor(a["self"]))
-    divisor = _avg_pool_divisor(p, a, x, shape)
+    divisor = _avg_pool_divisor(p, a, x.shape, shape, dtype)
     kernel, stride, padding, _ = _pool_geometry(a)
     h, w = _taps(stride, padding, [1, 1])
     total = p.contract(["n", "c", "y", "x"], shape, f"+({x.name}[n, c, {h}, {w}])", dtype,
@@ -131,8 +133,8 @@ def _avg_pool2d(p: ProgramWriter, node: fx.Node) -> Value:
 def _avg_pool2d_backward(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
     shape, dtype = result(node)
-    g, x = p.tensor(a["grad_output"]), p.tensor(a["self"])
-    divisor = _avg_pool_divisor(p, a, x, g.shape)
+    g = p.tensor(a["grad_output"])
+    divisor = _avg_pool_divisor(p, a, shape, g.shape, dtype)  # (the input's values are not read: its shape is ours)
     share = p.let(f"{p.elementwise(g)} / {divisor.name}", g.shape, dtype, g, divisor)
     kernel, stride, padding, _ = _pool_geometry(a)
     h, w = _taps(stride, padding, [1, 1])

@@ -13,6 +13,7 @@ import torch.fx as fx
 
 from tilec.torch_backend.lowering.registry import axis, result, tile
 from tilec.torch_backend.lowering.elementwise import arguments
+from tilec.torch_backend.lowering.layout import reshaped
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, index_vars
 
 aten = torch.ops.aten
@@ -70,8 +71,6 @@ def _mean(p: ProgramWriter, node: fx.Node) -> Value:
 def _var_mean(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value]:
     """(variance, mean) over `dim` with torch's `correction` (default 1): the mean first, then the
     squared deviations from it summed and divided by max(0, count - correction), as torch does."""
-    from tilec.torch_backend.lowering.layout import reshaped
-
     a = arguments(node)
     x = p.tensor(a["self"])
     if not x.dtype.is_floating_point:

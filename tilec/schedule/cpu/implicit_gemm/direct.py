@@ -217,28 +217,27 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
     col_index = L.add(L.mul(v(jr), L.const(nr)), v(jj))
     e = f"{out}.e"
 
-    def b_store(row: L.Expr, jj_: L.Expr, red_env: dict[str, L.Expr], edge: bool, pair_loop: bool = True) -> L.Stmt:
+    def b_store(row: L.Expr, jj_: L.Expr, red_env: dict[str, L.Expr], edge: bool, pair_loop: bool = True,
+                clamp: bool = False) -> L.Stmt:
         """Bp's cell (packed row `row`, column jj_ of panel jr) with the reduction variables `red_env`
         maps (the others are the pack loops' own); `edge`: the panel may pass N. With pairs, both
-        elements e of the pair (`pair_loop`), or the one of the enclosing loop over e."""
+        elements e of the pair (`pair_loop`), or the one of the enclosing loop over e. With `clamp`
+        (a B without guards), no branch: B read at column min(col, N - 1), which is in bounds, and 0
+        stored where col >= N (a select)."""
         col = L.add(L.mul(v(jr), L.const(nr)), jj_)
-        env = {**outer_env, **red_env, **pair_env(e), col_var: L.add(col, L.const(col_lo))}
+        read_at = L.Bin("min", col, L.const(n - 1)) if clamp else col
+        env = {**outer_env, **red_env, **pair_env(e), col_var: L.add(read_at, L.const(col_lo))}
         cell = (slot, v(jr), row, jj_) + ((v(e),) if pair is not None else ())
-        store = guarded_store(bp_buf.name, cell, plan.b, plan.b_guards, env, packed,
-                              bp.dtypes[plan.b.tensor], [L.Cmp("lt", col, L.const(n))] if edge else [])
+        if clamp:
+            assert not plan.b_guards
+            load = L.cast(packed, L.Load(plan.b.tensor, tuple(substitute_expr(index_expr(i), env)
+                                                              for i in plan.b.indices), bp.dtypes[plan.b.tensor]))
+            store: L.Stmt = L.Store(bp_buf.name, cell, L.Select(L.Cmp("lt", col, L.const(n)), load,
+                                                               L.cast(packed, L.const(0))))
+        else:
+            store = guarded_store(bp_buf.name, cell, plan.b, plan.b_guards, env, packed,
+                                  bp.dtypes[plan.b.tensor], [L.Cmp("lt", col, L.const(n))] if edge else [])
         return L.For(e, L.const(0), L.const(2), store) if pair is not None and pair_loop else store
-
-    def b_store_clamped(row: L.Expr, jj_: L.Expr) -> L.Stmt:
-        """Bp's cell as b_store's for a panel that may pass N, without a branch: B read at
-        column min(col, N - 1), which is in bounds, and 0 stored where col >= N. Only for a B
-        without guards."""
-        col = L.add(L.mul(v(jr), L.const(nr)), jj_)
-        clamped = L.Bin("min", col, L.const(n - 1))
-        env = {**outer_env, **pair_env(e), col_var: L.add(clamped, L.const(col_lo))}
-        load = L.cast(packed, L.Load(plan.b.tensor, tuple(substitute_expr(index_expr(i), env) for i in plan.b.indices),
-                                     bp.dtypes[plan.b.tensor]))
-        cell = (slot, v(jr), row, jj_) + ((v(e),) if pair is not None else ())
-        return L.Store(bp_buf.name, cell, L.Select(L.Cmp("lt", col, L.const(n)), load, L.cast(packed, L.const(0))))
 
     lanes = ctx.target.lanes(ct)
     source_order = b_source_order(plan, ctx) if not plan.b_guards and lanes > 1 and pair is None else None
@@ -250,8 +249,9 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
             stride *= hi - lo + 1
     if plan.b_guards or pair is not None:  # (pairs: their own partial panels, below)
         pack_b_panel: L.Stmt = red_loops(L.For(jj, L.const(0), L.const(nr), b_store(kk, v(jj), {}, True)))
-    else:  # any panel as vectors, a partial one through b_store_clamped (no branch per element)
-        pack_b_panel = red_loops(L.For(jj, L.const(0), L.const(nr), b_store_clamped(kk, v(jj)), "vectorized"))
+    else:  # any panel as vectors, a partial one clamped (no branch per element)
+        pack_b_panel = red_loops(L.For(jj, L.const(0), L.const(nr), b_store(kk, v(jj), {}, True, clamp=True),
+                                       "vectorized"))
     whole = L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n))
     if source_order is not None and transposable(nr, lanes, bp.dtypes[plan.b.tensor], ct):
         # a whole panel: B's source read as vectors along its flat reduction index
@@ -273,7 +273,7 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
 
         def pair_tile(edge: bool) -> L.Stmt:
             jj_ = L.add(L.mul(v(jo), L.const(side)), v(ji))
-            store = b_store_clamped(kk, jj_) if edge else b_store(kk, jj_, {}, False, pair_loop=False)
+            store = b_store(kk, jj_, {}, edge, pair_loop=False, clamp=edge)
             tile = L.For(e, L.const(0), L.const(2), L.For(ji, L.const(0), L.const(side), store, "vectorized"), "unrolled")
             return red_loops(L.For(jo, L.const(0), L.const(nr // side), tile))
 
