@@ -289,6 +289,9 @@ def test_bfloat16_one_by_one_strided_convolution_on_nchw(c):
     shapes, dtypes = {"X": x.shape, "F": w.shape}, {"X": "bfloat16", "F": "bfloat16"}
     variant = "direct" if c % 2 == 0 or not _has_pair_dot() else "packed"
     assert f"implicit_gemm[{variant}]" in f.explain(shapes, dtypes, stage="templates")
+    if variant == "direct":  # its panels of B (14 columns) are partial: packed as vectors, through a select
+        loops = f.explain(shapes, dtypes, stage="loop")
+        assert "select(" in loops and "= 0.0:bfloat16" not in loops
     if _has_pair_dot():
         assert "vdpbf16ps" in f.explain(shapes, dtypes, stage="asm")
 
