@@ -141,11 +141,11 @@ def tune_tasks(tasks: Sequence[tuple[Task, int]], measurer: Measurer, db: Record
     programs = _program_times(rows)
     total = sum(programs.values())
     for row in rows:
-        row.share = programs[_program(row.task)] / total if total > 0 else 0.0
+        row.share = programs[program_of(row.task)] / total if total > 0 else 0.0
     return rows
 
 
-def _program(task: Task) -> tuple:
+def program_of(task: Task) -> tuple:
     """A task is one statement of a program; its time is the whole program's."""
     return task.source, task.shapes, task.dtypes, task.sizes
 
@@ -154,7 +154,7 @@ def _program_times(rows: Sequence[TaskRow]) -> dict[tuple, float]:
     """Per program: runs per step x its default seconds per call (the largest its tasks measured)."""
     out: dict[tuple, float] = {}
     for r in rows:
-        key = _program(r.task)
+        key = program_of(r.task)
         out[key] = max(out.get(key, 0.0), r.weight * (r.default_s or 0.0))
     return out
 

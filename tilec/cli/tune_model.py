@@ -64,7 +64,7 @@ def run_budget(args: argparse.Namespace, show: "Callable[[str, Progress | None],
     """`tilec tune model --budget T`: the step's tasks tuned by tilec.autotune.scheduler; the final
     table and the tuned kernels' time per step before and after on stderr, a summary per task."""
     from tilec.autotune.measure import MeasureOptions
-    from tilec.autotune.scheduler import EFFORTS, format_table, parse_budget, step_estimate, tune_tasks
+    from tilec.autotune.scheduler import EFFORTS, format_table, parse_budget, program_of, step_estimate, tune_tasks
     from tilec.records import RecordDB
 
     if args.op != "model":
@@ -89,7 +89,9 @@ def run_budget(args: argparse.Namespace, show: "Callable[[str, Progress | None],
                      f"{before * 1e3:.3f} ms before, {after * 1e3:.3f} ms after ({before / after if after else 1.0:.2f}x)\n")
     if args.verify_steps > 0:
         verify_step(args, rows)
-    return [{"task": r.task.key, "label": r.task.label, "runs_per_step": r.weight, "share": round(r.share, 4),
+    programs: dict[tuple, int] = {}  # a program's statements are tasks of their own that share its time
+    return [{"task": r.task.key, "label": r.task.label, "runs_per_step": r.weight,
+             "program": programs.setdefault(program_of(r.task), len(programs)), "share": round(r.share, 4),
              "default_ms": None if r.default_s is None else r.default_s * 1e3,
              "time_ms": None if r.best_s is None else r.best_s * 1e3, "trials": r.trials} for r in rows]
 
