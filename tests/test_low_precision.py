@@ -368,6 +368,7 @@ def test_bfloat16_weight_gradients_interleave_their_input(n, c, hw, co, stride, 
        agg=st.sampled_from(["+", ">", "<"]), seed=st.integers(0, 2**31))
 @example(stride=1, phases=1, n=2, shift=0, agg="+", seed=0)  # a lone phase listed after u: still one tuple a cell
 @example(stride=1, phases=2, n=1, shift=0, agg="+", seed=0)  # a lone u: phases never meet
+@example(stride=2, phases=3, n=1, shift=0, agg="+", seed=0)  # a lone u of a larger coefficient than z's span
 def test_bfloat16_scatters_round_once_whether_or_not_cells_meet(stride, phases, n, shift, agg, seed):
     """O[s u + z + shift] = agg(P[z, u]): with phases <= stride (or one u) no two tuples meet in a cell (the
     lowering then writes each once, straight into the bfloat16 output), with more they add up in a

@@ -326,10 +326,14 @@ def one_tuple_per_cell(b: BoundContraction) -> bool:
         if e.divisor != 1:
             return False
         span = 0
-        for v, c in sorted(e.coeffs, key=lambda t: (abs(t[1]), extent.get(t[0], 1))):  # a lone value first: it spans nothing
-            if v in seen or abs(c) <= span:
+        for v, c in sorted(e.coeffs, key=lambda t: (abs(t[1]), extent.get(t[0], 1))):
+            if v in seen:
                 return False
             seen.add(v)
+            if extent.get(v, 1) == 1:  # a lone value spans nothing (2 u + z with u in [0, 0] and z in [0, 3))
+                continue
+            if abs(c) <= span:
+                return False
             span += abs(c) * (extent.get(v, 1) - 1)
     return all(v in seen or n == 1 for v, n in extent.items())
 
