@@ -86,6 +86,16 @@ def test_a_block_fits_the_rows_exactly_when_one_can(name):
     assert kernel_efficiency(mr, nr // lanes, cpu) == 1.0
 
 
+@pytest.mark.parametrize("name", ["spr", "zen4"])
+@pytest.mark.parametrize("rows, threads", [(9, 2), (9, 3), (13, 2), (27, 4)])
+def test_few_rows_shared_by_threads_take_a_block_whose_tiles_share_out_evenly(name, rows, threads):
+    """A weight gradient of a 1-channel 3x3 convolution has 9 rows: 3 tiles of 3 on two threads
+    leave one thread idle half the time, 2 tiles of 5 do not."""
+    cpu = CPUS[name]
+    mr, _ = register_block(rows, 64, cpu.lanes("float32"), cpu, threads)
+    assert -(-rows // mr) % threads == 0
+
+
 @pytest.mark.parametrize("tiles, threads", [(256, 2), (171, 2), (170, 3), (16, 16), (1000, 7), (5, 8)])
 def test_row_blocks_balance_the_threads(tiles, threads):
     """The busiest thread gets less than one block more than an even share of the MR-row tiles."""

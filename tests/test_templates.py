@@ -117,7 +117,45 @@ def test_conv2d_nchw_parallel_over_the_batch_loop(knobs):
     out, func = run_template(src, {"I": i, "K": k}, knobs)
     ref = _conv_ref(i.transpose(0, 2, 3, 1), k.transpose(2, 3, 1, 0), 1, 1).transpose(0, 3, 1, 2)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    # the outer loop (n, x: 18 output rows, the border ones of 2 filter rows) shares out evenly
     assert any(b.name == "O.Bp" and b.shape[0] == 2 for b in func.params)  # one B panel per thread
+
+
+@pytest.mark.parametrize("outer,per_thread", [(4, True), (5, True), (9, True), (3, False)])
+def test_threads_share_the_outer_loop_where_it_shares_out_evenly(outer, per_thread):
+    """3 iterations on 2 threads take as long as 4 (their rows are shared instead); 5 take 3
+    rounds' time for 2.5 rounds' work, 9 take 5 for 4.5."""
+    a, b = rand(outer, 7, 5), rand(outer, 5, 20)
+    src = "function (A[Q, M, K], B[Q, K, N]) -> (C) { C[q, i, j: Q, M, N] = +(A[q, i, k] * B[q, k, j]); }"
+    out, func = run_template(src, {"A": a, "B": b}, SMALL_DIRECT)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+    assert {p.shape[0] for p in func.params if p.name == "C.Bp"} == ({2} if per_thread else {1})
+
+
+def test_one_panel_of_b_is_packed_on_all_threads_across_its_rows():
+    """Fewer column panels than threads (a weight gradient's 64 columns): the pack of B splits its
+    reduction rows among the threads instead of running on one."""
+    a, b = rand(7, 40), rand(40, 16)
+    out, func = run_template(f"function (A[M, K], B[K, N]) -> (C) {{ {GEMM}; }}", {"A": a, "B": b}, SMALL_DIRECT)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+    packs = [s for s in walk(func.body) if isinstance(s, L.For) and s.kind == "parallel"
+             and any(isinstance(t, L.Store) and t.buffer == "C.Bp" for t in walk(s.body))]
+    assert packs and all(s.var == "k" for s in packs)
+
+
+def test_phases_of_unequal_work_share_their_rows_not_the_phases():
+    """A stride-2 transposed convolution's four phases multiply 4, 2, 2 and 1 filter taps (the
+    others are skipped as zeros of B): split by phase, one thread did 6 of the 9 parts."""
+    d, k = rand(2, 4, 4, 3), rand(3, 3, 5, 3)  # the output gradient (N X Y CO), the filter (KH KW C CO)
+    src = ("function (D[N, X, Y, CO], K[KH, KW, C, CO]) -> (P) { P[z0, z1, n, u0, u1, c: 2, 2, N, X + 1, Y + 1, C] = "
+           "+(D[n, u0 - t0, u1 - t1, co] * K[2 * t0 + z0, 2 * t1 + z1, c, co]); }")
+    out, func = run_template(src, {"D": d, "K": k}, SMALL_DIRECT)
+    ref = np.zeros((2, 2, 2, 5, 5, 5), np.float32)
+    for z0, z1, t0, t1 in np.ndindex(2, 2, 2, 2):
+        if 2 * t0 + z0 < 3 and 2 * t1 + z1 < 3:
+            ref[z0, z1, :, t0:t0 + 4, t1:t1 + 4] += d @ k[2 * t0 + z0, 2 * t1 + z1].T
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    assert {b.shape[0] for b in func.params if b.name == "P.Bp"} == {1}  # B shared: the threads split rows
 
 
 @BOTH

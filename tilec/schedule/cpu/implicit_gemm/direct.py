@@ -59,7 +59,7 @@ from tilec.ir.dtypes import accumulator_dtype
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import index_expr, zero_fill
 from tilec.ir.rewrite import substitute_expr
-from tilec.schedule.cpu.implicit_gemm.direct_b import b_nonzero, b_source_order
+from tilec.schedule.cpu.implicit_gemm.direct_b import b_nonzero, b_source_order, outer_work
 from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, plan_threads
 from tilec.schedule.cpu.implicit_gemm.padding import Pads, access_padding, interleaved_pairs, padded_index, padded_operand
 from tilec.schedule.cpu.implicit_gemm.packed import transposable, transposed_panels, transposing_pack
@@ -150,7 +150,7 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
     run = math.prod(hi - lo + 1 for _, lo, hi in suffix)
     per_run = -(-run // mr)
     tiles = (m // run) * per_run
-    outer_parallel, threads, n_outer = plan_threads(plan, knobs, target, tiles)
+    outer_parallel, threads, n_outer = plan_threads(plan, knobs, target, tiles, outer_work(plan))
     wanted = max(1, knobs.threads or target.cores)
     share_panels = not outer_parallel and by_panels(plan, panels, wanted, bp.shapes[plan.a.tensor])
     if share_panels:
@@ -203,13 +203,18 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
         kk = L.add(L.mul(L.sub(v(var), L.const(lo)), L.const(stride)), kk)
         stride *= hi - lo + 1
 
-    def red_loops(body: L.Stmt, skip_zero_b: bool = False) -> L.Stmt:
+    # B's pack runs on all threads: across its panels, or where there are fewer panels than threads
+    # (a weight gradient's 64 columns) across its outermost reduction loop, each thread packing
+    # its own rows: a 1 -> 64 3x3 convolution's 32768 x 64 pairs took 0.4 ms on one thread
+    pack_across_rows = not outer_parallel and 1 < wanted and panels < wanted
+
+    def red_loops(body: L.Stmt, skip_zero_b: bool = False, parallel: bool = False) -> L.Stmt:
         """The reduction loops around `body`; with `skip_zero_b`, without the iterations where B's
-        guards make it 0 (b_nonzero)."""
+        guards make it 0 (b_nonzero); with `parallel`, the outermost one a parallel loop."""
         tight = b_nonzero(plan, outer_env) if skip_zero_b else {}
         for var, lo, hi in reversed(red):
             begin, end = tight.get(var, (L.const(lo), L.const(hi + 1)))
-            body = L.For(var, begin, end, body)
+            body = L.For(var, begin, end, body, "parallel" if parallel and var == red[0][0] else "serial")
         return body
 
     # -- pack B: Bp[slot, jr, kk, jj] = B(red, col) for col < N, else 0 (with pairs: Bp[slot, jr, kk, jj, e])
@@ -248,10 +253,11 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
             kk = L.add(L.mul(L.sub(v(var), L.const(lo)), L.const(stride)), kk)
             stride *= hi - lo + 1
     if plan.b_guards or pair is not None:  # (pairs: their own partial panels, below)
-        pack_b_panel: L.Stmt = red_loops(L.For(jj, L.const(0), L.const(nr), b_store(kk, v(jj), {}, True)))
+        pack_b_panel: L.Stmt = red_loops(L.For(jj, L.const(0), L.const(nr), b_store(kk, v(jj), {}, True)),
+                                         parallel=pack_across_rows)
     else:  # any panel as vectors, a partial one clamped (no branch per element)
         pack_b_panel = red_loops(L.For(jj, L.const(0), L.const(nr), b_store(kk, v(jj), {}, True, clamp=True),
-                                       "vectorized"))
+                                       "vectorized"), parallel=pack_across_rows)
     whole = L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n))
     if source_order is not None and transposable(nr, lanes, bp.dtypes[plan.b.tensor], ct):
         # a whole panel: B's source read as vectors along its flat reduction index
@@ -275,7 +281,7 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
             jj_ = L.add(L.mul(v(jo), L.const(side)), v(ji))
             store = b_store(kk, jj_, {}, edge, pair_loop=False, clamp=edge)
             tile = L.For(e, L.const(0), L.const(2), L.For(ji, L.const(0), L.const(side), store, "vectorized"), "unrolled")
-            return red_loops(L.For(jo, L.const(0), L.const(nr // side), tile))
+            return red_loops(L.For(jo, L.const(0), L.const(nr // side), tile), parallel=pack_across_rows)
 
         pack_b_panel = L.If(whole, pair_tile(False), pair_tile(True))
     pack_b = L.For(jr, L.const(0), L.const(panels), pack_b_panel,

@@ -6,11 +6,14 @@ Requires: a GemmPlan the direct variant lowers. Guarantees: answers only; the va
 
 from __future__ import annotations
 
+import itertools
+import math
+
 from tilec.ir import loop as L
 from tilec.ir.affine import IntAffine
-from tilec.ir.bounds import BoundContraction
+from tilec.ir.bounds import BoundContraction, Condition
 from tilec.ir.lower import affine_expr
-from tilec.ir.rewrite import substitute_expr
+from tilec.ir.rewrite import const_value, substitute_expr
 from tilec.schedule.cpu.implicit_gemm.padding import Pads
 from tilec.schedule.cpu.implicit_gemm.pairs import interleaved_variable, pair_variable
 from tilec.schedule.patterns.gemm import GemmPlan
@@ -43,6 +46,18 @@ def b_source_order(plan: GemmPlan, ctx: Context) -> tuple[tuple[str, int, int], 
     return None if ranges == tuple(plan.red) else ranges
 
 
+def _bounding_guards(plan: GemmPlan) -> list[tuple[Condition, str]]:
+    """B's guards on one reduction variable (named beside each) and outer ones."""
+    red = {var for var, _, _ in plan.red}
+    outer = {var for var, _, _ in plan.outer}
+    found = []
+    for g in plan.b_guards:
+        mine = [var for var in g.expr.vars if var in red]
+        if g.expr.divisor == 1 and len(mine) == 1 and all(var in red or var in outer for var in g.expr.vars):
+            found.append((g, mine[0]))
+    return found
+
+
 def b_nonzero(plan: GemmPlan, outer_env: dict[str, L.Expr]) -> dict[str, tuple[L.Expr, L.Expr]]:
     """Per reduction variable, loop bounds [begin, end) that leave out the iterations where one of B's
     guards fails (B is 0 there, so they add nothing), for each guard on that variable alone besides
@@ -50,18 +65,13 @@ def b_nonzero(plan: GemmPlan, outer_env: dict[str, L.Expr]) -> dict[str, tuple[L
     filter for z = 1 (K[2 t0 + z0, ...] with t0 < 2 and KH = 3) and would otherwise be multiplied
     by zeros, 7 in 16 products."""
     red = {var: (lo, hi) for var, lo, hi in plan.red}
-    outer = {var for var, _, _ in plan.outer}
     bounds: dict[str, tuple[L.Expr, L.Expr]] = {}
 
     def floor_div(x: L.Expr, d: int) -> L.Expr:
         return L.Bin("div", x, L.const(d))
 
-    for g in plan.b_guards:
+    for g, var in _bounding_guards(plan):
         terms = dict(g.expr.coeffs)
-        mine = [var for var in terms if var in red]
-        if g.expr.divisor != 1 or len(mine) != 1 or any(var not in red and var not in outer for var in terms):
-            continue
-        var = mine[0]
         c = terms.pop(var)
         rest = substitute_expr(affine_expr(IntAffine(tuple(sorted(terms.items())), g.expr.const)), outer_env)
         lo, hi = red[var]
@@ -76,6 +86,29 @@ def b_nonzero(plan: GemmPlan, outer_env: dict[str, L.Expr]) -> dict[str, tuple[L
             end = L.Bin("min", end, L.add(floor_div(num, abs(c)), L.const(1)))
         bounds[var] = (begin, end)
     return bounds
+
+
+OUTER_POINTS = 4096  # outer iterations beyond which their work is taken as even (not counted)
+
+
+def outer_work(plan: GemmPlan) -> list[int] | None:
+    """The reduction iterations each outer iteration runs (in the order of the flat outer index),
+    where b_nonzero's bounds make them differ (a transposed convolution's phases: 4, 2, 2 and 1
+    filter taps); None where every outer iteration runs the same (or there are too many to count)."""
+    outer = {var for var, _, _ in plan.outer}
+    if plan.batch > OUTER_POINTS or not any(outer & set(g.expr.vars) for g, _ in _bounding_guards(plan)):
+        return None
+    work = []
+    for point in itertools.product(*(range(lo, hi + 1) for _, lo, hi in plan.outer)):
+        bounds = b_nonzero(plan, {var: L.const(x) for (var, _, _), x in zip(plan.outer, point)})
+        extents = []
+        for var, lo, hi in plan.red:
+            begin, end = (const_value(e) for e in bounds.get(var, (L.const(lo), L.const(hi + 1))))
+            if begin is None or end is None:
+                return None
+            extents.append(max(0, end - begin))
+        work.append(math.prod(extents))
+    return None if len(set(work)) == 1 else work
 
 
 def b_through(plan: GemmPlan, pads: Pads, ctx: Context, nr: int) -> bool:
@@ -95,4 +128,4 @@ def b_through(plan: GemmPlan, pads: Pads, ctx: Context, nr: int) -> bool:
     return copy.out_vars[at] == copy.src_vars[-1]
 
 
-__all__ = ["b_nonzero", "b_source_order", "b_through"]
+__all__ = ["b_nonzero", "b_source_order", "b_through", "outer_work"]

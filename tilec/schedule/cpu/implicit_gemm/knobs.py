@@ -33,6 +33,7 @@ implicit_gemm.packed: the vector dimension is NR, the columns; A is broadcast ro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,15 +97,20 @@ def kernel_efficiency(mr: int, vectors: int, cpu: CpuInfo) -> float:
     return fma / cycles
 
 
-def register_block(m: int, n: int, lanes: int, cpu: CpuInfo) -> tuple[int, int]:
-    """(MR, NR): the register block of the module doc for an M x N output, NR a multiple of `lanes`."""
+def register_block(m: int, n: int, lanes: int, cpu: CpuInfo, threads: int = 1) -> tuple[int, int]:
+    """(MR, NR): the register block of the module doc for an M x N output, NR a multiple of `lanes`.
+    Where `threads` share the row tiles, a block whose tiles do not share out evenly counts the idle
+    threads' time as waste: 9 rows (a 1 -> 64 3x3 convolution's weight gradient) take two tiles of
+    5 on two threads rather than three of 3."""
     most_vectors = max(1, min(4, -(-n // lanes)))
     best: tuple[tuple[float, float, int], tuple[int, int]] | None = None
     for vectors in range(1, most_vectors + 1):
         nr = vectors * lanes
         rows = min(MAX_ROWS, (cpu.vector_registers - vectors - 1) // vectors, max(1, m))
         for mr in range(1, rows + 1):
-            useful = m / round_up(m, mr) * n / round_up(n, nr)
+            tiles = -(-m // mr)
+            rounds = -(-tiles // threads)  # row tiles per thread, the busiest one's
+            useful = m / (rounds * threads * mr) * n / round_up(n, nr)
             key = (kernel_efficiency(mr, vectors, cpu) * useful, -(vectors + mr) / (mr * vectors), nr)
             if best is None or key > best[0]:
                 best = (key, (mr, nr))
@@ -155,10 +161,10 @@ def default_knobs(plan: GemmPlan, dtype: str, target: Target) -> GemmKnobs:
     cpu = target.host
     assert cpu is not None
     size = itemsize(dtype)
-    mr, nr = register_block(plan.m, plan.n, target.lanes(accumulator_dtype(dtype)), cpu)
-    kc = reduction_block(plan.k, plan.n, nr, size, cpu)
     threads = target.cores
     sharing = 1 if plan.batch >= threads else threads  # row blocks are split over threads only then
+    mr, nr = register_block(plan.m, plan.n, target.lanes(accumulator_dtype(dtype)), cpu, sharing)
+    kc = reduction_block(plan.k, plan.n, nr, size, cpu)
     return GemmKnobs(mr=mr, nr=nr, kc=kc, mc=row_block(plan.m, mr, kc, size, cpu, sharing), threads=threads)
 
 
@@ -167,12 +173,24 @@ def worthwhile(plan: GemmPlan, params: LoweringParams) -> bool:
     return plan.n >= params.gemm_min_columns and plan.m * plan.n * plan.k >= params.gemm_min_work
 
 
-def plan_threads(plan: GemmPlan, knobs: GemmKnobs, target: Target, row_units: int) -> tuple[bool, int, int]:
+OUTER_IDLE = 1.25  # the most the threads' longest share of the outer loop may take, over an even share's time
+
+
+def plan_threads(plan: GemmPlan, knobs: GemmKnobs, target: Target, row_units: int,
+                 work: Sequence[int] | None = None) -> tuple[bool, int, int]:
     """(parallel over the outer loop?, threads, outer iterations): the outer (batch) loop when it
-    has an iteration per thread, else `row_units` (row blocks or tiles) shared by the threads."""
+    has an iteration per thread and the threads' contiguous shares of it take at most OUTER_IDLE
+    times an even share's time, else `row_units` (row blocks or tiles) shared by the threads.
+    `work` weighs each outer iteration where they differ (a transposed convolution's phases,
+    direct_b.outer_work: their 4, 2, 2 and 1 filter taps ran 6 : 3 on two threads). So 9 filter
+    taps on two threads (5 : 4) share the outer loop and 3 images (2 : 1) do not."""
     n_outer = plan.batch
     wanted = max(1, knobs.threads or target.cores)
-    outer_parallel = n_outer >= wanted and wanted > 1
+    weights = list(work) if work is not None else [1] * n_outer
+    per = -(-n_outer // wanted)
+    longest = max((sum(weights[t * per:(t + 1) * per]) for t in range(wanted)), default=0)
+    total = sum(weights)
+    outer_parallel = wanted > 1 and n_outer >= wanted and total > 0 and longest * wanted <= OUTER_IDLE * total
     return outer_parallel, wanted if outer_parallel else max(1, min(wanted, row_units)), n_outer
 
 
