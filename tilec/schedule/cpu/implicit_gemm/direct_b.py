@@ -88,27 +88,34 @@ def b_nonzero(plan: GemmPlan, outer_env: dict[str, L.Expr]) -> dict[str, tuple[L
     return bounds
 
 
-OUTER_POINTS = 4096  # outer iterations beyond which their work is taken as even (not counted)
+OUTER_POINTS = 1 << 16  # outer iterations beyond which their work is taken as even (not counted)
 
 
 def outer_work(plan: GemmPlan) -> list[int] | None:
     """The reduction iterations each outer iteration runs (in the order of the flat outer index),
     where b_nonzero's bounds make them differ (a transposed convolution's phases: 4, 2, 2 and 1
-    filter taps); None where every outer iteration runs the same (or there are too many to count)."""
-    outer = {var for var, _, _ in plan.outer}
-    if plan.batch > OUTER_POINTS or not any(outer & set(g.expr.vars) for g, _ in _bounding_guards(plan)):
+    filter taps); None where every outer iteration runs the same (or there are too many to count).
+    The bounds are evaluated once per value of the outer variables they read (a convolution's
+    output row x, not each image's)."""
+    guards = _bounding_guards(plan)
+    read = [r for r in plan.outer if any(r[0] in g.expr.vars for g, _ in guards)]
+    if not read or plan.batch > OUTER_POINTS:
         return None
-    work = []
-    for point in itertools.product(*(range(lo, hi + 1) for _, lo, hi in plan.outer)):
-        bounds = b_nonzero(plan, {var: L.const(x) for (var, _, _), x in zip(plan.outer, point)})
+    per_value: dict[tuple[int, ...], int] = {}
+    for point in itertools.product(*(range(lo, hi + 1) for _, lo, hi in read)):
+        bounds = b_nonzero(plan, {var: L.const(x) for (var, _, _), x in zip(read, point)})
         extents = []
         for var, lo, hi in plan.red:
             begin, end = (const_value(e) for e in bounds.get(var, (L.const(lo), L.const(hi + 1))))
             if begin is None or end is None:
                 return None
             extents.append(max(0, end - begin))
-        work.append(math.prod(extents))
-    return None if len(set(work)) == 1 else work
+        per_value[point] = math.prod(extents)
+    if len(set(per_value.values())) == 1:
+        return None
+    at = [k for k, r in enumerate(plan.outer) if r in read]
+    return [per_value[tuple(point[k] for k in at)]
+            for point in itertools.product(*(range(lo, hi + 1) for _, lo, hi in plan.outer))]
 
 
 def b_through(plan: GemmPlan, pads: Pads, ctx: Context, nr: int) -> bool:
