@@ -98,10 +98,11 @@ def _divisors(size: tuple[int, ...], out: tuple[int, ...], kernel: list[int], st
     return (counts[0][:, None] * counts[1][None, :]).to(dtype)
 
 
-def _avg_pool_divisor(p: ProgramWriter, a: dict[str, Any], size: tuple[int, ...], out: tuple[int, ...],
-                      dtype: torch.dtype) -> Value:
-    """The divisors (_divisors) of an avg_pool2d from input shape `size` to `out`, as a kernel input."""
-    kernel, stride, padding, _ = _pool_geometry(a)
+def _avg_pool_divisor(p: ProgramWriter, a: dict[str, Any], geometry: tuple[list[int], ...], size: tuple[int, ...],
+                      out: tuple[int, ...], dtype: torch.dtype) -> Value:
+    """The divisors (_divisors) of an avg_pool2d (`geometry`: _pool_geometry's) from input shape
+    `size` to `out`, as a kernel input."""
+    kernel, stride, padding, _ = geometry
     if len(size) != 4 or 0 in size:
         raise Unsupported("avg_pool2d of an input other than a non-empty (N, C, H, W)")
     args = (size[2:], out[2:], kernel, stride, padding, bool(a.get("count_include_pad", True)),
@@ -121,8 +122,9 @@ def _avg_pool2d(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
     shape, dtype = result(node)
     x = p.materialise(p.tensor(a["self"]))
-    divisor = _avg_pool_divisor(p, a, x.shape, shape, dtype)
-    kernel, stride, padding, _ = _pool_geometry(a)
+    geometry = _pool_geometry(a)
+    divisor = _avg_pool_divisor(p, a, geometry, x.shape, shape, dtype)
+    kernel, stride, padding, _ = geometry
     h, w = _taps(stride, padding, [1, 1])
     total = p.contract(["n", "c", "y", "x"], shape, f"+({x.name}[n, c, {h}, {w}])", dtype,
                        f", i < {kernel[0]}, j < {kernel[1]}")
@@ -134,9 +136,10 @@ def _avg_pool2d_backward(p: ProgramWriter, node: fx.Node) -> Value:
     a = arguments(node)
     shape, dtype = result(node)
     g = p.tensor(a["grad_output"])
-    divisor = _avg_pool_divisor(p, a, shape, g.shape, dtype)  # (the input's values are not read: its shape is ours)
+    geometry = _pool_geometry(a)
+    divisor = _avg_pool_divisor(p, a, geometry, shape, g.shape, dtype)  # (the input's values are not read: its shape is ours)
     share = p.let(f"{p.elementwise(g)} / {divisor.name}", g.shape, dtype, g, divisor)
-    kernel, stride, padding, _ = _pool_geometry(a)
+    kernel, stride, padding, _ = geometry
     h, w = _taps(stride, padding, [1, 1])
     return p.contract(["n", "c", h, w], shape, f"+({share.name}[n, c, y, x])", dtype,
                       f", i < {kernel[0]}, j < {kernel[1]}")
