@@ -400,6 +400,8 @@ def test_backward_cases_are_the_forward_acceptance_shapes():
     ["conv2d", "--shape", "N=1,C=8,H=8,W=8,CO=4,KH=1,KW=1,stride=2"],
     ["attention", "--quick"],
     ["attention", "--quick", "--causal"],
+    ["conv2d", "--quick", "--dtype", "bfloat16"],  # torch reads ml_dtypes' bfloat16 arrays through their bits
+    ["attention", "--quick", "--dtype", "bfloat16"],
 ])
 def test_backward_matches_torch_autograd(capsys, argv):
     pytest.importorskip("torch")

@@ -153,6 +153,14 @@ def test_explain_api_single_stage(stage):
         assert "define " not in text
 
 
+def test_explain_api_needs_shapes_and_dtypes_by_name():
+    f = tilec.compile(MATMUL)
+    with pytest.raises(tilec.TilecError, match=r"shapes must map input names.*the inputs are A, B.*got a tuple"):
+        f.explain(((64, 32), (32, 16)))
+    with pytest.raises(tilec.TilecError, match=r"dtypes must map input names.*got a list"):
+        f.explain({"A": (64, 32), "B": (32, 16)}, ["float32", "float32"])
+
+
 def test_explain_api_dtypes():
     text = tilec.explain(
         MATMUL,

@@ -152,6 +152,20 @@ def test_mixed_bfloat16_and_float16_compute_in_float32():
 
 
 @pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_a_function_takes_torch_low_precision_tensors(name):
+    """tilec.Function reads a torch bfloat16 tensor (which numpy cannot convert) through its bits,
+    a non-contiguous one included, and returns the 16-bit numpy result."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    dtype = getattr(torch, name)
+    a, b = torch.randn(5, 7, dtype=dtype), torch.randn(9, 7, dtype=dtype).t()  # b: a transposed view
+    got = tilec.compile(GEMM)(a, b)
+    assert got.dtype.name == name
+    ref = (a.float() @ b.float()).numpy()
+    assert rel_error(got.astype(np.float32), ref) < 1e-2
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
 def test_torch_low_precision_tensors_through_the_modules(name):
     torch = pytest.importorskip("torch")
     import tilec.nn.functional as F

@@ -242,6 +242,11 @@ class Function:
     def explain(self, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str] | None = None,
                 stage: str | None = None) -> str:
         """Print every stage (or one) for inputs of the given shapes and dtypes (float32 by default)."""
+        for what, given in (("shapes", shapes), ("dtypes", dtypes)):
+            if given is not None and not isinstance(given, Mapping):
+                raise BindError(f"explain's {what} must map input names to {what}, e.g. "
+                                f"{{{self.inputs[0]!r}: ...}} (the inputs are {', '.join(self.inputs)}); "
+                                f"got a {type(given).__name__}")
         unknown = set(shapes) - set(self.inputs)
         if unknown:
             raise BindError(f"unknown input(s) {', '.join(sorted(unknown))}; the inputs are {', '.join(self.inputs)}")
@@ -272,6 +277,10 @@ def _as_array(name: str, value: Any) -> np.ndarray:
         return value
     if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
         value = value.detach().resolve_conj().resolve_neg()
+        if str(value.dtype) == "torch.bfloat16" and value.device.type == "cpu":
+            # numpy knows no torch bfloat16: the same bits, viewed as ml_dtypes' bfloat16
+            import torch
+            return value.contiguous().view(torch.int16).numpy().view(np.dtype("bfloat16"))
     try:
         array = np.asarray(value)
         if not array.flags.c_contiguous:

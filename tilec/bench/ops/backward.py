@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tilec.bench.ops.baselines import import_torch
+from tilec.bench.ops.baselines import as_torch, import_torch
 from tilec.bench.ops.inputs import conv2d_output_size, random_array
 from tilec.bench.ops.op import BenchError, Inputs, Op, Shape
 
@@ -46,8 +46,8 @@ def _attention_out_shape(s: Shape) -> tuple[int, ...]:
 def _backward_baseline(forward: Callable[..., Any]) -> Callable[[Inputs, Shape], Callable[[], Any]]:
     def build(inputs: Inputs, shape: Shape) -> Callable[[], Any]:
         torch = import_torch()
-        xs = tuple(torch.from_numpy(a).requires_grad_(True) for a in inputs[:-1])
-        dy = torch.from_numpy(inputs[-1])
+        xs = tuple(as_torch(a).requires_grad_(True) for a in inputs[:-1])
+        dy = as_torch(inputs[-1])
         y = forward(torch, shape, *xs)
         return lambda: torch.autograd.grad(y, xs, dy, retain_graph=True)
     return build
