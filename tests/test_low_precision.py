@@ -378,6 +378,64 @@ def test_bfloat16_weight_gradients_interleave_their_input(n, c, hw, co, stride, 
 
 
 @settings(max_examples=12, deadline=None)
+@given(k=st.integers(1, 13), m=st.integers(1, 40), n=st.sampled_from([32, 48, 64]), seed=st.integers(0, 2**31))
+@example(k=8, m=37, n=64, seed=0)
+def test_bfloat16_pairs_of_a_lone_reduction_dimension_are_halved(k, m, n, seed):
+    """C[i, j] = sum over b of A[b, i] * B[b, j] (a linear layer's weight gradient) in the direct
+    variant: A's pairs along b lie a row apart, so on AVX512-BF16 CPUs a copy of A's own size with
+    b halved holds them side by side (A[2 q + e, i] at [q, i, e]) where b's extent is even (one
+    column of A holds them side by side as it lies; an odd extent has no pairs). Against a float32
+    reference."""
+    from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
+
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((k, m)).astype(BF16), rng.standard_normal((k, n)).astype(BF16)
+    direct = TemplateSchedule((TemplateConfig(0, "implicit_gemm", (("mr", 6), ("nr", n // 16 * 16 if n % 64 else 64),
+                                                                    ("pack_a", False))),))
+    f = tilec.compile("C[i, j: M, N] = +(A[b, i] * B[b, j])").with_schedule(direct)
+    got = f(a, b)
+    assert got.dtype == BF16 and rel_error(got, a.astype(np.float32).T @ b.astype(np.float32)) < 1e-2
+    loop = f.explain({"A": a.shape, "B": b.shape}, {"A": "bfloat16", "B": "bfloat16"}, stage="loop")
+    if _has_pair_dot() and n * k * m >= 32 * k * m:  # enough products per element of A for a copy
+        assert ("dot2_bf16" in loop) == (k % 2 == 0)
+        assert (f"C.Apair: bfloat16[{k // 2}, {m}, 2]" in loop) == (k % 2 == 0 and m > 1)
+
+
+@settings(max_examples=10, deadline=None)
+@given(n=st.integers(1, 6), c=st.sampled_from([1, 3, 16, 64]), hw=st.integers(4, 19), co=st.sampled_from([16, 64]),
+       stride=st.integers(1, 2), pad=st.integers(0, 1), seed=st.integers(0, 2**31))
+@example(n=4, c=64, hw=16, co=64, stride=2, pad=1, seed=0)
+@example(n=2, c=3, hw=19, co=16, stride=1, pad=1, seed=1)
+def test_bfloat16_nchw_weight_gradients_pair_their_images(n, c, hw, co, stride, pad, seed):
+    """The weight gradient of conv2d (NCHW, the program tilec.ops runs): on AVX512-BF16 CPUs with an
+    even number of images, the input's pairs are images 2 q and 2 q + 1, gathered straight from NCHW
+    into a zero-bordered [N / 2, H + borders, W + borders, C, 2] copy as transposing tiles (no padded
+    NHWC copy before it). Against torch's float32 convolution_backward, odd sizes included."""
+    torch = pytest.importorskip("torch")
+    from tilec.ops import sources
+    from tilec.ops.kernels import grad_fn
+
+    gen = torch.Generator().manual_seed(seed)
+    o = (hw + 2 * pad - 3) // stride + 1
+    x, w = torch.randn(n, c, hw, hw, generator=gen), torch.randn(co, c, 3, 3, generator=gen)
+    bias, dy = torch.randn(co, generator=gen), torch.randn(n, co, o, o, generator=gen)
+    x, w, bias, dy = (t.to(torch.bfloat16) for t in (x, w, bias, dy))
+    fn = grad_fn(sources.conv2d_source((stride, stride), (pad, pad), (1, 1), True, 1), ("F",))
+    df = fn(X=x, F=w, Bias=bias, DO=dy)  # one gradient: the array itself
+    ref = torch.ops.aten.convolution_backward(dy.float(), x.float(), w.float(), [co], [stride, stride], [pad, pad],
+                                              [1, 1], False, [0, 0], 1, [False, True, False])[1]
+    assert df.dtype == BF16 and rel_error(df, ref.numpy()) < 1e-2
+    shapes = dict(zip(fn.inputs, (x.shape, w.shape, bias.shape, dy.shape)))
+    loop = fn.explain({k: tuple(v) for k, v in shapes.items()}, {k: "bfloat16" for k in fn.inputs}, stage="loop")
+    from tilec.schedule.cpu.implicit_gemm.pairs import INTERLEAVE_MIN_REUSE
+
+    pairable = n % 2 == 0 and 9 * co * o * o >= INTERLEAVE_MIN_REUSE * (hw + 2 * pad + 2) ** 2
+    if _has_pair_dot() and pairable and "implicit_gemm[direct]" in fn.explain(
+            {k: tuple(v) for k, v in shapes.items()}, {k: "bfloat16" for k in fn.inputs}, stage="templates"):
+        assert f".Apair: bfloat16[{n // 2}, " in loop and ".Apad" not in loop
+
+
+@settings(max_examples=12, deadline=None)
 @given(stride=st.integers(1, 3), phases=st.integers(1, 3), n=st.integers(1, 9), shift=st.integers(-2, 2),
        agg=st.sampled_from(["+", ">", "<"]), seed=st.integers(0, 2**31))
 @example(stride=1, phases=1, n=2, shift=0, agg="+", seed=0)  # a lone phase listed after u: still one tuple a cell

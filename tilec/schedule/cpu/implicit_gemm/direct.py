@@ -29,8 +29,11 @@ NHWC): that variable's loop steps by two, A's two neighbouring cells are broadca
 word and B is packed as bfloat16 pairs, Bp[jr, kk, jj, 2], for one `vdpbf16ps` per vector
 (tilec.ir.loop.DOT2_BF16): twice the products of a float32 FMA. Bp's rows then follow the
 kernel's loop order. Where no such variable exists but A serves enough products per element (a
-weight gradient's input, read at a stride), an interleaved copy of A holds each pair side by side
-(.pairs.interleaved_variable, .padding.interleaved_pairs).
+weight gradient's input, read at a stride), a copy of A holds each pair side by side (.pairs.pairs):
+of A's size where a reduction variable indexes a dimension alone (the images: .padding.halved_pairs,
+gathered straight from NCHW through the layout copy), else interleaved at twice its size
+(.padding.interleaved_pairs). On Zen 4 the 3x3 stride-2 64->64 bfloat16 weight gradient of 32 32x32
+images took 2.6-3.0 ms with the images halved against 4.0-6.5 ms interleaved (torch 3.0-3.4).
 
 The reduction loops leave out the iterations where a guard of B on one reduction variable (and
 outer ones) fails, as B is 0 there (`b_nonzero`: a transposed convolution's phases).
@@ -61,9 +64,10 @@ from tilec.ir.lower import index_expr, zero_fill
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.cpu.implicit_gemm.direct_b import b_nonzero, b_source_order, outer_work
 from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, plan_threads
-from tilec.schedule.cpu.implicit_gemm.padding import Pads, access_padding, interleaved_pairs, padded_index, padded_operand
+from tilec.schedule.cpu.implicit_gemm.padding import (Pads, access_padding, halved_pairs, interleaved_pairs, padded_index,
+                                                      padded_operand)
 from tilec.schedule.cpu.implicit_gemm.packed import transposable, transposed_panels, transposing_pack
-from tilec.schedule.cpu.implicit_gemm.pairs import interleaved_variable, pair_dimension, pair_steps, pair_variable
+from tilec.schedule.cpu.implicit_gemm.pairs import pair_dimension, pair_steps, pairs
 from tilec.schedule.nest import decompose, guarded_store, thread_share, threads_loop
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
 from tilec.schedule.patterns.gemm import GemmPlan
@@ -164,17 +168,23 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
 
     a_tensor, a_dtype = plan.a.tensor, bp.dtypes[plan.a.tensor]
     a_offsets = [lo for lo, _ in pads]
-    pair, interleave = pair_variable(plan, pads, bp, target, nr), False
-    if pair is None:
-        pair = interleaved_variable(plan, pads, bp, target, nr)
-        interleave = pair is not None
+    how = pairs(plan, pads, bp, target, nr)
+    pair = how.var if how is not None else None
+    layout = how.layout if how is not None else None
     a_shape, a_pads = bp.shapes[a_tensor], pads
-    if any(p != (0, 0) for p in pads) and (not interleave or a_tensor in ctx.folded):
+    if layout == "halved":  # A's pairs side by side in a zero-bordered copy of its size, read through its layout copy
+        assert how is not None and how.dim is not None
+        fill, apair = halved_pairs(f"{out}.Apair", a_tensor, a_shape, pads, a_dtype, how.dim, ctx.folded.get(a_tensor),
+                                   target.cores)
+        stmts.append(fill)
+        workspaces.append(apair)
+        a_tensor = apair.name
+    elif any(p != (0, 0) for p in pads) and (layout != "interleaved" or a_tensor in ctx.folded):
         fill, apad = padded_operand(f"{out}.Apad", a_tensor, pads, ctx)
         stmts.append(fill)
         workspaces.append(apad)
         a_tensor, a_shape, a_pads = apad.name, apad.shape, tuple((0, 0) for _ in pads)
-    if interleave:  # A's pairs side by side in a (zero-bordered) copy of their own
+    if layout == "interleaved":  # A's pairs side by side in a (zero-bordered) copy of their own
         assert pair is not None
         fill, apair = interleaved_pairs(f"{out}.Apair", a_tensor, a_shape, a_pads, a_dtype, pair_steps(plan, pair),
                                         target.cores)
@@ -298,7 +308,10 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
     acc_now = L.Load(acc.name, (v(ii), v(jj)), ct)
     b_cell = (slot, v(jr), kk, v(jj))
     if pair is not None:  # acc += the pair's two products (vdpbf16ps), A's pair one 32-bit word
-        if interleave:
+        if layout == "halved":  # the pair variable's dimension indexed by the pair
+            a_index = padded_index(plan.a.indices, a_offsets, {**env_a, pair: v(cp)})
+            a_cells = [a_index + (L.const(x),) for x in (0, 1)]
+        elif layout == "interleaved":
             a_cells = [a_index + (L.const(x),) for x in (0, 1)]
         else:
             d = pair_dimension(bp.shapes[plan.a.tensor])

@@ -15,7 +15,7 @@ from tilec.ir.bounds import BoundContraction, Condition
 from tilec.ir.lower import affine_expr
 from tilec.ir.rewrite import const_value, substitute_expr
 from tilec.schedule.cpu.implicit_gemm.padding import Pads
-from tilec.schedule.cpu.implicit_gemm.pairs import interleaved_variable, pair_variable
+from tilec.schedule.cpu.implicit_gemm.pairs import pairs
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.patterns.layout_copy import match_copy
 from tilec.schedule.templates.base import Context
@@ -124,8 +124,7 @@ def b_through(plan: GemmPlan, pads: Pads, ctx: Context, nr: int) -> bool:
     dimension is not the column, as a convolution's OIHW filter: that packing gathered element by
     element (0.35 ms of the 3x3 64->64 conv's 5.4 on Zen 4), where the copy on its own is a
     permutation of a few microseconds and the packing then reads whole vectors."""
-    if pair_variable(plan, pads, ctx.bp, ctx.target, nr) is None and \
-            interleaved_variable(plan, pads, ctx.bp, ctx.target, nr) is None:
+    if pairs(plan, pads, ctx.bp, ctx.target, nr) is None:
         return True
     maker = next((s for s in ctx.bp.statements if s.output == plan.b.tensor), None)
     copy = match_copy(maker, ctx.bp) if isinstance(maker, BoundContraction) else None

@@ -25,7 +25,7 @@ from tilec.ir.conditions import normalise
 from tilec.ir.lower import affine_expr
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.patterns.layout_copy import Copy
-from tilec.schedule.cpu.permute import PermutePlan, nest, parallel_outermost
+from tilec.schedule.cpu.permute import LINE_BYTES, PermutePlan, nest, parallel_outermost
 from tilec.schedule.templates.base import Context
 
 Pads = tuple[tuple[int, int], ...]  # per dimension of a tensor, its zero border (before, after)
@@ -201,4 +201,90 @@ def interleaved_pairs(name: str, source: str, shape: tuple[int, ...], pads: Pads
     return stmt, buf
 
 
-__all__ = ["Pads", "access_padding", "gathered", "interleaved_pairs", "padded_index", "padded_operand", "zero_slabs"]
+def halved_pairs(name: str, source: str, shape: tuple[int, ...], pads: Pads, dtype: str, dim: int,
+                 through: Copy | None, cores: int) -> tuple[L.Stmt, L.Buffer]:
+    """The nest filling buffer `name`[cell..., e] = source[cell - border, its index in `dim` 2 q + e
+    for the cell's q] (0 in the border), and the buffer: `source` (of `shape`) with zero borders
+    `pads` (none in `dim`), dimension `dim` halved and a last dimension of 2, each pair of
+    neighbouring indices of `dim` side by side for the bfloat16 pair dot product
+    (tilec.schedule.cpu.implicit_gemm.pairs.halved_variable); every element once, so the copy is
+    the source's size. Read through the layout copy `through` (its output is `source`) when given.
+
+    The interior is copied as transposing tiles (tilec.codegen.llvm.transpose) where the rows can
+    be read whole: each tile's rows are the pairs of the innermost dimension (t, e) as one flat
+    index, read as vectors along the dimension the values lie contiguous in (the innermost of
+    `through`'s source: NCHW's pixels for an NHWC copy), so the copy reads and writes whole lines;
+    where that is the innermost dimension itself, tiles of the pair's two rows (2 x up to
+    TRANSPOSE_MAX_SIDE); else cell by cell. The borders are zeroed as slabs."""
+    rank = len(shape)
+    assert pads[dim] == (0, 0) and shape[dim] % 2 == 0
+    dest = [n + lo + hi for n, (lo, hi) in zip(shape, pads)]
+    dest[dim] = shape[dim] // 2
+    buf = L.Buffer(name, dtype, tuple(dest) + (2,))
+    names = [f"{name}.q{d}" for d in range(rank)]
+    v = L.Var
+
+    def store(cell: list[L.Expr], element: L.Expr) -> L.Stmt:
+        """Cell `cell` (interior, in the buffer's coordinates) and pair element `element`."""
+        at = [L.add(L.mul(c, L.const(2)), element) if d == dim else L.sub(c, L.const(pads[d][0]))
+              for d, c in enumerate(cell)]
+        value = L.Load(source, tuple(at), dtype) if through is None else \
+            through.value(dict(zip(through.out_vars, at)))
+        return L.Store(name, tuple(cell) + (element,), value)
+
+    def interior(d: int) -> tuple[L.Expr, L.Expr]:
+        lo = pads[d][0]
+        return L.const(lo), L.const(lo + (shape[d] // 2 if d == dim else shape[d]))
+
+    def around(body: L.Stmt, dims: list[int]) -> L.Stmt:
+        for d in reversed(dims):
+            body = L.For(names[d], *interior(d), body)
+        return body
+
+    t = rank - 1  # the rows' dimension: pairs (t, e) lie back to back in the buffer
+    fast = through.out_vars.index(through.src_vars[-1]) if through is not None else t  # contiguous in memory
+    side = max(2, LINE_BYTES // np.dtype(dtype).itemsize)  # a tile's side: a cache line of either side's
+    e = f"{name}.e"
+
+    def in_blocks(var: str, extent: int, inner: Callable[[L.Expr, int], L.Stmt]) -> L.Stmt:
+        """inner(first index, extent) over [0, extent) in blocks of `side`, the last one shorter."""
+        full, tail = divmod(extent, side)
+        parts = [L.For(f"{var}.o", L.const(0), L.const(full), inner(L.mul(v(f"{var}.o"), L.const(side)), side))
+                 ] if full else []
+        return L.seq(*parts, *([inner(L.const(full * side), tail)] if tail else []))
+
+    def at(d: int, first: L.Expr, var: str) -> L.Expr:
+        """Dimension d's buffer index in a block starting at source index `first`."""
+        return L.add(L.add(first, v(var)), L.const(pads[d][0]))
+
+    if t != dim and pads[t] == (0, 0) and fast not in (t, dim):
+        r, s = f"{name}.r", f"{name}.s"
+
+        def tile(r0: L.Expr, rows: int, s0: L.Expr, cols: int) -> L.Stmt:
+            flat = L.add(r0, v(f"{r}.i"))
+            cell = [at(d, s0, f"{s}.i") if d == fast else v(names[d]) for d in range(rank - 1)]
+            body = store(cell + [L.Bin("div", flat, L.const(2))], L.Bin("mod", flat, L.const(2)))
+            return L.For(f"{r}.i", L.const(0), L.const(rows), L.For(f"{s}.i", L.const(0), L.const(cols), body,
+                                                                    "vectorized"), "unrolled")
+
+        body = in_blocks(s, shape[fast], lambda s0, cols: in_blocks(r, 2 * shape[t], lambda r0, rows: tile(r0, rows, s0, cols)))
+        stmt = around(body, [d for d in range(rank - 1) if d != fast])
+    elif t != dim and pads[t] == (0, 0):  # tiles of the pair's two rows, interleaved
+        ti = f"{names[t]}.i"
+
+        def pair_tile(t0: L.Expr, cols: int) -> L.Stmt:
+            cell = [v(x) for x in names[:-1]] + [at(t, t0, ti)]
+            return L.For(e, L.const(0), L.const(2), L.For(ti, L.const(0), L.const(cols), store(cell, v(e)), "vectorized"),
+                         "unrolled")
+
+        stmt = around(in_blocks(names[t], shape[t], pair_tile), list(range(rank - 1)))
+    else:
+        stmt = around(L.For(e, L.const(0), L.const(2), store([v(x) for x in names], v(e))), list(range(rank)))
+    if cores >= 2 and isinstance(stmt, L.For):
+        stmt = parallel_outermost(stmt, cores)
+    slabs = [(d, b, end) for d, (lo, hi) in enumerate(pads) for b, end in ((0, lo), (dest[d] - hi, dest[d]))]
+    return L.seq(stmt, *zero_slabs(name, dtype, tuple(dest) + (2,), slabs)), buf
+
+
+__all__ = ["Pads", "access_padding", "gathered", "halved_pairs", "interleaved_pairs", "padded_index", "padded_operand",
+           "zero_slabs"]
