@@ -240,6 +240,10 @@ class VectorLoop:
         value = self.vector(then.value)
         if orelse is None:
             value = self.em.to_memory(buf, value)
+            if value.type.element == ir.IntType(16):
+                # 16-bit lanes (bfloat16's bits) stored as half: LLVM 22 lowers a masked store of
+                # i16 lanes whose mask keeps one lane to a 4-byte store, overwriting the next element
+                value = self.b.bitcast(value, ir.VectorType(ir.HalfType(), value.type.count))
             ptr = self.vector_pointer(buf, then.indices, value.type)
             store = declare_masked(self.em.module, "store", value.type)
             self.b.call(store, [value, ptr, ir.Constant(ir.IntType(32), alignment(buf.dtype)), mask])
