@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import tilec
@@ -143,6 +143,77 @@ def test_a_copy_read_outside_a_gemm_is_materialised():
               for a, b in itertools.product(range(3), range(3)))
     np.testing.assert_allclose(o, ref, rtol=1e-4, atol=1e-3)
     np.testing.assert_array_equal(s, i_ * 2)
+
+
+SUM_AND_PRODUCT = """function (X[N, C, H, W], A[N, H, W, K]) -> (S, G) {
+    T[n, h, w, c: N, H, W, C] = +(X[n, c, h, w]);
+    S[c: C] = +(T[n, h, w, c]);
+    G[k, c: K, C] = +(A[n, h, w, k] * T[n, h, w, c]);
+}"""
+
+
+@settings(max_examples=8, deadline=None)
+@given(n=st.integers(1, 4), c=st.integers(1, 40), h=st.integers(1, 9), w=st.integers(1, 9), k=st.sampled_from([16, 64]),
+       dtype=st.sampled_from(["float32", "bfloat16"]))
+@example(n=2, c=40, h=9, w=9, k=64, dtype="float32")
+@example(n=3, c=32, h=3, w=2, k=64, dtype="bfloat16")  # pairs along w: T stays, and so does its sum
+def test_a_sum_of_a_copy_a_gemm_packs_reads_the_copys_source(n, c, h, w, k, dtype):
+    """A layout copy read by a GEMM's packing and by a plain sum (a convolution's bias gradient
+    beside its weight gradient): the sum reads the copy's source, so the copy is never made. The
+    same values as numpy's, and a channel of negative zeros sums to +0 as through the copy."""
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    a = rng.standard_normal((n, h, w, k)).astype(np.float32)
+    x[:, 0] = -0.0
+    if dtype == "bfloat16":
+        import ml_dtypes
+        x, a = x.astype(ml_dtypes.bfloat16), a.astype(ml_dtypes.bfloat16)
+    f = tilec.compile(SUM_AND_PRODUCT)
+    s, g = f(x, a)
+    x32, a32 = x.astype(np.float32), a.astype(np.float32)
+    tol = 1e-2 if dtype == "bfloat16" else 1e-5
+    np.testing.assert_allclose(s.astype(np.float32), x32.sum(axis=(0, 2, 3)), rtol=tol, atol=tol * n * h * w)
+    np.testing.assert_allclose(g.astype(np.float32), np.einsum("nhwk,nchw->kc", a32, x32), rtol=tol,
+                               atol=tol * n * h * w)
+    assert not np.signbit(s[0].astype(np.float32))
+    shapes, dtypes = {"X": x.shape, "A": a.shape}, {"X": dtype, "A": dtype}
+    templates = f.explain(shapes, dtypes, stage="templates")
+    folded = "folded_copy    # T" in templates  # (not where the GEMM cannot pack T through its copy)
+    assert ("S[c: C] = +(X[n, c, h, w])" in templates) == folded
+    assert (" T: " not in f.explain(shapes, dtypes, stage="loop").splitlines()[0]) == folded
+    if (n, c, h, w, k, dtype) == (2, 40, 9, 9, 64, "float32"):
+        assert folded
+
+
+def test_the_bias_gradient_sums_the_output_gradient_beside_the_weight_gradient():
+    """conv2d's bias and weight gradients (bfloat16, the product on pairs where the CPU has them):
+    the NCHW -> NHWC copy of the output gradient is never made; the bias sums DO itself and the
+    weight gradient's packing reads DO as vectors along its pixels. Against torch."""
+    torch = pytest.importorskip("torch")
+    from tilec.ops import sources
+    from tilec.ops.kernels import grad_fn
+
+    gen = torch.Generator().manual_seed(3)
+    x, w = torch.randn(4, 3, 12, 12, generator=gen), torch.randn(64, 3, 3, 3, generator=gen)
+    bias, dy = torch.randn(64, generator=gen), torch.randn(4, 64, 12, 12, generator=gen)
+    x, w, bias, dy = (t.to(torch.bfloat16) for t in (x, w, bias, dy))
+    fn = grad_fn(sources.conv2d_source((1, 1), (1, 1), (1, 1), True, 1), ("F", "Bias"))
+    df, dbias = fn(X=x, F=w, Bias=bias, DO=dy)
+    ref = torch.ops.aten.convolution_backward(dy.float(), x.float(), w.float(), [64], [1, 1], [1, 1], [1, 1], False,
+                                              [0, 0], 1, [False, True, True])
+    for got, want in ((df, ref[1]), (dbias, ref[2])):
+        got = np.asarray(got).astype(np.float32)
+        assert np.abs(got - want.numpy()).max() <= 1e-2 * np.abs(want.numpy()).max()
+    shapes = {"X": (4, 3, 12, 12), "F": (64, 3, 3, 3), "Bias": (64,), "DO": (4, 64, 12, 12)}
+    dtypes = {k: "bfloat16" for k in shapes}
+    templates = fn.explain(shapes, dtypes, stage="templates")
+    assert "DBias[x0: CO] = +(DO[" in templates
+    assert "folded_copy    # DYb_0" in templates
+    loop = fn.explain(shapes, dtypes, stage="loop")
+    assert " DYb_0: " not in loop.splitlines()[0]
+    from tilec.schedule.cpu.implicit_gemm.packed import bf16_dot
+
+    if bf16_dot(TARGET):  # the pairs' rows (column, pair element) read from DO as vectors along its pixels
+        assert "DK_4.pr.i" in loop and "dot2_bf16" in loop
 
 
 def test_large_permutations_transpose_in_tiles_and_large_copies_still_fold():

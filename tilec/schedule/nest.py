@@ -6,6 +6,8 @@ with the stated meaning and introduces no names but the ones it is given.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundAccess, Condition
 from tilec.ir.lower import condition_expr, index_expr
@@ -40,6 +42,15 @@ def guarded_store(buffer: str, indices: tuple[L.Expr, ...], op: BoundAccess, gua
     return L.If(cond, L.Store(buffer, indices, load), L.Store(buffer, indices, L.cast(dtype, L.const(0))))
 
 
+def in_blocks(var: str, extent: int, side: int, inner: "Callable[[L.Expr, int], L.Stmt]") -> L.Stmt:
+    """inner(first index, count) over [0, extent) in blocks of `side`: a loop `var.o` over the whole
+    blocks, then the shorter last one (constant counts: a transposing tile's extents)."""
+    full, tail = divmod(extent, side)
+    parts = [L.For(f"{var}.o", L.const(0), L.const(full), inner(L.mul(L.Var(f"{var}.o"), L.const(side)), side))
+             ] if full else []
+    return L.seq(*parts, *([inner(L.const(full * side), tail)] if tail else []))
+
+
 def thread_share(t: str, threads: int, var: str, total: int, body: L.Stmt) -> L.Stmt:
     """`for var` over thread `t`'s contiguous share of [0, total)."""
     per = -(-total // threads)
@@ -52,4 +63,4 @@ def threads_loop(t: str, threads: int, body: L.Stmt) -> L.Stmt:
     return L.For(t, L.const(0), L.const(threads), body, "parallel" if threads > 1 else "serial")
 
 
-__all__ = ["Range", "decompose", "guarded_store", "thread_share", "threads_loop"]
+__all__ = ["Range", "decompose", "guarded_store", "in_blocks", "thread_share", "threads_loop"]

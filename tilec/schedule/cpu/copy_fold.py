@@ -21,9 +21,10 @@ stores into them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from tilec.ir import loop as L
-from tilec.ir.bounds import BoundContraction, BoundProgram
+from tilec.ir.bounds import BoundAccess, BoundContraction, BoundProgram
 from tilec.ir.lower import LoweredGroup
 from tilec.schedule.patterns.dataflow import reads
 from tilec.schedule.patterns.layout_copy import Copy, match_copy
@@ -48,6 +49,47 @@ def foldable(bp: BoundProgram, through: Mapping[int, frozenset[str]], keep: froz
             if n not in through.get(k, frozenset()):
                 copies.pop(n)
     return {n: c for n, c in copies.items() if c.source not in copies}  # a copy of a folded copy: keep both
+
+
+def sums_read_sources(bp: BoundProgram, through: Mapping[int, frozenset[str]],
+                      keep: frozenset[str] = frozenset()) -> BoundProgram:
+    """`bp` with the plain sums (`+` of one operand, no default) of a layout copy reading the copy's
+    source instead, where that leaves the copy read only by GEMMs that read it through (`through`,
+    as `foldable` takes it), so that it folds: a convolution's bias gradient, DBias[co] = +(DY[n,
+    x, y, co]) over the NHWC copy of DO[n, co, x, y] that the weight gradient's GEMM packs, then
+    sums DO itself, and the copy is never made. Exact: a sum from +0 of the copy's values (0 + x)
+    and of x itself are the same (they differ only in a zero's sign, which such a sum never
+    shows). The same object where nothing changes."""
+    statements = list(bp.statements)
+    for s in bp.statements:
+        if not isinstance(s, BoundContraction) or s.output in bp.program.outputs or s.output in keep:
+            continue
+        copy = match_copy(s, bp)
+        if copy is None:
+            continue
+        readers = [k for k, r in enumerate(statements) if copy.output in reads(r)]
+        sums = [k for k in readers if _plain_sum(statements[k], copy.output)]
+        if not sums or any(k not in sums and copy.output not in through.get(k, frozenset()) for k in readers):
+            continue
+        for k in sums:
+            statements[k] = _read_source(statements[k], copy)  # type: ignore[arg-type]
+    return bp if statements == list(bp.statements) else replace(bp, statements=tuple(statements))
+
+
+def _plain_sum(s: object, tensor: str) -> bool:
+    return (isinstance(s, BoundContraction) and s.stmt.agg == "+" and s.stmt.combo == "single"
+            and s.stmt.default is None and len(s.operands) == 1 and s.operands[0].tensor == tensor)
+
+
+def _read_source(s: BoundContraction, copy: Copy) -> BoundContraction:
+    """`s` (a plain sum of `copy`'s output) reading the copy's source at the permuted index."""
+    def permuted(indices: tuple) -> tuple:
+        return tuple(indices[copy.out_vars.index(v)] for v in copy.src_vars)
+
+    bound = BoundAccess(copy.source, permuted(s.operands[0].indices))
+    access = s.stmt.operands[0]
+    stmt = replace(s.stmt, operands=(replace(access, tensor=copy.source, indices=permuted(access.indices)),))
+    return replace(s, stmt=stmt, operands=(bound,))
 
 
 def read_through(stmt: L.Stmt, copies: Mapping[str, Copy]) -> L.Stmt:
@@ -95,4 +137,4 @@ class StoredCopy(Template):
 FOLDED_COPY = FoldedCopy()
 STORED_COPY = StoredCopy()
 
-__all__ = ["FOLDED_COPY", "FoldedCopy", "STORED_COPY", "StoredCopy", "foldable", "read_through"]
+__all__ = ["FOLDED_COPY", "FoldedCopy", "STORED_COPY", "StoredCopy", "foldable", "read_through", "sums_read_sources"]

@@ -8,8 +8,9 @@ tilec.schedule.registry whose plan applies and whose knobs passed its checks.
 The choice, statement by statement (the first template that applies and would gain):
 
 1. a layout copy that every reader's GEMM packing reads through is never materialised
-   (`folded_copy`), and one a GEMM stores its tiles into is lowered with that GEMM
-   (`stored_copy`): tilec.schedule.cpu.copy_fold decides, from the GEMM choices made first;
+   (`folded_copy`; plain sums of it read its source instead where that lets it fold), and one a
+   GEMM stores its tiles into is lowered with that GEMM (`stored_copy`):
+   tilec.schedule.cpu.copy_fold decides, from the GEMM choices made first;
 2. an explicit choice of the TemplateSchedule;
 3. whole chains: `attention`, `attention_backward`;
 4. sums of products: `winograd` (wide 3x3 stride-1 convolutions and filter gradients), else
@@ -48,8 +49,9 @@ def choose(bp: BoundProgram, target: Target, params: LoweringParams,
     ctx = Context(bp, target, params)
     gemms = _gemm_choices(ctx, overrides)
     stored = frozenset(s for s in (c.template.stores(c) for c in gemms.values()) if s is not None)
-    folded = copy_fold.foldable(bp, {k: c.template.reads_through(c) for k, c in gemms.items()}, stored)
-    ctx = replace(ctx, folded=folded, stored=stored)
+    through = {k: c.template.reads_through(c) for k, c in gemms.items()}
+    bp = copy_fold.sums_read_sources(bp, through, stored)  # the GEMMs' statements stay the same objects
+    ctx = replace(ctx, bp=bp, folded=copy_fold.foldable(bp, through, stored), stored=stored)
     choices: list[Choice] = []
     index = 0
     while index < len(bp.statements):

@@ -57,18 +57,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from tilec.ir import loop as L
 from tilec.ir.dtypes import accumulator_dtype
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.lower import index_expr, zero_fill
 from tilec.ir.rewrite import substitute_expr
-from tilec.schedule.cpu.implicit_gemm.direct_b import b_nonzero, b_source_order, outer_work
+from tilec.schedule.cpu.implicit_gemm.direct_b import b_nonzero, b_source_order, outer_work, pair_rows_variable
 from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, plan_threads
 from tilec.schedule.cpu.implicit_gemm.padding import (Pads, access_padding, halved_pairs, interleaved_pairs, padded_index,
                                                       padded_operand)
 from tilec.schedule.cpu.implicit_gemm.packed import transposable, transposed_panels, transposing_pack
 from tilec.schedule.cpu.implicit_gemm.pairs import pair_dimension, pair_steps, pairs
-from tilec.schedule.nest import decompose, guarded_store, thread_share, threads_loop
+from tilec.schedule.cpu.permute import LINE_BYTES
+from tilec.schedule.nest import decompose, guarded_store, in_blocks, thread_share, threads_loop
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.patterns.layout_copy import Copy
@@ -218,11 +221,12 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
     # its own rows: a 1 -> 64 3x3 convolution's 32768 x 64 pairs took 0.4 ms on one thread
     pack_across_rows = not outer_parallel and 1 < wanted and panels < wanted
 
-    def red_loops(body: L.Stmt, skip_zero_b: bool = False, parallel: bool = False) -> L.Stmt:
+    def red_loops(body: L.Stmt, skip_zero_b: bool = False, parallel: bool = False, innermost: bool = True) -> L.Stmt:
         """The reduction loops around `body`; with `skip_zero_b`, without the iterations where B's
-        guards make it 0 (b_nonzero); with `parallel`, the outermost one a parallel loop."""
+        guards make it 0 (b_nonzero); with `parallel`, the outermost one a parallel loop; without
+        `innermost`, all but the innermost one (`body` runs it)."""
         tight = b_nonzero(plan, outer_env) if skip_zero_b else {}
-        for var, lo, hi in reversed(red):
+        for var, lo, hi in reversed(red if innermost else red[:-1]):
             begin, end = tight.get(var, (L.const(lo), L.const(hi + 1)))
             body = L.For(var, begin, end, body, "parallel" if parallel and var == red[0][0] else "serial")
         return body
@@ -269,21 +273,13 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
         pack_b_panel = red_loops(L.For(jj, L.const(0), L.const(nr), b_store(kk, v(jj), {}, True, clamp=True),
                                        "vectorized"), parallel=pack_across_rows)
     whole = L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n))
-    if source_order is not None and transposable(nr, lanes, bp.dtypes[plan.b.tensor], ct):
-        # a whole panel: B's source read as vectors along its flat reduction index
-        pack_b_panel = L.If(whole, transposing_pack(lambda row, jj_: b_store(row, jj_, decompose(row, source_order),
-                                                                             False), jj, nr, f"{out}.r", L.const(k), lanes),
-                            pack_b_panel)
-    elif pair is None and transposed_panels(plan.b, plan.b_guards, plan, nr, lanes, bp.dtypes[plan.b.tensor], ct):
-        red_var, red_lo, _ = plan.red[0]  # a whole panel: B's rows read as vectors along the reduction
-        pack_b_panel = L.If(whole, transposing_pack(lambda row, jj_: b_store(row, jj_, {red_var: L.add(row, L.const(red_lo))},
-                                                                             False), jj, nr, f"{out}.r", L.const(k), lanes),
-                            pack_b_panel)
-    elif pair is not None and not plan.b_guards:
-        # a whole panel: the pair's two rows of B read as vectors across the panel and interleaved in
-        # registers (a 2 x side transposing tile, tilec.codegen.llvm.transpose); the last, partial
-        # panel the same way, its columns past N reading column N - 1 and storing 0 (a select: no
-        # branch per element)
+    through = ctx.folded.get(plan.b.tensor)
+    rows_var = pair_rows_variable(plan, through, pair) if through is not None else None
+    if pair is not None and not plan.b_guards:
+        # a partial panel (and a whole one, unless read as below): the pair's two rows of B read as
+        # vectors across the panel and interleaved in registers (a 2 x side transposing tile,
+        # tilec.codegen.llvm.transpose), its columns past N reading column N - 1 and storing 0 (a
+        # select: no branch per element)
         side = min(nr, L.TRANSPOSE_MAX_SIDE)
         jo, ji = f"{out}.jo", f"{out}.ji"
 
@@ -293,7 +289,51 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
             tile = L.For(e, L.const(0), L.const(2), L.For(ji, L.const(0), L.const(side), store, "vectorized"), "unrolled")
             return red_loops(L.For(jo, L.const(0), L.const(nr // side), tile), parallel=pack_across_rows)
 
-        pack_b_panel = L.If(whole, pair_tile(False), pair_tile(True))
+        partial_panel = pair_tile(True)
+        pack_b_panel = L.If(whole, pair_tile(False), partial_panel)
+    else:
+        partial_panel = pack_b_panel  # (a whole one packs as well)
+    if rows_var is not None:
+        # a whole panel read through B's layout copy from a source contiguous along the innermost
+        # reduction loop's variable (a weight gradient's DO[n, co, x, y], read as DY[n, x, y, co]):
+        # tiles whose rows are the panel's columns (with pairs: (column, pair element) as one flat
+        # index), read as vectors along that variable and transposed in registers; the copy itself
+        # is never made
+        _, s_lo, s_hi = red[-1]
+        side_ = max(2, LINE_BYTES // np.dtype(bp.dtypes[plan.b.tensor]).itemsize)  # a cache line of the source
+        width = nr * (2 if pair is not None else 1)  # the panel's rows of the tile
+        pr, ps = f"{out}.pr", f"{out}.ps"
+
+        def rows_tile(r0: L.Expr, rows: int, s0: L.Expr, cols: int) -> L.Stmt:
+            flat = L.add(r0, v(f"{pr}.i"))
+            s_value = L.add(L.add(s0, v(f"{ps}.i")), L.const(s_lo))
+            env = {**outer_env, rows_var: s_value}
+            jj_: L.Expr
+            if pair is not None:
+                jj_, element = L.Bin("div", flat, L.const(2)), L.Bin("mod", flat, L.const(2))
+                env[pair] = L.add(L.mul(v(cp), L.const(2)), element)
+            else:
+                jj_ = flat
+            env[col_var] = L.add(L.add(L.mul(v(jr), L.const(nr)), jj_), L.const(col_lo))
+            load = L.cast(packed, L.Load(plan.b.tensor, tuple(substitute_expr(index_expr(i), env)
+                                                              for i in plan.b.indices), bp.dtypes[plan.b.tensor]))
+            cell = (slot, v(jr), substitute_expr(kk, {rows_var: s_value}), jj_) + ((element,) if pair is not None else ())
+            return L.For(f"{pr}.i", L.const(0), L.const(rows), L.For(
+                f"{ps}.i", L.const(0), L.const(cols), L.Store(bp_buf.name, cell, load), "vectorized"), "unrolled")
+
+        whole_panel = red_loops(in_blocks(ps, s_hi - s_lo + 1, side_, lambda s0, cols: in_blocks(
+            pr, width, side_, lambda r0, rows: rows_tile(r0, rows, s0, cols))), parallel=pack_across_rows, innermost=False)
+        pack_b_panel = L.If(whole, whole_panel, partial_panel)
+    elif source_order is not None and transposable(nr, lanes, bp.dtypes[plan.b.tensor], ct):
+        # a whole panel: B's source read as vectors along its flat reduction index
+        pack_b_panel = L.If(whole, transposing_pack(lambda row, jj_: b_store(row, jj_, decompose(row, source_order),
+                                                                             False), jj, nr, f"{out}.r", L.const(k), lanes),
+                            pack_b_panel)
+    elif pair is None and transposed_panels(plan.b, plan.b_guards, plan, nr, lanes, bp.dtypes[plan.b.tensor], ct):
+        red_var, red_lo, _ = plan.red[0]  # a whole panel: B's rows read as vectors along the reduction
+        pack_b_panel = L.If(whole, transposing_pack(lambda row, jj_: b_store(row, jj_, {red_var: L.add(row, L.const(red_lo))},
+                                                                             False), jj, nr, f"{out}.r", L.const(k), lanes),
+                            pack_b_panel)
     pack_b = L.For(jr, L.const(0), L.const(panels), pack_b_panel,
                    "parallel" if not outer_parallel and panels >= threads > 1 else "serial")
 

@@ -17,7 +17,7 @@ from tilec.ir.rewrite import const_value, substitute_expr
 from tilec.schedule.cpu.implicit_gemm.padding import Pads
 from tilec.schedule.cpu.implicit_gemm.pairs import pairs
 from tilec.schedule.patterns.gemm import GemmPlan
-from tilec.schedule.patterns.layout_copy import match_copy
+from tilec.schedule.patterns.layout_copy import Copy, match_copy
 from tilec.schedule.templates.base import Context
 
 
@@ -121,17 +121,37 @@ def outer_work(plan: GemmPlan) -> list[int] | None:
 def b_through(plan: GemmPlan, pads: Pads, ctx: Context, nr: int) -> bool:
     """Whether B may be packed through the layout copy that makes it (if one does): unless B is
     packed as bfloat16 pairs (which read B along its column) from a source whose innermost
-    dimension is not the column, as a convolution's OIHW filter: that packing gathered element by
-    element (0.35 ms of the 3x3 64->64 conv's 5.4 on Zen 4), where the copy on its own is a
-    permutation of a few microseconds and the packing then reads whole vectors."""
-    if pairs(plan, pads, ctx.bp, ctx.target, nr) is None:
+    dimension is neither the column nor the innermost reduction loop's (`pair_rows_variable`), as
+    a convolution's OIHW filter: that packing gathered element by element (0.35 ms of the 3x3
+    64->64 conv's 5.4 on Zen 4), where the copy on its own is a permutation of a few microseconds
+    and the packing then reads whole vectors."""
+    how = pairs(plan, pads, ctx.bp, ctx.target, nr)
+    if how is None:
         return True
     maker = next((s for s in ctx.bp.statements if s.output == plan.b.tensor), None)
     copy = match_copy(maker, ctx.bp) if isinstance(maker, BoundContraction) else None
     if copy is None:
         return True
     at = next(k for k, e in enumerate(plan.b.indices) if e.lone_var == plan.col[0])
-    return copy.out_vars[at] == copy.src_vars[-1]
+    return copy.out_vars[at] == copy.src_vars[-1] or pair_rows_variable(plan, copy, how.var) is not None
 
 
-__all__ = ["b_nonzero", "b_source_order", "b_through", "outer_work"]
+def pair_rows_variable(plan: GemmPlan, copy: Copy, pair: str | None) -> str | None:
+    """The reduction variable along which B's source (the layout copy `copy` makes B) is contiguous,
+    where B's bfloat16 pairs can be packed from it as transposing tiles: alone in the dimension of
+    B that is the source's innermost, the innermost reduction loop, not the `pair` variable, B
+    without guards. A convolution's weight gradient, DY[n, x, y, co] read through its copy from
+    DO[n, co, x, y]: y, so that tiles of the pair's rows (co, e) are read as vectors along y."""
+    if plan.b_guards or not plan.red:
+        return None
+    dim = copy.out_vars.index(copy.src_vars[-1])
+    var = plan.b.indices[dim].lone_var
+    innermost, lo, hi = plan.red[-1]
+    if var is None or var != innermost or var == pair or hi - lo < 1:
+        return None
+    if any(var in e.vars for k, e in enumerate(plan.b.indices) if k != dim):
+        return None
+    return var
+
+
+__all__ = ["b_nonzero", "b_source_order", "b_through", "outer_work", "pair_rows_variable"]

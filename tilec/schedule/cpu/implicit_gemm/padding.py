@@ -26,6 +26,7 @@ from tilec.ir.lower import affine_expr
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.patterns.layout_copy import Copy
 from tilec.schedule.cpu.permute import LINE_BYTES, PermutePlan, nest, parallel_outermost
+from tilec.schedule.nest import in_blocks
 from tilec.schedule.templates.base import Context
 
 Pads = tuple[tuple[int, int], ...]  # per dimension of a tensor, its zero border (before, after)
@@ -246,13 +247,6 @@ def halved_pairs(name: str, source: str, shape: tuple[int, ...], pads: Pads, dty
     side = max(2, LINE_BYTES // np.dtype(dtype).itemsize)  # a tile's side: a cache line of either side's
     e = f"{name}.e"
 
-    def in_blocks(var: str, extent: int, inner: Callable[[L.Expr, int], L.Stmt]) -> L.Stmt:
-        """inner(first index, extent) over [0, extent) in blocks of `side`, the last one shorter."""
-        full, tail = divmod(extent, side)
-        parts = [L.For(f"{var}.o", L.const(0), L.const(full), inner(L.mul(v(f"{var}.o"), L.const(side)), side))
-                 ] if full else []
-        return L.seq(*parts, *([inner(L.const(full * side), tail)] if tail else []))
-
     def at(d: int, first: L.Expr, var: str) -> L.Expr:
         """Dimension d's buffer index in a block starting at source index `first`."""
         return L.add(L.add(first, v(var)), L.const(pads[d][0]))
@@ -267,7 +261,8 @@ def halved_pairs(name: str, source: str, shape: tuple[int, ...], pads: Pads, dty
             return L.For(f"{r}.i", L.const(0), L.const(rows), L.For(f"{s}.i", L.const(0), L.const(cols), body,
                                                                     "vectorized"), "unrolled")
 
-        body = in_blocks(s, shape[fast], lambda s0, cols: in_blocks(r, 2 * shape[t], lambda r0, rows: tile(r0, rows, s0, cols)))
+        body = in_blocks(s, shape[fast], side, lambda s0, cols: in_blocks(
+            r, 2 * shape[t], side, lambda r0, rows: tile(r0, rows, s0, cols)))
         stmt = around(body, [d for d in range(rank - 1) if d != fast])
     elif t != dim and pads[t] == (0, 0):  # tiles of the pair's two rows, interleaved
         ti = f"{names[t]}.i"
@@ -277,7 +272,7 @@ def halved_pairs(name: str, source: str, shape: tuple[int, ...], pads: Pads, dty
             return L.For(e, L.const(0), L.const(2), L.For(ti, L.const(0), L.const(cols), store(cell, v(e)), "vectorized"),
                          "unrolled")
 
-        stmt = around(in_blocks(names[t], shape[t], pair_tile), list(range(rank - 1)))
+        stmt = around(in_blocks(names[t], shape[t], side, pair_tile), list(range(rank - 1)))
     else:
         stmt = around(L.For(e, L.const(0), L.const(2), store([v(x) for x in names], v(e))), list(range(rank)))
     if cores >= 2 and isinstance(stmt, L.For):
