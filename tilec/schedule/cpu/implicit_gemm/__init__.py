@@ -7,7 +7,7 @@ One template, three variants, each a module of its own with its plan type:
   panels (a convolution's output channels), where packing A costs more than it saves; bfloat16
   as pairs for the pair dot product where the CPU has it (in place, or from an interleaved copy);
   how it reads B in .direct_b; the tiles stored through the layout copy that alone reads the
-  result where they land there as whole vectors (a convolution's copy back to NCHW);
+  result where they land there as whole vectors (.stored_tiles: a convolution's copy back to NCHW);
 * in-place (.inplace, knob pack_b=False): both operands read in place, the column where one of
   them is contiguous, the tiles stored through the layout copy that alone reads the product (a
   convolution's weight gradient).
@@ -34,7 +34,8 @@ from tilec.ir.dtypes import accumulator_dtype
 from tilec.ir.lower import LoweredGroup
 from tilec.schedule.cpu import copy_fold
 from tilec.schedule.cpu.implicit_gemm import inplace
-from tilec.schedule.cpu.implicit_gemm.direct import DirectPlan, padding, stores_well
+from tilec.schedule.cpu.implicit_gemm.direct import DirectPlan, padding
+from tilec.schedule.cpu.implicit_gemm.stored_tiles import stores_well
 from tilec.schedule.cpu.implicit_gemm.direct_b import b_through
 from tilec.schedule.cpu.implicit_gemm.pairs import pair_variable
 from tilec.schedule.cpu.implicit_gemm.padding import Pads
@@ -193,7 +194,7 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
 
 def direct_store(index: int, ctx: Context, plan: GemmPlan, epilogue: Any, mr: int) -> Copy | None:
     """The layout copy that alone reads the direct variant's result (after its fused epilogue), where
-    its tiles land in the copy's output as whole vectors (direct.stores_well): it stores them there
+    its tiles land in the copy's output as whole vectors (stored_tiles.stores_well): it stores them there
     and the copy never runs (a channels-last convolution's NHWC -> NCHW copy: 0.2 ms of the 3x3
     64->64 conv's 5.6 on Zen 4, and its temporary)."""
     last = index + (len(epilogue.links) if epilogue is not None else 0)

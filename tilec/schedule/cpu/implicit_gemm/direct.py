@@ -70,6 +70,7 @@ from tilec.schedule.cpu.implicit_gemm.padding import (Pads, access_padding, halv
                                                       padded_operand)
 from tilec.schedule.cpu.implicit_gemm.packed import transposable, transposed_panels, transposing_pack
 from tilec.schedule.cpu.implicit_gemm.pairs import pair_dimension, pair_steps, pairs
+from tilec.schedule.cpu.implicit_gemm.stored_tiles import tile_rows
 from tilec.schedule.cpu.permute import LINE_BYTES
 from tilec.schedule.nest import decompose, guarded_store, in_blocks, thread_share, threads_loop
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
@@ -83,36 +84,6 @@ def padding(plan: GemmPlan, bp: BoundProgram) -> Pads | None:
     bounds (see access_padding)."""
     box = {v: (lo, hi) for v, lo, hi in plan.outer + plan.rows + plan.red}
     return access_padding(plan.a, plan.a_guards, box, bp.shapes[plan.a.tensor])
-
-
-def tile_rows(plan: GemmPlan, b: BoundContraction, out_copy: Copy | None, bp: BoundProgram) -> int:
-    """How many of the plan's last row variables a tile's rows may span: all of them, unless the
-    tiles are stored into `out_copy`'s output and it holds only the last few back to back (as its
-    innermost dimensions, in the rows' order, each whole), as NCHW holds one image's pixels."""
-    if out_copy is None:
-        return len(plan.rows)
-    out_vars = tuple(e.lone_var for e in b.out_indices)
-    dest_vars = out_copy.dest_cell(out_vars)  # type: ignore[arg-type]
-    shape = bp.shapes[out_copy.output]
-    k = 0
-    while k < len(plan.rows) and k < len(dest_vars):
-        var, lo, hi = plan.rows[len(plan.rows) - 1 - k]
-        if dest_vars[len(dest_vars) - 1 - k] != var or lo != 0 or hi + 1 != shape[len(shape) - 1 - k]:
-            break
-        k += 1
-    return k or len(plan.rows)
-
-
-def stores_well(plan: GemmPlan, b: BoundContraction, out_copy: Copy, mr: int, bp: BoundProgram) -> bool:
-    """Whether the tiles land in `out_copy`'s output as whole vectors: its innermost dimension is
-    the column, or rows (`tile_rows`) of which there are at least two tiles' worth."""
-    out_vars = tuple(e.lone_var for e in b.out_indices)
-    innermost = out_copy.dest_cell(out_vars)[-1]  # type: ignore[arg-type]
-    if innermost == plan.col[0]:
-        return True
-    k = tile_rows(plan, b, out_copy, bp)
-    run = math.prod(hi - lo + 1 for _, lo, hi in plan.rows[len(plan.rows) - k:])
-    return innermost == plan.rows[-1][0] and run >= 2 * mr
 
 
 @dataclass(frozen=True)
@@ -417,4 +388,4 @@ def by_panels(plan: GemmPlan, panels: int, threads: int, a_shape: tuple[int, ...
     return b_elements / threads + a_elements < b_elements + a_elements / threads
 
 
-__all__ = ["DirectPlan", "build", "by_panels", "padding", "stores_well", "tile_rows"]
+__all__ = ["DirectPlan", "build", "by_panels", "padding"]
