@@ -51,6 +51,20 @@ def in_blocks(var: str, extent: int, side: int, inner: "Callable[[L.Expr, int], 
     return L.seq(*parts, *([inner(L.const(full * side), tail)] if tail else []))
 
 
+def transposing_tiles(rows_var: str, rows: int, cols_var: str, cols: int, side: int,
+                      body: "Callable[[L.Expr, L.Expr], L.Stmt]") -> L.Stmt:
+    """body(row, column) over [0, rows) x [0, cols) as tiles of up to `side` x `side`: blocks of
+    columns, then blocks of rows, each tile ``for <rows_var>.i unrolled: for <cols_var>.i
+    vectorized`` (the shape tilec.codegen.llvm.transpose turns into shuffles in registers)."""
+    def tile(r0: L.Expr, n_rows: int, c0: L.Expr, n_cols: int) -> L.Stmt:
+        ri, ci = f"{rows_var}.i", f"{cols_var}.i"
+        return L.For(ri, L.const(0), L.const(n_rows), L.For(ci, L.const(0), L.const(n_cols), body(
+            L.add(r0, L.Var(ri)), L.add(c0, L.Var(ci))), "vectorized"), "unrolled")
+
+    return in_blocks(cols_var, cols, side, lambda c0, n_cols: in_blocks(
+        rows_var, rows, side, lambda r0, n_rows: tile(r0, n_rows, c0, n_cols)))
+
+
 def thread_share(t: str, threads: int, var: str, total: int, body: L.Stmt) -> L.Stmt:
     """`for var` over thread `t`'s contiguous share of [0, total)."""
     per = -(-total // threads)
@@ -63,4 +77,4 @@ def threads_loop(t: str, threads: int, body: L.Stmt) -> L.Stmt:
     return L.For(t, L.const(0), L.const(threads), body, "parallel" if threads > 1 else "serial")
 
 
-__all__ = ["Range", "decompose", "guarded_store", "in_blocks", "thread_share", "threads_loop"]
+__all__ = ["Range", "decompose", "guarded_store", "in_blocks", "thread_share", "threads_loop", "transposing_tiles"]

@@ -72,7 +72,7 @@ from tilec.schedule.cpu.implicit_gemm.packed import transposable, transposed_pan
 from tilec.schedule.cpu.implicit_gemm.pairs import pair_dimension, pair_steps, pairs
 from tilec.schedule.cpu.implicit_gemm.stored_tiles import tile_rows
 from tilec.schedule.cpu.permute import LINE_BYTES
-from tilec.schedule.nest import decompose, guarded_store, in_blocks, thread_share, threads_loop
+from tilec.schedule.nest import decompose, guarded_store, thread_share, threads_loop, transposing_tiles
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.patterns.layout_copy import Copy
@@ -261,7 +261,7 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
             return red_loops(L.For(jo, L.const(0), L.const(nr // side), tile), parallel=pack_across_rows)
 
         partial_panel = pair_tile(True)
-        pack_b_panel = L.If(whole, pair_tile(False), partial_panel)
+        pack_b_panel = L.If(whole, pair_tile(False), partial_panel) if rows_var is None else partial_panel
     else:
         partial_panel = pack_b_panel  # (a whole one packs as well)
     if rows_var is not None:
@@ -273,11 +273,9 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
         _, s_lo, s_hi = red[-1]
         side_ = max(2, LINE_BYTES // np.dtype(bp.dtypes[plan.b.tensor]).itemsize)  # a cache line of the source
         width = nr * (2 if pair is not None else 1)  # the panel's rows of the tile
-        pr, ps = f"{out}.pr", f"{out}.ps"
 
-        def rows_tile(r0: L.Expr, rows: int, s0: L.Expr, cols: int) -> L.Stmt:
-            flat = L.add(r0, v(f"{pr}.i"))
-            s_value = L.add(L.add(s0, v(f"{ps}.i")), L.const(s_lo))
+        def panel_row(flat: L.Expr, s_at: L.Expr) -> L.Stmt:  # Bp's row flat = (column[, pair element]), s_at
+            s_value = L.add(s_at, L.const(s_lo))
             env = {**outer_env, rows_var: s_value}
             jj_: L.Expr
             if pair is not None:
@@ -289,11 +287,10 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
             load = L.cast(packed, L.Load(plan.b.tensor, tuple(substitute_expr(index_expr(i), env)
                                                               for i in plan.b.indices), bp.dtypes[plan.b.tensor]))
             cell = (slot, v(jr), substitute_expr(kk, {rows_var: s_value}), jj_) + ((element,) if pair is not None else ())
-            return L.For(f"{pr}.i", L.const(0), L.const(rows), L.For(
-                f"{ps}.i", L.const(0), L.const(cols), L.Store(bp_buf.name, cell, load), "vectorized"), "unrolled")
+            return L.Store(bp_buf.name, cell, load)
 
-        whole_panel = red_loops(in_blocks(ps, s_hi - s_lo + 1, side_, lambda s0, cols: in_blocks(
-            pr, width, side_, lambda r0, rows: rows_tile(r0, rows, s0, cols))), parallel=pack_across_rows, innermost=False)
+        whole_panel = red_loops(transposing_tiles(f"{out}.pr", width, f"{out}.ps", s_hi - s_lo + 1, side_, panel_row),
+                                parallel=pack_across_rows, innermost=False)
         pack_b_panel = L.If(whole, whole_panel, partial_panel)
     elif source_order is not None and transposable(nr, lanes, bp.dtypes[plan.b.tensor], ct):
         # a whole panel: B's source read as vectors along its flat reduction index
@@ -319,10 +316,9 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
     acc_now = L.Load(acc.name, (v(ii), v(jj)), ct)
     b_cell = (slot, v(jr), kk, v(jj))
     if pair is not None:  # acc += the pair's two products (vdpbf16ps), A's pair one 32-bit word
-        if layout == "halved":  # the pair variable's dimension indexed by the pair
-            a_index = padded_index(plan.a.indices, a_offsets, {**env_a, pair: v(cp)})
-            a_cells = [a_index + (L.const(x),) for x in (0, 1)]
-        elif layout == "interleaved":
+        if layout in ("halved", "interleaved"):  # the copy's last dimension holds the pair
+            if layout == "halved":  # the pair variable's dimension indexed by the pair
+                a_index = padded_index(plan.a.indices, a_offsets, {**env_a, pair: v(cp)})
             a_cells = [a_index + (L.const(x),) for x in (0, 1)]
         else:
             d = pair_dimension(bp.shapes[plan.a.tensor])

@@ -26,7 +26,7 @@ from tilec.ir.lower import affine_expr
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.patterns.layout_copy import Copy
 from tilec.schedule.cpu.permute import LINE_BYTES, PermutePlan, nest, parallel_outermost
-from tilec.schedule.nest import in_blocks
+from tilec.schedule.nest import in_blocks, transposing_tiles
 from tilec.schedule.templates.base import Context
 
 Pads = tuple[tuple[int, int], ...]  # per dimension of a tensor, its zero border (before, after)
@@ -252,18 +252,12 @@ def halved_pairs(name: str, source: str, shape: tuple[int, ...], pads: Pads, dty
         return L.add(L.add(first, v(var)), L.const(pads[d][0]))
 
     if t != dim and pads[t] == (0, 0) and fast not in (t, dim):
-        r, s = f"{name}.r", f"{name}.s"
+        def pair_row(flat: L.Expr, at_fast: L.Expr) -> L.Stmt:  # row flat = (t, e), column at_fast
+            cell = [L.add(at_fast, L.const(pads[fast][0])) if d == fast else v(names[d]) for d in range(rank - 1)]
+            return store(cell + [L.Bin("div", flat, L.const(2))], L.Bin("mod", flat, L.const(2)))
 
-        def tile(r0: L.Expr, rows: int, s0: L.Expr, cols: int) -> L.Stmt:
-            flat = L.add(r0, v(f"{r}.i"))
-            cell = [at(d, s0, f"{s}.i") if d == fast else v(names[d]) for d in range(rank - 1)]
-            body = store(cell + [L.Bin("div", flat, L.const(2))], L.Bin("mod", flat, L.const(2)))
-            return L.For(f"{r}.i", L.const(0), L.const(rows), L.For(f"{s}.i", L.const(0), L.const(cols), body,
-                                                                    "vectorized"), "unrolled")
-
-        body = in_blocks(s, shape[fast], side, lambda s0, cols: in_blocks(
-            r, 2 * shape[t], side, lambda r0, rows: tile(r0, rows, s0, cols)))
-        stmt = around(body, [d for d in range(rank - 1) if d != fast])
+        stmt = around(transposing_tiles(f"{name}.r", 2 * shape[t], f"{name}.s", shape[fast], side, pair_row),
+                      [d for d in range(rank - 1) if d != fast])
     elif t != dim and pads[t] == (0, 0):  # tiles of the pair's two rows, interleaved
         ti = f"{names[t]}.i"
 
