@@ -5,8 +5,8 @@ One template, three variants, each a module of its own with its plan type:
 * packed (tilec.schedule.cpu.implicit_gemm.packed): A and B packed into panels, the BLIS recipe;
 * direct (.direct, knob pack_a=False): A read in place from a zero-padded copy, for few column
   panels (a convolution's output channels), where packing A costs more than it saves; bfloat16
-  as pairs for the pair dot product where the CPU has it (in place, or from an interleaved copy);
-  how it reads B in .direct_b; the tiles stored through the layout copy that alone reads the
+  as pairs for the pair dot product where the CPU has it (.pairs: in place, or from a halved or
+  an interleaved copy); how it reads B in .direct_b; the tiles stored through the layout copy that alone reads the
   result where they land there as whole vectors (.stored_tiles: a convolution's copy back to NCHW);
 * in-place (.inplace, knob pack_b=False): both operands read in place, the column where one of
   them is contiguous, the tiles stored through the layout copy that alone reads the product (a
