@@ -5,7 +5,9 @@
 * `bf16_kernel_ir`: the same with the bf16 dot product ``vdpbf16ps`` (llvmlite.ir has no bfloat
   type, hence IR text throughout);
 * `stream_kernel_ir`: a read-only vector sum over a buffer;
-* `clock_kernel_ir`: a chain of dependent integer adds in x86-64 inline assembly, one per cycle.
+* `clock_kernel_ir`: a chain of dependent register-to-register integer adds in x86-64 inline
+  assembly, one per cycle (not `add $imm`: Golden Cove and later Intel cores fold chains of
+  immediate adds at rename, several per cycle, which read as a 20+ GHz clock on Sapphire Rapids).
 
 Requires: llvmlite; a CpuInfo of the host. Guarantees: `ProbeKernels(cpu)` compiles every kernel
 the CPU supports (float32 and float64 FMAs at each vector width up to its widest, bf16 with
@@ -149,11 +151,12 @@ def stream_kernel_ir(name: str, bits: int) -> str:
 
 def clock_kernel_ir(name: str) -> str:
     """`i64 name(i64 n)`: n blocks of CLOCK_ADDS dependent register adds (x86-64 assembly, one
-    cycle each): the time of a call is n * CLOCK_ADDS cycles."""
-    adds = "\\0A".join(["addq $$1, $0"] * CLOCK_ADDS)
+    cycle each): the time of a call is n * CLOCK_ADDS cycles. The addend is a register (the loop
+    count), never an immediate, so that no core can fold the chain at rename."""
+    adds = "\\0A".join(["addq $1, $0"] * CLOCK_ADDS)
     return (f"define i64 @{name}(i64 %n) {{\nentry:\n  br label %loop\nloop:\n"
             f"  %i = phi i64 [0, %entry], [%i.next, %loop]\n  %v = phi i64 [0, %entry], [%v.next, %loop]\n"
-            f"  %v.next = call i64 asm sideeffect \"{adds}\", \"=r,0\"(i64 %v)\n"
+            f"  %v.next = call i64 asm sideeffect \"{adds}\", \"=r,r,0\"(i64 %n, i64 %v)\n"
             f"  %i.next = add i64 %i, 1\n  %more = icmp ult i64 %i.next, %n\n"
             f"  br i1 %more, label %loop, label %exit\nexit:\n  ret i64 %v.next\n}}\n")
 
