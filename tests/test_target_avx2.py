@@ -22,6 +22,7 @@ from tilec.config import options
 from tilec.ops.sources import attention_source, layer_norm_source, softmax_source
 from tilec.pipeline import resolve_target
 from tilec.schedule import params
+from tilec.schedule.cpu.attention import AttentionKnobs, register_chunk
 from tilec.target import cpu_info, cpu_target, host_cpu, host_target, missing_on_host
 
 HASWELL = "llvm -mcpu=haswell"
@@ -131,6 +132,9 @@ def test_templates_block_for_16_registers():
     src = attention_source(False, 0.125)
     text = tilec.explain(src, {n: (1, 2, 64, 16) for n in "QKV"}, stage="templates", target=HASWELL)
     assert "attention" in text and "bk=" in text
+    target = resolve_target(HASWELL)  # attention's micro-GEMMs: bq rows of register_chunk columns, a row, a broadcast
+    chunk = register_chunk(AttentionKnobs().bq, target) // target.lanes("float32")
+    assert AttentionKnobs().bq * chunk + chunk + 1 <= 16
 
 
 # ------------------------------------------------------------------ the AVX2 path runs and matches

@@ -4,7 +4,9 @@ It lowers the attention chain (tilec.schedule.patterns.attention: scores, scale,
 mask, softmax, times V) in float32 to one flash-attention loop nest: for each block of `bq` query rows,
 stream blocks of `bk` keys (AttentionKnobs); a register-blocked micro-GEMM gives the scores, an online
 softmax keeps a running max m and sum l per row (rescaling the accumulator by
-exp(m_old - m_new)), a second micro-GEMM accumulates P V. Causal attention stops at the
+exp(m_old - m_new)), a second micro-GEMM accumulates P V a register block of output columns at a
+time (`register_chunk`: the block stays in registers across the keys instead of a load and a
+store per FMA; rescaling is folded into it). Causal attention stops at the
 diagonal block (masked blocks are never visited). K is transposed once per batch so the
 score micro-GEMM reads it with vector loads.
 
@@ -40,6 +42,19 @@ class AttentionKnobs:
 
     bq: int = knob(6, 1, 32, "query rows per block: the register block's height")
     bk: int = knob(64, LANES, 1024, f"keys per block: the register block's width, a multiple of {LANES}")
+
+
+def _halves(n: int) -> list[int]:
+    """n/2, n/4, ..., 1 for a power of two n."""
+    return [n >> k for k in range(1, n.bit_length())]
+
+
+def register_chunk(bq: int, target: Target) -> int:
+    """Columns of a micro-GEMM's accumulator (scores or P V) held in registers at a time: bq rows
+    of them, one row of the streamed operand (K^T or V) and a broadcast fit the register file."""
+    assert target.host is not None
+    lanes = target.lanes("float32")
+    return lanes * max(1, (target.host.vector_registers - 1) // (bq + 1))
 
 
 def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: AttentionKnobs = AttentionKnobs()) -> LoweredGroup:
@@ -94,47 +109,62 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: Attentio
 
     init = L.seq(rows(L.seq(L.Store(run_max.name, (v(ii),), neg_inf), L.Store(run_sum.name, (v(ii),), L.Const(0.0, f32)),
                             lanes(e, plan.e, L.Store(acc.name, (v(ii), v(e)), L.Const(0.0, f32))))))
-    score_update = L.Store(sacc.name, (v(ii), v(j)), L.Bin(
-        "add", ld(sacc, v(ii), v(j)), L.Bin("mul", access(plan.q, env, (row, v(dd))), ld(kt, bh_of_w, v(dd), key))))
-    scores = L.seq(
-        rows(lanes(j, BK, L.Store(sacc.name, (v(ii), v(j)), L.Const(0.0, f32)))),
-        L.For(dd, c(0), c(plan.d), rows(lanes(j, BK, score_update))),
-    )
+    chunk = register_chunk(BQ, target)
+
+    def score_chunk(j0: int, width: int) -> L.Stmt:
+        """sacc[:, j0:j0+width] = Q K^T for those keys: a register block across the d loop."""
+        col = L.add(c(j0), v(j))
+        update = L.Store(sacc.name, (v(ii), col), L.Bin("add", ld(sacc, v(ii), col), L.Bin(
+            "mul", access(plan.q, env, (row, v(dd))), ld(kt, bh_of_w, v(dd), L.add(L.mul(v(kb), c(BK)), col)))))
+        return L.seq(rows(lanes(j, width, L.Store(sacc.name, (v(ii), col), L.Const(0.0, f32)))),
+                     L.For(dd, c(0), c(plan.d), rows(lanes(j, width, update))))
+
+    scores = L.seq(*(score_chunk(j0, min(chunk, BK - j0)) for j0 in range(0, BK, chunk)))
     valid: L.Expr = L.Cmp("lt", key, c(plan.t))
     if plan.causal:
         valid = L.Bin("and", valid, L.Cmp("le", key, L.add(q0, v(ii))))
     scaled = L.Bin("mul", ld(sacc, v(ii), v(j)), L.Const(plan.scale, f32))
     mask = rows(lanes(j, BK, L.Store(sblk.name, (v(ii), v(j)), L.Select(valid, scaled, neg_inf))))
     def row_reduce(partial: L.Buffer, op: str, start: L.Expr, into: L.Buffer) -> L.Stmt:
-        """into[ii] = op(start, sblk[ii, :]): LANES-wide partial results, then one short scalar chain
-        (a scalar chain over all BK keys would be BK dependent operations)."""
+        """into[ii] = op(start, sblk[ii, :]): LANES-wide partial results over the keys, then halved
+        down to 4 lanes (a scalar chain over all keys would be BK dependent operations)."""
         element = ld(sblk, v(ii), L.add(L.mul(v(jc), c(LANES)), v(lane)))
+        halving = [lanes(lane, half, L.Store(partial.name, (v(lane),), L.Bin(
+            op, ld(partial, v(lane)), ld(partial, L.add(v(lane), c(half)))))) for half in _halves(LANES) if half >= 4]
+        last4 = L.Bin(op, L.Bin(op, ld(partial, c(0)), ld(partial, c(1))), L.Bin(op, ld(partial, c(2)), ld(partial, c(3))))
         return L.seq(
             lanes(lane, LANES, L.Store(partial.name, (v(lane),), start)),
             L.For(jc, c(0), c(BK // LANES), lanes(lane, LANES, L.Store(
                 partial.name, (v(lane),), L.Bin(op, ld(partial, v(lane)), element)))),
-            L.Store(into.name, (v(ii),), start),
-            L.For(lane, c(0), c(LANES), L.Store(into.name, (v(ii),), L.Bin(op, ld(into, v(ii)), ld(partial, v(lane))))))
+            *halving,
+            L.Store(into.name, (v(ii),), last4))  # (2- and 1-lane vector steps would be integer shuffles)
 
     row_max = rows(row_reduce(lanes_max, "max", ld(run_max, v(ii)), new_max), unrolled=False)
-    rescale_factor = rows(L.seq(
-        L.Store(alpha.name, (v(ii),), L.Call("exp", (L.Bin("sub", ld(run_max, v(ii)), ld(new_max, v(ii))),), f32)),
-        L.Store(run_max.name, (v(ii),), ld(new_max, v(ii)))), unrolled=False)
+    rescale_factor = L.seq(  # across the rows: one vector exp, not bq scalar calls
+        lanes(ii, BQ, L.Store(alpha.name, (v(ii),), L.Call("exp", (L.Bin("sub", ld(run_max, v(ii)), ld(new_max, v(ii))),), f32))),
+        lanes(ii, BQ, L.Store(run_max.name, (v(ii),), ld(new_max, v(ii)))))
     probabilities = rows(lanes(j, BK, L.Store(sblk.name, (v(ii), v(j)), L.Call(
         "exp", (L.Bin("sub", ld(sblk, v(ii), v(j)), ld(new_max, v(ii))),), f32))))
     sums = rows(L.seq(row_reduce(lanes_sum, "add", L.Const(0.0, f32), block_sum),
                       L.Store(run_sum.name, (v(ii),), L.Bin("add", L.Bin("mul", ld(run_sum, v(ii)), ld(alpha, v(ii))),
                                                               ld(block_sum, v(ii))))), unrolled=False)
-    rescale = rows(lanes(e, plan.e, L.Store(acc.name, (v(ii), v(e)),
-                                            L.Bin("mul", ld(acc, v(ii), v(e)), ld(alpha, v(ii))))))
     key_clamped = L.Bin("min", key, c(plan.t - 1))  # p is 0 there; the load must stay in bounds
-    pv = L.For(j, c(0), c(BK), rows(lanes(e, plan.e, L.Store(acc.name, (v(ii), v(e)), L.Bin(
-        "add", ld(acc, v(ii), v(e)), L.Bin("mul", ld(sblk, v(ii), v(j)), access(plan.v, env, (key_clamped, v(e)))))))))
+
+    def pv_chunk(e0: int, width: int) -> L.Stmt:
+        """acc[:, e0:e0+width] = alpha * acc[...] + P V[block, e0:e0+width]: the chunk is a register
+        block (constant addresses) that stays in registers across the keys."""
+        col = L.add(c(e0), v(e))
+        rescale = rows(lanes(e, width, L.Store(acc.name, (v(ii), col), L.Bin("mul", ld(acc, v(ii), col), ld(alpha, v(ii))))))
+        update = L.Store(acc.name, (v(ii), col), L.Bin(
+            "add", ld(acc, v(ii), col), L.Bin("mul", ld(sblk, v(ii), v(j)), access(plan.v, env, (key_clamped, col)))))
+        return L.seq(rescale, L.For(j, c(0), c(BK), rows(lanes(e, width, update))))
+
+    pv = L.seq(*(pv_chunk(e0, min(chunk, plan.e - e0)) for e0 in range(0, plan.e, chunk)))
     k_blocks: L.Expr = c(tp // BK)
     if plan.causal:  # blocks right of the diagonal are all masked: never visit them
         last_row = L.Bin("min", L.add(q0, c(BQ - 1)), c(plan.s - 1))
         k_blocks = L.Bin("min", k_blocks, L.add(L.Bin("div", last_row, c(BK)), c(1)))
-    stream = L.For(kb, c(0), k_blocks, L.seq(scores, mask, row_max, rescale_factor, probabilities, sums, rescale, pv))
+    stream = L.For(kb, c(0), k_blocks, L.seq(scores, mask, row_max, rescale_factor, probabilities, sums, pv))
     out_row = L.add(q0, v(ii))
     finish = rows(L.If(L.Cmp("lt", out_row, c(plan.s)), lanes(e, plan.e, L.Store(
         plan.output, tuple(env[var] for var, _, _ in plan.batch) + (out_row, v(e)),
@@ -165,23 +195,19 @@ class Attention(Template):
         return pattern.match(index, ctx.bp, DTYPES)
 
     def default_knobs(self, index: int, plan: AttentionPlan, ctx: Context) -> AttentionKnobs:
-        """6 x 64 score blocks, fewer rows where that holds more vectors than `problems` allows
-        (with 8-lane vectors and 16 registers, AVX2: 4 x 64)."""
-        assert ctx.target.host is not None
-        base = AttentionKnobs()
-        vectors = -(-base.bk // ctx.target.lanes("float32"))
-        return AttentionKnobs(bq=max(1, min(base.bq, 2 * ctx.target.host.vector_registers // vectors)), bk=base.bk)
+        """6 x 64 blocks: the micro-GEMMs hold as many columns of them in registers as fit
+        (`register_chunk`), so the block's width does not depend on the register file."""
+        return AttentionKnobs()
 
     def problems(self, knobs: AttentionKnobs, plan: AttentionPlan, ctx: Context) -> list[str]:
         problems = []
         if knobs.bk % LANES:
             problems.append(f"bk ({knobs.bk}) must be a multiple of {LANES}")
         assert ctx.target.host is not None
-        vectors = -(-knobs.bk // ctx.target.lanes("float32"))
-        limit = 2 * ctx.target.host.vector_registers
-        if knobs.bq * vectors > limit:
-            problems.append(f"the bq x bk = {knobs.bq}x{knobs.bk} score block holds {knobs.bq * vectors} vectors; "
-                            f"at most {limit} compile in reasonable time")
+        regs = ctx.target.host.vector_registers
+        if knobs.bq + 2 > regs:
+            problems.append(f"bq ({knobs.bq}) rows of accumulators, a row of K^T and a broadcast need {knobs.bq + 2} "
+                            f"vector registers, more than the {regs} there are")
         return problems
 
     def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
@@ -191,7 +217,6 @@ class Attention(Template):
               default: Config) -> tuple[tuple[Knob, ...], tuple[Constraint, ...]]:
         assert ctx.target.host is not None
         regs = ctx.target.host.vector_registers
-        lanes = ctx.target.lanes("float32")
         t_up = LANES * -(-plan.t // LANES)
         knobs = (Knob("bq", choices_with((1, 2, 3, 4, 6, 8, 10, 12, 16), default["bq"])),
                  Knob("bk", choices_with(tuple(b for b in (16, 32, 48, 64, 96, 128, 192, 256) if b <= max(16, t_up)),
@@ -201,9 +226,8 @@ class Attention(Template):
             return None if c["bk"] % LANES == 0 else f"bk ({c['bk']}) must be a multiple of {LANES}"
 
         def registers(c: Config) -> str | None:
-            used = c["bq"] * -(-c["bk"] // lanes) + -(-c["bk"] // lanes) + 1
-            return None if used <= regs else f"the {c['bq']}x{c['bk']} score block needs {used} vector registers, " \
-                                             f"more than the {regs} there are"
+            return None if c["bq"] + 2 <= regs else f"bq ({c['bq']}) rows of accumulators need {c['bq'] + 2} vector " \
+                                                   f"registers, more than the {regs} there are"
 
         def rows(c: Config) -> str | None:
             return None if c["bq"] <= plan.s else f"bq ({c['bq']}) exceeds the {plan.s} query rows"
@@ -215,7 +239,7 @@ class Attention(Template):
         assert t.host is not None
         lanes = t.lanes("float32")
         bq, bk = c["bq"], c["bk"]
-        vectors = -(-bk // lanes)
+        vectors = -(-min(bk, register_chunk(bq, t)) // lanes)
         regs = (bq * vectors + vectors + 1) / t.host.vector_registers
         units = p.batch_size * -(-p.s // bq)
         per = -(-units // t.cores)
