@@ -12,7 +12,7 @@ from hypothesis import example, given, settings, strategies as st
 
 import tilec
 from tilec.ir.dtypes import accumulator_dtype, promote
-from tilec.schedule.cpu.implicit_gemm.knobs import accumulators
+from tilec.schedule.cpu.implicit_gemm.knobs import most_rows
 
 BF16 = ml_dtypes.bfloat16
 LOW = [BF16, np.float16]
@@ -395,7 +395,7 @@ def test_bfloat16_pairs_of_a_lone_reduction_dimension_are_halved(k, m, n, seed):
     a, b = rng.standard_normal((k, m)).astype(BF16), rng.standard_normal((k, n)).astype(BF16)
     nr = n // 16 * 16 if n % 64 else 64
     target = resolve_target("llvm")  # 6 rows, fewer where the host's registers do not hold them
-    mr = min(6, 2 * accumulators(target) // (nr // target.lanes("float32")))
+    mr = min(6, most_rows(nr, target.lanes("float32"), target))
     direct = TemplateSchedule((TemplateConfig(0, "implicit_gemm", (("mr", mr), ("nr", nr), ("pack_a", False))),))
     f = tilec.compile("C[i, j: M, N] = +(A[b, i] * B[b, j])").with_schedule(direct)
     got = f(a, b)

@@ -24,7 +24,7 @@ from tilec.ir.verify import verify
 from tilec.ir.visitor import walk
 from tilec.schedule import params
 from tilec.schedule.cpu.implicit_gemm import IMPLICIT_GEMM, GemmKnobs
-from tilec.schedule.cpu.implicit_gemm.knobs import accumulators
+from tilec.schedule.cpu.implicit_gemm.knobs import most_rows
 from tilec.schedule.templates.base import Context
 from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
 from tilec.pipeline import resolve_target
@@ -238,12 +238,6 @@ def test_random_gemms_with_random_knobs(m, n, k, transpose_a, transpose_b, pack_
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
 
 
-def largest_rows(nr: int, dtype: str) -> int:
-    """The most rows of an nr-wide register block the implicit-GEMM template accepts on this host."""
-    target = resolve_target("llvm")
-    return max(1, 2 * accumulators(target) // -(-nr // target.lanes(dtype)))
-
-
 @settings(max_examples=30, deadline=None)
 @given(m=st.integers(1, 40), n=st.integers(1, 70), k=st.integers(1, 70), transpose_a=st.booleans(),
        transpose_b=st.booleans(), mr=st.integers(1, 6), nr_vectors=st.integers(1, 3), kc=st.sampled_from([16, 23, 40, 80]),
@@ -256,7 +250,8 @@ def test_operands_contiguous_along_the_reduction_pack_through_register_transpose
     b_idx, b_shape = ("j, k", (n, k)) if transpose_b else ("k, j", (k, n))
     src = f"C[i, j: M, N] = +(A[{a_idx}] * B[{b_idx}])"
     a, b = rand(*a_shape).astype(dtype), rand(*b_shape).astype(dtype)
-    mr = min(mr, largest_rows(16 * nr_vectors, dtype))  # AVX2's 16 registers take fewer rows
+    target = resolve_target("llvm")  # AVX2's 16 registers take fewer rows
+    mr = min(mr, most_rows(16 * nr_vectors, target.lanes(dtype), target))
     knobs = GemmKnobs(mr=mr, nr=16 * nr_vectors, kc=kc, mc=mr * 2, threads=threads, pack_a=pack_a)
     out, func = run_template(src, {"A": a, "B": b}, knobs)
     ref = (a.T if transpose_a else a) @ (b.T if transpose_b else b)

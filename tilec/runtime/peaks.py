@@ -56,7 +56,7 @@ PROBE_VERSION = 2  # part of the cache file: a new probe measures again (2: regi
 REPEATS = 3  # best of this many runs per figure
 DURATION_S = 0.02  # each timed run lasts about this long
 MAX_STREAM_BYTES = 2 << 30
-MAX_PLAUSIBLE_GHZ = 7.0  # no x86-64 core clocks higher; a faster add chain was shortcut, not timed
+MIN_PLAUSIBLE_GHZ, MAX_PLAUSIBLE_GHZ = 0.2, 7.0  # no x86-64 core clocks outside; a faster add chain was shortcut, not timed
 
 
 @dataclass(frozen=True)
@@ -248,7 +248,7 @@ def measure(cpu: CpuInfo | None = None, *, key: str | None = None, duration: flo
     if probe.has_clock:
         clock = probe.clock_kernel()
         clock_ghz = _best_rate(clock, _calibrate(clock, duration), repeats) / 1e9
-        if not 0.2 <= clock_ghz <= MAX_PLAUSIBLE_GHZ:
+        if not MIN_PLAUSIBLE_GHZ <= clock_ghz <= MAX_PLAUSIBLE_GHZ:
             clock_ghz = None  # a chain some core shortcut: better no clock than FMAs per cycle that mislead
     fma = []
     for dtype, bits in probe.fma:

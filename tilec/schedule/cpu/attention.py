@@ -41,7 +41,8 @@ class AttentionKnobs:
     """The template's tunable knobs (a schedule record)."""
 
     bq: int = knob(6, 1, 32, "query rows per block: the register block's height")
-    bk: int = knob(64, LANES, 1024, f"keys per block: the register block's width, a multiple of {LANES}")
+    bk: int = knob(64, LANES, 1024, f"keys per block (the micro-GEMMs take it `register_chunk` columns at a time), "
+                                    f"a multiple of {LANES}")
 
 
 def _halves(n: int) -> list[int]:
@@ -55,6 +56,17 @@ def register_chunk(bq: int, target: Target) -> int:
     assert target.host is not None
     lanes = target.lanes("float32")
     return lanes * max(1, (target.host.vector_registers - 1) // (bq + 1))
+
+
+def registers_problem(bq: int, target: Target) -> str | None:
+    """Why bq rows do not fit the register file (one vector of accumulators per row, a row of K^T
+    or V and a broadcast), or None."""
+    assert target.host is not None
+    regs = target.host.vector_registers
+    if bq + 2 <= regs:
+        return None
+    return f"bq ({bq}) rows of accumulators, a row of K^T and a broadcast need {bq + 2} vector registers, " \
+           f"more than the {regs} there are"
 
 
 def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: AttentionKnobs = AttentionKnobs()) -> LoweredGroup:
@@ -203,20 +215,14 @@ class Attention(Template):
         problems = []
         if knobs.bk % LANES:
             problems.append(f"bk ({knobs.bk}) must be a multiple of {LANES}")
-        assert ctx.target.host is not None
-        regs = ctx.target.host.vector_registers
-        if knobs.bq + 2 > regs:
-            problems.append(f"bq ({knobs.bq}) rows of accumulators, a row of K^T and a broadcast need {knobs.bq + 2} "
-                            f"vector registers, more than the {regs} there are")
-        return problems
+        registers = registers_problem(knobs.bq, ctx.target)
+        return problems + ([registers] if registers else [])
 
     def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
         return build(choice.plan, ctx.bp, ctx.target, choice.knobs)
 
     def space(self, index: int, plan: AttentionPlan, ctx: Context,
               default: Config) -> tuple[tuple[Knob, ...], tuple[Constraint, ...]]:
-        assert ctx.target.host is not None
-        regs = ctx.target.host.vector_registers
         t_up = LANES * -(-plan.t // LANES)
         knobs = (Knob("bq", choices_with((1, 2, 3, 4, 6, 8, 10, 12, 16), default["bq"])),
                  Knob("bk", choices_with(tuple(b for b in (16, 32, 48, 64, 96, 128, 192, 256) if b <= max(16, t_up)),
@@ -226,8 +232,7 @@ class Attention(Template):
             return None if c["bk"] % LANES == 0 else f"bk ({c['bk']}) must be a multiple of {LANES}"
 
         def registers(c: Config) -> str | None:
-            return None if c["bq"] + 2 <= regs else f"bq ({c['bq']}) rows of accumulators need {c['bq'] + 2} vector " \
-                                                   f"registers, more than the {regs} there are"
+            return registers_problem(c["bq"], ctx.target)
 
         def rows(c: Config) -> str | None:
             return None if c["bq"] <= plan.s else f"bq ({c['bq']}) exceeds the {plan.s} query rows"
@@ -253,4 +258,4 @@ class Attention(Template):
 
 ATTENTION = Attention()
 
-__all__ = ["ATTENTION", "Attention", "AttentionKnobs", "LANES", "build"]
+__all__ = ["ATTENTION", "Attention", "AttentionKnobs", "LANES", "build", "register_chunk", "registers_problem"]

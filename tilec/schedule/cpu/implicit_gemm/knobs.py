@@ -84,6 +84,12 @@ def accumulators(target: Target) -> int:
     return target.host.vector_registers * 3 // 4
 
 
+def most_rows(nr: int, lanes: int, target: Target) -> int:
+    """The most rows an nr-wide register block (of `lanes`-lane vectors) may have for
+    `knob_problems`: twice `accumulators` vectors in all, beyond which compile times explode."""
+    return 2 * accumulators(target) // -(-nr // lanes)
+
+
 LOADS_PER_CYCLE = 2  # loads a core issues per cycle: two on every x86-64 core since Haswell and Zen
 L2_BYTES_PER_CYCLE = 32  # what L2 sustains into L1: half of the 64-byte line most cores fill per cycle
 MAX_ROWS = 16  # MR at most: a taller block only adds broadcasts (and compile time) for no more reuse
@@ -205,10 +211,9 @@ def knob_problems(knobs: GemmKnobs, plan: GemmPlan, dtype: str, target: Target) 
     if compute != dtype and not knobs.pack_b:
         problems.append(f"pack_b must be true for {dtype}: B is converted to {compute} while it is packed")
     vectors = -(-knobs.nr // lanes)
-    limit = 2 * accumulators(target)
-    if knobs.mr * vectors > limit:
+    if knobs.mr > most_rows(knobs.nr, lanes, target):
         problems.append(f"the mr x nr = {knobs.mr}x{knobs.nr} register block holds {knobs.mr * vectors} vectors; "
-                        f"at most {limit} compile in reasonable time")
+                        f"at most {2 * accumulators(target)} compile in reasonable time")
     if knobs.mc % knobs.mr:
         problems.append(f"mc ({knobs.mc}) must be a multiple of mr ({knobs.mr})")
     threads = max(1, knobs.threads or target.cores)
@@ -221,6 +226,6 @@ def knob_problems(knobs: GemmKnobs, plan: GemmPlan, dtype: str, target: Target) 
     return problems
 
 
-__all__ = ["DTYPES", "GemmKnobs", "MAX_THREADS", "accumulators", "default_knobs", "itemsize", "kernel_efficiency",
+__all__ = ["DTYPES", "GemmKnobs", "MAX_THREADS", "accumulators", "default_knobs", "itemsize", "kernel_efficiency", "most_rows",
            "knob_problems", "plan_threads", "reduction_block", "register_block", "round_up", "row_block", "widths_block",
            "worthwhile"]
