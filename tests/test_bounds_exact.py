@@ -18,7 +18,7 @@ from tilec.ir import loop as L
 from tilec.ir.affine import IntAffine
 from tilec.ir.conditions import Condition, infer_ranges, is_empty, normalise
 from tilec.ir.index_width import INT64_MAX, affine_interval
-from tilec.ir.lower import affine_expr
+from tilec.ir.loop_nest import affine_expr
 
 F32 = np.float32
 BIG = 2**62

@@ -14,6 +14,8 @@ Guarantees: a PrimFunc whose params are inputs, outputs, temporaries and workspa
 * A guard on the innermost variable it mentions becomes that loop's bounds
   (``max``/``min`` of affine expressions), so padding and triangular domains cost
   no branch in the inner loop; divisibility guards stay as ``if``.
+* With `wide_sums` (the CPU templates' nests; not a user's Schedule, which names the plain nest's
+  loops, nor a GPU), a float32 sum accumulates in float64 (sum_accumulator_dtype).
 
 `lower(bp, groups)` also assembles the groups that templates built for some statements
 (tilec.schedule.lowering chooses and builds them first): lowering never calls the scheduler.
@@ -28,12 +30,11 @@ import numpy as np
 
 from tilec.errors import BindError
 from tilec.ir import loop as L
-from tilec.ir.affine import IntAffine
-from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram, BoundStatement, Condition
-from tilec.ir.index_width import INT64_MAX
+from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram, BoundStatement
 from tilec.ir.elementwise import lower_expression
 from tilec.ir.intrinsics import BoundIntrinsic
 from tilec.ir.lower_intrinsics import lower_intrinsic
+from tilec.ir.loop_nest import broadcast_indices, cell_loops, condition_expr, index_expr, loop_nest
 from tilec.ir.dtypes import accumulator_dtype, is_float, numpy_common
 
 KERNEL_NAME = "tilec_kernel"
@@ -49,7 +50,8 @@ class LoweredGroup:
     elided: tuple[str, ...] = ()  # temporaries the group never materialises
 
 
-def lower(bp: BoundProgram, groups: Mapping[int, LoweredGroup] | None = None, name: str = KERNEL_NAME) -> L.PrimFunc:
+def lower(bp: BoundProgram, groups: Mapping[int, LoweredGroup] | None = None, name: str = KERNEL_NAME,
+          wide_sums: bool = False) -> L.PrimFunc:
     """The kernel of `bp`: at each statement index in `groups` the group a template built (covering
     `consumed` statements), the default nest of every other statement."""
     groups = groups or {}
@@ -65,7 +67,7 @@ def lower(bp: BoundProgram, groups: Mapping[int, LoweredGroup] | None = None, na
             elided.update(group.elided)
             k += group.consumed
             continue
-        stmts.append(lower_statement(bp.statements[k], bp, workspaces))
+        stmts.append(lower_statement(bp.statements[k], bp, workspaces, wide_sums))
         k += 1
     body = L.seq(*stmts)
     temporaries = [t for t in bp.temporaries if t not in elided]
@@ -74,51 +76,7 @@ def lower(bp: BoundProgram, groups: Mapping[int, LoweredGroup] | None = None, na
     return L.PrimFunc(name, tuple(params), body)
 
 
-# ------------------------------------------------------------------ helpers
-
-
-def affine_expr(e: IntAffine) -> L.Expr:
-    """The integer numerator of `e` as an int64 expression: the constant plus each term in turn, or
-    with g > 1 the gcd of the coefficients, ``g * (sum of (c/g) * v) + const``. That is the order
-    tilec.ir.index_width proves free of overflow (keep the two in step)."""
-    g = e.content or 1
-    out: L.Expr = L.const(e.const if g == 1 else 0)
-    for v, c in e.coeffs:
-        term = L.mul(L.const(c // g), L.Var(v))
-        out = L.add(term, out) if not (isinstance(out, L.Const) and out.value == 0) else term
-    if g == 1:
-        return out
-    return L.add(L.mul(L.const(g), out), L.const(e.const))
-
-
-def index_expr(e: IntAffine) -> L.Expr:
-    """The index `e` (exact where its condition holds). A divisor beyond int64 exceeds every
-    numerator there (index_width proves them below 2**63), so the index is 0 where it is valid."""
-    num = affine_expr(e)
-    if e.divisor == 1:
-        return num
-    return L.const(0) if e.divisor > INT64_MAX else L.Bin("div", num, L.const(e.divisor))
-
-
-def condition_expr(c: Condition) -> L.Expr:
-    num = affine_expr(c.expr)
-    parts: list[L.Expr] = []
-    if c.lo is not None:
-        parts.append(L.Cmp("ge", num, L.const(c.lo)))
-    if c.hi is not None:
-        parts.append(L.Cmp("le", num, L.const(c.hi)))
-    if c.expr.divisor > INT64_MAX:  # divides a numerator below 2**63 only when it is 0
-        parts.append(L.Cmp("eq", num, L.const(0)))
-    elif c.expr.divisor != 1:
-        parts.append(L.Cmp("eq", L.Bin("mod", num, L.const(c.expr.divisor)), L.const(0)))
-    return L.logical_and(parts) or L.Const(True, "bool")
-
-
-def broadcast_indices(shape: tuple[int, ...], out_shape: tuple[int, ...], out_vars: list[L.Expr]) -> tuple[L.Expr, ...]:
-    """Indices into a tensor of `shape` broadcast (numpy rules) against `out_shape`."""
-    offset = len(out_shape) - len(shape)
-    return tuple(L.const(0) if n == 1 and out_shape[offset + k] != 1 else out_vars[offset + k]
-                 for k, n in enumerate(shape))
+# ------------------------------------------------------------------ contractions
 
 
 def identity(agg: str, dtype: str) -> L.Const:
@@ -140,53 +98,6 @@ def combine(agg: str, acc: L.Expr, value: L.Expr) -> L.Expr:
     return L.Bin({"+": "add", "*": "mul", ">": "max", "<": "min"}[agg], acc, value)
 
 
-def loop_nest(variables: list[tuple[str, int, int]], body: L.Stmt, guards: list[Condition]) -> L.Stmt:
-    """Nest loops (outermost first) around `body`, turning guards into loop bounds where possible."""
-    order = [v for v, _, _ in variables]
-    lower: dict[str, list[L.Expr]] = {v: [] for v in order}
-    upper: dict[str, list[L.Expr]] = {v: [] for v in order}
-    ifs: dict[str | None, list[L.Expr]] = {}
-    for g in guards:
-        inner = max((v for v in g.expr.vars if v in order), key=order.index, default=None)
-        if inner is None or g.expr.divisor != 1:
-            ifs.setdefault(inner, []).append(condition_expr(g))
-            continue
-        c = dict(g.expr.coeffs)[inner]
-        rest = IntAffine(tuple(t for t in g.expr.coeffs if t[0] != inner), g.expr.const)
-        rest_expr, lo, hi = affine_expr(rest), g.lo, g.hi
-        if c < 0:  # normalise to a positive coefficient: -|c| v + r in [lo, hi]  <=>  |c| v - r in [-hi, -lo]
-            c, rest_expr = -c, L.neg(rest_expr)
-            lo, hi = (None if hi is None else -hi), (None if lo is None else -lo)
-        if lo is not None:  # v >= ceil((lo - r) / c) == -floor((r - lo) / c)
-            num = L.sub(L.const(lo), rest_expr)
-            lower[inner].append(num if c == 1 else L.neg(L.Bin("div", L.neg(num), L.const(c))))
-        if hi is not None:  # v <= floor((hi - r) / c)
-            num = L.sub(L.const(hi), rest_expr)
-            upper[inner].append(num if c == 1 else L.Bin("div", num, L.const(c)))
-    stmt = body
-    if None in ifs:
-        stmt = L.If(L.logical_and(ifs[None]), stmt)  # type: ignore[arg-type]
-    for v, lo, hi in reversed(variables):
-        if v in ifs:
-            stmt = L.If(L.logical_and(ifs[v]), stmt)  # type: ignore[arg-type]
-        begin: L.Expr = L.const(lo)
-        for e in lower[v]:
-            begin = L.Bin("max", begin, e)
-        end: L.Expr = L.const(hi)
-        for e in upper[v]:
-            end = L.Bin("min", end, e)
-        stmt = L.For(v, begin, L.add(end, L.const(1)), stmt)
-    return stmt
-
-
-def _cell_loops(shape: tuple[int, ...], prefix: str) -> tuple[list[tuple[str, int, int]], list[L.Expr]]:
-    names = [f"{prefix}{k}" for k in range(len(shape))]
-    return [(n, 0, d - 1) for n, d in zip(names, shape)], [L.Var(n) for n in names]
-
-
-# ------------------------------------------------------------------ contractions
-
-
 @dataclass(frozen=True)
 class _Parts:
     """What every contraction form needs: the value of one tuple and its condition."""
@@ -195,10 +106,9 @@ class _Parts:
     cond: L.Expr | None  # the '==' of a ternary combination
 
 
-def _tuple_value(b: BoundContraction, bp: BoundProgram) -> _Parts:
-    """Each tuple's value, in the type the contraction accumulates in, and the condition under which it counts."""
+def _tuple_value(b: BoundContraction, bp: BoundProgram, dt: str) -> _Parts:
+    """Each tuple's value, in the type `dt` the contraction accumulates in, and the condition under which it counts."""
     loads = [L.Load(a.tensor, tuple(index_expr(i) for i in a.indices), bp.dtypes[a.tensor]) for a in b.operands]
-    dt = accumulator_dtype(b.dtype)
 
     def operand(x: L.Expr) -> L.Expr:  # converted to the contraction's type, then (exactly) to the accumulator's
         return L.cast(dt, L.cast(b.dtype, x))
@@ -223,13 +133,14 @@ def _default_value(b: BoundContraction, bp: BoundProgram, cell: list[L.Expr]) ->
     return L.cast(b.dtype, L.Load(d, broadcast_indices(bp.shapes[d], b.shape, cell), bp.dtypes[d]))
 
 
-def lower_statement(s: BoundStatement, bp: BoundProgram, workspaces: list[L.Buffer]) -> L.Stmt:
-    """The default loop nest of one statement (appending any workspace it needs)."""
+def lower_statement(s: BoundStatement, bp: BoundProgram, workspaces: list[L.Buffer], wide_sums: bool = False) -> L.Stmt:
+    """The default loop nest of one statement (appending any workspace it needs); with `wide_sums`,
+    float32 sums accumulate in float64 (sum_accumulator_dtype)."""
     if isinstance(s, BoundElementwise):
         return _lower_elementwise(s, bp)
     if isinstance(s, BoundIntrinsic):
         return lower_intrinsic(s, bp.shapes, bp.dtypes)
-    return _lower_contraction(s, bp, workspaces)
+    return _lower_contraction(s, bp, workspaces, wide_sums)
 
 
 def lone_output_vars(b: BoundContraction) -> list[str] | None:
@@ -259,36 +170,36 @@ def direct_output_vars(b: BoundContraction) -> list[str] | None:
 
 def zero_fill(name: str, shape: tuple[int, ...], dtype: str, parallel: bool = False) -> L.Stmt:
     """name[...] = 0 over the whole buffer (the outermost loop parallel if asked)."""
-    cells, cell = _cell_loops(shape, f"{name}.z")
+    cells, cell = cell_loops(shape, f"{name}.z")
     nest = loop_nest(cells, L.Store(name, tuple(cell), L.cast(dtype, L.const(0))), [])
     if parallel and isinstance(nest, L.For):
         return replace(nest, kind="parallel")
     return nest
 
 
-def _lower_contraction(b: BoundContraction, bp: BoundProgram, workspaces: list[L.Buffer]) -> L.Stmt:
+def _lower_contraction(b: BoundContraction, bp: BoundProgram, workspaces: list[L.Buffer], wide_sums: bool) -> L.Stmt:
     out = b.output
     if b.empty:  # no tuple contributes: the output is its default, or 0
-        cells, cell = _cell_loops(b.shape, f"{out}.c")
+        cells, cell = cell_loops(b.shape, f"{out}.c")
         fill = _default_value(b, bp, cell) or L.cast(b.dtype, L.const(0))
         return loop_nest(cells, L.Store(out, tuple(cell), L.cast(b.dtype, fill)), [])
     if direct_output_vars(b) is not None:
-        return _lower_direct(b, bp)
-    return _lower_scatter(b, bp, workspaces)
+        return _lower_direct(b, bp, wide_sums)
+    return _lower_scatter(b, bp, workspaces, wide_sums)
 
 
 def _needs_written_flag(b: BoundContraction, always_written: bool) -> bool:
     return b.stmt.agg in ("*", ">", "<") and b.stmt.default is None and not always_written
 
 
-def _lower_direct(b: BoundContraction, bp: BoundProgram) -> L.Stmt:
+def _lower_direct(b: BoundContraction, bp: BoundProgram, wide_sums: bool) -> L.Stmt:
     out, dt = b.output, accumulator_dtype(b.dtype)
     out_vars = [e.coeffs[0][0] for e in b.out_indices]
     reduce = [(v, lo, hi) for v, lo, hi in b.ranges if v not in out_vars]
     cell: list[L.Expr] = [L.Var(v) for v in out_vars]
     outer_guards = [g for g in b.guards if set(g.expr.vars) <= set(out_vars)]
     inner_guards = [g for g in b.guards if g not in outer_guards]
-    parts = _tuple_value(b, bp)
+    parts = _tuple_value(b, bp, dt)
     flagged = _needs_written_flag(b, always_written=not b.guards and parts.cond is None)
 
     acc = L.Buffer(f"{out}.acc", dt, (), "local")
@@ -298,7 +209,21 @@ def _lower_direct(b: BoundContraction, bp: BoundProgram) -> L.Stmt:
                    L.Store(flag.name, (), L.Const(True, "bool")) if flagged else None)
     if parts.cond is not None:
         update = L.If(parts.cond, update)
-    reduction = loop_nest(reduce, update, inner_guards)
+    split = _chunk_split(b, reduce) if wide_sums else None
+    if split is None:
+        reduction = loop_nest(reduce, update, inner_guards)
+    else:  # float32 chunks over the inner loops, their sum in float64 (sum_accumulator_dtype)
+        inner_vars = {v for v, _, _ in reduce[split:]}
+        chunk_guards = [g for g in inner_guards if inner_vars & set(g.expr.vars)]
+        total = L.Buffer(f"{out}.total", "float64", (), "local")
+        total_now = L.Load(total.name, (), "float64")
+        chunk = L.seq(L.Store(acc.name, (), identity("+", dt)),
+                      loop_nest(reduce[split:], update, chunk_guards),
+                      L.Store(total.name, (), L.Bin("add", total_now, L.cast("float64", acc_now))))
+        reduction = L.Allocate(total, L.seq(
+            L.Store(total.name, (), identity("+", "float64")),
+            loop_nest(reduce[:split], chunk, [g for g in inner_guards if g not in chunk_guards]),
+            L.Store(acc.name, (), L.cast(dt, total_now))))
     if outer_guards:
         reduction = L.If(L.logical_and([condition_expr(g) for g in outer_guards]), reduction)  # type: ignore[arg-type]
     default = _default_value(b, bp, cell)
@@ -314,6 +239,20 @@ def _lower_direct(b: BoundContraction, bp: BoundProgram) -> L.Stmt:
     cell_ranges.sort(key=lambda r: out_vars.index(r[0]))
     body: L.Stmt = L.Allocate(acc, L.Allocate(flag, per_cell) if flagged else per_cell)
     return loop_nest(cell_ranges, body, [])
+
+
+def _chunk_split(b: BoundContraction, reduce: list[tuple[str, int, int]]) -> int | None:
+    """Where a float32 sum's reduction loops split into chunks (reduce[split:], summed in float32,
+    which the innermost loop's vector partial sums keep accurate) and the loops over chunks
+    (reduce[:split], whose chunk sums add up in float64); None where the sum is not float32 or
+    all its loops but the innermost one of more than one value run once."""
+    if sum_accumulator_dtype(b.dtype, b.stmt.agg, single=not reduce) != "float64" or b.dtype == "float64" \
+            or b.stmt.default is not None:
+        return None
+    long = [k for k, (_, lo, hi) in enumerate(reduce) if hi > lo]
+    if len(long) < 2:
+        return None
+    return long[-1]
 
 
 def one_tuple_per_cell(b: BoundContraction) -> bool:
@@ -338,21 +277,37 @@ def one_tuple_per_cell(b: BoundContraction) -> bool:
     return all(v in seen or n == 1 for v, n in extent.items())
 
 
-def _lower_scatter(b: BoundContraction, bp: BoundProgram, workspaces: list[L.Buffer]) -> L.Stmt:
+def sum_accumulator_dtype(dtype: str, agg: str, single: bool) -> str:
+    """The type the default nest of a contraction of `dtype` sums its cells in: float64 for a
+    float32 sum unless each cell gets one tuple at most (`single`), else accumulator_dtype. A
+    default nest adds a cell's tuples in its loop order; in float32 a chain of thousands of terms
+    drifts several ulp from the exact sum, further than torch's cascade sums do (a normalisation's
+    statistics, a weight gradient's sum over batch and space). A scatter sums into a float64
+    workspace (the output's size); a direct nest sums float32 chunks, one per pass of its innermost
+    reduction loop, in float64 (_chunk_split). Templates keep their own blocked float32 sums; a
+    user's Schedule and GPU kernels the plain float32 nest."""
+    if dtype == "float32" and agg == "+" and not single:
+        return "float64"
+    return accumulator_dtype(dtype)
+
+
+def _lower_scatter(b: BoundContraction, bp: BoundProgram, workspaces: list[L.Buffer], wide_sums: bool) -> L.Stmt:
     """Initialise, scatter every tuple, then (where needed) zero the unwritten cells; a 16-bit float
     output is accumulated in a float32 workspace and rounded once per cell, unless each cell gets
     one tuple at most (one_tuple_per_cell; its identity initial value is exact in any dtype)."""
-    out, dt = b.output, accumulator_dtype(b.dtype)
+    out = b.output
     flagged = _needs_written_flag(b, always_written=False)
-    once = dt != b.dtype and not flagged and b.stmt.default is None and one_tuple_per_cell(b)
+    single = one_tuple_per_cell(b)
+    dt = sum_accumulator_dtype(b.dtype, b.stmt.agg, single) if wide_sums else accumulator_dtype(b.dtype)
+    once = dt != b.dtype and not flagged and b.stmt.default is None and single
     into = out if dt == b.dtype or once else f"{out}.acc"
     flag_name = f"{out}.written"
-    cells, cell = _cell_loops(b.shape, f"{out}.c")
+    cells, cell = cell_loops(b.shape, f"{out}.c")
     default = _default_value(b, bp, cell)
     init = L.seq(L.Store(into, tuple(cell), L.cast(dt, default) if default is not None
                          else identity(b.stmt.agg, b.dtype if once else dt)),
                  L.Store(flag_name, tuple(cell), L.Const(False, "bool")) if flagged else None)
-    parts = _tuple_value(b, bp)
+    parts = _tuple_value(b, bp, dt)
     target = tuple(index_expr(e) for e in b.out_indices)
     now = identity(b.stmt.agg, dt) if once else L.Load(into, target, dt)  # once: the cell still holds its initial value
     update = L.seq(L.Store(into, target, L.cast(b.dtype, combine(b.stmt.agg, now, parts.value)) if once
@@ -377,7 +332,7 @@ def _lower_scatter(b: BoundContraction, bp: BoundProgram, workspaces: list[L.Buf
 
 
 def _lower_elementwise(b: BoundElementwise, bp: BoundProgram) -> L.Stmt:
-    cells, cell = _cell_loops(b.shape, "i")
+    cells, cell = cell_loops(b.shape, "i")
 
     def load(name: str) -> L.Expr:
         return L.Load(name, broadcast_indices(bp.shapes[name], b.shape, cell), bp.dtypes[name])

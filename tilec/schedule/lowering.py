@@ -63,7 +63,8 @@ def build_loop_ir(bp: BoundProgram, target: Target, params: LoweringParams, sche
     else:
         assert templates.ctx is not None
         ctx = templates.ctx
-        func = lower(ctx.bp, {c.index: c.template.build(c, ctx) for c in templates.choices})  # (its sums may read copies' sources)
+        func = lower(ctx.bp, {c.index: c.template.build(c, ctx) for c in templates.choices},  # (its sums may read copies' sources)
+                     wide_sums=not target.is_gpu)
         if target.gpu is not None:
             func = tile_matmuls(func, target.gpu)
     return bind_launches(func, params.gpu_block_threads) if target.is_gpu else func

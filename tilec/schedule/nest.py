@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundAccess, Condition
-from tilec.ir.lower import condition_expr, index_expr
+from tilec.ir.loop_nest import condition_expr, index_expr
 from tilec.ir.rewrite import substitute_expr
 
 Range = tuple[str, int, int]  # (var, lo, hi) inclusive

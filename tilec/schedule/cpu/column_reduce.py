@@ -29,7 +29,8 @@ from dataclasses import dataclass, replace
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.lower import LoweredGroup, combine, identity, index_expr, loop_nest
+from tilec.ir.lower import LoweredGroup, combine, identity
+from tilec.ir.loop_nest import index_expr, loop_nest
 from tilec.ir.rewrite import map_expr
 from tilec.schedule.templates.base import Choice, Context, Template
 from tilec.target import Target

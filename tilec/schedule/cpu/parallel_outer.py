@@ -38,7 +38,7 @@ class ParallelOuter(Template):
 
     def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
         workspaces: list[L.Buffer] = []
-        stmt = lower_statement(ctx.bp.statements[choice.index], ctx.bp, workspaces)
+        stmt = lower_statement(ctx.bp.statements[choice.index], ctx.bp, workspaces, wide_sums=not ctx.target.is_gpu)
         nests = stmt.stmts if isinstance(stmt, L.Seq) else (stmt,)
         changed = [_parallel_outer(nest, ctx.target.cores) for nest in nests]
         return LoweredGroup(L.seq(*changed), tuple(workspaces))

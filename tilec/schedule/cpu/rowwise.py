@@ -35,7 +35,8 @@ from tilec.ir import tensor as T
 from tilec.ir.affine import IntAffine
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundIntrinsic, BoundProgram, BoundStatement
 from tilec.ir.elementwise import lower_expression
-from tilec.ir.lower import LoweredGroup, broadcast_indices, combine, identity, index_expr, loop_nest
+from tilec.ir.lower import LoweredGroup, combine, identity
+from tilec.ir.loop_nest import broadcast_indices, index_expr, loop_nest
 from tilec.ir.dtypes import numpy_common
 from tilec.ir.rewrite import map_expr
 from tilec.schedule.patterns.dataflow import reads

@@ -37,7 +37,8 @@ from typing import Any, ClassVar
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.lower import LoweredGroup, index_expr
+from tilec.ir.lower import LoweredGroup
+from tilec.ir.loop_nest import index_expr
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.nest import decompose, guarded_store
 from tilec.schedule.patterns import gemm as gemm_pattern

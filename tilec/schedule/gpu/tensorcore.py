@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.lower import index_expr
+from tilec.ir.loop_nest import index_expr
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.gpu.gemm import FusedGemmTemplate, cooperative_copy, guard_edges, ragged_edges
 from tilec.schedule.gpu.tensorcore_knobs import WmmaGemmConfig

@@ -16,7 +16,8 @@ from tilec.ir import loop as L
 from tilec.ir import tensor as T
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
 from tilec.ir.elementwise import lower_expression
-from tilec.ir.lower import LoweredGroup, broadcast_indices
+from tilec.ir.lower import LoweredGroup
+from tilec.ir.loop_nest import broadcast_indices
 from tilec.schedule.patterns.dataflow import reader_counts
 
 

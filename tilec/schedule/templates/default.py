@@ -21,7 +21,7 @@ class Default(Template):
 
     def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
         workspaces: list[L.Buffer] = []
-        stmt = lower_statement(ctx.bp.statements[choice.index], ctx.bp, workspaces)
+        stmt = lower_statement(ctx.bp.statements[choice.index], ctx.bp, workspaces, wide_sums=not ctx.target.is_gpu)
         return LoweredGroup(stmt, tuple(workspaces))
 
 

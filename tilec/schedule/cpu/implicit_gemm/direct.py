@@ -62,7 +62,8 @@ import numpy as np
 from tilec.ir import loop as L
 from tilec.ir.dtypes import accumulator_dtype
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.lower import index_expr, zero_fill
+from tilec.ir.lower import zero_fill
+from tilec.ir.loop_nest import index_expr
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.cpu.implicit_gemm.direct_b import b_nonzero, b_source_order, outer_work, pair_rows_variable
 from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, plan_threads

@@ -12,7 +12,7 @@ import math
 from tilec.ir import loop as L
 from tilec.ir.affine import IntAffine
 from tilec.ir.bounds import BoundContraction, Condition
-from tilec.ir.lower import affine_expr
+from tilec.ir.loop_nest import affine_expr
 from tilec.ir.rewrite import const_value, substitute_expr
 from tilec.schedule.cpu.implicit_gemm.padding import Pads
 from tilec.schedule.cpu.implicit_gemm.pairs import pairs

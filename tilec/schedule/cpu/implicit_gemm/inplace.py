@@ -44,7 +44,8 @@ import numpy as np
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.lower import index_expr, lone_output_vars
+from tilec.ir.lower import lone_output_vars
+from tilec.ir.loop_nest import index_expr
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.patterns.layout_copy import Copy
 from tilec.schedule.cpu.implicit_gemm.knobs import DTYPES, GemmKnobs, widths_block

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundAccess, BoundContraction, Condition
 from tilec.ir.dtypes import accumulator_dtype
-from tilec.ir.lower import index_expr, zero_fill
+from tilec.ir.lower import zero_fill
+from tilec.ir.loop_nest import index_expr
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, plan_threads
 from tilec.schedule.nest import decompose, guarded_store, thread_share, threads_loop

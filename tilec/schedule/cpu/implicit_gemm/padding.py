@@ -22,7 +22,7 @@ from tilec.ir import loop as L
 from tilec.ir.affine import IntAffine
 from tilec.ir.bounds import BoundAccess, Condition
 from tilec.ir.conditions import normalise
-from tilec.ir.lower import affine_expr
+from tilec.ir.loop_nest import affine_expr
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.patterns.layout_copy import Copy
 from tilec.schedule.cpu.permute import LINE_BYTES, PermutePlan, nest, parallel_outermost

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundAccess, BoundContraction, BoundProgram
-from tilec.ir.lower import index_expr
+from tilec.ir.loop_nest import index_expr
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.patterns.layout_copy import Copy
 from tilec.schedule.cpu.implicit_gemm.padding import padded_index
