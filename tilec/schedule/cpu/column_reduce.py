@@ -13,7 +13,9 @@ Without outer variables the threads split the columns instead, whole vectors eac
 
 so every load is unit-stride in x. Each cell combines its tuples in the reduction variables' loop
 order, as the default nest does (the vector emitter marks the update reassociable, so LLVM may
-regroup a float sum).
+regroup a float sum). A float32 sum adds CHUNK_ROWS rows at a time into the output row, and those
+chunks into a float64 row (a workspace, rounded into the output at the end): one float32 chain
+down 4096 rows ended 19 x eps x sum|A| from the exact sum, torch's cascade sum 0.9 x.
 
 Requires: a BoundContraction. Guarantees: `match` accepts only a direct output (each index a lone
 variable spanning its dimension, or 0 on an axis of size 1: torch's keepdim sums), aggregation + > or <, one operand ("single"), no guards and no
@@ -34,6 +36,9 @@ from tilec.ir.loop_nest import index_expr, loop_nest
 from tilec.ir.rewrite import map_expr
 from tilec.schedule.templates.base import Choice, Context, Template
 from tilec.target import Target
+
+
+CHUNK_ROWS = 64  # rows a float32 column sum adds before its float64 total takes the chunk
 
 
 @dataclass(frozen=True)
@@ -109,8 +114,38 @@ def build(plan: ColumnPlan, b: BoundContraction, bp: BoundProgram, target: Targe
         return L.seq(L.For(jo, L.const(0), blocks, L.For(ji, L.const(0), L.const(lanes), make(x), "vectorized")),
                      L.For(jt, L.add(begin, L.mul(blocks, L.const(lanes))), end, make(L.Var(jt))))
 
+    wide = dt == "float32" and agg == "+"  # float32 chunks of rows, their sums in float64 (module doc)
+    total = L.Buffer(f"{b.output}.total", "float64", b.shape)
+
+    def total_at(x: L.Expr) -> tuple[L.Expr, ...]:
+        return tuple(outer) + (x,)
+
+    def clear_total(x: L.Expr) -> L.Stmt:
+        return L.Store(total.name, total_at(x), identity("+", "float64"))
+
+    def add_chunk(x: L.Expr) -> L.Stmt:
+        chunk = L.cast("float64", L.Load(b.output, total_at(x), dt))
+        return L.Store(total.name, total_at(x), L.Bin("add", L.Load(total.name, total_at(x), "float64"), chunk))
+
+    def round_total(x: L.Expr) -> L.Stmt:
+        return L.Store(b.output, total_at(x), L.cast(dt, L.Load(total.name, total_at(x), "float64")))
+
     def columns(begin: L.Expr, end: L.Expr) -> L.Stmt:
-        return L.seq(sweep(init, "z", begin, end), loop_nest(list(plan.reduce), sweep(at, "r", begin, end), []))
+        if not wide:
+            return L.seq(sweep(init, "z", begin, end), loop_nest(list(plan.reduce), sweep(at, "r", begin, end), []))
+        *outer_reduce, (v, v_lo, v_hi) = plan.reduce
+        full, tail = divmod(v_hi - v_lo + 1, CHUNK_ROWS)
+
+        def chunk(first: L.Expr, rows: int) -> L.Stmt:
+            return L.seq(sweep(init, "z", begin, end), L.For(v, first, L.add(first, L.const(rows)), sweep(at, "r", begin, end)),
+                         sweep(add_chunk, "a", begin, end))
+
+        chunks = L.seq(
+            L.For(f"{v}.b", L.const(0), L.const(full), chunk(L.add(L.mul(L.Var(f"{v}.b"), L.const(CHUNK_ROWS)),
+                                                                   L.const(v_lo)), CHUNK_ROWS)) if full else None,
+            chunk(L.const(v_lo + full * CHUNK_ROWS), tail) if tail else None)
+        return L.seq(sweep(clear_total, "c", begin, end), loop_nest(outer_reduce, chunks, []),
+                     sweep(round_total, "w", begin, end))
 
     n = hi - lo + 1
     work = math.prod(h - low + 1 for _, low, h in b.ranges)
@@ -128,7 +163,7 @@ def build(plan: ColumnPlan, b: BoundContraction, bp: BoundProgram, target: Targe
                      columns(begin, L.Bin("min", L.add(begin, L.const(per)), L.const(hi + 1))), "parallel")
     else:
         nest = columns(L.const(lo), L.const(hi + 1))
-    return LoweredGroup(nest)
+    return LoweredGroup(nest, (total,) if wide else ())
 
 
 class ColumnReduce(Template):
