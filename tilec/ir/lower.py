@@ -246,7 +246,7 @@ def _chunk_split(b: BoundContraction, reduce: list[tuple[str, int, int]]) -> int
     which the innermost loop's vector partial sums keep accurate) and the loops over chunks
     (reduce[:split], whose chunk sums add up in float64); None where the sum is not float32 or
     all its loops but the innermost one of more than one value run once."""
-    if sum_accumulator_dtype(b.dtype, b.stmt.agg, single=not reduce) != "float64" or b.dtype == "float64" \
+    if sum_accumulator_dtype(b.dtype, b.stmt.agg, single=not reduce) == accumulator_dtype(b.dtype) \
             or b.stmt.default is not None:
         return None
     long = [k for k, (_, lo, hi) in enumerate(reduce) if hi > lo]

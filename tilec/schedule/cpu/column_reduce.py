@@ -31,7 +31,8 @@ from dataclasses import dataclass, replace
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.lower import LoweredGroup, combine, identity
+from tilec.ir.dtypes import accumulator_dtype
+from tilec.ir.lower import LoweredGroup, combine, identity, sum_accumulator_dtype
 from tilec.ir.loop_nest import index_expr, loop_nest
 from tilec.ir.rewrite import map_expr
 from tilec.schedule.templates.base import Choice, Context, Template
@@ -114,7 +115,7 @@ def build(plan: ColumnPlan, b: BoundContraction, bp: BoundProgram, target: Targe
         return L.seq(L.For(jo, L.const(0), blocks, L.For(ji, L.const(0), L.const(lanes), make(x), "vectorized")),
                      L.For(jt, L.add(begin, L.mul(blocks, L.const(lanes))), end, make(L.Var(jt))))
 
-    wide = dt == "float32" and agg == "+"  # float32 chunks of rows, their sums in float64 (module doc)
+    wide = sum_accumulator_dtype(dt, agg, single=False) != accumulator_dtype(dt)  # chunks summed in float64
     total = L.Buffer(f"{b.output}.total", "float64", b.shape)
 
     def total_at(x: L.Expr) -> tuple[L.Expr, ...]:
