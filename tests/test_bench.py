@@ -264,6 +264,19 @@ def test_scattered_samples_warn_that_the_ratio_is_unreliable():
     assert row[11] == "0.5?"  # the ratio, marked
 
 
+def test_a_compute_bound_side_above_the_fma_peak_says_the_peak_was_measured_low():
+    case = Case(get_op("gemm"), dict(M=100, N=100, K=100))  # 2e6 flops
+    samples = harness.Samples((0.002,), (0.001,), warmup=1)  # tilec 1, the baseline 2 GFLOP/s
+    def warnings(gflops: float, gbs: float = 1e6) -> list[str]:
+        line = harness.roofline.roofline(_peaks(gflops, gbs), case.dtype, case.flops, case.bytes)
+        return [w for w in harness.Result(case, samples, roofline=line).warnings if "FMA peak" in w]
+    assert warnings(1.9) == []  # 2 GFLOP/s is within 10% of a 1.9 GFLOP/s peak
+    (warning,) = warnings(1.0)
+    assert "the baseline ran at 2 GFLOP/s, 200% of the measured FMA peak (1 GFLOP/s)" in warning
+    assert "tilec info --refresh" in warning
+    assert warnings(1.0, gbs=1e-3) == []  # memory-bound: above the roofline is the caches' doing
+
+
 def test_a_busy_machine_warns_at_the_cases_start_or_end(capsys):
     case = Case(get_op("gemm"), dict(M=4, N=3, K=2))
     settings = harness.Settings(warmup_s=0, repeats=1)

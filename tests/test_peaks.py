@@ -5,6 +5,7 @@ the disk cache off, once per process."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -123,10 +124,43 @@ def test_measured_once_per_machine_then_read_from_the_cache(fresh_cache):
     assert json.loads(path.read_text())["key"] == host_target().key
     assert peaks.machine_peaks() is first  # this process's copy
     peaks.forget()
-    again = peaks.machine_peaks()  # a new process would do this: read the file
+    again = peaks.machine_peaks(load=lambda: 1e9)  # a new process would do this: read the file
     assert peaks.measurements() == before + 1 and again == first
     peaks.machine_peaks(refresh=True, duration=QUICK)
     assert peaks.measurements() == before + 2
+
+
+def test_a_measurement_under_load_is_measured_again_when_quieter_and_only_rises(fresh_cache):
+    first = peaks.machine_peaks(duration=QUICK)
+    path = peaks.cache_path()
+    assert path is not None
+    widest = first.peak("float32", first.widest_bits)
+    assert widest is not None
+    halved = replace(widest, all_gflops=widest.all_gflops / 2)  # what a core held by another process gave
+    busy = replace(first, fma=tuple(halved if p is widest else p for p in first.fma), all_gbs=first.all_gbs / 2,
+                   load_average=first.cores + 0.5)
+    path.write_text(json.dumps(busy.to_dict()))
+    before = peaks.measurements()
+    peaks.forget()
+    assert peaks.machine_peaks(load=lambda: busy.load_average) == busy  # no quieter: the file stands
+    assert peaks.measurements() == before
+    peaks.forget()
+    merged = peaks.machine_peaks(duration=QUICK, load=lambda: 0.0)  # quieter: measured again
+    assert peaks.measurements() == before + 1
+    for p in busy.fma:
+        q = merged.peak(p.dtype, p.bits)
+        assert q is not None and q.all_gflops >= p.all_gflops and q.single_gflops >= p.single_gflops
+    assert merged.all_gbs >= busy.all_gbs and merged.load_average < busy.load_average
+    assert json.loads(path.read_text()) == merged.to_dict()
+
+
+def test_merge_best_keeps_the_higher_of_each_figure(measured: peaks.MachinePeaks):
+    low = replace(measured, fma=tuple(replace(p, single_gflops=p.single_gflops / 3) for p in measured.fma),
+                  single_gbs=measured.single_gbs * 2, load_average=3.0)
+    merged = peaks.merge_best(low, measured)
+    assert [p.single_gflops for p in merged.fma] == [p.single_gflops for p in measured.fma]
+    assert merged.single_gbs == low.single_gbs and merged.load_average == min(3.0, measured.load_average)
+    assert peaks.merge_best(measured, low).fma == merged.fma
 
 
 def test_a_damaged_or_foreign_cache_file_is_measured_again(fresh_cache):

@@ -172,6 +172,8 @@ class Result:
         if self.samples is not None:
             what = f"{self.case.op.label} {format_shape(self.case.shape)}"
             found.append(roofline.spread_warning(what, self.samples.tilec_spread, self.samples.baseline_spread))
+            found.append(roofline.above_peak_warning(what, self.roofline, (
+                ("tilec", self._gflops(self.samples.tilec_ms)), ("the baseline", self._gflops(self.samples.baseline_ms)))))
         return tuple(w for w in found if w is not None)
 
     def to_dict(self) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tilec.runtime.peaks import MachinePeaks
 
+ABOVE_PEAK = 1.1  # a compute-bound side faster than this x the FMA peak says the peak was measured low
 SPREAD_LIMIT = 0.25  # a side whose samples scatter more than this makes its ratio unreliable
 BUSY_MARGIN = 0.5  # load above cores - this: other processes compete for the cores
 
@@ -102,6 +103,22 @@ def spread_warning(what: str, tilec_spread: float, baseline_spread: float) -> st
             f"so its ratio is unreliable; {ADVICE}")
 
 
+def above_peak_warning(what: str, line: Roofline | None, rates: Sequence[tuple[str, float | None]]) -> str | None:
+    """A warning when a compute-bound case (its attainable rate the FMA peak) ran faster than
+    ABOVE_PEAK x that peak on some side of `rates` ((side, GFLOP/s) pairs): no kernel outruns the
+    FMA units, so the measured peak is low and every %peak figure with it."""
+    if line is None or line.attainable_gflops < line.peak_gflops:
+        return None
+    over = [(side, gflops) for side, gflops in rates if gflops is not None and gflops > ABOVE_PEAK * line.peak_gflops]
+    if not over:
+        return None
+    side, gflops = max(over, key=lambda r: r[1])
+    return (f"{what}: {side} ran at {gflops:.0f} GFLOP/s, {gflops / line.peak_gflops:.0%} of the measured FMA peak "
+            f"({line.peak_gflops:.0f} GFLOP/s), which no kernel exceeds: the peak was measured low (another process "
+            f"held a core then?), so the %peak columns are too high; `tilec info --refresh` on a quiet machine "
+            f"measures it again")
+
+
 def describe(peaks: "MachinePeaks", dtype: str) -> str:
     """One line: the peaks a bench table's %peak columns use."""
     peak = peaks.gflops(dtype)
@@ -114,5 +131,5 @@ def describe(peaks: "MachinePeaks", dtype: str) -> str:
     return line
 
 
-__all__ = ["ADVICE", "BUSY_MARGIN", "SPREAD_LIMIT", "Roofline", "busy", "cores", "describe", "load_average",
+__all__ = ["ABOVE_PEAK", "ADVICE", "above_peak_warning", "BUSY_MARGIN", "SPREAD_LIMIT", "Roofline", "busy", "cores", "describe", "load_average",
            "load_warning", "roofline", "spread", "spread_warning"]

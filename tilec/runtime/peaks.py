@@ -26,7 +26,11 @@ the all-cores bandwidth, a shared resource, is all the bytes over the wall time.
 
 `machine_peaks()` measures once per machine and keeps the result as JSON under the cache
 directory (``<cache dir>/peaks/<hash of the target key>.json``, the key inside), or, with the
-disk cache off, once per process.
+disk cache off, once per process. A measurement taken while other processes held a core
+(load average above `QUIET_LOAD`) can come out low (one taken at load 1.14 on two cores found
+the all-cores FMA rate of one core), so when the machine is quieter than it was then, the next
+`machine_peaks()` measures again and keeps the higher of each figure (`merge_best`): the cached
+peaks only ever rise towards the machine's.
 
 Requires: llvmlite; an x86-64 host for the clock estimate (elsewhere `clock_ghz` is None).
 Guarantees: every measured figure is positive; a probe that cannot compile or run raises a
@@ -56,6 +60,8 @@ PROBE_VERSION = 2  # part of the cache file: a new probe measures again (2: regi
 REPEATS = 3  # best of this many runs per figure
 DURATION_S = 0.02  # each timed run lasts about this long
 MAX_STREAM_BYTES = 2 << 30
+QUIET_LOAD = 0.5  # a 1-minute load average above this: some core was not all the probe's
+QUIETER_BY = 0.5  # measure again when the load is this much below the cached measurement's
 MIN_PLAUSIBLE_GHZ, MAX_PLAUSIBLE_GHZ = 0.2, 7.0  # no x86-64 core clocks outside; a faster add chain was shortcut, not timed
 
 
@@ -271,7 +277,7 @@ def measure(cpu: CpuInfo | None = None, *, key: str | None = None, duration: flo
                         int(buffer.nbytes), _round(clock_ghz) if clock_ghz else None,
                         round(time.perf_counter() - started, 3),
                         datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                        round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else 0.0)
+                        round(_load_average(), 2))
 
 
 def _round(x: float) -> float:
@@ -319,17 +325,49 @@ def _store(path: Path, peaks: MachinePeaks) -> None:
         pass  # a read-only cache directory only costs measuring again next time
 
 
-def machine_peaks(refresh: bool = False, *, duration: float = DURATION_S) -> MachinePeaks:
+def merge_best(old: MachinePeaks, new: MachinePeaks) -> MachinePeaks:
+    """`new`, each of whose figures is the higher of its own and `old`'s (a measured peak can only
+    fall short of the machine's); the load average is the lower of the two."""
+    fma = []
+    for p in new.fma:
+        q = old.peak(p.dtype, p.bits)
+        if q is None:
+            fma.append(p)
+            continue
+        per_cycle = [x for x in (p.flops_per_cycle, q.flops_per_cycle) if x is not None]
+        fma.append(FmaPeak(p.dtype, p.bits, max(p.single_gflops, q.single_gflops), max(p.all_gflops, q.all_gflops),
+                           max(per_cycle) if per_cycle else None))
+    clocks = [c for c in (old.clock_ghz, new.clock_ghz) if c is not None]
+    return MachinePeaks(new.key, new.cpu, new.cores, tuple(fma), max(old.single_gbs, new.single_gbs),
+                        max(old.all_gbs, new.all_gbs), new.stream_bytes, max(clocks) if clocks else None,
+                        new.seconds, new.measured_at, min(old.load_average, new.load_average), new.version,
+                        new.extra)
+
+
+def _quieter_now(cached: MachinePeaks, load: Callable[[], float]) -> bool:
+    """Whether `cached` was measured on a busy machine and this one is quieter now."""
+    return cached.load_average > QUIET_LOAD and load() < cached.load_average - QUIETER_BY
+
+
+def _load_average() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+
+
+def machine_peaks(refresh: bool = False, *, duration: float = DURATION_S,
+                  load: Callable[[], float] = _load_average) -> MachinePeaks:
     """This machine's peaks: from this process's memory, else the cache file, else measured now
-    (a second or two) and stored. `refresh` measures again and replaces both."""
+    (a second or two) and stored. A cache file measured under load is measured again, the two
+    merged (`merge_best`), when `load()` says the machine is quieter now. `refresh` measures again
+    and replaces both."""
     key = host_target().key
     with _PROCESS_LOCK:
         if not refresh and key in _IN_PROCESS:
             return _IN_PROCESS[key]
         path = cache_path(key)
         peaks = None if refresh or path is None else _load(path, key)
-        if peaks is None:
-            peaks = measure(key=key, duration=duration)
+        if peaks is None or _quieter_now(peaks, load):
+            fresh = measure(key=key, duration=duration)
+            peaks = fresh if peaks is None else merge_best(peaks, fresh)
             if path is not None:
                 _store(path, peaks)
         _IN_PROCESS[key] = peaks
@@ -343,4 +381,4 @@ def forget() -> None:
 
 
 __all__ = ["FmaPeak", "MachinePeaks", "PeakProbeError", "cache_path", "forget", "machine_peaks", "measure",
-           "measurements", "stream_bytes"]
+           "measurements", "merge_best", "stream_bytes"]
