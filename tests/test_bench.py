@@ -275,6 +275,9 @@ def test_a_compute_bound_side_above_the_fma_peak_says_the_peak_was_measured_low(
     assert "the baseline ran at 2 GFLOP/s, 200% of the measured FMA peak (1 GFLOP/s)" in warning
     assert "tilec info --refresh" in warning
     assert warnings(1.0, gbs=1e-3) == []  # memory-bound: above the roofline is the caches' doing
+    conv = Case(get_op("conv2d"), dict(N=1, C=64, H=9, W=9, CO=64, KH=3, KW=3, stride=1, pad=1))
+    line = harness.roofline.roofline(_peaks(1e-3, 1e6), conv.dtype, conv.flops, conv.bytes)
+    assert harness.Result(conv, samples, roofline=line).warnings == ()  # Winograd does fewer flops than counted
 
 
 def test_a_busy_machine_warns_at_the_cases_start_or_end(capsys):

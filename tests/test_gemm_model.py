@@ -30,11 +30,11 @@ HOST = host_cpu()
 # Synthetic CPUs: the host's LLVM name and features (so that their code runs here), the model's inputs replaced.
 CPUS = {
     "spr": replace(HOST, vector_bits=512, cores=4, fma_units=2, fma_latency=4, l1d_bytes=48 << 10, l2_bytes=2 << 20,
-                   l3_bytes=105 << 20),
+                   l3_bytes=105 << 20, l2_fill_bytes=64),
     "zen4": replace(HOST, vector_bits=512, cores=2, fma_units=1, fma_latency=4, l1d_bytes=32 << 10, l2_bytes=1 << 20,
-                    l3_bytes=32 << 20),
+                    l3_bytes=32 << 20, l2_fill_bytes=32),
     "avx2": replace(HOST, vector_bits=256, cores=3, fma_units=2, fma_latency=5, l1d_bytes=32 << 10,
-                    l2_bytes=256 << 10, l3_bytes=8 << 20),
+                    l2_bytes=256 << 10, l3_bytes=8 << 20, l2_fill_bytes=32),
 }
 SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (128, 4096, 1024), (4096, 512, 512), (64, 1024, 1024),
           (1021, 999, 1003), (25088, 64, 576), (40, 40, 40)]
@@ -78,7 +78,7 @@ def test_derived_knobs_meet_the_model_constraints(name, shape):
 def test_a_block_fits_the_rows_exactly_when_one_can(name):
     """1024 rows and columns on AVX-512: a register block that tiles them with no edge (4 rows of 4
     vectors, where 6 would leave a partial tile). (On the AVX2 CPU no edge-free block hides the FMA
-    latency: it takes 5 rows of 2 vectors, the 10 accumulators latency 5 x 2 units asks for.)"""
+    latency: it needs 12 accumulators, (latency 5 + a cycle's slack) x 2 units.)"""
     cpu = CPUS[name]
     lanes = cpu.lanes("float32")
     mr, nr = register_block(1024, 1024, lanes, cpu)
@@ -109,13 +109,32 @@ def test_row_blocks_balance_the_threads(tiles, threads):
     assert busiest - -(-tiles // threads) < per_block
 
 
+def test_a_block_that_asks_more_of_l2_than_it_sustains_loses_to_a_narrower_one():
+    """Two 256-bit FMA units (AVX2 on Zen 3) finish a 2 x 4-vector block's k step in 4 cycles, in
+    which it reads 128 bytes of B from L2: more than Zen 3's 32-byte fill path sustains, so the
+    model takes a block of at most 3 vectors (measured: 2 x 4 ran 0.75-0.79x the speed of 4 x 3).
+    A 64-byte fill path (Intel's) keeps up; the AVX-512 blocks of 6 rows read at most 22 bytes a
+    cycle on either."""
+    zen3 = replace(CPUS["avx2"], fma_latency=4, l2_bytes=512 << 10, l3_bytes=32 << 20, cores=2)
+    assert kernel_efficiency(2, 4, zen3) == pytest.approx(0.75)
+    assert kernel_efficiency(4, 3, zen3) == kernel_efficiency(6, 2, zen3) == 1.0
+    for m in (1024, 2048, 4096):
+        mr, nr = register_block(m, m, zen3.lanes("float32"), zen3, 2)
+        assert nr // zen3.lanes("float32") <= 3 and kernel_efficiency(mr, nr // 8, zen3) == 1.0
+    assert kernel_efficiency(2, 4, replace(zen3, l2_fill_bytes=64)) > kernel_efficiency(2, 4, zen3)
+    for name in ("spr", "zen4"):
+        assert kernel_efficiency(6, 4, CPUS[name]) == 1.0
+
+
 def test_more_fma_units_or_latency_ask_for_more_accumulators():
-    """A block that hides one FMA unit's latency is not enough for two: its efficiency halves."""
-    one, two = CPUS["zen4"], CPUS["spr"]
-    assert kernel_efficiency(2, 2, one) == 1.0
-    assert kernel_efficiency(2, 2, two) == pytest.approx(0.5)
-    slow = replace(one, fma_latency=8)
-    assert kernel_efficiency(2, 2, slow) == pytest.approx(0.5)
+    """A block that hides one FMA unit's latency is not enough for two: its efficiency halves. The
+    chains need a cycle beyond the latency (knobs.CHAIN_SLACK)."""
+    one, two = CPUS["zen4"], CPUS["spr"]  # latency 4: 5 chains (a cycle's slack) per unit
+    assert kernel_efficiency(5, 1, one) == 1.0
+    assert kernel_efficiency(5, 1, two) == pytest.approx(0.5)
+    assert kernel_efficiency(4, 1, one) == pytest.approx(0.8)  # no slack
+    slow = replace(one, fma_latency=9)
+    assert kernel_efficiency(5, 1, slow) == pytest.approx(0.5)
     mr, nr = register_block(1024, 1024, slow.lanes("float32"), slow)
     assert mr * (nr // slow.lanes("float32")) >= 8
 

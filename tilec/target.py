@@ -63,6 +63,7 @@ class CpuInfo:
     l2_bytes: int  # per core
     l3_bytes: int  # shared
     fma_latency: int = 5  # cycles from a vector FMA's inputs to its result (the longest of x86-64 cores)
+    l2_fill_bytes: int = 32  # bytes per cycle the L2 cache can fill into L1 (32 on Zen 1-4, 64 on Intel since Haswell)
 
     def lanes(self, dtype: str) -> int:
         """Elements of `dtype` in the widest vector register."""
@@ -153,6 +154,13 @@ _FMA_LATENCY = {name: 4 for name in (
     "skylake", "skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
     "tigerlake", "rocketlake", "alderlake", "raptorlake", "meteorlake", "arrowlake", "lunarlake", "sapphirerapids",
     "emeraldrapids", "graniterapids", "znver3", "znver4", "znver5")}
+# The L2 -> L1 fill path in bytes per cycle by LLVM CPU name, where it is wider than the default 32
+# (Zen 1 to 4, and any core this table does not know): a full 64-byte line per cycle on Intel cores
+# since Haswell and on Zen 5. The GEMM heuristic keeps a register block's B reads within it.
+_L2_FILL_BYTES = {name: 64 for name in (
+    "haswell", "broadwell", "skylake", "skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client",
+    "icelake-server", "tigerlake", "rocketlake", "alderlake", "raptorlake", "meteorlake", "arrowlake", "lunarlake",
+    "sapphirerapids", "emeraldrapids", "graniterapids", "znver5")}
 _CACHE_FALLBACK = {1: 32 * 1024, 2: 1024 * 1024, 3: 8 * 1024 * 1024}
 
 
@@ -198,7 +206,8 @@ def host_cpu() -> CpuInfo:
     name = llvm.get_host_cpu_name()
     caches = cache_sizes()
     return CpuInfo(name, features.flatten(), vector_bits, _host_cores(), _FMA_UNITS.get(name, 2),
-                   caches[1], caches[2], caches[3], _FMA_LATENCY.get(name, CpuInfo.fma_latency))
+                   caches[1], caches[2], caches[3], _FMA_LATENCY.get(name, CpuInfo.fma_latency),
+                   _L2_FILL_BYTES.get(name, CpuInfo.l2_fill_bytes))
 
 
 @functools.cache
@@ -265,7 +274,8 @@ def _cpu_info(mcpu: str | None, features: tuple[str, ...]) -> CpuInfo:
     isa = cpu_isa(name, flags)
     vector_bits = 512 if "avx512f" in isa else 256 if "avx" in isa else 128
     return CpuInfo(name, flags, vector_bits, host.cores, _FMA_UNITS.get(name, 2) if vector_bits >= 512 else 2,
-                   host.l1d_bytes, host.l2_bytes, host.l3_bytes)
+                   host.l1d_bytes, host.l2_bytes, host.l3_bytes, _FMA_LATENCY.get(name, CpuInfo.fma_latency),
+                   _L2_FILL_BYTES.get(name, CpuInfo.l2_fill_bytes))
 
 
 def cpu_info(mcpu: str | None = None, features: "str | Sequence[str]" = ()) -> CpuInfo:

@@ -166,14 +166,17 @@ class Result:
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        """Why the ratio may mean little: a busy machine at the case's start or end, scattered samples."""
+        """Why the ratio may mean little: a busy machine at the case's start or end, scattered samples, a
+        rate above the FMA peak (which was measured low then)."""
         found = [roofline.load_warning(load, self.cores, when) for load, when in zip(self.loads, ("at the case's start",
                                                                                                    "at its end"))]
         if self.samples is not None:
             what = f"{self.case.op.label} {format_shape(self.case.shape)}"
             found.append(roofline.spread_warning(what, self.samples.tilec_spread, self.samples.baseline_spread))
-            found.append(roofline.above_peak_warning(what, self.roofline, (
-                ("tilec", self._gflops(self.samples.tilec_ms)), ("the baseline", self._gflops(self.samples.baseline_ms)))))
+            if not self.case.op.fast_algorithms:
+                found.append(roofline.above_peak_warning(what, self.roofline, (
+                    ("tilec", self._gflops(self.samples.tilec_ms)),
+                    ("the baseline", self._gflops(self.samples.baseline_ms)))))
         return tuple(w for w in found if w is not None)
 
     def to_dict(self) -> dict[str, Any]:

@@ -51,6 +51,9 @@ class Op:
     causal: bool = False
     wrt: tuple[str, ...] = ()  # a backward case: tilec.grad of `source` with respect to these inputs
     elements: Callable[[Shape], float] | None = None  # elements of the inputs and outputs (each once): the roofline's bytes
+    # `flops` counts the direct method's; a fast algorithm (Winograd's convolution) does fewer, so a rate
+    # above the FMA peak is no sign that the peak was measured low
+    fast_algorithms: bool = False
 
     @property
     def backward(self) -> bool:

@@ -85,7 +85,8 @@ OPS: dict[str, Op] = {
                   _resnet_layer(256, 56, 512, 1, 2, 0)),
                  dict(N=1, C=4, H=9, W=9, CO=8, KH=3, KW=3, stride=2, pad=1),
                  "torch.nn.functional.conv2d", "torch conv2d", conv2d_source, conv2d_inputs, conv2d_baseline,
-                 _conv2d_flops, check_conv2d_shape, minimums=dict(pad=0), elements=_conv2d_elements),
+                 _conv2d_flops, check_conv2d_shape, minimums=dict(pad=0), elements=_conv2d_elements,
+                 fast_algorithms=True),
     "attention": _attention(False),
 }
 OP_NAMES = tuple(OPS)

@@ -10,10 +10,17 @@ implicit_gemm.packed: the vector dimension is NR, the columns; A is broadcast ro
 
 * Register block (`register_block`). A k step of the micro-kernel issues MR x V vector FMAs
   (V = NR / lanes vectors per row), V vector loads of B and MR broadcasts of A. It takes at least
-  MR x V / units cycles (the FMA units), `fma_latency` cycles (each accumulator's chain gets one
-  FMA per step: latency x units accumulators hide it), (V + MR) / 2 cycles (two loads per cycle)
-  and V x vector bytes / 32 cycles (the B micro-panel streams from L2 at half a 64-byte line per
-  cycle, see KC). Its efficiency is the FMA-bound time over the longest of these. The registers
+  MR x V / units cycles (the FMA units), `fma_latency` + CHAIN_SLACK cycles (each accumulator's
+  chain gets one FMA per step; with exactly latency x units accumulators every FMA must issue the
+  cycle its input is ready, which the loads sharing the scheduler do not allow: on Zen 3, 4 x 2
+  vectors, the 8 accumulators latency 4 x 2 units ask for, ran at 0.95x 4 x 3 and 6 x 2 on
+  2048^3), (V + MR) / 2 cycles (two loads per cycle)
+  and V x vector bytes / (L2_SUSTAINED x the core's L2 fill bytes per cycle) cycles (the B
+  micro-panel streams from L2, see KC; the fill path, 32 or 64 bytes a cycle, sustains about
+  three quarters of its width while the core also loads from L1: measured on Zen 3 (AVX2, two
+  FMA units, a 32-byte fill path; 1024^3 on both cores), a 2-row block of 4 vectors, which asks
+  for 32 bytes of B per cycle, ran at 0.75-0.79x the speed of 4 x 3 and 6 x 2 blocks, which ask
+  for 16 and 11). Its efficiency is the FMA-bound time over the longest of these. The registers
   hold the MR x V accumulators, V B vectors and a broadcast. Among the blocks that fit, the one
   whose efficiency times the share of useful cells (edge tiles of M and N compute padding) is
   highest, then the one with the fewest loads per FMA (BLIS: MR x NR / (MR + NR) as large as
@@ -91,15 +98,16 @@ def most_rows(nr: int, lanes: int, target: Target) -> int:
 
 
 LOADS_PER_CYCLE = 2  # loads a core issues per cycle: two on every x86-64 core since Haswell and Zen
-L2_BYTES_PER_CYCLE = 32  # what L2 sustains into L1: half of the 64-byte line most cores fill per cycle
+CHAIN_SLACK = 1  # cycles an accumulator's chain needs beyond the FMA latency (module doc)
+L2_SUSTAINED = 0.75  # the share of the L2 -> L1 fill path's width it sustains beside the kernel's own loads
 MAX_ROWS = 16  # MR at most: a taller block only adds broadcasts (and compile time) for no more reuse
 
 
 def kernel_efficiency(mr: int, vectors: int, cpu: CpuInfo) -> float:
     """Share of the FMA peak an MR x (vectors) register block sustains (module doc)."""
     fma = mr * vectors / cpu.fma_units
-    cycles = max(fma, cpu.fma_latency, (vectors + mr) / LOADS_PER_CYCLE,
-                 vectors * cpu.vector_bits / 8 / L2_BYTES_PER_CYCLE)
+    cycles = max(fma, cpu.fma_latency + CHAIN_SLACK, (vectors + mr) / LOADS_PER_CYCLE,
+                 vectors * cpu.vector_bits / 8 / (L2_SUSTAINED * cpu.l2_fill_bytes))
     return fma / cycles
 
 
