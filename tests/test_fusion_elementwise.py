@@ -210,17 +210,20 @@ def test_no_fusion_for_non_row_local_reads() -> None:
 
 
 @pytest.mark.parametrize("func, reference, special", [
+    ("exp", "exp", [0.0, -0.0, 1e-30, -1e-8, 1.0, -1.0, 0.34657359, -0.34657359, 88.0, 88.37, 88.5, 88.72283, -87.0,
+                    -87.3365, -87.33, 1e-3, -1e-3]),
     ("erf", "erf", [0.0, 1e-30, 1e-8, np.inf, -np.inf, 1.0, -1.0, 0.99999994, 1.0000001, 3.9, 4.1, 10.0, -0.5, 0.5,
                     2.0, -2.0]),
     ("tanh", "tanh", [0.0, -0.0, 1e-30, 1e-8, -1e-8, np.inf, -np.inf, 0.625, 0.62499994, 0.6250001, -0.625, 9.0,
                       44.0, 45.0, 88.0, 1e30, -1e30, 3.4e38]),
 ])
 def test_vector_math_float32_within_3_ulp(func: str, reference: str, special: list[float]) -> None:
-    """The fused nest's vectorized loop computes erf and tanh without libm (tilec/codegen/llvm/vector_math.py)."""
+    """The fused nest's vectorized loop computes exp, erf and tanh without libm (tilec/codegen/llvm/vector_math.py)."""
     import math
 
     src = f"function (X[N, K]) -> (O) {{ T = X * 1.0; O = {func}(T); }}"
-    x = np.concatenate([np.linspace(-6, 6, 40000), np.geomspace(1e-6, 20, 4000), special]).astype(np.float32)
+    wide = np.linspace(-87.3, 88.7, 40000) if func == "exp" else np.linspace(-6, 6, 40000)  # exp: 0 / inf beyond
+    x = np.concatenate([wide, np.geomspace(1e-6, 20, 4000), special]).astype(np.float32)
     x = np.concatenate([x, np.zeros(-len(x) % 16, np.float32)]).reshape(-1, 16)
     _, func_ir = _lowered(src, {"X": x.shape})
     assert any(isinstance(s, L.For) and s.kind == "vectorized" for s in walk(func_ir.body))
@@ -231,6 +234,10 @@ def test_vector_math_float32_within_3_ulp(func: str, reference: str, special: li
     assert (np.signbit(got) == np.signbit(want)).all()  # -0.0 stays -0.0
     nan = tilec.compile(src)(np.full((1, 16), np.nan, np.float32))
     assert np.isnan(nan).all()
+    if func == "exp":  # beyond float32's range: 0 below (e^-87.34 is the least normal), inf above
+        edges = np.array([[-87.34, -88.0, -100.0, -1e30, -np.inf, 88.73, 89.0, 100.0, 1e30, np.inf] + [0.0] * 6],
+                         np.float32)
+        assert tilec.compile(src)(edges)[0, :10].tolist() == [0.0] * 5 + [np.inf] * 5
 
 
 # ------------------------------------------------------------------ column reductions
