@@ -98,3 +98,34 @@ def test_attention_knobs(bq, bk):
     assert ".Kt" in fn.explain({n: a.shape for n, a in zip("QKV", (q, k, v))}, stage="loop")  # the fused kernel
     out = fn(q, k, v)
     np.testing.assert_allclose(out, reference(q, k, v, True, 1 / np.sqrt(24)), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("b, h, s, t, causal, bq, bk, groups", [
+    (1, 2, 37, 37, True, 6, 64, 2), (1, 1, 100, 100, True, 4, 32, 3), (2, 1, 50, 70, False, 2, 16, 4),
+    (1, 3, 64, 64, True, 6, 32, 8), (1, 1, 29, 29, True, 3, 16, 5),
+])
+def test_query_blocks_that_share_each_key_block_match_numpy(b, h, s, t, causal, bq, bk, groups):
+    """groups query blocks per work item, each with its own running max, sum and accumulator; in
+    causal attention a query block skips the key blocks wholly right of it, and the item's last
+    query blocks may lie past S (computed, never stored)."""
+    rng = np.random.default_rng(s + groups)
+    q, k, v = (rng.standard_normal(x).astype(np.float32) for x in shapes(b, h, s, t, 16).values())
+    config = (("bk", bk), ("bq", bq), ("groups", groups))
+    fn = tilec.compile(attention_source({"D": 16}, causal)).with_schedule(
+        tilec.TemplateSchedule((tilec.TemplateConfig(0, "attention", config),)))
+    np.testing.assert_allclose(fn(q, k, v), reference(q, k, v, causal, 0.25), rtol=1e-4, atol=1e-5)
+
+
+def test_default_groups_keep_every_core_busy_and_fit_the_rows():
+    def plan(batch: int, s: int):
+        bp = bind(tilec.parse(attention_source({"D": 8}, False)), shapes(1, batch, s, s, 8), {n: "float32" for n in "QKV"})
+        found = attention_pattern.match(0, bp, attention.DTYPES)
+        assert found is not None
+        return found
+    assert attention.default_groups(plan(32, 512), 6, 2) == attention.GROUPS
+    assert attention.default_groups(plan(1, 512), 6, 2) == attention.GROUPS  # 22 items of 24 rows
+    assert attention.default_groups(plan(1, 40), 6, 2) == 1  # 2 items of 24 rows: fewer than 4 a core
+    assert attention.default_groups(plan(2, 10), 6, 1) == 1  # no item of 2 blocks fits 10 rows
+    for batch, s, cores in ((3, 100, 2), (1, 300, 16), (8, 7, 4)):
+        groups = attention.default_groups(plan(batch, s), 6, cores)
+        assert groups == 1 or (groups * 6 <= s and batch * -(-s // (groups * 6)) >= attention.ITEMS_PER_CORE * cores)
