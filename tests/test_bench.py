@@ -280,6 +280,15 @@ def test_a_compute_bound_side_above_the_fma_peak_says_the_peak_was_measured_low(
     assert harness.Result(conv, samples, roofline=line).warnings == ()  # Winograd does fewer flops than counted
 
 
+def test_the_roofline_line_says_when_the_peaks_were_measured_under_load():
+    from dataclasses import replace
+
+    quiet = _peaks(100.0, 10.0)
+    assert "load" not in harness.roofline.describe(quiet, "float32")
+    line = harness.roofline.describe(replace(quiet, load_average=1.14), "float32")
+    assert "measured at load 1.14" in line and "may be low" in line and "tilec info --refresh" in line
+
+
 def test_a_busy_machine_warns_at_the_cases_start_or_end(capsys):
     case = Case(get_op("gemm"), dict(M=4, N=3, K=2))
     settings = harness.Settings(warmup_s=0, repeats=1)

@@ -125,9 +125,12 @@ def describe(peaks: "MachinePeaks", dtype: str) -> str:
     figure = f"{peak:.0f} GFLOP/s" if peak is not None else "not measured"
     line = (f"roofline: {dtype} peak {figure}, memory {peaks.bandwidth_gbs():.1f} GB/s ({peaks.cores} cores, "
             f"measured {peaks.measured_at}; `tilec info` shows more)")
-    if busy(peaks.load_average, peaks.cores):
-        line += (f"; measured at load {peaks.load_average:.2f}, so the all-core bandwidth may be low: "
-                 f"`tilec info --refresh` on a quiet machine measures it again")
+    from tilec.runtime.peaks import QUIET_LOAD  # (the peaks module measures again above it)
+
+    if peaks.load_average > QUIET_LOAD:
+        line += (f"; measured at load {peaks.load_average:.2f} (other processes held a core), so the all-core "
+                 f"figures may be low: tilec measures them again once the machine is quieter, or run "
+                 f"`tilec info --refresh` on a quiet machine")
     return line
 
 

@@ -380,5 +380,5 @@ def forget() -> None:
         _IN_PROCESS.clear()
 
 
-__all__ = ["FmaPeak", "MachinePeaks", "PeakProbeError", "cache_path", "forget", "machine_peaks", "measure",
+__all__ = ["FmaPeak", "MachinePeaks", "PeakProbeError", "QUIET_LOAD", "cache_path", "forget", "machine_peaks", "measure",
            "measurements", "merge_best", "stream_bytes"]
