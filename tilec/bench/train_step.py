@@ -41,6 +41,7 @@ class TrainOp:
     baseline_short: str = "torch eager"
     causal: bool = False
     backward: bool = False
+    fast_algorithms: bool = False  # (as tilec.bench.ops.Op's; a training step has no roofline)
 
 
 @dataclass(frozen=True)
