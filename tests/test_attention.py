@@ -129,3 +129,21 @@ def test_default_groups_keep_every_core_busy_and_fit_the_rows():
     for batch, s, cores in ((3, 100, 2), (1, 300, 16), (8, 7, 4)):
         groups = attention.default_groups(plan(batch, s), 6, cores)
         assert groups == 1 or (groups * 6 <= s and batch * -(-s // (groups * 6)) >= attention.ITEMS_PER_CORE * cores)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_16_bit_q_and_v_are_widened_once_and_match_numpy(dtype, causal):
+    """16-bit Q and V get float32 copies per batch (as K^T does) instead of a conversion at every
+    read in the micro-GEMMs; float32 inputs are read in place."""
+    import ml_dtypes  # noqa: F401 - numpy's bfloat16
+
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal(x).astype(dtype) for x in shapes(2, 1, 45, 45, 16).values())
+    src = attention_source({"D": 16}, causal)
+    given = {n: a.shape for n, a in zip("QKV", (q, k, v))}
+    loop = tilec.explain(src, given, {n: dtype for n in "QKV"}, stage="loop")
+    assert "O.Qf" in loop and "O.Vf" in loop
+    assert "O.Qf" not in tilec.explain(src, given, stage="loop")
+    want = reference(*(a.astype(np.float32) for a in (q, k, v)), causal, 0.25)
+    np.testing.assert_allclose(tilec.compile(src)(q, k, v).astype(np.float32), want, rtol=2e-2, atol=2e-2)
