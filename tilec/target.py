@@ -161,6 +161,13 @@ _L2_FILL_BYTES = {name: 64 for name in (
     "haswell", "broadwell", "skylake", "skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client",
     "icelake-server", "tigerlake", "rocketlake", "alderlake", "raptorlake", "meteorlake", "arrowlake", "lunarlake",
     "sapphirerapids", "emeraldrapids", "graniterapids", "znver5")}
+
+
+def _core_timings(name: str) -> tuple[int, int]:
+    """(fma_latency, l2_fill_bytes) of LLVM CPU `name`, from the tables above or CpuInfo's defaults."""
+    return _FMA_LATENCY.get(name, CpuInfo.fma_latency), _L2_FILL_BYTES.get(name, CpuInfo.l2_fill_bytes)
+
+
 _CACHE_FALLBACK = {1: 32 * 1024, 2: 1024 * 1024, 3: 8 * 1024 * 1024}
 
 
@@ -206,8 +213,7 @@ def host_cpu() -> CpuInfo:
     name = llvm.get_host_cpu_name()
     caches = cache_sizes()
     return CpuInfo(name, features.flatten(), vector_bits, _host_cores(), _FMA_UNITS.get(name, 2),
-                   caches[1], caches[2], caches[3], _FMA_LATENCY.get(name, CpuInfo.fma_latency),
-                   _L2_FILL_BYTES.get(name, CpuInfo.l2_fill_bytes))
+                   caches[1], caches[2], caches[3], *_core_timings(name))
 
 
 @functools.cache
@@ -274,8 +280,7 @@ def _cpu_info(mcpu: str | None, features: tuple[str, ...]) -> CpuInfo:
     isa = cpu_isa(name, flags)
     vector_bits = 512 if "avx512f" in isa else 256 if "avx" in isa else 128
     return CpuInfo(name, flags, vector_bits, host.cores, _FMA_UNITS.get(name, 2) if vector_bits >= 512 else 2,
-                   host.l1d_bytes, host.l2_bytes, host.l3_bytes, _FMA_LATENCY.get(name, CpuInfo.fma_latency),
-                   _L2_FILL_BYTES.get(name, CpuInfo.l2_fill_bytes))
+                   host.l1d_bytes, host.l2_bytes, host.l3_bytes, *_core_timings(name))
 
 
 def cpu_info(mcpu: str | None = None, features: "str | Sequence[str]" = ()) -> CpuInfo:

@@ -44,8 +44,13 @@ class AttentionKnobs:
     bq: int = knob(6, 1, 32, "query rows per block: the register block's height")
     bk: int = knob(64, LANES, 1024, f"keys per block (the micro-GEMMs take it `register_chunk` columns at a time), "
                                     f"a multiple of {LANES}")
-    groups: int = knob(1, 1, 16, "query blocks that take each key block in turn while it is in L1 (a work item's "
-                                 "rows: groups x bq)")
+    groups: int = knob(1, 1, 16, "query blocks that take each key block in turn while it is in cache (a work "
+                                 "item's rows: groups x bq)")
+
+
+def item_rows(s: int, bq: int, groups: int) -> int:
+    """Work items per batch: S query rows in items of `groups` blocks of `bq` rows."""
+    return -(-s // (groups * bq))
 
 
 def _halves(n: int) -> list[int]:
@@ -79,7 +84,7 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: Attentio
     name = plan.output
     bh_n = plan.batch_size
     tp = -(-plan.t // BK) * BK
-    q_blocks = -(-plan.s // (G * BQ))  # a work item's query rows: G blocks of BQ
+    q_blocks = item_rows(plan.s, BQ, G)  # a work item's query rows: G blocks of BQ
     kt = L.Buffer(f"{name}.Kt", f32, (bh_n, plan.d, tp))
     bh, tt, dd, w, qb, kb, ii, j, e, x, g = (f"{name}.{s}" for s in ("bh", "t", "d", "w", "qb", "kb", "ii", "j", "e", "x",
                                                                      "g"))
@@ -94,8 +99,8 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: Attentio
                   L.Store(kt.name, (v(bh), v(dd), v(tt)), access(plan.k, env_bh, (v(tt), v(dd)))),
                   L.Store(kt.name, (v(bh), v(dd), v(tt)), L.Const(0.0, f32)))
     # 16-bit Q and V are widened to float32 once per batch too: read in the micro-GEMMs' inner loops, each
-    # element was converted again for every key block or column chunk that read it (bf16 attention ran at
-    # 0.57x its float32 speed on Zen 3)
+    # element was converted again for every key block or column chunk that read it (bf16 attention on
+    # Zen 3: 41.5 ms converting at each read, 29.5 with the copies)
     widened: dict[str, L.Buffer] = {}
     copies: list[L.Stmt] = []
     for op, extent, width, tag in ((plan.q, plan.s, plan.d, "Qf"), (plan.v, plan.t, plan.e, "Vf")):
@@ -115,6 +120,7 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: Attentio
         if op.tensor in widened:
             return L.Load(widened[op.tensor].name, (bh_of_w, *tail), f32)
         return access(op, env, tail)
+
     item_q0 = L.mul(L.Bin("mod", v(w), c(q_blocks)), c(G * BQ))
     q0 = L.add(item_q0, L.mul(v(g), c(BQ))) if G > 1 else item_q0  # query block g of the item
     row = L.Bin("min", L.add(q0, v(ii)), c(plan.s - 1))  # rows past S are computed, never stored
@@ -140,8 +146,9 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: Attentio
     def ld(buf: L.Buffer, *idx: L.Expr) -> L.Expr:
         return L.Load(buf.name, tuple(idx), buf.dtype)
 
-    init = L.For(g, c(0), c(G), rows(L.seq(L.Store(run_max.name, (v(g), v(ii)), neg_inf), L.Store(run_sum.name, (v(g), v(ii)), L.Const(0.0, f32)),
-                            lanes(e, plan.e, L.Store(acc.name, (v(g), v(ii), v(e)), L.Const(0.0, f32))))))
+    init = L.For(g, c(0), c(G), rows(L.seq(
+        L.Store(run_max.name, (v(g), v(ii)), neg_inf), L.Store(run_sum.name, (v(g), v(ii)), L.Const(0.0, f32)),
+        lanes(e, plan.e, L.Store(acc.name, (v(g), v(ii), v(e)), L.Const(0.0, f32))))))
     chunk = register_chunk(BQ, target)
 
     def score_chunk(j0: int, width: int) -> L.Stmt:
@@ -225,7 +232,7 @@ def default_groups(plan: AttentionPlan, bq: int, cores: int) -> int:
     faster than 1, 8 no faster than 4. Fewer where the work items (batch x query rows / (groups x
     bq)) would drop below ITEMS_PER_CORE per core, or one item would hold more rows than there are."""
     for groups in range(GROUPS, 1, -1):
-        items = plan.batch_size * -(-plan.s // (groups * bq))
+        items = plan.batch_size * item_rows(plan.s, bq, groups)
         if groups * bq <= plan.s and items >= ITEMS_PER_CORE * cores:
             return groups
     return 1
@@ -294,10 +301,11 @@ class Attention(Template):
         bq, bk = c["bq"], c["bk"]
         vectors = -(-min(bk, register_chunk(bq, t)) // lanes)
         regs = (bq * vectors + vectors + 1) / t.host.vector_registers
-        units = p.batch_size * -(-p.s // (bq * c["groups"]))
+        per_batch = item_rows(p.s, bq, c["groups"])
+        units = p.batch_size * per_batch
         per = -(-units // t.cores)
         return [log_feature(bq), log_feature(bk), regs, log_feature(bq * bk), bq * bk / (bq + bk),
-                -(-p.s // (bq * c["groups"])) * bq * c["groups"] / p.s,
+                per_batch * bq * c["groups"] / p.s,
                 -(-p.t // bk) * bk / p.t, per * min(t.cores, units) / units, log_feature(p.s), log_feature(p.t), log_feature(p.d),
                 float(p.causal), p.d * bk * 4 / t.host.l1d_bytes, log_feature(c["groups"])]
 
@@ -307,5 +315,5 @@ class Attention(Template):
 
 ATTENTION = Attention()
 
-__all__ = ["ATTENTION", "Attention", "AttentionKnobs", "GROUPS", "LANES", "build", "default_groups", "register_chunk",
-           "registers_problem"]
+__all__ = ["ATTENTION", "Attention", "AttentionKnobs", "GROUPS", "LANES", "build", "default_groups", "item_rows",
+           "register_chunk", "registers_problem"]
