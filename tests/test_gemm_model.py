@@ -165,3 +165,18 @@ def test_bfloat16_gemm_with_the_derived_knobs(name):
     out = tilec.compile(GEMM, target)(a, b)
     np.testing.assert_allclose(np.asarray(out, np.float32), a.astype(np.float32) @ b.astype(np.float32),
                                rtol=2e-2, atol=2e-1)
+
+
+@pytest.mark.parametrize("rows, packed", [(1024, True), (1536, True), (256, False)])
+def test_a_read_a_page_apart_per_reduction_step_is_packed(rows, packed):
+    """A linear layer's weight gradient reads A transposed: with 1024 float32 rows (4 KiB) or more, every
+    step of the reduction moves the direct variant's reads to another page, so A is packed; narrower
+    transposed A is read in place. Either way the product is numpy's."""
+    k, n = 96, 160  # more column panels than the direct variant takes for few panels alone
+    rng = np.random.default_rng(rows)
+    a = rng.standard_normal((k, rows)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    fn = tilec.compile("C[i, j: M, N] = +(A[k, i] * B[k, j])")
+    shown = fn.explain({"A": a.shape, "B": b.shape}, stage="templates")
+    assert (f"pack_a={packed}" in shown) and ("[packed]" in shown) == packed, shown
+    np.testing.assert_allclose(fn(a, b), a.T @ b, rtol=1e-4, atol=1e-3)
