@@ -167,11 +167,11 @@ def test_bfloat16_gemm_with_the_derived_knobs(name):
                                rtol=2e-2, atol=2e-1)
 
 
-@pytest.mark.parametrize("rows, packed", [(1024, True), (1536, True), (256, False)])
-def test_a_read_a_page_apart_per_reduction_step_is_packed(rows, packed):
-    """A linear layer's weight gradient reads A transposed: with 1024 float32 rows (4 KiB) or more, every
-    step of the reduction moves the direct variant's reads to another page, so A is packed; narrower
-    transposed A is read in place. Either way the product is numpy's."""
+@pytest.mark.parametrize("rows, packed", [(1024, True), (512, True), (1000, True), (256, False)])
+def test_a_read_half_a_page_apart_per_reduction_step_is_packed(rows, packed):
+    """A linear layer's weight gradient reads A transposed: with 512 float32 rows (2 KiB) or more, every
+    other step of the reduction moves the direct variant's reads to another page, so A is packed; a
+    narrower transposed A is read in place. Either way the product is numpy's."""
     k, n = 96, 160  # more column panels than the direct variant takes for few panels alone
     rng = np.random.default_rng(rows)
     a = rng.standard_normal((k, rows)).astype(np.float32)

@@ -177,10 +177,11 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
       panel from L2 anyway, so packing it is one more pass over A and a cold workspace per call
       (measured on Zen 4, one and two cores: 64x512x512 in any layout 1.03-1.1x, 1024^3 1.03x,
       2048^3 1.05x faster direct; with K = 4096 at M = 64, whose B micro-panel fills L2, 0.96x),
-      unless each step of the reduction moves A's reads to another page (`a_step_bytes`: a transposed
-      A with 1024 or more float32 rows, a linear layer's weight gradient, whose direct micro-tiles then
-      touch a page per product; measured on Zen 3, 2 cores: C[1024, 256] = +(A[k, i] * B[k, j]),
-      K = 512, 3.60 ms direct vs 2.68 packed, 1024^3 33.0 vs 19.4; 256 rows: 4.13 vs 4.28); or
+      unless every other step of the reduction moves A's reads to another page or more (`a_step_bytes`:
+      a transposed A of 512 or more float32 rows, a linear layer's weight gradient, whose direct
+      micro-tiles then touch a page every product or two; measured on Zen 3, 2 cores, C[M, 256] =
+      +(A[k, i] * B[k, j]), K = 512, direct vs packed: M = 1024 3.60 vs 2.68 ms, 1000 2.72-2.98 vs
+      2.53-2.81, 512 1.51-1.92 vs 1.39-1.69; 1024^3 33.0 vs 19.4; M = 256 0.83 vs 0.87, mixed); or
     * the column panels are few (each packed A element would serve too few of them);
 
     and the direct variant would not give up the bfloat16 pair dot product the packed one has
@@ -191,8 +192,8 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
     assert ctx.target.host is not None
     no_copy = all(p == (0, 0) for p in pads)
     b_panel = plan.k * knobs.nr * itemsize(dtype)
-    in_pages = a_step_bytes(plan, ctx, pads) < PAGE_BYTES
-    if (no_copy and in_pages and 2 * b_panel <= ctx.target.host.l2_bytes) or \
+    near_steps = a_step_bytes(plan, ctx, pads) < PAGE_BYTES // 2
+    if (no_copy and near_steps and 2 * b_panel <= ctx.target.host.l2_bytes) or \
             -(-plan.n // knobs.nr) <= ctx.params.direct_max_panels:
         knobs = replace(knobs, pack_a=False)
     return knobs
