@@ -204,7 +204,10 @@ PAGE_BYTES = 4096  # the smallest page of the CPUs tilec targets
 
 def a_step_bytes(plan: GemmPlan, ctx: Context, pads: Pads) -> int:
     """How far A's address moves (bytes, in its zero-bordered copy where `pads` makes one) when the
-    innermost reduction index grows by one."""
+    innermost reduction index grows by one; 0 for a workspace a template laid out to be read in place
+    (Winograd's input transform)."""
+    if plan.a.tensor not in ctx.bp.shapes:
+        return 0
     shape = tuple(n + lo + hi for n, (lo, hi) in zip(ctx.bp.shapes[plan.a.tensor], pads))
     var = plan.red[-1][0]
     return abs(sum(dict(e.coeffs).get(var, 0) * math.prod(shape[d + 1:])
