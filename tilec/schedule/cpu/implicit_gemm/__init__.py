@@ -37,7 +37,7 @@ from tilec.schedule.cpu.implicit_gemm import inplace
 from tilec.schedule.cpu.implicit_gemm.direct import DirectPlan, padding
 from tilec.schedule.cpu.implicit_gemm.stored_tiles import stores_well
 from tilec.schedule.cpu.implicit_gemm.direct_b import b_through
-from tilec.schedule.cpu.implicit_gemm.pairs import pairs
+from tilec.schedule.cpu.implicit_gemm.pairs import pair_steps, pairs
 from tilec.schedule.cpu.implicit_gemm.padding import Pads
 from tilec.schedule.cpu.implicit_gemm.features import NAMES, gemm_features
 from tilec.schedule.cpu.implicit_gemm.knobs import DTYPES, GemmKnobs, default_knobs, itemsize, knob_problems, worthwhile
@@ -209,9 +209,9 @@ def a_step_bytes(plan: GemmPlan, ctx: Context, pads: Pads) -> int:
     if plan.a.tensor not in ctx.bp.shapes:
         return 0
     shape = tuple(n + lo + hi for n, (lo, hi) in zip(ctx.bp.shapes[plan.a.tensor], pads))
-    var = plan.red[-1][0]
-    return abs(sum(dict(e.coeffs).get(var, 0) * math.prod(shape[d + 1:])
-                   for d, e in enumerate(plan.a.indices))) * itemsize(ctx.bp.dtypes[plan.a.tensor])
+    steps = pair_steps(plan, plan.red[-1][0])
+    return abs(sum(step * math.prod(shape[d + 1:]) for d, step in enumerate(steps))) * \
+        itemsize(ctx.bp.dtypes[plan.a.tensor])
 
 
 def direct_store(index: int, ctx: Context, plan: GemmPlan, epilogue: Any, mr: int) -> Copy | None:
