@@ -14,7 +14,8 @@ plain float32 nest (its loops are the ones the user names).
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+import ml_dtypes
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import tilec
@@ -74,6 +75,7 @@ def test_a_user_schedule_keeps_the_plain_float32_nest():
 
 
 @settings(max_examples=8, deadline=None)
+@example(rows=21, columns=22, batch=None, offset=-50.0, seed=0)  # float32 chunks of 64 rows: 1.59
 @given(rows=st.integers(1, 5000), columns=st.integers(2, 40), batch=st.sampled_from([None, 3]),
        offset=st.sampled_from([1.0, -50.0]), seed=st.integers(0, 2**16))
 def test_a_column_sum_over_many_rows_is_within_an_ulp_or_two(rows, columns, batch, offset, seed):
@@ -89,3 +91,39 @@ def test_a_column_sum_over_many_rows_is_within_an_ulp_or_two(rows, columns, batc
     wide = a.astype(np.float64).reshape(-1, columns)
     exact, scale = wide.sum(axis=0), np.abs(wide).sum(axis=0)
     assert float(np.max(np.abs(got.astype(np.float64) - exact) / (EPS32 * scale))) <= 1.5
+
+
+def _column_reduce(src: str) -> tilec.Function:
+    return tilec.compile(src).with_schedule(TemplateSchedule((TemplateConfig(0, "column_reduce", ()),)))
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 80), columns=st.integers(2, 90), outer=st.sampled_from([None, 1, 3]),
+       agg=st.sampled_from(["+", ">", "<"]), dtype=st.sampled_from(["float32", "float64", "int32", "float16", "bfloat16"]),
+       seed=st.integers(0, 2**16))
+def test_column_reduce_agrees_with_numpy_across_strips_blocks_and_tails(rows, columns, outer, agg, dtype, seed):
+    """Rows on both sides of a block of rows and its tail; columns in strips, single vectors and a
+    scalar tail; with and without an output variable before the column (each thread its own row)."""
+    shape = (rows, columns) if outer is None else (outer, rows, columns)
+    src = ("function (A[R, K]) -> (O) { O[x: K] = %s(A[j, x]); }" % agg if outer is None
+           else "function (A[B, R, K]) -> (O) { O[b, x: B, K] = %s(A[b, j, x]); }" % agg)
+    fn = _column_reduce(src)
+    assert "column_reduce" in fn.explain({"A": shape}, stage="templates")
+    rng = np.random.default_rng(seed)
+    wide = rng.integers(-1000, 1000, shape) if dtype == "int32" else rng.standard_normal(shape) + 3.0
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    a = wide.astype(np_dtype)
+    got = fn(a)
+    assert got.dtype == np_dtype and got.shape == shape[:-2] + shape[-1:]
+    exact = a.astype(np.float64)
+    if agg != "+":
+        want = exact.max(axis=-2) if agg == ">" else exact.min(axis=-2)
+        np.testing.assert_array_equal(got.astype(np.float64), want)
+        return
+    want, scale = exact.sum(axis=-2), np.abs(exact).sum(axis=-2)
+    if dtype in ("int32", "float64"):
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-13)
+        return
+    # accumulated wide and rounded once: within half an ulp of the type, plus the float32 accumulator's drift
+    ulp = {"float32": EPS32, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}[dtype]
+    assert float(np.max(np.abs(got.astype(np.float64) - want) / scale)) <= ulp
