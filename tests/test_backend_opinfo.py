@@ -102,7 +102,9 @@ def spread(items: list[Any], n: int | None, start: int = 0) -> list[Any]:
 
 def compiled(op: Callable[..., Any]) -> Callable[..., Any]:
     """A fresh torch.compile of `op` on the tilec backend (dynamo's caches reset: every sample
-    compiles its own graphs, never reaching dynamo's recompile limit, which would run eager)."""
+    compiles its own graphs, never reaching dynamo's recompile limit, which would run eager). The
+    random ops are compared with eager's under one seed, so torch draws dropout's masks, as eager does."""
+    backend.set_dropout_masks("torch")
     torch._dynamo.reset()
     return torch.compile(lambda *a, **k: op(*a, **k), backend="tilec", fullgraph=False, dynamic=False)
 

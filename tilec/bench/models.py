@@ -11,8 +11,9 @@ Requires: torch; transformers for gpt2, bert and resnet18 (a test-only dependenc
 `build` raises a ModelError that names the package). Guarantees: `build(name)` gives the same
 weights every time (seeded), the model in train mode with its config's dropout, and step k's batch
 is the same on every call (a seed per step), so an eager copy and a compiled copy (`copy_of`) see
-identical weights and batches; `train` seeds torch's global RNG before its first step, so the two
-runs' dropout masks come from the same stream.
+identical weights and batches; `train` seeds torch's global RNG before its first step and (by
+default) has the tilec backend draw dropout's masks through torch, so the two runs' masks are the
+same; the benchmark's `stepper` keeps the backend's default, masks drawn in its kernels.
 """
 
 from __future__ import annotations
@@ -224,14 +225,23 @@ def stepper(work: Workload, backend: str | None, lr: float | None = None) -> Cal
     return step
 
 
-def train(work: Workload, steps: int, lr: float | None = None, backend: str | None = BACKEND, seed: int = 0) -> list[float]:
+def train(work: Workload, steps: int, lr: float | None = None, backend: str | None = BACKEND, seed: int = 0,
+          masks: str | None = "torch") -> list[float]:
     """Train `work.model` in place for `steps` SGD steps and return the losses. torch's global RNG is
-    seeded with `seed` first, so two runs from identical weights draw identical dropout masks."""
+    seeded with `seed` first, and under the backend "tilec" dropout's masks come from `masks`
+    (tilec.torch_backend.set_dropout_masks; "torch", the default here, draws them as eager does, so
+    two runs from identical weights drop the same elements; None: the backend's own default, masks
+    drawn in its kernels)."""
     import torch
 
-    step = stepper(work, backend, lr)
-    torch.manual_seed(seed)
-    return [step(k) for k in range(steps)]
+    previous = import_tilec_backend().set_dropout_masks(masks) if backend == "tilec" else None
+    try:
+        step = stepper(work, backend, lr)
+        torch.manual_seed(seed)
+        return [step(k) for k in range(steps)]
+    finally:
+        if backend == "tilec":
+            import_tilec_backend().set_dropout_masks(previous)
 
 
 def reset_coverage() -> None:

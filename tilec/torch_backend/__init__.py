@@ -13,6 +13,8 @@ for want of a rule. The optimizer step stays in torch.
 
 `coverage()` says how much of the work ran in tilec kernels since `reset_coverage()`;
 `TILEC_LOG=backend` prints each graph's counts and torch's share when it compiles.
+`set_dropout_masks("torch")` (or TILEC_DROPOUT_MASKS=torch) has torch draw dropout's masks, as
+eager does, instead of the kernels (the default: tilec.torch_backend.lowering.dropout).
 
 Requires: torch (the backend needs nothing else). Registered under the name "tilec" when this
 module is imported (the package's `torch_dynamo_backends` entry point imports it on first use).
@@ -30,6 +32,7 @@ import torch.fx as fx
 from tilec.torch_backend.compiler import COVERAGE, Compiled, GraphStats
 from tilec.torch_backend.tasks import PROGRAMS
 from tilec.torch_backend.lowering import lowered_ops
+from tilec.torch_backend.lowering.dropout import dropout_masks, set_dropout_masks
 
 
 def _decompositions() -> dict[Any, Any]:
@@ -123,5 +126,5 @@ def register() -> None:
 register()
 
 __all__ = ["tilec_backend", "compile_graph", "coverage", "reset_coverage", "tuning_tasks", "tuning_workload", "register",
-           "GraphStats"]
+           "GraphStats", "set_dropout_masks", "dropout_masks"]
 del torch

@@ -10,7 +10,7 @@ Two kinds of rule:
 A rule raises `Unsupported` for arguments it cannot lower; the node then runs in torch.
 """
 
-from tilec.torch_backend.lowering import (attention, elementwise, indexing, layout, library, linalg, losses,  # noqa: F401
+from tilec.torch_backend.lowering import (attention, dropout, elementwise, indexing, layout, library, linalg, losses,  # noqa: F401
                                           normalization, pooling, reductions)
 from tilec.torch_backend.lowering.registry import (LIBRARY_CHECKS, LIBRARY_RULES, TILE_RULES, argv, lowered_ops,
                                                    rule_key)

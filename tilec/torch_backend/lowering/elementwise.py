@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from tilec.torch_backend.lowering.registry import argv, require_float, result, tile
+from tilec.torch_backend.lowering.registry import argv, result, tile
 from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, convert, literal
 
 aten = torch.ops.aten
@@ -275,28 +275,3 @@ def _zeros(p: ProgramWriter, node: fx.Node) -> Value:
 @tile(aten.ones.default, aten.ones_like.default, aten.new_ones.default)
 def _ones(p: ProgramWriter, node: fx.Node) -> Value:
     return constant(p, node, 1)
-
-
-@tile(aten.native_dropout.default)
-def _dropout(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value]:
-    x = p.tensor(argv(node)[0])
-    prob, train = float(argv(node)[1]), argv(node)[2]
-    require_float(x, "dropout")
-    if not train or prob == 0.0:
-        ones = p.let("as_bool(1)", x.shape, torch.bool)
-        return x, ones
-    keep = 1.0 - prob
-    scale = 1.0 / keep if keep > 0 else 0.0
-    shape, dtype = x.shape, x.dtype
-    mask = p.generate(shape, dtype, lambda: torch.empty(shape, dtype=dtype).bernoulli_(keep))
-    out = p.let(f"{p.elementwise(x)} * {mask.name} * {literal(scale)}", shape, dtype, x, mask)
-    return out, p.let(f"as_bool({mask.name})", shape, torch.bool, mask)
-
-
-@tile(aten.native_dropout_backward.default)
-def _dropout_backward(p: ProgramWriter, node: fx.Node) -> Value:
-    shape, dtype = result(node)
-    g, m = p.tensor(argv(node)[0]), p.tensor(argv(node)[1])
-    scale = float(argv(node)[2])
-    return p.let(f"{p.elementwise(g)} * {convert(p.elementwise(m), dtype)} * {literal(scale)}",
-                 shape, dtype, g, m)
