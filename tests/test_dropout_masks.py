@@ -126,3 +126,5 @@ def test_a_mode_not_known_is_refused_by_name(masks, monkeypatch):
     monkeypatch.setenv("TILEC_DROPOUT_MASKS", "philox")
     with pytest.raises(TilecError, match="TILEC_DROPOUT_MASKS='philox'"):
         backend.dropout_masks()
+    with pytest.raises(Exception, match="TILEC_DROPOUT_MASKS='philox'"):  # (torch wraps the backend's error)
+        _compiled(lambda t: F.dropout(t, 0.5, training=True))(torch.ones(3))

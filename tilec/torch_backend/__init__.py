@@ -65,6 +65,7 @@ def tilec_backend(gm: fx.GraphModule, example_inputs: list[Any], **options: Any)
 
     if options:
         raise TypeError(f"the tilec backend takes no options, got {sorted(options)}")
+    dropout_masks()  # a TILEC_DROPOUT_MASKS it does not know stops the compilation here, by name
     backend = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
                            inference_compiler=compile_graph, decompositions=_decompositions())
     return backend(gm, example_inputs)
