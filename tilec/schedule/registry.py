@@ -17,6 +17,7 @@ from tilec.schedule.cpu.implicit_gemm import IMPLICIT_GEMM
 from tilec.schedule.cpu.parallel_outer import PARALLEL_OUTER
 from tilec.schedule.cpu.permute import PERMUTE
 from tilec.schedule.cpu.rowwise import ROWWISE
+from tilec.schedule.cpu.stencil import STENCIL
 from tilec.schedule.cpu.winograd import WINOGRAD
 from tilec.schedule.gpu.attention import GPU_ATTENTION
 from tilec.schedule.gpu.gemm import GPU_GEMM
@@ -27,7 +28,7 @@ from tilec.schedule.templates.default import DEFAULT
 TEMPLATES: dict[str, Template] = {t.name: t for t in (
     DEFAULT,
     # CPU (target llvm)
-    IMPLICIT_GEMM, WINOGRAD, ATTENTION, ATTENTION_BACKWARD, PERMUTE, COLUMN_REDUCE, ROWWISE, PARALLEL_OUTER,
+    IMPLICIT_GEMM, WINOGRAD, ATTENTION, ATTENTION_BACKWARD, PERMUTE, COLUMN_REDUCE, STENCIL, ROWWISE, PARALLEL_OUTER,
     FOLDED_COPY, STORED_COPY,
     # GPU (targets cuda and cuda-sim)
     GPU_GEMM, GPU_TENSORCORE, GPU_ATTENTION,

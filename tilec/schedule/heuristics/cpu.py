@@ -16,7 +16,8 @@ The choice, statement by statement (the first template that applies and would ga
 4. sums of products: `winograd` (wide 3x3 stride-1 convolutions and filter gradients), else
    `implicit_gemm` (its variant and knobs from the shapes and the target), with the elementwise
    statements that follow fused in as an epilogue;
-5. `permute` (layout copies), `column_reduce` (sums over leading axes), `rowwise` (runs of
+5. `permute` (layout copies), `column_reduce` (sums over leading axes), `stencil` (sums of a few
+   taps, a depthwise convolution's), `rowwise` (runs of
    elementwise statements and keep-dim row reductions as one nest), `parallel_outer` (big statements'
    outer loops on all cores), else `default` (the plain nest).
 """
@@ -35,7 +36,7 @@ from tilec.target import Target
 
 CHAINS = registry.templates("attention", "attention_backward")  # lower several statements as one kernel
 GEMMS = registry.templates("winograd", "implicit_gemm")  # layout copies fold into their packing
-OTHERS = registry.templates("permute", "column_reduce", "rowwise", "parallel_outer")
+OTHERS = registry.templates("permute", "column_reduce", "stencil", "rowwise", "parallel_outer")
 COPIES = registry.templates("folded_copy", "stored_copy")  # the copies the GEMM choices fold or store into
 DEFAULT = registry.get("default")
 TUNED = registry.templates("attention", "attention_backward", "implicit_gemm")  # what the tuner looks for, in order
