@@ -4,7 +4,9 @@ gradient program tilec derives from the same source (tilec.ops.kernels.grad_fn),
 Tile reduction. Kernel taps that read only padding (a 3x3 kernel on a 1x1 map) are left out of
 both (`live_taps`), their weight gradient zero. What a call runs is decided once per argument
 signature; later calls run the compiled programs directly (a compiled graph's node records no
-autograd and its arguments were checked at the signature's first call)."""
+autograd and its arguments were checked at the signature's first call). Depthwise convolutions of
+stride 1 run a program of their own (tilec.torch_backend.lowering.depthwise); other grouped ones
+run in torch."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from tilec.nn.functional import convolution
 from tilec.ops.kernels import call, forward_fn, grad_fn
 from tilec.runtime.function import Function
 from tilec.torch_backend import tasks
+from tilec.torch_backend.lowering import depthwise
 from tilec.torch_backend.lowering.registry import library_call
 from tilec.torch_backend.program import Unsupported
 
@@ -33,8 +36,8 @@ def _check(input: Any, weight: Any, bias: Any, stride: Sequence[int], padding: S
         raise Unsupported("a transposed convolution")
     if input.dim() - 2 not in _FUNCTIONS or input.dim() != weight.dim():
         raise Unsupported(f"a convolution of a {input.dim()}-d input")
-    if groups != 1:
-        raise Unsupported("a grouped convolution")
+    if groups != 1 and not depthwise.is_depthwise(input, weight, stride, groups):
+        raise Unsupported("a grouped convolution other than a depthwise one of stride 1")
     if input.dtype not in (torch.float32, torch.float64) or weight.dtype != input.dtype:
         raise Unsupported(f"a convolution in {input.dtype}")
     if any(t is not None and t.device.type != "cpu" for t in (input, weight, bias)):
@@ -65,6 +68,8 @@ _FORWARDS: dict[tuple[Any, ...], _Forward] = {}
 def conv(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],  # noqa: A002
          padding: Sequence[int], dilation: Sequence[int], transposed: bool, output_padding: Sequence[int],
          groups: int) -> torch.Tensor:
+    if groups != 1:  # (a depthwise convolution: _check)
+        return depthwise.forward(input.contiguous(), weight.contiguous(), bias, padding, dilation)
     key = (input.shape, input.stride(), weight.shape, weight.stride(), input.dtype, bias is not None,
            tuple(stride), tuple(padding), tuple(dilation))
     plan = _FORWARDS.get(key)
@@ -157,6 +162,10 @@ _BACKWARDS: dict[tuple[Any, ...], _Backward] = {}
 def conv_backward(grad: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, bias_sizes: Any,  # noqa: A002
                   stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], transposed: bool,
                   output_padding: Sequence[int], groups: int, output_mask: Sequence[bool]) -> tuple[Any, ...]:
+    if groups != 1:  # (a depthwise convolution: _check)
+        gi, gw = depthwise.backward(grad, input, weight, padding, dilation, (bool(output_mask[0]), bool(output_mask[1])))
+        gb = call(forward_fn(_channel_sum(grad.dim())), [grad.contiguous()])[0] if output_mask[2] else None
+        return gi, gw, gb
     key = (grad.shape, input.shape, weight.shape, input.dtype, tuple(stride), tuple(padding), tuple(dilation),
            tuple(bool(m) for m in output_mask))
     plan = _BACKWARDS.get(key)
