@@ -39,13 +39,20 @@ def rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def assert_avx2_only(fn: tilec.Function, shapes: dict[str, tuple[int, ...]], vectors: bool = True) -> str:
-    """The kernel's assembly: nothing of AVX-512, and (`vectors`) 256-bit vector code. A plain
-    elementwise loop is left to LLVM's vectoriser, whose cost model may keep a loop of libm calls scalar."""
+#: packed float arithmetic on 128-bit registers (vaddps %xmm1, ...): vector code narrower than AVX2's
+PACKED_XMM = re.compile(r"\bv(?:fmadd\d*|add|mul)p[sd]\s+[^\n]*%xmm")
+
+
+def assert_avx2_only(fn: tilec.Function, shapes: dict[str, tuple[int, ...]], vectors: bool = True,
+                     narrow: bool = False) -> str:
+    """The kernel's assembly: nothing of AVX-512, and (`vectors`) 256-bit vector code, or with
+    `narrow` 128-bit packed arithmetic will do (the stencil template's vectors of 4 for rows of 7
+    columns). A plain elementwise loop is left to LLVM's vectoriser, whose cost model may keep a
+    loop of libm calls scalar."""
     asm = fn.explain(shapes, stage="asm")
     found = AVX512.search(asm)
     assert found is None, f"AVX-512 in code for haswell: {found.group(0)!r}"
-    assert not vectors or "%ymm" in asm, "no 256-bit vector code at all"
+    assert not vectors or "%ymm" in asm or (narrow and PACKED_XMM.search(asm)), "no 256-bit vector code at all"
     return asm
 
 
@@ -172,7 +179,7 @@ def test_conv2d_and_its_gradients_match_torch(shape):
     src = conv2d_source(shape)
     fn = tilec.compile(src, target=HASWELL)
     np.testing.assert_allclose(fn(x, f), y_ref, rtol=1e-4, atol=1e-4)
-    assert_avx2_only(fn, {"X": x.shape, "F": f.shape})
+    assert_avx2_only(fn, {"X": x.shape, "F": f.shape}, narrow=shape["W"] < 8)  # (a row narrower than a ymm)
     dx, df = tilec.grad(src, wrt=["X", "F"], target=HASWELL)(x, f, dy)
     np.testing.assert_allclose(dx, dx_ref, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(df, df_ref, rtol=1e-4, atol=1e-4)
