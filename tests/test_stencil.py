@@ -25,12 +25,12 @@ def _stencil(src: str) -> tilec.Function:
     return tilec.compile(src).with_schedule(TemplateSchedule((TemplateConfig(0, "stencil", ()),)))
 
 
-def _depthwise(kh: int, kw: int, pad: tuple[int, int, int, int], dilation: int) -> str:
+def _depthwise(kh: int, kw: int, pad: tuple[int, int, int, int], dilation: int, stride: int = 1) -> str:
     top, bottom, left, right = pad
     return (f"function (X[N, C, H, W], F[C, M, {kh}, {kw}]) -> (O) {{\n"
-            f"  O[n, c, x, y: N, C, (H + {top + bottom} - {dilation * (kh - 1) + 1}) / 1 + 1, "
-            f"(W + {left + right} - {dilation * (kw - 1) + 1}) / 1 + 1] = "
-            f"+(X[n, c, x + {dilation}*i - {top}, y + {dilation}*j - {left}] * F[c, 0, i, j]);\n}}")
+            f"  O[n, c, x, y: N, C, (H + {top + bottom} - {dilation * (kh - 1) + 1}) / {stride} + 1, "
+            f"(W + {left + right} - {dilation * (kw - 1) + 1}) / {stride} + 1] = "
+            f"+(X[n, c, {stride}*x + {dilation}*i - {top}, {stride}*y + {dilation}*j - {left}] * F[c, 0, i, j]);\n}}")
 
 
 @settings(max_examples=25, deadline=None)
@@ -51,11 +51,12 @@ def test_depthwise_convolutions_agree_with_torch(n, c, h, w, kh, kw, pads, dilat
     assert got.dtype == dtype
 
 
-def _check(fn: tilec.Function, x: np.ndarray, f: np.ndarray, pads: tuple[int, int, int, int], dilation: int) -> np.ndarray:
+def _check(fn: tilec.Function, x: np.ndarray, f: np.ndarray, pads: tuple[int, int, int, int], dilation: int,
+           stride: int = 1) -> np.ndarray:
     top, bottom, left, right = pads
     got = fn(x, f)
     padded = F.pad(torch.from_numpy(x).double(), (left, right, top, bottom))
-    want = F.conv2d(padded, torch.from_numpy(f).double(), dilation=dilation, groups=x.shape[1]).numpy()
+    want = F.conv2d(padded, torch.from_numpy(f).double(), stride=stride, dilation=dilation, groups=x.shape[1]).numpy()
     tol = 1e-5 if x.dtype == np.float32 else 1e-12
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * f.shape[2] * f.shape[3])
     return got
@@ -72,6 +73,18 @@ def test_the_template_takes_the_usual_depthwise_filters():
         x, f = rng.standard_normal((2, 3, 9, width)).astype(np.float32), rng.standard_normal((3, 1, k, k)).astype(np.float32)
         assert "stencil" in tilec.compile(src).explain({"X": x.shape, "F": f.shape}, stage="templates")
         _check(_stencil(src), x, f, pads, dilation)
+
+
+def test_stride_two_depthwise_convolutions_read_every_other_column():
+    """A stride-2 read of y (MobileNet's downsampling layers): its interior from the guards divided
+    by the stride, rounded inwards; widths whose last column does or does not reach the border."""
+    rng = np.random.default_rng(3)
+    for k, width in ((3, 8), (3, 9), (3, 40), (5, 41), (7, 70)):
+        pads = (k // 2,) * 4
+        src = _depthwise(k, k, pads, 1, stride=2)
+        x, f = rng.standard_normal((2, 3, 11, width)).astype(np.float32), rng.standard_normal((3, 1, k, k)).astype(np.float32)
+        assert "stencil" in tilec.compile(src).explain({"X": x.shape, "F": f.shape}, stage="templates")
+        _check(_stencil(src), x, f, pads, 1, stride=2)
 
 
 def test_an_interior_that_moves_with_an_outer_variable_takes_narrower_vectors():
@@ -101,9 +114,9 @@ def test_a_one_operand_stencil_and_the_heuristic_choice():
 
 
 def test_what_the_template_refuses_it_names():
-    """A strided read of the last variable, a long reduction, a max, a guard reading -y: the template
+    """A stride-3 read of the last variable, a long reduction, a max, a guard reading -y: the template
     does not apply (the heuristic's other choices compute them: tests/test_autodiff.py)."""
-    strided = "function (X[N, W], F[K]) -> (O) { O[n, y: N, W / 2 - 2] = +(X[n, 2*y + j] * F[j]); }"
+    strided = "function (X[N, W], F[K]) -> (O) { O[n, y: N, W / 3 - 2] = +(X[n, 3*y + j] * F[j]); }"
     long_sum = "function (A[R, K]) -> (O) { O[x, y: R, K] = +(A[x, y + j - 40]), j < 80; }"
     peak = "function (A[R, K]) -> (O) { O[x, y: R, K] = >(A[x, y + j - 1]), j < 3; }"
     flipped = "function (D[N]) -> (O) { O[k: 6] = +(D[i]), i - k < 3; }"  # a guard with -y: no interior

@@ -117,22 +117,25 @@ def _widened(lines: list[str]) -> list[str]:
 
 
 @lru_cache(maxsize=None)
-def depthwise_source(padding: tuple[tuple[int, int], tuple[int, int]], dilation: tuple[int, int], has_bias: bool) -> str:
-    """A depthwise 2-D convolution, stride 1 (groups = channels, one filter per channel): input
+def depthwise_source(stride: tuple[int, int], padding: tuple[tuple[int, int], tuple[int, int]],
+                     dilation: tuple[int, int], has_bias: bool) -> str:
+    """A depthwise 2-D convolution (groups = channels, one filter per channel): input
     X[N, C, H, W], filter F[C, 1, KH, KW] (torch's layout), optional Bias[C] -> O[N, C, OH, OW],
-    written directly, a sum of the KH x KW taps per output cell (the `stencil` template's form),
+    written directly, a sum of the KH x KW taps per output cell (the `stencil` template's form:
+    it reads y at stride 1 or 2),
     not as conv_source's grouped GEMM with one channel per group. `padding`: (before, after) per
     spatial axis; its gradient program (tilec.autodiff) reads the same taps backwards, another stencil."""
     (top, bottom), (left, right) = padding
-    dh, dw = dilation
-    sizes = (f"H + {top + bottom + dh - 1} - {dh}*KH" if dh != 1 else f"H + {top + bottom} - KH",
+    (sh, sw), (dh, dw) = stride, dilation
+    spans = (f"H + {top + bottom + dh - 1} - {dh}*KH" if dh != 1 else f"H + {top + bottom} - KH",
              f"W + {left + right + dw - 1} - {dw}*KW" if dw != 1 else f"W + {left + right} - KW")
-    rows = f"x + {dh}*i - {top}" if dh != 1 else f"x + i - {top}"
-    cols = f"y + {dw}*j - {left}" if dw != 1 else f"y + j - {left}"
+    sizes = tuple(f"({span}) / {st} + 1" if st != 1 else f"{span} + 1" for span, st in zip(spans, (sh, sw)))
+    rows = (f"{sh}*x" if sh != 1 else "x") + (f" + {dh}*i" if dh != 1 else " + i") + f" - {top}"
+    cols = (f"{sw}*y" if sw != 1 else "y") + (f" + {dw}*j" if dw != 1 else " + j") + f" - {left}"
     out = "Y" if has_bias else "O"
-    lines = [f"{out}[n, c, x, y: N, C, {sizes[0]} + 1, {sizes[1]} + 1] = +(X[n, c, {rows}, {cols}] * F[c, 0, i, j]);"]
+    lines = [f"{out}[n, c, x, y: N, C, {sizes[0]}, {sizes[1]}] = +(X[n, c, {rows}, {cols}] * F[c, 0, i, j]);"]
     if has_bias:
-        lines.append(f"O[n, c, x, y: N, C, {sizes[0]} + 1, {sizes[1]} + 1] = +(Y[n, c, x, y] + Bias[c]);")
+        lines.append(f"O[n, c, x, y: N, C, {sizes[0]}, {sizes[1]}] = +(Y[n, c, x, y] + Bias[c]);")
     inputs = "X[N, C, H, W], F[C, M, KH, KW]" + (", Bias[C]" if has_bias else "")
     body = "".join(f"    {line}\n" for line in lines)
     return f"function ({inputs}) -> (O) {{\n{body}}}"

@@ -194,9 +194,9 @@ def _conv_plan(op: str, input: torch.Tensor, weight: torch.Tensor,  # noqa: A002
     # beyond torch's float32 result on PyTorch's own samples (4x4x4 taps, dilation 3); widened it
     # still beats torch (2 x 16^3, 16 -> 32 channels, 3x3x3: 4.7 ms, float32 sums 2.8 ms, torch 6.3 ms)
     wide = n == 3 and x.dtype == torch.float32
-    if n == 2 and 1 < groups == channels == out_channels and s == (1, 1) and not channels_last:
+    if n == 2 and 1 < groups == channels == out_channels and max(s) <= 2 and not channels_last:
         # depthwise: a direct sum of taps per output cell (the stencil template's form), no group axis
-        source = sources.depthwise_source((pads[0], pads[1]), (d[0], d[1]), bias is not None)
+        source = sources.depthwise_source((s[0], s[1]), (pads[0], pads[1]), (d[0], d[1]), bias is not None)
         return _Plan(source, (x.shape[0], out_channels, *spatial), 1, False, batched)
     source = sources.conv_source(s, pads, d, bias is not None, groups, channels_last, wide)
     return _Plan(source, (x.shape[0], out_channels, *spatial), groups, channels_last, batched)
