@@ -234,14 +234,15 @@ def train(work: Workload, steps: int, lr: float | None = None, backend: str | No
     drawn in its kernels)."""
     import torch
 
-    previous = import_tilec_backend().set_dropout_masks(masks) if backend == "tilec" else None
+    tilec_backend = import_tilec_backend() if backend == "tilec" else None
+    previous = tilec_backend.set_dropout_masks(masks) if tilec_backend else None
     try:
         step = stepper(work, backend, lr)
         torch.manual_seed(seed)
         return [step(k) for k in range(steps)]
     finally:
-        if backend == "tilec":
-            import_tilec_backend().set_dropout_masks(previous)
+        if tilec_backend:
+            tilec_backend.set_dropout_masks(previous)
 
 
 def reset_coverage() -> None:

@@ -84,9 +84,11 @@ def match(b: BoundContraction) -> StencilPlan | None:
             if last.divisor != 1:
                 return None
             strides.add(dict(last.coeffs)[col])
-    stride = strides.pop() if len(strides) == 1 else 1
-    if strides or stride not in (1, 2):
-        return None  # (reads of y at two strides, or wider than a stride-2 convolution's)
+    if len(strides) > 1:
+        return None  # (reads of y at two strides)
+    stride = next(iter(strides), 1)
+    if stride not in (1, 2):
+        return None  # (wider than a stride-2 convolution's)
     tap_vars = {v for v, _, _ in taps}
     for g in b.guards:
         if g.expr.divisor != 1 or dict(g.expr.coeffs).get(col, stride) != stride:
@@ -120,7 +122,8 @@ def build(plan: StencilPlan, b: BoundContraction, bp: BoundProgram, target: Targ
 
     def cells(first: L.Expr, width: int, guards: list[Condition]) -> L.Stmt:
         """O[..., first + l] for l < width: accumulators in registers (a local buffer) while the
-        taps, bounded by `guards`, add to them."""
+        taps, bounded by `guards`, add to them. Guards on y (the border's) come only with
+        first = y itself, a single column."""
         regs = L.Buffer(f"{b.output}.acc{width}", dt, (width,), "local")
         lane = f"{col}.l{width}"
         y = L.add(first, L.Var(lane))
@@ -131,7 +134,6 @@ def build(plan: StencilPlan, b: BoundContraction, bp: BoundProgram, target: Targ
         reg = L.Load(regs.name, (L.Var(lane),), dt)
         add = lanes_of(L.Store(regs.name, (L.Var(lane),), L.Bin("add", reg, substitute_expr(value, {col: y}))))
         per_tap = L.Allocate(weight, L.seq(set_weight, add)) if fixed else add
-        guards = [Condition(_substituted(g.expr, col, first), g.lo, g.hi) if col in g.expr.vars else g for g in guards]
         return L.Allocate(regs, L.seq(
             lanes_of(L.Store(regs.name, (L.Var(lane),), L.cast(dt, L.const(0)))),
             loop_nest(list(plan.taps), per_tap, guards),
@@ -198,17 +200,11 @@ def build(plan: StencilPlan, b: BoundContraction, bp: BoundProgram, target: Targ
     return LoweredGroup(nest, ())
 
 
-def _substituted(e: IntAffine, var: str, value: L.Expr) -> IntAffine:
-    """`e` with `var` (coefficient 1) renamed to a lone variable `value` names, when it is one."""
-    assert isinstance(value, L.Var)
-    return IntAffine(tuple((value.name if v == var else v, c) for v, c in e.coeffs), e.const, e.divisor)
-
-
 class Stencil(Template):
     name = "stencil"
     kind = "cpu"
     requirement = ("it needs a float sum of at most 64 tuples per cell onto a direct output whose last "
-                   "variable the operands read at unit stride in their last index")
+                   "variable the operands read at stride 1 or 2 in their last index")
 
     def match(self, index: int, ctx: Context) -> StencilPlan | None:
         b = ctx.bp.statements[index]

@@ -23,7 +23,7 @@ from tilec.runtime.function import Function
 from tilec.torch_backend import tasks
 
 _FORWARDS: dict[tuple[Any, ...], Function] = {}
-_BACKWARDS: dict[tuple[Any, ...], tuple[Function | None, tuple[bool, bool]]] = {}
+_BACKWARDS: dict[tuple[Any, ...], Function | None] = {}  # the gradient program, None when none is asked for
 
 
 def is_depthwise(input: Any, weight: Any, stride: Sequence[int], groups: int) -> bool:  # noqa: A002
@@ -53,16 +53,15 @@ def backward(grad: torch.Tensor, input: torch.Tensor, weight: torch.Tensor, padd
     """The input's and the weight's gradients where `needs` asks for them (the bias's is the
     caller's: a channel sum)."""
     key = (grad.shape, input.shape, weight.shape, input.dtype, tuple(padding), tuple(dilation), needs)
-    plan = _BACKWARDS.get(key)
-    if plan is None:
+    if key not in _BACKWARDS:
         grads = None
         if any(needs):
             source = _source(padding, dilation, False)
             grads = grad_fn(source, tuple(n for n, need in zip(("X", "F"), needs) if need))
             tasks.note(grads.source, grads.inputs, [input.shape, weight.shape, grad.shape],
                        [input.dtype, weight.dtype, grad.dtype])
-        plan = _BACKWARDS[key] = (grads, needs)
-    grads, _ = plan
+        _BACKWARDS[key] = grads
+    grads = _BACKWARDS[key]
     if grads is None:
         return None, None
     out = iter(call(grads, [input.contiguous(), weight.contiguous(), grad.contiguous()]))

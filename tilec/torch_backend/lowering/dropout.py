@@ -97,9 +97,10 @@ def kernel_keep(p: ProgramWriter, shape: tuple[int, ...], keep: float, donor: Va
         stride *= shape[d]
     flat = " + ".join(terms) if terms else "as_uint(0, 32)"
     first = p.let(f"({flat}) ^ as_uint({key.name}, 32)", shape, u32, key, *coords)
-    second = p.let(f"{_mixed(p, first).name} + as_uint({key.name}, 32) * {GOLDEN}", shape, u32, key, *coords)
-    threshold = round(keep * 2 ** 24)
-    return p.let(f"({_mixed(p, second).name} >> 8) < {threshold}", shape, torch.bool, *coords)
+    once = _mixed(p, first)
+    second = p.let(f"{once.name} + as_uint({key.name}, 32) * {GOLDEN}", shape, u32, once, key)
+    hashed = _mixed(p, second)
+    return p.let(f"({hashed.name} >> 8) < {round(keep * 2 ** 24)}", shape, torch.bool, hashed)
 
 
 @tile(aten.native_dropout.default)
