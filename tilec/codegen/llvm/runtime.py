@@ -21,8 +21,8 @@ parallel loop. Three paths, decided at every call:
   SPIN_US (``pause``, with a ``sched_yield`` every YIELD_EVERY polls, so on a busy core others
   run), fewer after jobs it was late for (the bound halves each time the caller ran a whole
   job alone, and doubles back as workers take part), then polls with sleeps doubling from
-  SLEEP_US to MAX_SLEEP_US (an idle worker wakes rarely) and exits after about a second
-  asleep. The caller waits for claimed chunks the same way: spins politely for at most
+  SLEEP_US to MAX_SLEEP_US (so a worker joins a new job at most that late) and exits after
+  about a second asleep. The caller waits for claimed chunks the same way: spins politely for at most
   WAIT_SPIN_US, then sleep-polls, which frees its core for a parked worker.
   One job runs at a time (a mutex); jobs do not nest.
 
