@@ -238,6 +238,19 @@ def test_random_gemms_with_random_knobs(m, n, k, transpose_a, transpose_b, pack_
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
 
 
+def test_whole_panels_of_a_row_major_b_are_packed_as_they_lie():
+    # a partial panel reads B at min(column, N - 1), which the vectoriser loads one element at a time;
+    # the whole panels before it read B's rows as they lie, in vectors
+    a, b = rand(20, 24), rand(24, 40)
+    knobs = GemmKnobs(mr=4, nr=16, kc=24, mc=8, threads=1, pack_a=False)
+    out, func = run_template("C[i, j: M, N] = +(A[i, k] * B[k, j])", {"A": a, "B": b}, knobs)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+    packs = [s for s in walk(func.body) if isinstance(s, L.Store) and s.buffer.endswith(".Bp")]
+    clamped = [s for s in packs if any(isinstance(e, L.Bin) and e.op == "min" for e in walk(s.value))]
+    assert len(packs) == 2 and len(clamped) == 1
+    assert all(isinstance(s.value, L.Load) and s.value.buffer == "B" for s in packs if s not in clamped)
+
+
 @settings(max_examples=30, deadline=None)
 @given(m=st.integers(1, 40), n=st.integers(1, 70), k=st.integers(1, 70), transpose_a=st.booleans(),
        transpose_b=st.booleans(), mr=st.integers(1, 6), nr_vectors=st.integers(1, 3), kc=st.sampled_from([16, 23, 40, 80]),

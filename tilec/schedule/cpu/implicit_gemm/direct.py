@@ -303,6 +303,13 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
         pack_b_panel = L.If(whole, transposing_pack(lambda row, jj_: b_store(row, jj_, {red_var: L.add(row, L.const(red_lo))},
                                                                              False), jj, nr, f"{out}.r", L.const(k), lanes),
                             pack_b_panel)
+    elif pair is None and not plan.b_guards:
+        # a whole panel read as it lies: the clamped read of a partial one, min(col, N - 1), is not
+        # contiguous, so the vectoriser loads it an element at a time (64 loads and inserts a row of a
+        # 64-column panel). Zen 5, B in cache: 64x1024x1024 414-434 -> 377-384 us, 64x256x256 55-68 ->
+        # 38-54; where B comes from memory (1024^3) the pack's time is memory's either way
+        pack_b_panel = L.If(whole, red_loops(L.For(jj, L.const(0), L.const(nr), b_store(kk, v(jj), {}, False),
+                                                   "vectorized"), parallel=pack_across_rows), pack_b_panel)
     pack_b = L.For(jr, L.const(0), L.const(panels), pack_b_panel,
                    "parallel" if not outer_parallel and panels >= threads > 1 else "serial")
 
