@@ -115,3 +115,19 @@ def test_a_statement_alone_at_a_near_shape_serves_too(records) -> None:
     templates = tilec.compile(MLP).explain(MLP_SHAPES, stage="templates")
     assert "<- nearest-shape reuse of tuning record of the statement alone 1 of" in templates, templates
     assert "tuned at v0=64x40 v1=40x64" in templates
+
+
+@pytest.mark.parametrize("channels, tuned", [(64, ["implicit_gemm"]), (128, [])])
+def test_a_convolution_that_untuned_calls_run_with_winograd_is_no_tuning_task(channels, tuned):
+    # Winograd has no knobs: a record of implicit-GEMM knobs for its statement would replace the
+    # faster algorithm (Zen 5, 256 -> 256 channels at 14x14: 2.9 ms untuned, 4.5 ms with such a record)
+    from tilec.autotune.task import tasks_for
+    from tilec.bench.ops.cases import select_cases
+
+    case = select_cases("conv2d", [f"N=1,C={channels},H=8,W=8,CO={channels},KH=3,KW=3,stride=1,pad=1"])[0]
+    shapes = {"X": (1, channels, 8, 8), "F": (channels, channels, 3, 3)}
+    fn = tilec.compile(case.source())
+    heuristic = fn.explain(shapes, stage="templates")
+    assert ("winograd" in heuristic) == (channels >= 128)
+    assert [t.template for t in tasks_for(case.source(), shapes)] == tuned
+    assert [t.template for t in tasks_for(case.source(), shapes, alone=True)] == tuned

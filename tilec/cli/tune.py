@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from tilec.cli.arguments import parse_shape, read_source
 from tilec.cli.tune_model import make_measurer, model_tasks, run_budget
 from tilec.errors import TilecError
+from tilec.schedule import params as lowering_params
 
 if TYPE_CHECKING:
     from tilec.autotune.task import Task
@@ -83,7 +84,9 @@ def _tune_tasks(args: argparse.Namespace, quiet: bool = False) -> "tuple[list[Ta
         tasks = tasks_for(source, shapes, {n: args.dtype for n in shapes}, target=target, sizes=sizes, label=label)
     if not tasks:
         raise TilecError(f"nothing to tune in {op_name}: no statement matches a tunable template "
-                         f"(implicit_gemm: a sum of products; attention: the softmax(QK^T)V chain)")
+                         f"(implicit_gemm: a sum of products; attention: the softmax(QK^T)V chain), or its "
+                         f"products run an algorithm without knobs (winograd: 3x3 stride-1 convolutions of "
+                         f"{lowering_params.current().winograd_min_channels}+ channels), which untuned calls use")
     if args.stmt is not None and not 0 <= args.stmt < len(tasks):
         raise TilecError(f"--stmt {args.stmt}: {op_name} has {len(tasks)} tunable statement(s), 0 to {len(tasks) - 1}")
     chosen = [tasks[args.stmt if args.stmt is not None else 0]]

@@ -4,7 +4,10 @@ Requires: a BoundProgram and a Target. Guarantees:
 - `tunable_statements(bp, target)`: in program order, each statement that the first applicable
   template of the target kind's tuning order (tilec.schedule.heuristics.cpu.TUNED,
   tilec.schedule.heuristics.gpu.ORDER) lowers and can tune, with that template and the number of
-  statements it lowers together (statements it covers are skipped);
+  statements it lowers together (statements it covers are skipped). A template in that order
+  that cannot be tuned (Winograd's) takes the statements its heuristic would lower, and they are
+  not tuned: a record of another template's knobs would replace the faster algorithm untuned
+  calls run;
 - `cut(bp, index, count)`: the program of statements index .. index+count-1 alone. Its inputs are
   the tensors they read and do not compute (program inputs or other statements' results),
   declared without dims, so they bind at the shapes `bp` gives them; its outputs are those of its
@@ -62,7 +65,11 @@ def tunable_statements(bp: BoundProgram, target: Target) -> list[TunableStatemen
     while index < len(bp.statements):
         step = 1
         for template in order:
-            plan = template.match(index, ctx)
+            if template.tunable:
+                plan = template.match(index, ctx)
+            else:  # a fast algorithm the heuristic prefers (winograd): the statement runs it, untuned
+                choice = template.heuristic(index, ctx)
+                plan = choice.plan if choice is not None else None
             if plan is None:
                 continue
             step = max(1, template.consumed(plan))

@@ -39,7 +39,9 @@ GEMMS = registry.templates("winograd", "implicit_gemm")  # layout copies fold in
 OTHERS = registry.templates("permute", "column_reduce", "stencil", "rowwise", "parallel_outer")
 COPIES = registry.templates("folded_copy", "stored_copy")  # the copies the GEMM choices fold or store into
 DEFAULT = registry.get("default")
-TUNED = registry.templates("attention", "attention_backward", "implicit_gemm")  # what the tuner looks for, in order
+# what the tuner looks for, in order (tilec.schedule.cuts.tunable_statements): winograd has no search space; a
+# statement its heuristic takes is not tuned (an implicit GEMM record would replace the faster algorithm)
+TUNED = registry.templates("attention", "attention_backward", "winograd", "implicit_gemm")
 
 
 def choose(bp: BoundProgram, target: Target, params: LoweringParams,
