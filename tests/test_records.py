@@ -444,6 +444,26 @@ def test_an_untuned_shape_takes_the_nearest_tuned_shapes_record(db_path):
     assert "<- tuning record 3 of" in tilec.compile(GEMM).explain(shapes, stage="templates")
 
 
+def test_a_record_never_replaces_the_winograd_that_untuned_calls_run(db_path):
+    """Records come from tunable statements only: another shape's implicit-GEMM record is reused
+    where the heuristic runs the implicit GEMM, never where it runs Winograd (no knobs)."""
+    from tilec.autotune.task import tasks_for
+    from tilec.bench.ops.cases import select_cases
+
+    def conv(channels: int) -> tuple[str, dict]:
+        case = select_cases("conv2d", [f"N=1,C={channels},H=8,W=8,CO={channels},KH=3,KW=3,stride=1,pad=1"])[0]
+        return case.source(), {"X": (1, channels, 8, 8), "F": (channels, channels, 3, 3)}
+
+    src, shapes = conv(96)
+    task = tasks_for(src, shapes)[0]
+    with RecordDB(db_path) as db:
+        db.add(task.record(dict(task.default_config(), mr=2, nr=16, kc=16, mc=2), 1e-4, trial=1))
+    near, wide = conv(112), conv(128)
+    assert "nearest-shape reuse of tuning record 1" in tilec.compile(near[0]).explain(near[1], stage="templates")
+    templates = tilec.compile(wide[0]).explain(wide[1], stage="templates")
+    assert "winograd" in templates and "tuning record" not in templates, templates
+
+
 def test_stale_foreign_and_failed_records_are_never_applied(db_path):
     with RecordDB(db_path) as db:
         db.add(rec(1e-3, compiler="0.0.1+stale"))

@@ -43,7 +43,7 @@ def recorded_schedule(program: Program, sig: Signature, target: Target,
     `sources`, each statement a record schedules gets there where it came from (its file, row id,
     trial and time).
 
-    Per statement, the first of: its own record (this program, names aside, at these shapes); the
+    Per statement the tuner tunes (tilec.schedule.cuts.tunable_statements), the first of: its own record (this program, names aside, at these shapes); the
     record of the statement alone (tilec.schedule.cuts: what `tilec tune model` tunes); the
     nearest shape's record of either. A best record whose config does not lower is skipped with a
     TilecWarning; a database that cannot be read warns once and yields None (the default).
@@ -62,6 +62,8 @@ def recorded_schedule(program: Program, sig: Signature, target: Target,
         with RecordDB(path) as db:
             alone = _Cuts(program, sig, target)
             for stmt in range(len(program.statements)):
+                if not alone.tunable(stmt):
+                    continue
                 whole = _Key(text, sig, stmt)
                 found = _exact(db, whole, stmt, program, sig, target, compiler, warn=True)
                 how = "tuning record"
@@ -105,24 +107,37 @@ class _Key:
 
 
 class _Cuts:
-    """The keys of the program's tunable statements cut out of it, worked out on first use."""
+    """The program's tunable statements and their keys cut out of it, worked out on first use."""
 
     def __init__(self, program: Program, sig: Signature, target: Target) -> None:
         self.program, self.sig, self.target = program, sig, target
-        self.keys: dict[int, _Key] | None = None
+        self.keys: dict[int, _Key | None] | None = None  # tunable statement -> its cut's key
+
+    def tunable(self, stmt: int) -> bool:
+        """Whether the tuner tunes `stmt`: no record applies to another statement (a convolution
+        that untuned calls run with Winograd keeps it, whatever another shape's implicit-GEMM
+        record says)."""
+        return stmt in self._keys()
 
     def get(self, stmt: int) -> _Key | None:
+        return self._keys().get(stmt)
+
+    def _keys(self) -> dict[int, _Key | None]:
         if self.keys is None:
             self.keys = {}
             try:
                 bp = bind(self.program, dict(self.sig.shapes), dict(self.sig.dtypes), dict(self.sig.sizes))
-                for found in tunable_statements(bp, self.target):
-                    part = cut(bp, found.index, found.count)
-                    text = str(parse(part.source, dict(part.sizes)))  # as the tuner's Task prints it
-                    self.keys[found.index] = _Key(text, Signature(part.shapes, part.dtypes, part.sizes), part.first)
+                found = tunable_statements(bp, self.target)
             except TilecError:
-                pass  # a program that does not bind has no records of its statements either
-        return self.keys.get(stmt)
+                return self.keys  # a program that does not bind has no records of its statements either
+            for f in found:
+                try:
+                    part = cut(bp, f.index, f.count)
+                    text = str(parse(part.source, dict(part.sizes)))  # as the tuner's Task prints it
+                    self.keys[f.index] = _Key(text, Signature(part.shapes, part.dtypes, part.sizes), part.first)
+                except TilecError:
+                    self.keys[f.index] = None  # tunable in its program, but with no cut of its own
+        return self.keys
 
 
 _Found = tuple[Record, "int | None", TemplateConfig]
