@@ -24,11 +24,7 @@ SERIAL_FOR, POOL_FOR = "tilec_serial_for", "tilec_pool_for"  # its two paths bes
 SPIN_US = 200  # longest a worker spins between jobs (pause + sched_yield) before it sleep-polls
 WAIT_SPIN_US = 50  # longest the caller spins on claimed chunks (pause + sched_yield) before it sleep-polls
 SLEEP_US = 100  # poll interval of a sleeping thread (a worker's first; the caller's is a quarter)
-MAX_SLEEP_US = 400  # a worker's sleeps double from SLEEP_US up to this: a job that starts while the workers
-# nap waits for them up to this long (a nap's end is the only wake-up: a futex wake queued the worker behind the
-# spinning caller on its core, BENCHMARKS.md). Zen 5, GEMM 1024^3 on both cores called every 9 ms (after a sleep):
-# 1.6 ms naps 5.75-5.77 ms median, 0.4 ms naps 4.86-4.88, back to back 4.53-4.60; more naps cost an idle
-# worker at most 2,500 wake-ups a second for the second before it exits.
+MAX_SLEEP_US = 400  # a worker's sleeps double up to this: a job started during a nap waits at most this for it
 IDLE_POLLS = 10_000  # a worker exits after SLEEP_US * IDLE_POLLS (1 s) asleep
 YIELD_EVERY = 16  # a spinning thread calls sched_yield once every this many polls, else pause
 CHUNK_FN = ir.FunctionType(ir.VoidType(), [PTR, I64])

@@ -77,6 +77,18 @@ def registers_problem(bq: int, target: Target) -> str | None:
            f"more than the {regs} there are"
 
 
+LINE_FLOATS = 16  # float32 elements of a 64-byte cache line
+
+
+def kt_row(tp: int) -> int:
+    """Kt's row length for `tp` keys: an odd number of cache lines. A key block reads a column
+    strip of every one of Kt's D rows; rows a power-of-two number of lines apart (512 keys: 2 KiB)
+    fall into the same few cache sets, which cannot hold the strip, where an odd number of lines
+    spreads them over all sets."""
+    lines = -(-tp // LINE_FLOATS)
+    return (lines + 1 - lines % 2) * LINE_FLOATS
+
+
 def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: AttentionKnobs = AttentionKnobs()) -> LoweredGroup:
     BQ, BK, G = knobs.bq, knobs.bk, knobs.groups  # noqa: N806 - the names of the algorithm's block sizes
     assert BK % LANES == 0, "bk must be a multiple of LANES"
@@ -85,7 +97,7 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: Attentio
     bh_n = plan.batch_size
     tp = -(-plan.t // BK) * BK
     q_blocks = item_rows(plan.s, BQ, G)  # a work item's query rows: G blocks of BQ
-    kt = L.Buffer(f"{name}.Kt", f32, (bh_n, plan.d, tp))
+    kt = L.Buffer(f"{name}.Kt", f32, (bh_n, plan.d, kt_row(tp)))
     bh, tt, dd, w, qb, kb, ii, j, e, x, g = (f"{name}.{s}" for s in ("bh", "t", "d", "w", "qb", "kb", "ii", "j", "e", "x",
                                                                      "g"))
     neg_inf = L.Const(-math.inf, f32)
