@@ -45,8 +45,9 @@ def recorded_schedule(program: Program, sig: Signature, target: Target,
 
     Per statement the tuner tunes (tilec.schedule.cuts.tunable_statements), the first of: its own
     record (this program, names aside, at these shapes); the record of the statement alone
-    (tilec.schedule.cuts: what `tilec tune model` tunes); the nearest shape's record of either. A best record whose config does not lower is skipped with a
-    TilecWarning; a database that cannot be read warns once and yields None (the default).
+    (tilec.schedule.cuts: what `tilec tune model` tunes); the nearest shape's record of either. A
+    best record whose config does not lower is skipped with a TilecWarning; a database that cannot
+    be read warns once and yields None (the default).
     """
     if not options.use_records:
         return None

@@ -22,8 +22,8 @@ parallel loop. Three paths, decided at every call:
   run), fewer after jobs it was late for (the bound halves each time the caller ran a whole
   job alone, and doubles back as workers take part), then polls with sleeps doubling from
   SLEEP_US to MAX_SLEEP_US (so a worker joins a new job at most that late) and exits after
-  about a second asleep. The caller waits for claimed chunks the same way: spins politely for at most
-  WAIT_SPIN_US, then sleep-polls, which frees its core for a parked worker.
+  about a second asleep. The caller waits for claimed chunks the same way: spins politely for
+  at most WAIT_SPIN_US, then sleep-polls, which frees its core for a parked worker.
   One job runs at a time (a mutex); jobs do not nest.
 
 Thresholds come from measurements, once per process (`calibrate`): what a parallel region costs

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundAccess, BoundProgram
 from tilec.ir.lower import LoweredGroup
+from tilec.schedule.cpu.permute import LINE_BYTES
 from tilec.schedule.nest import decompose, thread_share, threads_loop
 from tilec.schedule.patterns import attention as pattern
 from tilec.schedule.patterns.attention import AttentionPlan
@@ -77,7 +78,7 @@ def registers_problem(bq: int, target: Target) -> str | None:
            f"more than the {regs} there are"
 
 
-LINE_FLOATS = 16  # float32 elements of a 64-byte cache line
+LINE_FLOATS = LINE_BYTES // 4  # float32 elements of a cache line (Kt holds float32)
 
 
 def kt_row(tp: int) -> int:

@@ -238,12 +238,17 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
         for var, lo, hi in reversed(source_order):
             kk = L.add(L.mul(L.sub(v(var), L.const(lo)), L.const(stride)), kk)
             stride *= hi - lo + 1
+
+    def vector_panel(clamp: bool) -> L.Stmt:
+        """A panel of B packed in vectors along its columns; with `clamp`, one that may pass N."""
+        return red_loops(L.For(jj, L.const(0), L.const(nr), b_store(kk, v(jj), {}, clamp, clamp=clamp), "vectorized"),
+                         parallel=pack_across_rows)
+
     if plan.b_guards or pair is not None:  # (pairs: their own partial panels, below)
         pack_b_panel: L.Stmt = red_loops(L.For(jj, L.const(0), L.const(nr), b_store(kk, v(jj), {}, True)),
                                          parallel=pack_across_rows)
     else:  # any panel as vectors, a partial one clamped (no branch per element)
-        pack_b_panel = red_loops(L.For(jj, L.const(0), L.const(nr), b_store(kk, v(jj), {}, True, clamp=True),
-                                       "vectorized"), parallel=pack_across_rows)
+        pack_b_panel = vector_panel(clamp=True)
     whole = L.Cmp("le", L.mul(L.add(v(jr), L.const(1)), L.const(nr)), L.const(n))
     through = ctx.folded.get(plan.b.tensor)
     rows_var = pair_rows_variable(plan, through, pair) if through is not None else None
@@ -308,8 +313,7 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
         # contiguous, so the vectoriser loads it an element at a time (64 loads and inserts a row of a
         # 64-column panel). Zen 5, B in cache: 64x1024x1024 414-434 -> 377-384 us, 64x256x256 55-68 ->
         # 38-54; where B comes from memory (1024^3) the pack's time is memory's either way
-        pack_b_panel = L.If(whole, red_loops(L.For(jj, L.const(0), L.const(nr), b_store(kk, v(jj), {}, False),
-                                                   "vectorized"), parallel=pack_across_rows), pack_b_panel)
+        pack_b_panel = L.If(whole, vector_panel(clamp=False), pack_b_panel)
     pack_b = L.For(jr, L.const(0), L.const(panels), pack_b_panel,
                    "parallel" if not outer_parallel and panels >= threads > 1 else "serial")
 
