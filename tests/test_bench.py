@@ -397,6 +397,26 @@ def test_cooldown_idles_after_each_call_outside_the_timed_spans():
     assert all(abs(t - 0.002) < 1e-12 for t in samples.tilec) and all(abs(b - 0.004) < 1e-12 for b in samples.baseline)
 
 
+def test_consecutive_calls_time_all_but_the_first_of_each_turn():
+    clock = FakeClock()
+    naps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        clock.now += seconds
+
+    # each side's first call of a turn is slow (cold), the next ones fast
+    case = FakeCase(clock, [9.0, 0.003, 0.002] * 4, [9.0, 0.005, 0.004] * 4)
+    samples = harness.measure(case, harness.Settings(warmup=1, repeats=3, warmup_s=0, budget_s=1000, cooldown_s=0.5,
+                                                     consecutive=3), clock, sleep)
+    assert case.log == (["tilec"] * 3 + ["baseline"] * 3) * 4
+    assert naps == [0.5] * (2 * 4)  # after each side's turn, not between its calls
+    assert samples.tilec == pytest.approx((0.003, 0.002) * 3) and samples.baseline == pytest.approx((0.005, 0.004) * 3)
+    assert case.checked == [(("tilec", 3), ("baseline", 6))]  # the last call of each side in the first pair
+    with pytest.raises(tilec.TilecError, match="--consecutive"):
+        harness.Settings(consecutive=0)
+
+
 def test_bench_records_flag_refuses_a_missing_file(tmp_path, capsys):
     from tilec.cli import main
 

@@ -5,6 +5,11 @@ tilec's result against the baseline's; then timed pairs, tilec, baseline, tilec,
 so that both sides see the same machine state (clock, caches, other load). The report uses the
 median of each side's timed calls; ratio = baseline_ms / tilec_ms, so > 1 means tilec is faster.
 
+With `consecutive` N > 1, each side of a pair is N calls back to back, as a loop calls a kernel,
+and only the last N - 1 are timed: the first follows the other side's call (and the cool-down),
+so it starts with cold cores, the other side's data in the caches and its threads asleep, which
+no loop sees. (`tilec bench model` times training steps the same way.)
+
 Warm-up goes on for at least `warmup` pairs and at least `warmup_s` seconds: the first few
 calls of a fast kernel run several times slower (clock ramp, caches, page faults), and a count
 alone cannot tell how many. A slow case stops early: after the first warm-up and the first
@@ -44,6 +49,9 @@ Clock = Callable[[], float]
 # set before OpenBLAS loads, hence the re-exec of `tilec bench` (tilec.cli.bench). torch's OpenMP threads spin only briefly; the
 # harness's cool-down lets them settle instead (OMP_WAIT_POLICY=PASSIVE would slow torch itself).
 QUIET_BASELINE_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4"}
+# `tilec bench`'s calls per side per pair: one untimed call that wakes the cores and brings the side's data
+# back after the other side's call and the cool-down, then one timed call (Settings.consecutive).
+CONSECUTIVE = 2
 MAX_WARMUP = 10_000  # pairs: a bound for a clock that does not move
 
 
@@ -55,6 +63,7 @@ class Settings:
     budget_s: float = 30.0  # per case: no more pairs beyond the first of each kind past this
     cooldown_s: float = 0.0  # idle time after every call, on both sides: the other side's idle
     # threads (torch's OpenMP spins for a while after each call) go quiet before the next one starts
+    consecutive: int = 1  # calls per side per pair, back to back; all but the first are timed
 
     def __post_init__(self) -> None:
         if self.warmup < 1:
@@ -68,6 +77,8 @@ class Settings:
             raise TilecError(f"--budget must be a positive number of seconds, got {self.budget_s}")
         if not self.cooldown_s >= 0:
             raise TilecError(f"--cooldown must be a number of seconds >= 0, got {self.cooldown_s}")
+        if self.consecutive < 1:
+            raise TilecError(f"--consecutive must be at least 1, got {self.consecutive}")
 
 
 @dataclass(frozen=True)
@@ -111,24 +122,30 @@ def measure(case: Benchable, settings: Settings, clock: Clock = time.perf_counte
     prepared = case.prepare()
     start = clock()
 
-    def pair(check: bool = False) -> tuple[float, float]:
-        t0 = clock()
-        got = prepared.tilec()
-        t1 = clock()
+    def side(call: Callable[[], Any]) -> tuple[Any, list[float], float]:
+        """`settings.consecutive` calls back to back, then the cool-down: the last result, the times
+        of the calls after the first (of the one call when there is one), and the time of them all."""
+        times, got = [], None
+        t_start = clock()
+        for _ in range(settings.consecutive):
+            t0 = clock()
+            got = call()
+            times.append(clock() - t0)
+        spent = clock() - t_start
         if settings.cooldown_s:
             sleep(settings.cooldown_s)
-        t2 = clock()
-        expected = prepared.baseline()
-        t3 = clock()
-        if settings.cooldown_s:
-            sleep(settings.cooldown_s)
+        return got, times[1:] or times, spent
+
+    def pair(check: bool = False) -> tuple[list[float], list[float], float]:
+        got, tilec_times, tilec_spent = side(prepared.tilec)
+        expected, baseline_times, baseline_spent = side(prepared.baseline)
         if check:
             prepared.check(got, expected)
-        return t1 - t0, t3 - t2
+        return tilec_times, baseline_times, tilec_spent + baseline_spent
 
-    def affordable(last: tuple[float, float], pairs: int) -> bool:
+    def affordable(last: tuple[list[float], list[float], float], pairs: int) -> bool:
         """Whether `pairs` more pairs, each as long as `last`, still fit in the case's budget."""
-        return clock() - start + pairs * sum(last) <= settings.budget_s
+        return clock() - start + pairs * last[2] <= settings.budget_s
 
     def warming() -> bool:
         return warmups < settings.warmup or clock() - start < settings.warmup_s
@@ -146,7 +163,7 @@ def measure(case: Benchable, settings: Settings, clock: Clock = time.perf_counte
             timed.append(pair())
     finally:
         gc.enable()
-    return Samples(tuple(t for t, _ in timed), tuple(b for _, b in timed), warmups)
+    return Samples(tuple(t for ts, _, _ in timed for t in ts), tuple(b for _, bs, _ in timed for b in bs), warmups)
 
 
 # ------------------------------------------------------------------ results

@@ -54,14 +54,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.op == "model":
         return _bench_model(args)
-    if args.models is not None or args.steps is not None or args.threads is not None or args.backend != "tilec" \
-            or args.consecutive is not None:
-        raise TilecError("--models, --steps, --consecutive, --threads and --backend belong to `tilec bench model` "
+    if args.models is not None or args.steps is not None or args.threads is not None or args.backend != "tilec":
+        raise TilecError("--models, --steps, --threads and --backend belong to `tilec bench model` "
                          "(whole models' training steps)")
     name, target_options = parse_target(args.target)
     if name in ("cuda", "cuda-sim"):
-        if target_options:
-            raise TilecError(f"--target {args.target!r}: the GPU benchmarks take no CPU options (-mcpu, -mattr)")
+        if target_options or args.consecutive is not None:
+            raise TilecError(f"--target {args.target!r}: the GPU benchmarks take no CPU options (-mcpu, -mattr) "
+                             f"and no --consecutive")
         return _bench_gpu(args)
     cases: list[Any]
     if args.op == "train_step":
@@ -71,7 +71,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         cases = ops.select_cases(args.op, args.shape, causal=args.causal, quick=args.quick,
                                  dtype=args.dtype, target=args.target, backward=args.backward)
-    settings = harness.Settings(1 if args.warmup is None else args.warmup, args.repeats, args.warmup_time, args.budget, args.cooldown)
+    settings = harness.Settings(1 if args.warmup is None else args.warmup, args.repeats, args.warmup_time, args.budget,
+                                args.cooldown, harness.CONSECUTIVE if args.consecutive is None else args.consecutive)
     resolve_target(args.target)  # an unknown target fails here, before any case runs
     peaks = _machine_peaks()
     table = None if args.json else harness.Table(cases)
@@ -191,6 +192,7 @@ def _bench_gpu(args: argparse.Namespace) -> int:
 
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
+    from tilec.bench.harness import CONSECUTIVE as OP_CONSECUTIVE
     from tilec.bench.model_step import CONSECUTIVE
     from tilec.bench.ops import OP_NAMES
 
@@ -227,9 +229,10 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--steps", type=int, default=None, metavar="N",
                        help="`model` only: timed steps of each side (default 20)")
     bench.add_argument("--consecutive", type=int, default=None, metavar="N",
-                       help=f"`model` only: steps each side runs back to back per round, as a training loop "
-                            f"does; the first, which follows another side's step, is not timed (default "
-                            f"{CONSECUTIVE}; 1: one step each per round, every step timed)")
+                       help=f"calls (for `model`: training steps) each side runs back to back per round, as a "
+                            f"loop does; the first, which follows the other side's, is not timed (default "
+                            f"{OP_CONSECUTIVE}, for `model` {CONSECUTIVE}; 1: one call each per round, every "
+                            f"call timed)")
     bench.add_argument("--threads", type=int, default=None, metavar="N",
                        help="`model` only: torch.set_num_threads(N) for every side (default: torch's own); "
                             "1 gives steadier figures on a machine that other processes load")
