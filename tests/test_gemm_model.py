@@ -180,3 +180,36 @@ def test_a_read_half_a_page_apart_per_reduction_step_is_packed(rows, packed):
     shown = fn.explain({"A": a.shape, "B": b.shape}, stage="templates")
     assert (f"pack_a={packed}" in shown) and ("[packed]" in shown) == packed, shown
     np.testing.assert_allclose(fn(a, b), a.T @ b, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", sorted(CPUS))
+def test_a_block_per_fetched_line_holds_the_most_accumulators_that_fit(name):
+    """Where every reduction step fetches A's line again (per_line), the block with the most FMAs per
+    line wins: MR x V accumulators, with a B row and a broadcast beside them in the registers."""
+    cpu = CPUS[name]
+    lanes = cpu.vector_bits // 32
+    mr, nr = register_block(1024, 256, lanes, cpu, 2, per_line=True)
+    vectors = nr // lanes
+    assert mr * vectors + vectors + 1 <= cpu.vector_registers
+    best = max(min(16, (cpu.vector_registers - v - 1) // v) * v for v in range(1, 5))
+    assert mr * vectors >= best - 1  # the edge tiles' waste may cost a row
+    assert mr * vectors > (lambda b: b[0] * b[1] // lanes)(register_block(1024, 256, lanes, cpu, 2))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("rows, tall", [(1024, True), (2048, True), (1000, False), (256, False)])
+def test_a_transposed_a_whose_steps_alias_in_l1_takes_a_tall_block(rows, tall, dtype):
+    """A transposed A read in place whose reduction steps (pairs of steps for bfloat16 pairs) move by a
+    multiple of 4 KiB puts all of a tile's lines in one L1 set, so each line is fetched again for every
+    tile: the heuristic then takes the block with the most rows per line. Either way numpy's product."""
+    k, n = 96, 64  # few column panels: the direct variant
+    rng = np.random.default_rng(rows)
+    dt = np.float32 if dtype == "float32" else ml_dtypes.bfloat16
+    a = rng.standard_normal((k, rows)).astype(dt)
+    b = rng.standard_normal((k, n)).astype(dt)
+    fn = tilec.compile("C[i, j: M, N] = +(A[k, i] * B[k, j])")
+    shown = fn.explain({"A": a.shape, "B": b.shape}, {"A": dtype, "B": dtype}, stage="templates")
+    default_mr = register_block(rows, n, HOST.vector_bits // 32, HOST, HOST.cores)[0]
+    assert "[direct]" in shown and (f"mr={default_mr} " not in shown) == tall, shown
+    np.testing.assert_allclose(np.asarray(fn(a, b), np.float32), a.astype(np.float32).T @ b.astype(np.float32),
+                               rtol=2e-2 if dtype == "bfloat16" else 1e-4, atol=2e-1 if dtype == "bfloat16" else 1e-3)

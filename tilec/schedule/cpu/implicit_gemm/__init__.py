@@ -40,7 +40,8 @@ from tilec.schedule.cpu.implicit_gemm.direct_b import b_through
 from tilec.schedule.cpu.implicit_gemm.pairs import pair_steps, pairs
 from tilec.schedule.cpu.implicit_gemm.padding import Pads
 from tilec.schedule.cpu.implicit_gemm.features import NAMES, gemm_features
-from tilec.schedule.cpu.implicit_gemm.knobs import DTYPES, GemmKnobs, default_knobs, itemsize, knob_problems, worthwhile
+from tilec.schedule.cpu.implicit_gemm.knobs import (DTYPES, GemmKnobs, default_knobs, itemsize, knob_problems, register_block,
+                                                    row_block, worthwhile)
 from tilec.schedule.cpu.implicit_gemm.packed import PackedPlan, bf16_pairs
 from tilec.schedule.cpu.implicit_gemm.space import gemm_space
 from tilec.schedule.patterns import gemm as gemm_pattern
@@ -196,10 +197,35 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
     if (no_copy and near_steps and 2 * b_panel <= ctx.target.host.l2_bytes) or \
             -(-plan.n // knobs.nr) <= ctx.params.direct_max_panels:
         knobs = replace(knobs, pack_a=False)
+        if aliased_a_steps(plan, ctx, pads, knobs):
+            sharing = 1 if plan.batch >= ctx.target.cores else ctx.target.cores
+            mr, nr = register_block(plan.m, plan.n, ctx.target.lanes(accumulator_dtype(dtype)), ctx.target.host,
+                                    sharing, per_line=True)
+            kc = min(knobs.kc, plan.k)
+            knobs = replace(knobs, mr=mr, nr=nr, mc=row_block(plan.m, mr, kc, itemsize(dtype), ctx.target.host, sharing))
     return knobs
 
 
-PAGE_BYTES = 4096  # the smallest page of the CPUs tilec targets
+PAGE_BYTES = 4096  # the smallest page of the CPUs tilec targets, and the way of every one's L1 (32 KiB 8-way, 48 KiB 12-way)
+
+
+def aliased_a_steps(plan: GemmPlan, ctx: Context, pads: Pads, knobs: GemmKnobs) -> bool:
+    """Whether the direct variant reads A with its rows side by side (A transposed: a linear layer's
+    weight gradient X^T dY) and each step of the micro-kernel's reduction (a pair of steps where it
+    multiplies bfloat16 pairs) moves A's address by a multiple of PAGE_BYTES. Then all the lines one
+    tile reads over the reduction fall into one set of L1 (and few of L2), and each is fetched again,
+    from L3, by every tile that shares it: a 4-row tile uses 4 of its 16 floats. Measured on Zen 5
+    (2 cores), C[i, j] = +(A[k, i] * B[k, j]), K = 512, N = 256, the default 4 x 64 block against
+    14 x 32: M = 1024 0.72-0.78 vs 0.61 ms, M = 2048 1.58 vs 1.28, and N = 64 0.21 vs 0.17; in
+    bfloat16, M = 1024 0.40 vs 0.34 and M = 2048 0.83 vs 0.69. M = 1000 (4000 bytes a step) ran the
+    same with either block."""
+    if len(plan.rows) != 1 or pair_steps(plan, plan.rows[-1][0])[-1:] != (1,) or \
+            any(step for step in pair_steps(plan, plan.rows[-1][0])[:-1]):
+        return False
+    step = a_step_bytes(plan, ctx, pads)
+    if bf16_pairs(plan, ctx.bp.dtypes, ctx.target, knobs.nr) and pairs(plan, pads, ctx.bp, ctx.target, knobs.nr):
+        step *= 2
+    return step > 0 and step % PAGE_BYTES == 0
 
 
 def a_step_bytes(plan: GemmPlan, ctx: Context, pads: Pads) -> int:

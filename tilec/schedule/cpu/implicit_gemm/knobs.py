@@ -111,11 +111,15 @@ def kernel_efficiency(mr: int, vectors: int, cpu: CpuInfo) -> float:
     return fma / cycles
 
 
-def register_block(m: int, n: int, lanes: int, cpu: CpuInfo, threads: int = 1) -> tuple[int, int]:
+def register_block(m: int, n: int, lanes: int, cpu: CpuInfo, threads: int = 1,
+                   per_line: bool = False) -> tuple[int, int]:
     """(MR, NR): the register block of the module doc for an M x N output, NR a multiple of `lanes`.
     Where `threads` share the row tiles, a block whose tiles do not share out evenly counts the idle
     threads' time as waste: 9 rows (a 1 -> 64 3x3 convolution's weight gradient) take two tiles of
-    5 on two threads rather than three of 3."""
+    5 on two threads rather than three of 3. With `per_line`, A's rows lie side by side and every
+    reduction step of a tile fetches A's cache line again from beyond L1 (tilec.schedule.cpu.
+    implicit_gemm.aliased_a_steps): the block with the most FMAs per fetched line, MR x V
+    accumulators, wins instead (14 x 2 vectors with AVX-512's 32 registers)."""
     most_vectors = max(1, min(4, -(-n // lanes)))
     best: tuple[tuple[float, float, int], tuple[int, int]] | None = None
     for vectors in range(1, most_vectors + 1):
@@ -125,7 +129,8 @@ def register_block(m: int, n: int, lanes: int, cpu: CpuInfo, threads: int = 1) -
             tiles = -(-m // mr)
             rounds = -(-tiles // threads)  # row tiles per thread, the busiest one's
             useful = m / (rounds * threads * mr) * n / round_up(n, nr)
-            key = (kernel_efficiency(mr, vectors, cpu) * useful, -(vectors + mr) / (mr * vectors), nr)
+            efficiency = kernel_efficiency(mr, vectors, cpu) * useful
+            key = (efficiency * (mr * vectors if per_line else 1), -(vectors + mr) / (mr * vectors), nr)
             if best is None or key > best[0]:
                 best = (key, (mr, nr))
     assert best is not None
