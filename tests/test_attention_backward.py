@@ -159,6 +159,21 @@ def test_two_passes_without_a_panel(causal, wrt):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5 * np.abs(w).max(), err_msg=name)
 
 
+@pytest.mark.parametrize("s", [496, 512, 40])
+def test_the_transposed_queries_rows_are_an_odd_number_of_cache_lines(s):
+    """Q^T's and dO^T's rows, as Kt's in the forward kernel (attention.odd_lines_row): 496 queries (31
+    lines) once got a row of 32 lines, 2 KiB, whose columns fall into a few cache sets."""
+    arrays = inputs(1, 1, s, 24, 16, 16, seed=s)
+    fn = tilec.grad(attention_source(False, 0.25), wrt=["Q", "K", "V"])
+    loop = fn.explain(dict(zip(fn.inputs, (a.shape for a in arrays))), stage="loop")
+    for workspace in (".Qt: float32[", ".dOt: float32["):
+        row = int(loop.split(workspace)[1].split("]")[0].split(", ")[-1])
+        assert s <= row and (row * 4 // 64) % 2 == 1 and row * 4 % 64 == 0, (workspace, row)
+    want = torch_grads(*arrays, causal=False, scale=0.25, wrt=["Q", "K", "V"])
+    for name, g, w in zip("QKV", as_list(fn(*arrays)), want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5 * np.abs(w).max(), err_msg=name)
+
+
 @pytest.mark.parametrize("b, h, s, t, causal", [(1, 1, 70, 83, True), (1, 3, 41, 50, False)])
 def test_fewer_heads_than_cores_split_the_keys(b, h, s, t, causal):
     """Fewer batch-and-heads than cores: pass 2 split over key blocks, dQ summed from parts."""

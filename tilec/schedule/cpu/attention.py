@@ -81,12 +81,13 @@ def registers_problem(bq: int, target: Target) -> str | None:
 LINE_FLOATS = LINE_BYTES // 4  # float32 elements of a cache line (Kt holds float32)
 
 
-def kt_row(tp: int) -> int:
-    """Kt's row length for `tp` keys: an odd number of cache lines. A key block reads a column
-    strip of every one of Kt's D rows; rows a power-of-two number of lines apart (512 keys: 2 KiB)
-    fall into the same few cache sets, which cannot hold the strip, where an odd number of lines
-    spreads them over all sets."""
-    lines = -(-tp // LINE_FLOATS)
+def odd_lines_row(elements: int) -> int:
+    """The row length (float32 elements) of a transposed workspace whose blocks read a column strip
+    of many rows (Kt for `elements` keys; the backward kernel's Q^T and dO^T): at least `elements`,
+    an odd number of cache lines. Rows a power-of-two number of lines apart (512 keys: 2 KiB) put a
+    strip into the same few cache sets, which cannot hold it; an odd number of lines spreads it over
+    all sets."""
+    lines = -(-elements // LINE_FLOATS)
     return (lines + 1 - lines % 2) * LINE_FLOATS
 
 
@@ -98,7 +99,7 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: Attentio
     bh_n = plan.batch_size
     tp = -(-plan.t // BK) * BK
     q_blocks = item_rows(plan.s, BQ, G)  # a work item's query rows: G blocks of BQ
-    kt = L.Buffer(f"{name}.Kt", f32, (bh_n, plan.d, kt_row(tp)))
+    kt = L.Buffer(f"{name}.Kt", f32, (bh_n, plan.d, odd_lines_row(tp)))
     bh, tt, dd, w, qb, kb, ii, j, e, x, g = (f"{name}.{s}" for s in ("bh", "t", "d", "w", "qb", "kb", "ii", "j", "e", "x",
                                                                      "g"))
     neg_inf = L.Const(-math.inf, f32)

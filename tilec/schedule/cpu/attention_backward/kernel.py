@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tilec.ir import loop as L
 from tilec.ir.dtypes import accumulator_dtype
-from tilec.schedule.cpu.attention import LANES
+from tilec.schedule.cpu.attention import LANES, odd_lines_row
 from tilec.schedule.cpu.attention_backward.knobs import AttentionBackwardKnobs
 from tilec.schedule.patterns.attention_backward import BackwardPlan
 
@@ -118,12 +118,12 @@ class Kernel:
         bq, bk = knobs.bq, knobs.bk
         self.sp = -(-plan.s // bq) * bq
         self.q_blocks, self.k_blocks = self.sp // bq, -(-plan.t // bk)
-        # Q^T and dO^T, zero past S; rows one cache line longer than needed, so that a column's
+        # Q^T and dO^T, zero past S; rows an odd number of cache lines long, so that a column's
         # elements do not all fall into the same few cache sets
         self.padded = -(-self.sp // LANES) * LANES
         f32, p = self.dtype, self.prefix
-        self.qt = L.Buffer(f"{p}.Qt", f32, (slots, plan.d, self.padded + LANES))
-        self.dot = L.Buffer(f"{p}.dOt", f32, (slots, plan.e, self.padded + LANES))
+        self.qt = L.Buffer(f"{p}.Qt", f32, (slots, plan.d, odd_lines_row(self.padded)))
+        self.dot = L.Buffer(f"{p}.dOt", f32, (slots, plan.e, odd_lines_row(self.padded)))
         self.lse = L.Buffer(f"{p}.lse", f32, (slots, self.sp))  # log-sum-exp of the scaled scores
         self.delta = L.Buffer(f"{p}.delta", f32, (slots, self.sp))  # rowsum(P dP), per query
         self.workspaces = [self.qt, self.lse] + ([self.dot, self.delta] if self.need_dp else [])
