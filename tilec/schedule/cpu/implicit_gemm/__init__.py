@@ -40,8 +40,7 @@ from tilec.schedule.cpu.implicit_gemm.direct_b import b_through
 from tilec.schedule.cpu.implicit_gemm.pairs import pair_steps, pairs
 from tilec.schedule.cpu.implicit_gemm.padding import Pads
 from tilec.schedule.cpu.implicit_gemm.features import NAMES, gemm_features
-from tilec.schedule.cpu.implicit_gemm.knobs import (DTYPES, GemmKnobs, default_knobs, itemsize, knob_problems, register_block,
-                                                    row_block, worthwhile)
+from tilec.schedule.cpu.implicit_gemm.knobs import DTYPES, GemmKnobs, default_knobs, itemsize, knob_problems, worthwhile
 from tilec.schedule.cpu.implicit_gemm.packed import PackedPlan, bf16_pairs
 from tilec.schedule.cpu.implicit_gemm.space import gemm_space
 from tilec.schedule.patterns import gemm as gemm_pattern
@@ -198,11 +197,7 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
             -(-plan.n // knobs.nr) <= ctx.params.direct_max_panels:
         knobs = replace(knobs, pack_a=False)
         if aliased_a_steps(plan, ctx, pads, knobs):
-            sharing = 1 if plan.batch >= ctx.target.cores else ctx.target.cores
-            mr, nr = register_block(plan.m, plan.n, ctx.target.lanes(accumulator_dtype(dtype)), ctx.target.host,
-                                    sharing, per_line=True)
-            kc = min(knobs.kc, plan.k)
-            knobs = replace(knobs, mr=mr, nr=nr, mc=row_block(plan.m, mr, kc, itemsize(dtype), ctx.target.host, sharing))
+            knobs = replace(default_knobs(plan, dtype, ctx.target, per_line=True), pack_a=False)
     return knobs
 
 
@@ -219,8 +214,8 @@ def aliased_a_steps(plan: GemmPlan, ctx: Context, pads: Pads, knobs: GemmKnobs) 
     14 x 32: M = 1024 0.72-0.78 vs 0.61 ms, M = 2048 1.58 vs 1.28, and N = 64 0.21 vs 0.17; in
     bfloat16, M = 1024 0.40 vs 0.34 and M = 2048 0.83 vs 0.69. M = 1000 (4000 bytes a step) ran the
     same with either block."""
-    if len(plan.rows) != 1 or pair_steps(plan, plan.rows[-1][0])[-1:] != (1,) or \
-            any(step for step in pair_steps(plan, plan.rows[-1][0])[:-1]):
+    row_steps = pair_steps(plan, plan.rows[-1][0])
+    if len(plan.rows) != 1 or row_steps[-1:] != (1,) or any(row_steps[:-1]):
         return False
     step = a_step_bytes(plan, ctx, pads)
     if bf16_pairs(plan, ctx.bp.dtypes, ctx.target, knobs.nr) and pairs(plan, pads, ctx.bp, ctx.target, knobs.nr):

@@ -23,8 +23,9 @@ implicit_gemm.packed: the vector dimension is NR, the columns; A is broadcast ro
   for 16 and 11). Its efficiency is the FMA-bound time over the longest of these. The registers
   hold the MR x V accumulators, V B vectors and a broadcast. Among the blocks that fit, the one
   whose efficiency times the share of useful cells (edge tiles of M and N compute padding) is
-  highest, then the one with the fewest loads per FMA (BLIS: MR x NR / (MR + NR) as large as
-  possible), then the widest.
+  highest (scores within SCORE_TIE of the best count as equal), then the one with the fewest loads
+  per FMA (BLIS: MR x NR / (MR + NR) as large as possible), then the widest. Where every reduction
+  step fetches A's line again (a transposed A whose steps alias in L1), the most accumulators win.
 * KC, the reduction block (`reduction_block`): each reduction block reloads and stores every C
   tile, a cache miss per row of the tile, so KC is as large as the caches allow: the B
   micro-panel (KC x NR) in a quarter of L2, the packed B block (KC x N, shared by the threads, read
@@ -180,14 +181,14 @@ def row_block(m: int, mr: int, kc: int, size: int, cpu: CpuInfo, sharing: int) -
     return mr * min(range(1, most + 1), key=lambda b: (heaviest(b), -b))
 
 
-def default_knobs(plan: GemmPlan, dtype: str, target: Target) -> GemmKnobs:
-    """The blocking of the module doc for `plan` on `target`."""
+def default_knobs(plan: GemmPlan, dtype: str, target: Target, per_line: bool = False) -> GemmKnobs:
+    """The blocking of the module doc for `plan` on `target` (`per_line`: see `register_block`)."""
     cpu = target.host
     assert cpu is not None
     size = itemsize(dtype)
     threads = target.cores
     sharing = 1 if plan.batch >= threads else threads  # row blocks are split over threads only then
-    mr, nr = register_block(plan.m, plan.n, target.lanes(accumulator_dtype(dtype)), cpu, sharing)
+    mr, nr = register_block(plan.m, plan.n, target.lanes(accumulator_dtype(dtype)), cpu, sharing, per_line)
     kc = reduction_block(plan.k, plan.n, nr, size, cpu)
     return GemmKnobs(mr=mr, nr=nr, kc=kc, mc=row_block(plan.m, mr, kc, size, cpu, sharing), threads=threads)
 
