@@ -127,9 +127,14 @@ def test_tile_sources_take_the_static_parameters():
 class FakeClock:
     def __init__(self) -> None:
         self.now = 0.0
+        self.naps: list[float] = []
 
     def __call__(self) -> float:
         return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.naps.append(seconds)
+        self.now += seconds
 
 
 @dataclasses.dataclass
@@ -384,33 +389,21 @@ def test_inputs_are_in_the_baselines_layout():
 
 def test_cooldown_idles_after_each_call_outside_the_timed_spans():
     clock = FakeClock()
-    naps: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        naps.append(seconds)
-        clock.now += seconds
-
     case = FakeCase(clock, [0.002], [0.004])
     samples = harness.measure(case, harness.Settings(warmup=1, repeats=3, warmup_s=0, budget_s=100, cooldown_s=0.5),
-                              clock, sleep)
-    assert naps == [0.5] * (2 * (1 + 3))  # after both calls of every pair
+                              clock, clock.sleep)
+    assert clock.naps == [0.5] * (2 * (1 + 3))  # after both calls of every pair
     assert all(abs(t - 0.002) < 1e-12 for t in samples.tilec) and all(abs(b - 0.004) < 1e-12 for b in samples.baseline)
 
 
 def test_consecutive_calls_time_all_but_the_first_of_each_turn():
     clock = FakeClock()
-    naps: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        naps.append(seconds)
-        clock.now += seconds
-
     # each side's first call of a turn is slow (cold), the next ones fast
     case = FakeCase(clock, [9.0, 0.003, 0.002] * 4, [9.0, 0.005, 0.004] * 4)
     samples = harness.measure(case, harness.Settings(warmup=1, repeats=3, warmup_s=0, budget_s=1000, cooldown_s=0.5,
-                                                     consecutive=3), clock, sleep)
+                                                     consecutive=3), clock, clock.sleep)
     assert case.log == (["tilec"] * 3 + ["baseline"] * 3) * 4
-    assert naps == [0.5] * (2 * 4)  # after each side's turn, not between its calls
+    assert clock.naps == [0.5] * (2 * 4)  # after each side's turn, not between its calls
     assert samples.tilec == pytest.approx((0.003, 0.002) * 3) and samples.baseline == pytest.approx((0.005, 0.004) * 3)
     assert case.checked == [(("tilec", 3), ("baseline", 6))]  # the last call of each side in the first pair
     with pytest.raises(tilec.TilecError, match="--consecutive"):
