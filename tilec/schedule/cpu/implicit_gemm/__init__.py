@@ -214,8 +214,10 @@ def aliased_a_steps(plan: GemmPlan, ctx: Context, pads: Pads, knobs: GemmKnobs) 
     14 x 32: M = 1024 0.72-0.78 vs 0.61 ms, M = 2048 1.58 vs 1.28, and N = 64 0.21 vs 0.17; in
     bfloat16, M = 1024 0.40 vs 0.34 and M = 2048 0.83 vs 0.69. M = 1000 (4000 bytes a step) ran the
     same with either block."""
-    row_steps = pair_steps(plan, plan.rows[-1][0])
-    if len(plan.rows) != 1 or row_steps[-1:] != (1,) or any(row_steps[:-1]):
+    if len(plan.rows) != 1:
+        return False
+    row_steps = pair_steps(plan, plan.rows[0][0])
+    if row_steps[-1:] != (1,) or any(row_steps[:-1]):
         return False
     step = a_step_bytes(plan, ctx, pads)
     if bf16_pairs(plan, ctx.bp.dtypes, ctx.target, knobs.nr) and pairs(plan, pads, ctx.bp, ctx.target, knobs.nr):

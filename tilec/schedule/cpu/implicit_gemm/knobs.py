@@ -104,7 +104,7 @@ L2_SUSTAINED = 0.75  # the share of the L2 -> L1 fill path's width it sustains b
 MAX_ROWS = 16  # MR at most: a taller block only adds broadcasts (and compile time) for no more reuse
 # Register blocks whose scores (efficiency x useful cells) differ by less than this share are equal, and the
 # fewest loads per FMA decides: a 6 x 4-vector block's 0.02% of padded cells over 25,088 rows (a 3x3
-# convolution's 8 x 56 x 56 pixels) made the 4 x 4 block win, which ran the convolution 1.10x slower (float32,
+# convolution's 8 x 56 x 56 pixels) made the 4 x 4 block win, which ran the convolution 1.09x slower (float32,
 # Zen 5, 30 interleaved rounds: 4.54 vs 4.18 ms). A block that tiles 1024 or 2048 rows exactly still beats
 # one that pads a row of them (0.1%, 0.05%).
 SCORE_TIE = 4e-4
