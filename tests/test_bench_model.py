@@ -11,6 +11,7 @@ import torch
 
 from tilec.bench import model_step, models
 from tilec.cli import main
+from tilec.errors import TilecError
 
 
 def test_a_workload_is_the_same_every_time():
@@ -66,6 +67,46 @@ def test_each_side_runs_consecutive_steps_and_its_first_is_not_timed(steps, cons
     assert len(calls) == 2 + 2 * run
 
 
+def test_with_records_the_tilec_side_runs_them_and_an_untuned_side_runs_none(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """`--records`: every step of the tilec side runs with the records in force, every step of the
+    "untuned" side with none, interleaved; the tuned gain is the untuned side's time over the tilec
+    side's, round by round."""
+    from tilec.config import options
+
+    path = tmp_path / "records.sqlite"
+    path.write_bytes(b"")
+    seen: list[tuple[str, tuple]] = []  # (side, the records in force) per step
+    step_ms = {"tilec": 2, "untuned": 3}
+    built: list[str] = []
+
+    def stepper(work, backend, lr=None):
+        side = ("tilec", "untuned")[len(built)]  # the sides are built in this order
+        built.append(side)
+
+        def step(k):
+            seen.append((side, options.records_key()))
+            now[0] += step_ms[side]
+        return step
+
+    now = [0.0]
+    monkeypatch.setattr(models, "stepper", stepper)
+    before = options.records_key()
+    result = model_step.run_model("mlp", steps=4, warmup=1, sides={"tilec": models.BACKEND},
+                                  clock=lambda: now[0], consecutive=3, records=path)
+    assert options.records_key() == before
+    order = [side for side, _ in seen]  # the warm-up round, then rounds whose first side alternates
+    assert order == ["tilec", "untuned"] + ["tilec"] * 3 + ["untuned"] * 3 + ["untuned"] * 3 + ["tilec"] * 3
+    keys = {side: {key for s, key in seen if s == side} for side in ("tilec", "untuned")}
+    assert keys["tilec"] == {str(path)} and keys["untuned"] == {None}
+    assert result.median_ms("tilec") == 2000 and result.median_ms("untuned") == 3000  # (the clock counts seconds)
+    assert result.round_ratios("tilec", "untuned") == [1.5, 1.5] and result.tuned_gain() == (1.5, 1.5, 1.5)
+    line = result.to_dict()
+    assert line["tuned_vs_untuned"] == 1.5 and line["untuned_ms"] == 3000 and line["tuned_vs_untuned_quartiles"] == [1.5] * 3
+    assert "(1.500-1.500)" in model_step.table_row(result, records=True)
+    with pytest.raises(TilecError, match="apply to the backend 'tilec' only"):
+        model_step.run_model("mlp", steps=1, warmup=1, sides={"tilec": "aot_eager"}, records=path)
+
+
 def test_a_busy_machine_makes_a_models_figures_unreliable():
     loads = iter([6.0, 0.1])
     result = model_step.run_model("mlp", steps=1, warmup=1, sides={"eager": None}, load=lambda: next(loads))
@@ -103,6 +144,7 @@ def test_cli_model_with_a_stand_in_backend(capsys: pytest.CaptureFixture[str]):
     (["bench", "model", "--models", "mlp", "--steps", "0"], "needs --steps >= 1"),
     (["bench", "gemm", "--steps", "3"], "belong to `tilec bench model`"),
     (["bench", "model", "--models", "mlp", "--threads", "0"], "--threads must be at least 1"),
+    (["bench", "model", "--models", "mlp", "--records", "no/such.sqlite"], "--records no/such.sqlite: no such file"),
 ])
 def test_cli_model_bad_input_is_one_clear_error(capsys: pytest.CaptureFixture[str], argv: list[str], message: str):
     assert main(argv) == 1

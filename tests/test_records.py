@@ -20,7 +20,7 @@ import tilec
 import tilec.cli
 from tilec import records as R
 from tilec.records import lookup
-from tilec.records import Record, RecordDB, task_key
+from tilec.records import Record, RecordDB, task_key, using
 from tilec.config import options
 from tilec.pipeline import compiler_fingerprint, resolve_target
 
@@ -516,3 +516,24 @@ def test_an_unreadable_database_warns_once_and_compiles_the_default(db_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tilec.compile(GEMM)(a, b)
+
+
+def test_using_switches_the_records_a_function_takes_back_and_forth(db_path, tmp_path):
+    """One process runs the same Function tuned and untuned, alternately (`tilec bench model
+    --records`): the kernels chosen under one set of records are never served under another."""
+    with RecordDB(db_path) as db:
+        db.add(rec(1e-3))
+    fn = tilec.compile(GEMM)
+    a, b = gemm_inputs()
+    kernels = {}
+    for records in (db_path, None, db_path, None):
+        with using(records):
+            assert ("C.acc: float32[4, 32]" in loop_ir(fn)) == (records is not None)
+            np.testing.assert_allclose(fn(a, b), a @ b, rtol=1e-4, atol=1e-4)
+            kernel = fn.kernel_for((SHAPES["A"], SHAPES["B"]), ("float32", "float32"))
+            assert kernels.setdefault(records, kernel) is kernel  # the same kernel each time back
+    assert kernels[db_path].key != kernels[None].key
+    assert options.use_records and options.records_path == db_path  # as before the blocks
+    with pytest.raises(tilec.TilecError, match="no tuning-record database at .*missing.sqlite"):
+        with using(tmp_path / "missing.sqlite"):
+            pass

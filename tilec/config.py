@@ -51,6 +51,10 @@ def _env_int(name: str, default: int) -> int:
         raise TilecError(f"environment variable {name}={text!r}: expected a whole number") from None
 
 
+RECORDS_OPTIONS = frozenset({"use_records", "records_path", "cache_dir"})  # the options records_key reads
+_UNSET = object()
+
+
 @dataclass
 class Options:
     cache_dir: Path | None = field(default_factory=_default_cache_dir)
@@ -61,6 +65,35 @@ class Options:
     own_threads: bool = field(default_factory=lambda: os.environ.get("TILEC_OWN_THREADS", "") not in ("", "0"))
     kernel_cache_size: int = field(default_factory=lambda: _env_int("TILEC_KERNEL_CACHE", 64))
     cpu_target: str = field(default_factory=lambda: os.environ.get("TILEC_TARGET", ""))  # "": the host CPU
+
+    def records_key(self) -> str | None:
+        """The tuning-record database a kernel looked up now takes its schedule from (None: none):
+        part of the key of every cache that keeps a kernel chosen by the records (a Function's
+        per-signature kernels, the ops' plans), so that changing the options, or entering
+        `tilec.records.using`, applies to the calls after. Computed once per change of the options
+        it reads: those caches are looked up at every call of an op."""
+        key = self.__dict__.get("_records_key", _UNSET)
+        if key is _UNSET:
+            key = None
+            if self.use_records and (self.records_path is not None or self.cache_dir is not None):
+                key = os.fspath(self.records_path if self.records_path is not None
+                                else Path(self.cache_dir) / "records.sqlite")  # type: ignore[arg-type]
+            object.__setattr__(self, "_records_key", key)
+        return key  # type: ignore[return-value]
+
+    def swap_records(self, use: bool, path: Path | None, key: str | None) -> tuple[bool, Path | None, str | None]:
+        """Put `use_records` and `records_path` (whose `records_key` is `key`) in force at once; returns the
+        three they replace, to swap back (tilec.records.using, entered at every training step)."""
+        before = self.use_records, self.records_path, self.records_key()
+        object.__setattr__(self, "use_records", use)
+        object.__setattr__(self, "records_path", path)
+        object.__setattr__(self, "_records_key", key)
+        return before
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+        if name in RECORDS_OPTIONS:
+            object.__setattr__(self, "_records_key", _UNSET)  # records_key is computed anew
 
 
 options = Options()

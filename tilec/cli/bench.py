@@ -46,14 +46,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from tilec.pipeline import resolve_target
     from tilec.target import parse_target
 
-    if args.records is not None:  # compile with the best schedules these records hold
-        if not Path(args.records).is_file():
-            raise TilecError(f"--records {args.records}: no such file (tune first: tilec tune OP --records "
-                             f"{args.records})")
-        options.records_path, options.use_records = Path(args.records), True
-
-    if args.op == "model":
+    if args.records is not None and not Path(args.records).is_file():
+        raise TilecError(f"--records {args.records}: no such file (tune first: tilec tune OP --records "
+                         f"{args.records})")
+    if args.op == "model":  # with records, the tilec side against itself untuned
         return _bench_model(args)
+    if args.records is not None:  # compile with the best schedules these records hold
+        options.records_path, options.use_records = Path(args.records), True
     if args.models is not None or args.steps is not None or args.threads is not None or args.backend != "tilec":
         raise TilecError("--models, --steps, --threads and --backend belong to `tilec bench model` "
                          "(whole models' training steps)")
@@ -141,15 +140,18 @@ def _bench_model(args: argparse.Namespace) -> int:
             raise TilecError(f"--threads must be at least 1, got {args.threads}")
         torch.set_num_threads(args.threads)  # tilec's kernels use torch's thread count too
     sides = {**model_step.SIDES, "tilec": args.backend}
+    records = Path(args.records) if args.records is not None else None
+    if records is not None and args.backend != models.BACKEND:
+        raise TilecError(f"--records applies to the backend {models.BACKEND!r} only, not --backend {args.backend}")
     if not args.json:
         print(model_step.machine_header())
-        print(model_step.explanation(steps, warmup, args.backend, consecutive))
-        print(model_step.table_header(), flush=True)
+        print(model_step.explanation(steps, warmup, args.backend, consecutive, records))
+        print(model_step.table_header(records is not None), flush=True)
     _warn_if_busy("at the start of the run")
     failed = 0
     for name in names:
         try:
-            result = model_step.run_model(name, steps, warmup, sides, consecutive=consecutive)
+            result = model_step.run_model(name, steps, warmup, sides, consecutive=consecutive, records=records)
         except models.ModelError as err:  # e.g. transformers is missing: the other models still run
             print(f"tilec: error: {err}", file=sys.stderr, flush=True)
             failed += 1
@@ -157,7 +159,7 @@ def _bench_model(args: argparse.Namespace) -> int:
         for side, error in result.errors.items():
             print(f"tilec: error: {name}, {side}: {error}", file=sys.stderr, flush=True)
         failed += bool(result.errors)
-        print(json.dumps(result.to_dict()) if args.json else model_step.table_row(result), flush=True)
+        print(json.dumps(result.to_dict()) if args.json else model_step.table_row(result, records is not None), flush=True)
     _warn_if_busy("at the end of the run")
     return 1 if failed else 0
 
@@ -246,7 +248,8 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
                        help="per case: after the first warm-up and timed pair, run more pairs only while "
                             "the case stays within this many seconds (default 30)")
     bench.add_argument("--records", default=None, metavar="PATH",
-                       help="benchmark the best kernels these tuning records hold (default: tilec's records file)")
+                       help="benchmark the best kernels these tuning records hold (default: tilec's records file); "
+                            "for `model`, the tilec side with them against an 'untuned' side without any")
     bench.add_argument("--cooldown", type=float, default=0.02, metavar="SECONDS",
                        help="idle time after every call, both sides, so that one library's idle threads are "
                             "quiet before the other runs (default 0.02)")

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from tilec.config import options
 from tilec.ops.arguments import OpError
 from tilec.ops.kernels import forward_fn, grad_fn, plan_for
 from tilec.runtime.function import pointer_runner
@@ -104,7 +105,23 @@ def signature(t: torch.Tensor | None) -> Any:
     return None if t is None else (t.shape, t.dtype, t.device)
 
 
-NODES: dict[tuple[Any, ...], Node] = {}
+class _Nodes:
+    """The Nodes made so far, by the op's key and the tuning records in force when they were made
+    (tilec.config.Options.records_key): a Node keeps the runners of kernels those records chose."""
+
+    __slots__ = ("_nodes",)
+
+    def __init__(self) -> None:
+        self._nodes: dict[tuple[Any, ...], Node] = {}
+
+    def get(self, key: tuple[Any, ...]) -> Node | None:
+        return self._nodes.get((options.records_key(), key))
+
+    def __setitem__(self, key: tuple[Any, ...], node: Node) -> None:
+        self._nodes[options.records_key(), key] = node
+
+
+NODES = _Nodes()
 
 
 class _TileOp(torch.autograd.Function):

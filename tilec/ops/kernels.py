@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from tilec.autodiff import derive
+from tilec.config import options
 from tilec.frontend import parse
 from tilec.entry import compile_source
 from tilec.runtime.function import Function, pointer_runner
@@ -60,7 +61,7 @@ _PLANS: dict[tuple[Any, ...], Plan] = {}
 
 
 def plan_for(fn: Function, tensors: Sequence[torch.Tensor]) -> Plan:
-    key = (id(fn), *[(t.shape, t.dtype) for t in tensors])
+    key = (id(fn), options.records_key(), *[(t.shape, t.dtype) for t in tensors])  # the records choose kernels
     plan = _PLANS.get(key)
     if plan is None:
         kernel = fn.kernel_for(tuple(tuple(t.shape) for t in tensors),

@@ -13,8 +13,10 @@ shape too.
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import replace
+from pathlib import Path
 
 from tilec.config import options
 from tilec.errors import TilecError, TilecWarning
@@ -35,6 +37,32 @@ def _warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
         warnings.warn(message, TilecWarning, stacklevel=4)
+
+
+class using:  # noqa: N801 - a context manager, named as the function it reads as
+    """Within a `with using(path):` block, the kernels looked up anew (a Function's first call at a
+    signature, an op's first call at its shapes) take their schedules from the tuning records at
+    `path`, or from the heuristic alone with None. Kernels chosen under other records are not
+    reused: every cache that keeps a chosen kernel is keyed by the records in force (tilec.config.
+    Options.records_key), so one process can run the same model tuned and untuned, alternately.
+    The options come back as they were when the block ends. One `using` may be entered again and
+    again (at every training step: entering costs two attribute swaps; the path is checked once,
+    here). Not thread-safe: the records in force are process-wide."""
+
+    __slots__ = ("_path", "_key", "_saved")
+
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+        if path is not None and not Path(path).is_file():
+            raise TilecError(f"no tuning-record database at {path} (tilec tune ... --records {path} writes one)")
+        self._path = None if path is None else Path(path)
+        self._key = None if self._path is None else os.fspath(self._path)
+        self._saved: list[tuple[bool, Path | None, str | None]] = []
+
+    def __enter__(self) -> None:
+        self._saved.append(options.swap_records(self._path is not None, self._path, self._key))
+
+    def __exit__(self, *exc: object) -> None:
+        options.swap_records(*self._saved.pop())
 
 
 def recorded_schedule(program: Program, sig: Signature, target: Target,

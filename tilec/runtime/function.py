@@ -20,7 +20,7 @@ import numpy as np
 from tilec import pipeline
 from tilec.pipeline import Kernel, Signature, resolve_target
 from tilec.runtime import memory, torch_cuda
-from tilec.config import logs
+from tilec.config import logs, options
 from tilec.errors import BindError, TilecError, TilecWarning, located
 from tilec.frontend import parse
 from tilec.ir.dtypes import check_supported
@@ -52,8 +52,9 @@ class Function:
         self.size_inputs: tuple[str, ...] = size_inputs(self.program)
         self.schedule: "Schedule | TemplateSchedule | None" = None  # None: the heuristic's templates
         self._by_signature: dict[tuple, Kernel] = {}
-        self._recorded: dict[Signature, "TemplateSchedule | None"] = {}
-        self._sources: dict[Signature, dict[int, str]] = {}  # statement -> the tuning record that schedules it
+        # per (signature, options.records_key()): the records' schedule, and where each statement's came from
+        self._recorded: dict[tuple[Signature, Any], "TemplateSchedule | None"] = {}
+        self._sources: dict[tuple[Signature, Any], dict[int, str]] = {}  # statement -> the record that schedules it
 
     def with_schedule(self, schedule: "Schedule | TemplateSchedule") -> "Function":
         """A Function computing the same program with `schedule` applied to its loop IR.
@@ -86,8 +87,8 @@ class Function:
         if torch_cuda.any_torch_cuda(args) or torch_cuda.any_torch_cuda(kwargs.values()):
             return self._call_on_device(args, kwargs)
         arrays = self._arguments(args, kwargs)
-        # the lowering parameters in force are part of what a kernel is (tilec.schedule.params)
-        sig_key = (lowering_params.current(), tuple((a.shape, a.dtype.char) for a in arrays),
+        # the lowering parameters and the tuning records in force are part of what a kernel is
+        sig_key = (lowering_params.current(), options.records_key(), tuple((a.shape, a.dtype.char) for a in arrays),
                    tuple(self._size_values(arrays)))
         kernel = self._by_signature.get(sig_key)
         if kernel is None:
@@ -118,7 +119,7 @@ class Function:
         np_dtypes = [np.dtype(d) for d in dtypes]
         arguments = tuple((tuple(int(d) for d in shape), dt.char) for shape, dt in zip(shapes, np_dtypes))
         values = [(n, int(given[n])) for n in self.size_inputs]
-        sig_key = (lowering_params.current(), arguments, tuple(values))
+        sig_key = (lowering_params.current(), options.records_key(), arguments, tuple(values))
         kernel = self._by_signature.get(sig_key)
         if kernel is None:
             sig = Signature(
@@ -203,29 +204,30 @@ class Function:
             except TilecError as err:
                 warnings.warn(f"the schedule of the best tuning records does not build ({err}); "
                               f"compiling with the default schedule", TilecWarning, stacklevel=2)
-                self._recorded[sig] = None
+                self._recorded[sig, options.records_key()] = None
         return self._kernel(sig, self.schedule)
 
     def _recorded_schedule(self, sig: Signature) -> "TemplateSchedule | None":
         """The best tuning records' schedule when no schedule was given, looked up once per signature."""
         if self.schedule is not None:
             return None
-        if sig not in self._recorded:
+        key = (sig, options.records_key())
+        if key not in self._recorded:
             sources: dict[int, str] = {}
-            self._recorded[sig] = recorded_schedule(self.program, sig, self.target, sources)
-            self._sources[sig] = sources
+            self._recorded[key] = recorded_schedule(self.program, sig, self.target, sources)
+            self._sources[key] = sources
             if logs("schedule"):
                 first = str(self.program).splitlines()[0]
                 shapes = ", ".join(f"{n}={'x'.join(map(str, d))}" for n, d in sig.shapes)
                 print(f"tilec schedule: {first} at {shapes}:\n" + self._origins(
-                    pipeline.explain(self.program, sig, self.target, "templates", self._recorded[sig]), sig),
+                    pipeline.explain(self.program, sig, self.target, "templates", self._recorded[key]), sig),
                     file=sys.stderr)
-        return self._recorded[sig]
+        return self._recorded[key]
 
     def _origins(self, templates: str, sig: Signature) -> str:
         """The templates stage's lines, each with where its statement's schedule came from: the
         schedule given to this Function, a tuning record (file, row, trial, time) or the heuristic."""
-        sources = self._sources.get(sig, {})
+        sources = self._sources.get((sig, options.records_key()), {})
 
         def origin(match: re.Match[str]) -> str:
             where = "the given schedule" if self.schedule is not None else sources.get(int(match.group(1)), "heuristic")
