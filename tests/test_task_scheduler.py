@@ -112,7 +112,7 @@ def test_cli_tunes_a_model_file_within_its_budget(tmp_path: Path, capsys: pytest
     assert all(programs[s["program"]] == s["share"] for s in summaries)
     assert 0 < max(programs.values()) <= 1.0 and sum(programs.values()) == pytest.approx(1.0, abs=1e-3)
     assert "share" in out.err and "tuned kernels per step, as the tuner timed them alone" in out.err
-    assert "training step, alternating processes of 10 steps" in out.err  # the records checked on the step itself
+    assert "training step, interleaved in this process (40 timed steps each)" in out.err  # checked on the step itself
     with RecordDB(records) as db:
         tuned = [s for s in summaries if s["trials"]]
         assert tuned and all(any(r.confirmed for r in db.records(s["task"])) for s in tuned)
@@ -139,3 +139,34 @@ def test_a_model_file_without_example_inputs_is_refused(tmp_path: Path, capsys: 
     path.write_text("import torch\nmodel = torch.nn.Linear(4, 4)\n")
     assert main(["tune", "model", str(path), "--budget", "1m"]) != 0
     assert "must define example_inputs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tuned_ms, reverted", [(10.0, False), (10.15, True), (10.5, True)])
+def test_the_step_check_keeps_the_records_only_when_the_rounds_gain_one_percent(
+        tuned_ms: float, reverted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`tilec tune model`'s check: the tilec side with the records against the untuned side, in this
+    process; below a 1% median gain over the rounds, the tuned tasks go back on their defaults."""
+    import argparse
+
+    from tilec.autotune import scheduler
+    from tilec.bench import model_step, models
+    from tilec.cli import tune_model
+
+    calls: list[dict] = []
+
+    def run_model(work, steps, warmup, sides, records=None):
+        calls.append({"work": work.name, "steps": steps, "sides": sides, "records": records})
+        return model_step.ModelResult(work.name, times_ms={"tilec": [tuned_ms] * 4, "untuned": [10.2] * 4},
+                                      round_ms={"tilec": [tuned_ms] * 4, "untuned": [10.2] * 4})
+
+    monkeypatch.setattr(model_step, "run_model", run_model)
+    monkeypatch.setattr(scheduler, "revert_to_defaults", lambda rows, db: len(rows))
+    records = tmp_path / "r.sqlite"
+    RecordDB(records).close()
+    args = argparse.Namespace(records=str(records), model_file=None, model="mlp", verify_steps=8)
+    tune_model.verify_step(args, ["row"])
+    err = capsys.readouterr().err
+    assert calls == [{"work": "mlp", "steps": 8, "sides": {"tilec": models.BACKEND}, "records": records}]
+    assert f"10.200 ms untuned, {tuned_ms:.3f} ms tuned (gain {10.2 / tuned_ms:.3f}x" in err
+    assert ("back on it" in err) == reverted

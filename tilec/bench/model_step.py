@@ -145,6 +145,7 @@ def _first_line(err: BaseException) -> str:
 
 
 CONSECUTIVE = 5  # steps each side runs back to back per timed round, by default (the first untimed)
+WARMUP = 3  # untimed rounds of one step per side, by default (the first compiles)
 
 
 def check_counts(steps: int, warmup: int, consecutive: int = CONSECUTIVE) -> None:
@@ -154,13 +155,14 @@ def check_counts(steps: int, warmup: int, consecutive: int = CONSECUTIVE) -> Non
                          f"--consecutive {consecutive}")
 
 
-def run_model(name: str, steps: int, warmup: int, sides: dict[str, str | None] | None = None,
+def run_model(model: str | models.Workload, steps: int, warmup: int, sides: dict[str, str | None] | None = None,
               clock: Callable[[], float] = time.perf_counter,
               load: Callable[[], float | None] = roofline.load_average,
               consecutive: int = CONSECUTIVE, records: Path | None = None) -> ModelResult:
-    """Warm up and time one model's training step on every side (see the module docstring); `load`
-    reads the load average before and after (ModelResult.warnings). With `records`, the tilec side
-    runs with those tuning records and the side "untuned" with none."""
+    """Warm up and time one model's training step on every side (see the module docstring): `model`
+    names one of tilec.bench.models' or is a workload of its own. `load` reads the load average
+    before and after (ModelResult.warnings). With `records`, the tilec side runs with those tuning
+    records and the side "untuned" with none."""
     import torch
 
     check_counts(steps, warmup, consecutive)
@@ -172,10 +174,11 @@ def run_model(name: str, steps: int, warmup: int, sides: dict[str, str | None] |
                              f"{sides.get('tilec')!r}")
         sides[UNTUNED] = models.BACKEND
         scopes = {"tilec": using(records), UNTUNED: using(None)}
+    name = model if isinstance(model, str) else model.name
     result = ModelResult(name, cores=roofline.cores(), consecutive=consecutive, tilec_sides=1 + (records is not None))
     before = load()
     torch._dynamo.reset()  # the previous model's compiled code and guards go
-    base = models.build(name)
+    base = models.build(model) if isinstance(model, str) else model
     steppers = {}
     for side, backend in sides.items():
         try:

@@ -167,6 +167,15 @@ def build(name: str, seed: int = 0, **options: Any) -> Workload:
     return work
 
 
+def from_file(path: str) -> Workload:
+    """The model a Python file defines for `tilec tune model FILE.py` (tilec.torch_backend.tuning.
+    model_from_file): every step runs it on the file's example inputs, learning rate 1e-3."""
+    from tilec.torch_backend.tuning import model_from_file
+
+    model, loss_of = model_from_file(path)
+    return Workload(path, model, batch=lambda k: {}, loss=lambda compiled, batch: loss_of(compiled), lr=1e-3)
+
+
 def in_dtype(work: Workload, dtype: Any) -> Workload:
     """The workload with its model's floating-point parameters and buffers and its batches' floating-
     point tensors in `dtype` (torch.float64: a run whose rounding is too small to steer training)."""

@@ -130,7 +130,7 @@ def _bench_model(args: argparse.Namespace) -> int:
         raise TilecError(f"--models takes names from {', '.join(models.MODELS)} separated by commas, got "
                          f"{args.models!r}")
     steps = 20 if args.steps is None else args.steps
-    warmup = 3 if args.warmup is None else args.warmup
+    warmup = model_step.WARMUP if args.warmup is None else args.warmup
     consecutive = model_step.CONSECUTIVE if args.consecutive is None else args.consecutive
     model_step.check_counts(steps, warmup, consecutive)
     if args.threads is not None:

@@ -263,10 +263,11 @@ def add_tune_parser(sub: argparse._SubParsersAction) -> None:
     tune.add_argument("--budget", default=None, metavar="TIME",
                       help="with `tilec tune model`: tune all of the step's kernels within this time (90s, 10m, 1h), "
                            "most where the expected gain is largest, instead of --trials for each")
-    tune.add_argument("--verify-steps", type=int, default=10, metavar="N",
-                      help="with --budget: then time N training steps with the new records and without, alternately "
-                           "in processes of their own, and put the tuned kernels back on their default schedules "
-                           "unless the step got at least 1%% faster (default 10; 0: do not check)")
+    tune.add_argument("--verify-steps", type=int, default=40, metavar="N",
+                      help="with --budget: then time N training steps with the new records and N without, "
+                           "interleaved in this process, and put the tuned kernels back on their default schedules "
+                           "unless the step got at least 1%% faster (the median of the rounds' gains; default 40; "
+                           "0: do not check)")
     tune.add_argument("--effort", default="default", choices=("quick", "default", "full"),
                       help="with --budget: trials per round and candidates confirmed (quick 4/2, default 8/4, full 16/4)")
     tune.add_argument("--model", default="mlp", help="with `tilec tune model`: mlp, gpt2, bert or resnet18 "

@@ -100,34 +100,35 @@ VERIFY_GAIN = 0.01  # the tuned step must be this much faster than the untuned o
 
 
 def verify_step(args: argparse.Namespace, rows: Any) -> None:
-    """Time the training step with the new records and without, alternately, each in a process of
-    its own (tilec.bench.step_timer); if the tuned step is not VERIFY_GAIN faster, put the tuned
-    tasks back on their default schedules (scheduler.revert_to_defaults)."""
-    import json
-    import os
-    import statistics
-    import subprocess
-
+    """Time the training step with the new records and without, interleaved in this process (tilec.
+    bench.model_step: the tilec side with the records against the untuned one, in turns first); if
+    the median of the rounds' gains is not VERIFY_GAIN, put the tuned tasks back on their default
+    schedules (scheduler.revert_to_defaults)."""
     from tilec.autotune.scheduler import revert_to_defaults
+    from tilec.bench import model_step, models
     from tilec.records import RecordDB, default_path
 
-    records = str(args.records or default_path())
-    which = ["--file", args.model_file] if args.model_file else ["--model", args.model]
-    times: dict[str, list[float]] = {"untuned": [], "tuned": []}
-    for side in ["untuned", "tuned"] * 2:
-        env = {**os.environ, "TILEC_RECORDS": records if side == "tuned" else ""}
-        done = subprocess.run([sys.executable, "-m", "tilec.bench.step_timer", *which, "--steps", str(args.verify_steps)],
-                              env=env, capture_output=True, text=True)
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-            sys.stderr.write(f"tune model: could not time the training step to check the records ({last}); they are kept\n")
-            return
-        times[side].append(json.loads(done.stdout.strip().splitlines()[-1])["median_ms"])
-    untuned, tuned = statistics.median(times["untuned"]), statistics.median(times["tuned"])
-    sys.stderr.write(f"training step, alternating processes of {args.verify_steps} steps: {untuned:.3f} ms untuned, "
-                     f"{tuned:.3f} ms tuned ({untuned / tuned:.2f}x)\n")
-    if tuned > untuned * (1 - VERIFY_GAIN):
-        with RecordDB(args.records) as db:
+    records = Path(args.records) if args.records else default_path()
+    work = models.from_file(args.model_file) if args.model_file else models.build(args.model)
+    try:
+        result = model_step.run_model(work, args.verify_steps, model_step.WARMUP, {"tilec": models.BACKEND},
+                                      records=records)
+    except (TilecError, models.ModelError) as err:
+        sys.stderr.write(f"tune model: could not time the training step to check the records ({err}); they are kept\n")
+        return
+    if result.errors:
+        side, error = next(iter(result.errors.items()))
+        sys.stderr.write(f"tune model: could not time the training step to check the records ({side}: {error}); "
+                         f"they are kept\n")
+        return
+    untuned, tuned = result.median_ms(model_step.UNTUNED), result.median_ms("tilec")
+    quartiles = result.tuned_gain()
+    gain = quartiles[1] if quartiles is not None else (untuned / tuned if untuned and tuned else 1.0)
+    spread = f"; the rounds' quartiles {quartiles[0]:.3f}-{quartiles[2]:.3f}" if quartiles is not None else ""
+    sys.stderr.write(f"training step, interleaved in this process ({args.verify_steps} timed steps each): "
+                     f"{untuned:.3f} ms untuned, {tuned:.3f} ms tuned (gain {gain:.3f}x{spread})\n")
+    if gain < 1 + VERIFY_GAIN:
+        with RecordDB(records) as db:
             count = revert_to_defaults(rows, db)
         sys.stderr.write(f"tune model: the tuned step is not at least {100 * VERIFY_GAIN:.0f}% faster, so the {count} "
                          f"tuned kernel statement(s) that left their default schedule are back on it (their records "
