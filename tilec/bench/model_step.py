@@ -20,7 +20,7 @@ heuristic's schedules: tilec.records.using), interleaved with the others like an
 to the tilec side is what tuning bought; each round's pair of medians gives one ratio, and their
 quartiles say how far the ratio moved from round to round. The two run next to each other, in
 turns first: a side's steps run slower after some sides' than after others' (on the mlp, with
-identical kernels and empty records, the side after Inductor's ran 0.93-0.96x the one after it),
+identical kernels and empty records, the side after Inductor's ran 0.95-0.97x the one after it),
 so each follows the other as often as it follows the side before them.
 
 Requires: torch; transformers for gpt2, bert and resnet18. Guarantees: a side that fails (Inductor

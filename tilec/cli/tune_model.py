@@ -109,8 +109,8 @@ def verify_step(args: argparse.Namespace, rows: Any) -> None:
     from tilec.records import RecordDB, default_path
 
     records = Path(args.records) if args.records else default_path()
-    work = models.from_file(args.model_file) if args.model_file else models.build(args.model)
     try:
+        work = models.from_file(args.model_file) if args.model_file else models.build(args.model)
         result = model_step.run_model(work, args.verify_steps, model_step.WARMUP, {"tilec": models.BACKEND},
                                       records=records)
     except (TilecError, models.ModelError) as err:
