@@ -74,12 +74,17 @@ class Options:
         it reads: those caches are looked up at every call of an op."""
         key = self.__dict__.get("_records_key", _UNSET)
         if key is _UNSET:
-            key = None
-            if self.use_records and (self.records_path is not None or self.cache_dir is not None):
-                key = os.fspath(self.records_path if self.records_path is not None
-                                else Path(self.cache_dir) / "records.sqlite")  # type: ignore[arg-type]
+            path = self.records_file() if self.use_records else None
+            key = None if path is None else os.fspath(path)
             object.__setattr__(self, "_records_key", key)
         return key  # type: ignore[return-value]
+
+    def records_file(self) -> Path | None:
+        """The tuning-record database: `records_path`, else records.sqlite in the cache directory;
+        None with neither (tilec.records.db.default_path says so as an error)."""
+        if self.records_path is not None:
+            return Path(self.records_path)
+        return None if self.cache_dir is None else Path(self.cache_dir) / "records.sqlite"
 
     def swap_records(self, use: bool, path: Path | None, key: str | None) -> tuple[bool, Path | None, str | None]:
         """Put `use_records` and `records_path` (whose `records_key` is `key`) in force at once; returns the

@@ -51,13 +51,12 @@ _SCHEMA = (
 
 
 def default_path() -> Path:
-    """`options.records_path`, else `<cache_dir>/records.sqlite`."""
-    if options.records_path is not None:
-        return Path(options.records_path)
-    if options.cache_dir is None:
+    """`options.records_path`, else `<cache_dir>/records.sqlite` (Options.records_file)."""
+    path = options.records_file()
+    if path is None:
         raise TilecError("no tuning-record database: the cache directory is disabled (TILEC_CACHE_DIR is empty); "
                          "give a path (--records PATH) or set TILEC_RECORDS")
-    return Path(options.cache_dir) / "records.sqlite"
+    return path
 
 
 class RecordDB:
