@@ -195,7 +195,10 @@ def test_softmax_plan_segments() -> None:
     plan = elementwise_fusion.match(0, bp)
     assert plan is not None and len(plan.members) == 4
     assert plan.segments == ((0,), (1, 2), (3,))  # max | exp and sum | divide
-    assert plan.elided == ("M", "S")  # E is read two segments later: stored
+    assert plan.elided == ("M", "S", "E") and plan.row_local == ("E",)  # E, read two segments later: a row buffer
+    x = RNG.standard_normal((64, 100)).astype(np.float32)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(tilec.compile(sources.softmax_source())(x), e / e.sum(axis=1, keepdims=True), rtol=1e-5)
 
 
 def test_no_fusion_for_non_row_local_reads() -> None:

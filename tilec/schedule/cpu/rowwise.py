@@ -16,8 +16,9 @@ over memory (and, in parallel, its own pool synchronisation). Here the whole run
 
 A segment ends where a statement reads a reduction of the same segment (or at a row statement).
 A temporary whose readers are all in the group is never materialised: a full-shape one lives in a
-per-lane local buffer (registers), a row one in a local scalar; one read by a later segment or
-outside the group (or an output) is stored to its buffer too.
+per-lane local buffer (registers), a row one in a local scalar; a full-shape one a later segment
+reads lives in a local buffer of one row (at most ROW_SCRATCH bytes; a layer norm's centred
+values); one read outside the group (or an output) is stored to its buffer too.
 
 Requires: a BoundProgram. Guarantees: `match` gives a plan only for runs of at least two statements
 (or one elementwise statement: its inner loop becomes explicit vector code) whose every in-group read is row-local (the same cell, or the row's cell of a row value), with
@@ -31,29 +32,19 @@ import math
 from dataclasses import dataclass, replace
 
 from tilec.ir import loop as L
-from tilec.ir import tensor as T
 from tilec.ir.affine import IntAffine
-from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundIntrinsic, BoundProgram, BoundStatement
+from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundIntrinsic, BoundProgram
 from tilec.ir.elementwise import lower_expression
 from tilec.ir.lower import LoweredGroup, combine, identity
 from tilec.ir.loop_nest import broadcast_indices, index_expr, loop_nest
 from tilec.ir.dtypes import numpy_common
 from tilec.ir.rewrite import map_expr
+from tilec.schedule.cpu.row_members import FULL, REDUCE, ROW, Member, contraction_member, elementwise_member, space
 from tilec.schedule.patterns.dataflow import reads
 from tilec.schedule.templates.base import Choice, Context, Template
 from tilec.target import Target
 
-FULL, ROW, REDUCE = "full", "row", "reduce"
-
-
-@dataclass(frozen=True)
-class Member:
-    """One statement of a fused group: its index, kind (full | row | reduce) and, for a contraction,
-    where each of its index variables sits in the group's cell (row axis "r<d>", "j" or "0")."""
-
-    index: int
-    kind: str
-    places: tuple[tuple[str, str], ...] = ()
+ROW_SCRATCH = 64 * 1024  # bytes of one row of a temporary kept on the stack (FusionPlan.row_local)
 
 
 @dataclass(frozen=True)
@@ -63,89 +54,16 @@ class FusionPlan:
     segments: tuple[tuple[int, ...], ...]  # member positions; a row member is a segment alone
     stored: tuple[str, ...]  # outputs written to their buffers
     local: tuple[str, ...]  # outputs kept in local buffers (per-lane for full ones)
+    row_local: tuple[str, ...] = ()  # full temporaries later segments read, kept one row at a time
 
     @property
     def elided(self) -> tuple[str, ...]:
-        return tuple(n for n in self.local if n not in self.stored)
-
-
-def _row(shape: tuple[int, ...]) -> tuple[int, ...]:
-    return shape[:-1] + (1,)
-
-
-def _is_zero(e: IntAffine) -> bool:
-    return not e.coeffs and e.const == 0
-
-
-def _contraction_member(index: int, b: BoundContraction, shape: tuple[int, ...],
-                        kinds: dict[str, str]) -> Member | None:
-    """`b` as a pointwise contraction (full or row) or a row reduction over `shape`, or None."""
-    if b.empty or b.guards or b.stmt.default is not None:
-        return None
-    rank = len(shape)
-    if b.shape == shape:
-        kind = FULL
-    elif b.shape == _row(shape):
-        kind = ROW
-    else:
-        return None
-    ranges = {v: (lo, hi) for v, lo, hi in b.ranges}
-    places: dict[str, str] = {}
-    for d, e in enumerate(b.out_indices):
-        v = e.lone_var
-        if d < rank - 1 or kind == FULL:
-            if v is None or v in places or ranges[v] != (0, shape[d] - 1):
-                return None
-            places[v] = f"r{d}" if d < rank - 1 else "j"
-        elif v is not None:  # the row axis of a keep-dim output: 0 or a variable over [0, 0]
-            if v in places or ranges[v] != (0, 0):
-                return None
-            places[v] = "0"
-        elif not _is_zero(e):
-            return None
-    rest = [v for v in ranges if v not in places]
-    if rest:
-        if kind != ROW or len(rest) != 1 or ranges[rest[0]] != (0, shape[-1] - 1) or b.stmt.agg not in "+><" \
-                or b.stmt.combo not in ("single", "mul", "add"):
-            return None
-        kind = REDUCE
-        places[rest[0]] = "j"
-    for a in b.operands:  # in-group operands must be read at the cell (or the row's cell)
-        if a.tensor not in kinds:
-            continue
-        want = [f"r{d}" for d in range(rank - 1)] + ["j" if kinds[a.tensor] == FULL else "0"]
-        got = [places.get(e.lone_var or "", "0" if _is_zero(e) else "?") for e in a.indices]
-        if got != want:
-            return None
-    return Member(index, kind, tuple(places.items()))
-
-
-def _elementwise_member(index: int, b: BoundElementwise, shape: tuple[int, ...],
-                        kinds: dict[str, str]) -> Member | None:
-    if b.shape == shape:
-        return Member(index, FULL)
-    if b.shape == _row(shape) and all(kinds.get(n) != FULL for n in T.eexpr_tensors(b.stmt.expr)):
-        return Member(index, ROW)
-    return None
-
-
-def _space(b: BoundStatement) -> tuple[int, ...] | None:
-    """The iteration space a group starting at `b` covers: its shape, or a row reduction's input shape
-    (None for an intrinsic: it keeps its default nest)."""
-    if isinstance(b, BoundIntrinsic):
-        return None
-    if isinstance(b, BoundElementwise) or not b.shape:
-        return b.shape
-    out = {e.lone_var for e in b.out_indices}
-    rest = [(v, hi + 1) for v, lo, hi in b.ranges if v not in out and lo == 0]
-    if b.shape[-1] == 1 and len(rest) == 1:
-        return b.shape[:-1] + (rest[0][1],)
-    return b.shape
+        return tuple(n for n in self.local if n not in self.stored and n not in self.row_local) + self.row_local
 
 
 def match(index: int, bp: BoundProgram) -> FusionPlan | None:
     """The longest fusable run of statements from statements[index] (at least two), or None."""
-    shape = _space(bp.statements[index])
+    shape = space(bp.statements[index])
     if shape is None or len(shape) < 2 or shape[-1] < 2:
         return None
     kinds: dict[str, str] = {}
@@ -154,8 +72,8 @@ def match(index: int, bp: BoundProgram) -> FusionPlan | None:
         s = bp.statements[k]
         if isinstance(s, BoundIntrinsic):
             break
-        m = _elementwise_member(k, s, shape, kinds) if isinstance(s, BoundElementwise) else \
-            _contraction_member(k, s, shape, kinds)
+        m = elementwise_member(k, s, shape, kinds) if isinstance(s, BoundElementwise) else \
+            contraction_member(k, s, shape, kinds)
         if m is None or (not members and m.kind == ROW):
             break
         members.append(m)
@@ -189,7 +107,7 @@ def _plan(shape: tuple[int, ...], members: list[Member], bp: BoundProgram) -> Fu
     for k, s in enumerate(bp.statements):
         for n in set(reads(s)):
             readers.setdefault(n, []).append(in_group.get(k))
-    stored, local = [], []
+    stored, local, row_local = [], [], []
     for name, m in outputs.items():
         seen = readers.get(name, [])
         if m.kind != FULL:
@@ -199,9 +117,12 @@ def _plan(shape: tuple[int, ...], members: list[Member], bp: BoundProgram) -> Fu
             continue
         if segment_of[name] in seen:
             local.append(name)
-        if name in bp.program.outputs or any(r != segment_of[name] for r in seen):
+        if name not in bp.program.outputs and None not in seen and shape[-1] * 4 <= ROW_SCRATCH:
+            row_local.append(name)  # (a float32 or narrower row: the bytes bound the stack's use)
+        elif name in bp.program.outputs or any(r != segment_of[name] for r in seen):
             stored.append(name)
-    return FusionPlan(shape, tuple(members), tuple(tuple(s) for s in segments), tuple(stored), tuple(local))
+    return FusionPlan(shape, tuple(members), tuple(tuple(s) for s in segments), tuple(stored), tuple(local),
+                      tuple(n for n in row_local if any(r != segment_of[n] for r in readers.get(n, []))))
 
 
 # ------------------------------------------------------------------ building the nest
@@ -231,7 +152,11 @@ class _Builder:
             return L.Load(self.row_buf(name), (), dtype)
         if name in self.plan.local and self.segment_of(name) == segment:
             return L.Load(self.lane_buf(name), (lane,), dtype)
-        return L.Load(name, tuple(self.rows) + (j,), dtype)
+        return L.Load(*self.cell(name, j), dtype)
+
+    def cell(self, name: str, j: L.Expr) -> tuple[str, tuple[L.Expr, ...]]:
+        """Where a full member's value at column `j` of the current row is stored."""
+        return (f"{name}.rowbuf", (j,)) if name in self.plan.row_local else (name, tuple(self.rows) + (j,))
 
     def segment_of(self, name: str) -> int:
         for n, seg in enumerate(self.plan.segments):
@@ -303,9 +228,9 @@ class _Builder:
             if s.output in self.plan.local:
                 stmts.append(L.Store(self.lane_buf(s.output), (lane,), value))
                 value = L.Load(self.lane_buf(s.output), (lane,), s.dtype)
-            if s.output in self.plan.stored:
-                stmts.append(L.Store(s.output, tuple(self.rows) + (j,), value))
-                value = L.Load(s.output, tuple(self.rows) + (j,), s.dtype) if s.output not in self.plan.local else value
+            if s.output in self.plan.stored or s.output in self.plan.row_local:
+                stmts.append(L.Store(*self.cell(s.output, j), value))
+                value = L.Load(*self.cell(s.output, j), s.dtype) if s.output not in self.plan.local else value
             seen.setdefault(key, value)
         return L.seq(*stmts)
 
@@ -360,6 +285,8 @@ class _Builder:
                 body = L.Allocate(L.Buffer(self.row_buf(s.output), s.dtype, (), "local"), body)
             elif s.output in self.plan.local:
                 body = L.Allocate(L.Buffer(self.lane_buf(s.output), s.dtype, (self.lanes,), "local"), body)
+            if s.output in self.plan.row_local:
+                body = L.Allocate(L.Buffer(f"{s.output}.rowbuf", s.dtype, (self.plan.shape[-1],), "local"), body)
         rows = [(r.name, 0, n - 1) for r, n in zip(self.rows, self.plan.shape)]
         nest = loop_nest(rows, body, [])
         if parallel and isinstance(nest, L.For):
