@@ -93,9 +93,10 @@ def _tuple_values(stmt: T.Contraction, loaded: list[np.ndarray], result_dtype: n
     """(value of each tuple in `dtype`, the accumulator's type, of operands converted to the
     contraction's `result_dtype` first; mask of the tuples that contribute or None for all)."""
     combo = stmt.combo
-    if result_dtype != dtype:
-        loaded = [x.astype(result_dtype).astype(dtype) for x in loaded] if combo != "cond" else \
-            loaded[:2] + [loaded[2].astype(result_dtype).astype(dtype)]
+    if result_dtype != dtype:  # (a temporary held in float32 for a 16-bit type goes to the accumulator unrounded)
+        def convert(x: np.ndarray) -> np.ndarray:
+            return x if x.dtype == dtype else x.astype(result_dtype).astype(dtype)
+        loaded = [convert(x) for x in loaded] if combo != "cond" else loaded[:2] + [convert(loaded[2])]
     if combo == "single":
         return loaded[0].astype(dtype), None
     if combo == "mul":
@@ -112,13 +113,15 @@ def _tuple_values(stmt: T.Contraction, loaded: list[np.ndarray], result_dtype: n
 
 
 def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: dict[str, int],
-                    weak_default: bool = False, order_dependent: set[str] | None = None) -> np.ndarray:
+                    weak_default: bool = False, order_dependent: set[str] | None = None,
+                    store_as: str | None = None) -> np.ndarray:
     """The output of `stmt` given the arrays it reads (by name); binds the size symbols it infers.
 
     `weak_default`: the default is a literal's 0-d result, whose type does not take part in the
     output's (it is converted to the type of the combination, as a weak literal is).
     `order_dependent`: gains ``stmt.output`` when the result depends on the order of aggregation
-    beyond rounding (see :class:`OrderBound`)."""
+    beyond rounding (see :class:`OrderBound`). `store_as`: the result's type where given (a 16-bit
+    temporary held in float32, or the declared type a value held in float32 rounds to)."""
     what = f"'{stmt}'"
     conds: list[Condition] = []
     for access in stmt.operands:
@@ -134,6 +137,8 @@ def run_contraction(stmt: T.Contraction, values: dict[str, np.ndarray], sizes: d
     default = values[stmt.default] if stmt.default is not None else None
     dtype = np.dtype(contraction_dtype(stmt.combo, [values[a.tensor].dtype.name for a in stmt.operands],
                                        None if default is None or weak_default else default.dtype.name))
+    if store_as is not None:
+        dtype = np.dtype(store_as)
     result_dtype, dtype = dtype, np.dtype(accumulator_dtype(dtype.name))  # 16-bit floats accumulate in float32
     if default is not None:
         if weak_default:

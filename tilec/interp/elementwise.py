@@ -50,12 +50,14 @@ def _cast(dtype: str, value: Value) -> np.ndarray:
 
 def _operand(dtype: str, value: Value) -> np.ndarray:
     """`value` as an operand of an operation of `dtype`: `_cast`, except that bfloat16 operations run
-    in float32 (a float32 array is a bfloat16 subexpression's unrounded value; anything else converts
-    to bfloat16 first)."""
+    in float32 (a float32 array is a bfloat16 subexpression's unrounded value, a weak literal is taken
+    at float32's precision; anything else converts to bfloat16 first)."""
     if dtype != "bfloat16":
         return _cast(dtype, value)
     if isinstance(value, np.ndarray) and value.dtype == np.float32:
         return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _cast("float32", value)
     return _cast(dtype, value).astype(np.float32)
 
 
@@ -104,7 +106,8 @@ class _Evaluator:
             cast = BUILTINS[e.func].kind == "cast"
             if cast:
                 _check_conversion(e.func, values[0], t)
-            args = [_operand(t, v) for v in values]
+            args = [_cast(t, v) if cast and t == "bfloat16" and isinstance(v, (int, float)) else _operand(t, v)
+                    for v in values]  # (an explicit conversion rounds a literal to bfloat16 itself)
             try:
                 return np.asarray(fn(*args)).astype(t if cast else computed_dtype(t))
             except ValueError as err:  # integers to negative integer powers
@@ -178,16 +181,17 @@ def _literal(e: T.EExpr, ev: _Evaluator) -> Union[int, float]:
     return float(value) if kind is float else int(value)
 
 
-def run_elementwise(stmt: T.Elementwise, values: dict[str, np.ndarray], sizes: dict[str, int]) -> np.ndarray:
-    """The value of `stmt` (broadcast to its tensors' common shape, in its dtype); size symbols
-    read as values are weak integer literals with their bound values."""
+def run_elementwise(stmt: T.Elementwise, values: dict[str, np.ndarray], sizes: dict[str, int],
+                    store_as: str | None = None) -> np.ndarray:
+    """The value of `stmt` (broadcast to its tensors' common shape, in its dtype, or `store_as`);
+    size symbols read as values are weak integer literals with their bound values."""
     names = T.eexpr_tensors(stmt.expr)
     try:
         shape = np.broadcast_shapes(*[values[n].shape for n in names]) if names else ()
     except ValueError:
         listing = ", ".join(f"{n} {values[n].shape}" for n in names)
         raise BindError(f"shapes do not broadcast in '{stmt}': {listing}") from None
-    dtype = elementwise_dtype(stmt.expr, {n: values[n].dtype.name for n in names})
+    dtype = store_as or elementwise_dtype(stmt.expr, {n: values[n].dtype.name for n in names})
     with np.errstate(all="ignore"):
         result = _cast(dtype, _Evaluator({n: values[n] for n in names}, sizes, f"'{stmt}'").eval(stmt.expr))
     return np.array(np.broadcast_to(result, shape), dtype=dtype)

@@ -21,7 +21,7 @@ from tilec.interp.intrinsics import run_intrinsic
 from tilec.interp.sizes import bind_size_inputs, define_size
 from tilec.ir import tensor as T
 from tilec.ir.bounds import bind_param
-from tilec.ir.dtypes import check_supported, expr_type
+from tilec.ir.dtypes import Widening, check_supported, contraction_dtype, elementwise_dtype, expr_type
 from tilec.ir.size_values import is_size_expr
 from tilec.runtime.function import Function, _as_array
 
@@ -86,8 +86,13 @@ class InterpretedFunction(Function):
             with located(param.pos, self.program.source):
                 bind_param(param, values[param.name].shape, sizes)
         weak: set[str] = set()
+        declared = {name: array.dtype.name for name, array in values.items()}
+        widening = Widening(self.program)
         for stmt in self.program.statements:
-            values[stmt.output] = run_statement(stmt, values, sizes, weak, order_dependent)
+            typed = declared_dtype(stmt, declared, weak)
+            held = "float32" if typed is not None and widening.held(stmt, typed) else typed
+            values[stmt.output] = value = run_statement(stmt, values, sizes, weak, order_dependent, held)
+            declared[stmt.output] = typed if typed is not None else value.dtype.name
             if self.log is not None:
                 self.log(f"{stmt};  ->  {summary(values[stmt.output])}")
         return values
@@ -107,17 +112,19 @@ class InterpretedFunction(Function):
 
 
 def run_statement(stmt: T.Statement, values: dict[str, np.ndarray], sizes: dict[str, int],
-                  weak: set[str], order_dependent: set[str] | None = None) -> np.ndarray:
+                  weak: set[str], order_dependent: set[str] | None = None, store_as: str | None = None) -> np.ndarray:
     """The result of one statement over the arrays computed so far.
 
     `sizes` gains the sizes the statement binds (inferred output sizes, integer statements over
     sizes); `weak` names the 0-d results of literal-only statements (a literal ``default``, which
     takes the contraction's type rather than promoting it) and gains this statement's output if so;
     `order_dependent`, where given, gains the output of a contraction whose value may depend on the
-    order of aggregation (tilec.interp.contraction.run_contraction).
+    order of aggregation (tilec.interp.contraction.run_contraction); `store_as`, where given, is the
+    type of the result (a contraction's or an elementwise statement's) instead of the one computed
+    from the values' types (see declared_dtype).
     """
     if isinstance(stmt, T.Contraction):
-        return run_contraction(stmt, values, sizes, stmt.default in weak, order_dependent)
+        return run_contraction(stmt, values, sizes, stmt.default in weak, order_dependent, store_as)
     if isinstance(stmt, T.Intrinsic):
         return run_intrinsic(stmt, values, sizes)
     if not isinstance(stmt, T.Elementwise):
@@ -127,7 +134,22 @@ def run_statement(stmt: T.Statement, values: dict[str, np.ndarray], sizes: dict[
         return define_size(stmt, sizes)
     if isinstance(expr_type(stmt.expr, {n: values[n].dtype.name for n in T.eexpr_tensors(stmt.expr)}), type):
         weak.add(stmt.output)
-    return run_elementwise(stmt, values, sizes)
+        store_as = None
+    return run_elementwise(stmt, values, sizes, store_as)
+
+
+def declared_dtype(stmt: T.Statement, declared: dict[str, str], weak: set[str]) -> str | None:
+    """The type of `stmt`'s result by the language's rules (tilec.ir.dtypes) from the declared types
+    of what it reads (`weak`: the literal-only results so far), where it may differ from the type of
+    the value computed from the values held (a 16-bit temporary is held in float32): for
+    contractions and elementwise statements reading a tensor; None for the others (their computed
+    value has it)."""
+    if isinstance(stmt, T.Contraction):
+        default = None if stmt.default is None or stmt.default in weak else declared[stmt.default]
+        return contraction_dtype(stmt.combo, [declared[a.tensor] for a in stmt.operands], default)
+    if isinstance(stmt, T.Elementwise) and T.eexpr_tensors(stmt.expr):
+        return elementwise_dtype(stmt.expr, declared)
+    return None
 
 
 def summary(array: np.ndarray) -> str:

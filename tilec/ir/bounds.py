@@ -29,7 +29,7 @@ from tilec.ir import tensor as T
 from tilec.ir import index_width, size_values
 from tilec.ir.affine import IntAffine, evaluate_size, to_affine
 from tilec.ir.conditions import Condition, Ranges, guards, infer_ranges, is_empty, normalise, propagate
-from tilec.ir.dtypes import contraction_dtype, elementwise_dtype, expr_type
+from tilec.ir.dtypes import contraction_dtype, elementwise_dtype, expr_type, Widening
 from tilec.ir.intrinsics import BoundIntrinsic, bind_intrinsic
 
 
@@ -93,7 +93,8 @@ class _Env:
 
 def bind(program: T.Program, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str],
          sizes: dict[str, int] | None = None) -> BoundProgram:
-    """Bind every size symbol and infer every statement's shape, dtype, ranges and guards."""
+    """Bind every size symbol and infer every statement's shape, dtype, ranges and guards (the
+    dtypes of the 16-bit float temporaries held in float32 are float32: tilec.ir.dtypes)."""
     env = _Env(dict(sizes or {}))
     for param in program.params:
         with located(param.pos, program.source):  # call-time errors say where the input is declared
@@ -101,6 +102,7 @@ def bind(program: T.Program, shapes: dict[str, tuple[int, ...]], dtypes: dict[st
         env.shapes[param.name] = tuple(shapes[param.name])
         env.dtypes[param.name] = dtypes[param.name]
     bound: list[BoundStatement] = []
+    widening, widened = Widening(program), set()  # 16-bit temporaries held in float32
     for stmt in program.statements:
         b: BoundStatement
         with located(stmt.pos, program.source):  # ... and where the statement is
@@ -113,6 +115,11 @@ def bind(program: T.Program, shapes: dict[str, tuple[int, ...]], dtypes: dict[st
         env.shapes[stmt.output] = b.shape
         env.dtypes[stmt.output] = b.dtype
         bound.append(b)
+        if widening.held(stmt, b.dtype):
+            widened.add(stmt.output)
+    if widened:  # (after every statement is typed: their declared types decide the readers' types)
+        bound = [replace(b, dtype="float32") if b.output in widened else b for b in bound]
+        env.dtypes.update(dict.fromkeys(widened, "float32"))
     _check_memory(bound)
     return BoundProgram(program, env.sizes, env.shapes, env.dtypes, tuple(bound))
 

@@ -19,11 +19,24 @@ Where this differs from numpy (deliberately, to run PlaidML programs unchanged):
 The 16-bit floats are storage types: an elementwise expression on them is computed in float32 and
 rounded once, where its statement stores it (or at an explicit cast), and a contraction over them
 accumulates in float32 (`accumulator_dtype`) and rounds each output cell once, as torch's CPU
-kernels and fused compilers (Inductor, Triton) do.
+kernels and fused compilers (Inductor, Triton) do. A program's temporaries (results that are not
+outputs) of a 16-bit float type are held in float32 (`Widening`): a softmax's exponentials and
+their sum, a norm's mean and variance are not rounded on the way to the output, which is rounded
+once, as torch's single kernels round theirs. Their declared type still decides the types of the
+statements that read them. A temporary keeps its 16-bit type where the program asks for it (a
+statement that is an explicit conversion); where a matrix product (a product each of whose
+operands has an index variable the other lacks), or a contraction comparing two operands, reads
+it (there 16-bit operands are what the low-precision instructions take, and what torch's matmuls
+read); where it is such a contraction's result that no elementwise statement reads (a matrix
+product's cells round from its float32 accumulator, as torch's matmuls' do; one that a bias or an
+activation follows is held in float32, as torch's addmm adds its bias before rounding); and where
+it is a contraction's default or a structural intrinsic's result or argument.
 
 Literals stay weak (they adapt to the strong type they meet, as numpy >= 2 does): an integer
 literal takes any tensor's type (int32 beside a bool), a float literal takes a float tensor's
-type and makes an integer or bool expression float32 (PlaidML's float constants are float32).
+type and makes an integer or bool expression float32 (PlaidML's float constants are float32);
+in a bfloat16 expression, computed in float32, it keeps float32's precision (as torch takes a
+Python scalar) unless an explicit conversion rounds it (tilec.ir.elementwise).
 An expression of literals only is int32 or float32 (Tile's defaults). Comparisons convert
 both operands to `compare_dtype`, a type that holds both exactly where one exists.
 """
@@ -62,6 +75,56 @@ def computed_dtype(dtype: str) -> str:
 def accumulator_dtype(dtype: str) -> str:
     """The type a value of `dtype` is computed and accumulated in: float32 for the 16-bit floats."""
     return "float32" if dtype in LOW_PRECISION else dtype
+
+
+class Widening:
+    """Which of a program's 16-bit float temporaries are held in float32 (the module docstring says
+    why and which): ask `held` about each statement, with its declared type."""
+
+    def __init__(self, program: T.Program) -> None:
+        self.program = program
+        self.kept: set[str] = set()  # read where their 16-bit type matters
+        for stmt in program.statements:
+            if isinstance(stmt, T.Intrinsic):
+                self.kept.update(stmt.tensors)
+            elif isinstance(stmt, T.Contraction):
+                if stmt.combo not in ("single", "add") and not _elementwise_product(stmt):
+                    self.kept.update(a.tensor for a in stmt.operands)
+                if stmt.default is not None:
+                    self.kept.add(stmt.default)
+        self.epilogues = {n for s in program.statements if isinstance(s, T.Elementwise) for n in T.eexpr_tensors(s.expr)}
+
+    def held(self, stmt: T.Statement, declared: str) -> bool:
+        """Whether `stmt`'s result, of type `declared`, is a temporary held in float32."""
+        name = stmt.output
+        if isinstance(stmt, T.Contraction) and stmt.combo not in ("single", "add") and not _elementwise_product(stmt) \
+                and name not in self.epilogues:
+            return False  # (a matrix product's cells round, as torch's matmuls' do)
+        if declared not in LOW_PRECISION or name in self.program.outputs or name in self.kept:
+            return False
+        return not isinstance(stmt, T.Intrinsic) and not (
+            isinstance(stmt, T.Elementwise) and isinstance(stmt.expr, T.ECall)
+            and BUILTINS[stmt.expr.func].kind == "cast")  # an explicit conversion rounds
+
+
+def _elementwise_product(stmt: T.Contraction) -> bool:
+    """A product one of whose operands is indexed by no variable the other lacks (a sum of squares, a
+    dot product, a vector broadcast over a matrix): no matrix product, so no low-precision
+    instruction wants 16-bit operands."""
+    if stmt.combo != "mul":
+        return False
+    first, second = (set().union(set(), *(_vars(i) for i in a.indices)) for a in stmt.operands)
+    return first <= second or second <= first
+
+
+def _vars(e: T.IExpr) -> set[str]:
+    if isinstance(e, T.IVar):
+        return {e.name}
+    if isinstance(e, T.IBin):
+        return _vars(e.a) | _vars(e.b)
+    if isinstance(e, T.INeg):
+        return _vars(e.a)
+    return set()
 
 
 def is_unsigned(dtype: str) -> bool:

@@ -18,6 +18,7 @@ import math
 from typing import Union
 from collections.abc import Callable
 
+import ml_dtypes
 import numpy as np
 
 from tilec.errors import BindError
@@ -53,6 +54,9 @@ def lower_expression(expr: T.EExpr, dtypes: dict[str, str], load: Callable[[str]
 
 
 def _to(dtype: str, value: Union[L.Expr, Weak]) -> L.Expr:
+    """`value` as `dtype`; a weak literal becomes a constant of `dtype`, which for bfloat16 holds the
+    literal's float32 value (bfloat16 operations run in float32 and take a literal at that precision,
+    as torch's kernels take a Python scalar; an explicit conversion rounds it: _Lowerer.call)."""
     if isinstance(value, (int, float)):
         if dtype == "bool":
             return L.Const(bool(value), "bool")
@@ -72,6 +76,12 @@ def _to(dtype: str, value: Union[L.Expr, Weak]) -> L.Expr:
                             f"too); write it as a float or use a wider input dtype")
         return L.Const(int(value), dtype)
     return L.cast(dtype, value)
+
+
+def _bfloat16_value(value: Weak) -> float:
+    """A literal converted to bfloat16 (to nearest, ties to even), as a Python float."""
+    with np.errstate(all="ignore"):
+        return float(np.asarray(value, dtype=np.float64).astype(ml_dtypes.bfloat16).astype(np.float64))
 
 
 def _digits(value: Weak) -> str:
@@ -134,7 +144,10 @@ class _Lowerer:
     def call(self, e: T.ECall, t: str) -> L.Expr:
         kind = BUILTINS[e.func].kind
         if kind in ("cast", "first"):  # a conversion, or reverse_grad's value: its first argument
-            return _to(t, self.lower(e.args[0]))
+            value = self.lower(e.args[0])
+            if kind == "cast" and t == "bfloat16" and isinstance(value, (int, float)):
+                value = _bfloat16_value(value)  # (a bfloat16 constant is otherwise held in float32: _to)
+            return _to(t, value)
         args = [_to(t, self.lower(a)) for a in e.args]
         if kind == "bits":
             return _bits(e.func, args, t)

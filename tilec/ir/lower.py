@@ -110,8 +110,8 @@ def _tuple_value(b: BoundContraction, bp: BoundProgram, dt: str) -> _Parts:
     """Each tuple's value, in the type `dt` the contraction accumulates in, and the condition under which it counts."""
     loads = [L.Load(a.tensor, tuple(index_expr(i) for i in a.indices), bp.dtypes[a.tensor]) for a in b.operands]
 
-    def operand(x: L.Expr) -> L.Expr:  # converted to the contraction's type, then (exactly) to the accumulator's
-        return L.cast(dt, L.cast(b.dtype, x))
+    def operand(x: L.Expr) -> L.Expr:  # converted to the contraction's type, then (exactly) to the accumulator's;
+        return L.cast(dt, x if x.dtype == dt else L.cast(b.dtype, x))  # a widened temporary goes unrounded
 
     combo = b.stmt.combo
     if combo == "single":

@@ -17,7 +17,6 @@ the same sum without it.
 from __future__ import annotations
 
 import llvmlite.ir as ir
-import ml_dtypes
 import numpy as np
 
 from tilec.codegen.llvm.types import like
@@ -95,8 +94,10 @@ def dot2_lanes(b: ir.IRBuilder, module: ir.Module, acc: ir.Value, a_pair: ir.Val
 
 
 def constant(value: float) -> float:
-    """`value` rounded to bfloat16 (as the compiled code rounds), as a Python float."""
-    return float(np.float32(np.asarray(value, dtype=np.float64).astype(ml_dtypes.bfloat16)))
+    """A bfloat16 constant's value in registers: the float32 nearest `value` (bfloat16 operations run
+    in float32 and take a literal at that precision; an explicit conversion has rounded it already)."""
+    with np.errstate(all="ignore"):
+        return float(np.float32(value))
 
 
 __all__ = ["DOT2_LANES", "constant", "dot2_float", "dot2_lanes", "narrow", "round_float", "widen"]

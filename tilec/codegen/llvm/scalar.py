@@ -92,7 +92,7 @@ class ScalarEmitter:
     def _expr_Const(self, e: L.Const) -> ir.Value:
         if e.dtype == "bool":
             return ir.Constant(ir.IntType(1), int(bool(e.value)))
-        if e.dtype == "bfloat16":
+        if e.dtype == "bfloat16":  # held in float32, as registers hold bfloat16 (tilec.ir.elementwise._to)
             return ir.Constant(ir.FloatType(), bfloat.constant(e.value))
         return ir.Constant(value_type(e.dtype), e.value)
 

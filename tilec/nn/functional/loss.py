@@ -63,9 +63,10 @@ def _total(name: str, tensor: str, length: str) -> list[str]:
 
 
 @lru_cache(maxsize=None)
-def class_target_source(reduction: str, weighted: bool, ignore_index: int, label_smoothing: float, bits: int) -> str:
-    """cross_entropy with class indices: X[R, C] logits, T[R, 1] int64 classes and, when
-    `weighted`, W[1, C] class weights; the output is [R, 1] ('none') or a scalar."""
+def class_target_source(reduction: str, weighted: bool, ignore_index: int, label_smoothing: float,
+                        dtype: str) -> str:
+    """cross_entropy with class indices: X[R, C] logits of `dtype`, T[R, 1] int64 classes and, when
+    `weighted`, W[1, C] class weights; the output is [R, 1] ('none') or a scalar of `dtype`."""
     inputs = "X[R, C], T[R, 1]" + (", W[1, C]" if weighted else "")
     smoothing = label_smoothing > 0.0
     lines = [_LOG_SOFTMAX,
@@ -81,7 +82,8 @@ def class_target_source(reduction: str, weighted: bool, ignore_index: int, label
                   "Kept = Keep ? TargetWeight : 0;",
                   "Nll = Keep ? -(TargetWeight * LogP) : 0;"]
     else:
-        lines += [f"Kept = as_float(Keep, {bits});",
+        to_float = "as_bfloat16(Keep)" if dtype == "bfloat16" else f"as_float(Keep, {dtype.removeprefix('float')})"
+        lines += [f"Kept = {to_float};",
                   "Nll = Keep ? -LogP : 0;"]
     if smoothing:
         lines += ["L = Z - LogTotal;", "Weighted = W * L;" if weighted else "Weighted = L;",
@@ -177,11 +179,11 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
             raise OpError(f"tilec.nn.functional.cross_entropy: 'weight' must be {input.dtype} of shape ({classes},) "
                           f"(one per class), got {weight.dtype} of shape {tuple(weight.shape)}")
         tensors.append(weight.detach().reshape(1, classes))  # torch gives the class weights no gradient
-    bits = 64 if input.dtype == torch.float64 else 32
     if probabilities:
         source = probability_target_source(reduction, weighted, float(label_smoothing))
     else:
-        source = class_target_source(reduction, weighted, int(ignore_index), float(label_smoothing), bits)
+        source = class_target_source(reduction, weighted, int(ignore_index), float(label_smoothing),
+                                     str(input.dtype).removeprefix("torch."))
     if reduction != "none":
         return run_program(source, tensors, ())
     out = run_program(source, tensors, (tensors[0].shape[0], 1))

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 from tilec.ir import tensor as T
+from tilec.ir.dtypes import LOW_PRECISION
 from tilec.ir.bounds import BoundAccess, BoundContraction, BoundElementwise, BoundProgram
 from tilec.schedule.nest import Range
 from tilec.schedule.patterns.dataflow import reader_counts
@@ -221,7 +222,9 @@ def match(index: int, bp: BoundProgram, dtypes: tuple[str, ...]) -> AttentionPla
     if any(readers.get(name, 0) != n for name, n in expected_readers.items()):
         return None
     first = bp.statements[index]
-    if any(bp.dtypes[x] != first.dtype for x in (sm.q.tensor, sm.k.tensor, vv.tensor)) or bp.dtypes[o.output] not in dtypes:
+    io = bp.dtypes[sm.q.tensor]  # the scores are Q's type, or the float32 16-bit scores are held in
+    if any(bp.dtypes[x] != io for x in (sm.k.tensor, vv.tensor)) or bp.dtypes[o.output] not in dtypes \
+            or first.dtype not in (io, "float32" if io in LOW_PRECISION else io):
         return None
     ranges = sm.ranges
     return AttentionPlan(q=sm.q, k=sm.k, v=vv, batch=tuple(ranges[x] for x in batch), s=first.shape[-2],

@@ -1,7 +1,8 @@
 """Epilogue fusion: elementwise statements applied while a contraction's results are in registers.
 
 A chain ``C = contraction; R = f(C, ...); O = g(R, ...)`` fuses when every link has
-the contraction's shape and dtype, reads the previous link, and the previous link is
+the contraction's shape and dtype (or a 16-bit float type where the contraction's result is held
+in float32: the link rounds it), reads the previous link, and the previous link is
 a temporary no other statement reads. The fused kernel writes only the last link
 (partial sums of blocked reductions go to that buffer too); C and R never exist.
 Operands other than the chain broadcast against the output cell (a bias vector, a
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 
 from tilec.ir import loop as L
 from tilec.ir import tensor as T
-from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram
+from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundProgram, BoundStatement
+from tilec.ir.dtypes import LOW_PRECISION
 from tilec.ir.elementwise import lower_expression
 from tilec.ir.lower import LoweredGroup
 from tilec.ir.loop_nest import broadcast_indices
@@ -54,11 +56,17 @@ def find_epilogue(index: int, bp: BoundProgram) -> Epilogue | None:
     for s in bp.statements[index + 1:]:
         if not isinstance(s, BoundElementwise) or prev in bp.program.outputs or readers.get(prev) != 1:
             break
-        if prev not in T.eexpr_tensors(s.stmt.expr) or s.shape != producer.shape or s.dtype != producer.dtype:
+        if prev not in T.eexpr_tensors(s.stmt.expr) or s.shape != producer.shape or not _same_type(s, producer):
             break
         links.append(s)
         prev = s.output
     return Epilogue(tuple(links)) if links else None
+
+
+def _same_type(link: BoundElementwise, producer: BoundStatement) -> bool:
+    """Whether `link` has the producer's dtype, or rounds the float32 a 16-bit product is held in
+    (tilec.ir.dtypes.Widening) to its 16-bit type."""
+    return link.dtype == producer.dtype or (producer.dtype == "float32" and link.dtype in LOW_PRECISION)
 
 
 def epilogue_value(epilogue: Epilogue, bp: BoundProgram, producer: str, value: L.Expr,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
+from tilec.ir.dtypes import LOW_PRECISION
 from tilec.ir.lower import combine, direct_output_vars, identity
 from tilec.schedule.patterns.dataflow import reads
 
@@ -43,8 +44,9 @@ class Copy:
         return L.cast(self.dtype, L.Load(self.source, tuple(at[v] for v in self.src_vars), self.dtype))
 
     def apply(self, value: L.Expr) -> L.Expr:
-        """What the copy stores for a source element `value`."""
-        return combine(self.agg, identity(self.agg, self.dtype), value)
+        """What the copy stores for a source element `value` (converted to the copy's dtype: a copy
+        from the float32 a 16-bit temporary is held in rounds, `output_copy`)."""
+        return combine(self.agg, identity(self.agg, self.dtype), L.cast(self.dtype, value))
 
     def dest_cell(self, source_cell: tuple[L.Expr, ...]) -> tuple[L.Expr, ...]:
         """The output cell the copy writes the source's cell `source_cell` to."""
@@ -52,9 +54,11 @@ class Copy:
         return tuple(at[v] for v in self.out_vars)
 
 
-def match_copy(b: BoundContraction, bp: BoundProgram) -> Copy | None:
+def match_copy(b: BoundContraction, bp: BoundProgram, rounding: bool = False) -> Copy | None:
     """`b` as a copy: one operand, `=` or `+`, no reduction, guard or default, each index a
-    distinct lone variable over the whole source (a permutation of the output's), one dtype."""
+    distinct lone variable over the whole source (a permutation of the output's), one dtype; with
+    `rounding`, also from a float32 source to a 16-bit float output (the source a 16-bit temporary
+    held in float32, tilec.ir.dtypes.Widening: only `Copy.apply` may be used then)."""
     if b.empty or b.guards or b.stmt.default is not None or not b.shape:
         return None
     if b.stmt.combo != "single" or b.stmt.agg not in ("=", "+") or len(b.operands) != 1:
@@ -69,7 +73,8 @@ def match_copy(b: BoundContraction, bp: BoundProgram) -> Copy | None:
     extent = dict(zip(out_vars, b.shape))
     if tuple(extent[v] for v in src_vars) != tuple(bp.shapes[src.tensor]):  # type: ignore[index]
         return None
-    if bp.dtypes[src.tensor] != b.dtype:
+    if bp.dtypes[src.tensor] != b.dtype and not (rounding and bp.dtypes[src.tensor] == "float32"
+                                                 and b.dtype in LOW_PRECISION):
         return None
     return Copy(b.output, src.tensor, tuple(out_vars), tuple(src_vars), b.stmt.agg, b.dtype)  # type: ignore[arg-type]
 
@@ -83,7 +88,7 @@ def output_copy(index: int, bp: BoundProgram) -> Copy | None:
     readers = [s for s in bp.statements if out in reads(s)]
     if len(readers) != 1 or not isinstance(readers[0], BoundContraction):
         return None
-    c = match_copy(readers[0], bp)
+    c = match_copy(readers[0], bp, rounding=True)
     return c if c is not None and c.source == out else None
 
 

@@ -16,7 +16,7 @@ from tilec.torch_backend.lowering.elementwise import arguments
 from tilec.torch_backend.lowering.layout import reshaped
 from tilec.torch_backend.lowering.reductions import reduce
 from tilec.torch_backend.lowering.registry import require_float, tile
-from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, literal
+from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, convert, literal
 
 aten = torch.ops.aten
 
@@ -106,7 +106,10 @@ def _sdpa(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value]:
     out_shape = (*q.shape[:-1], v.shape[-1])
     out = p.contract([*batch, "s", "e"], out_shape,
                      f"+({prob.name}[{', '.join(batch)}, s, t] * {p.access(v, [*batch, 't', 'e'])})", q.dtype)
-    lse = p.let(f"{m.name} + log({r.name})", m.shape, q.dtype, m, r)
+    # torch's logsumexp is float32 whatever q's type (rounded to bfloat16, its error would grow
+    # through the gradient's exp into whole units of the probabilities' last place)
+    lse_dtype = torch.float32 if q.dtype in (torch.bfloat16, torch.float16) else q.dtype
+    lse = p.cast(p.let(f"{m.name} + log({r.name})", m.shape, q.dtype, m, r), lse_dtype)
     return _ungrouped(p, out, groups, True), _ungrouped(p, reshaped(p, lse, q.shape[:-1]), groups, True)
 
 
@@ -125,7 +128,8 @@ def _sdpa_backward(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value, Value
     go = p.materialise(go)
     z, scale, batch = _attention_scores(p, a, q, k)
     lse = p.materialise(reshaped(p, lse, (*q.shape[:-1], 1)))
-    prob = p.let(f"exp({z.name} - {lse.name})", z.shape, q.dtype, z, lse)
+    prob = p.let(f"exp({z.name} - {lse.name})", z.shape, q.dtype, z, lse) if lse.dtype == q.dtype else \
+        p.let(convert(f"exp({z.name} - {lse.name})", q.dtype), z.shape, q.dtype, z, lse)  # (lse: float32)
     bi = ", ".join(batch)
     gv = p.contract([*batch, "t", "e"], v.shape, f"+({prob.name}[{bi}, s, t] * {go.name}[{bi}, s, e])", q.dtype)
     gp = p.contract([*batch, "s", "t"], z.shape, f"+({go.name}[{bi}, s, e] * {p.access(v, [*batch, 't', 'e'])})",

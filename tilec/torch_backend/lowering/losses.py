@@ -11,7 +11,7 @@ from tilec.torch_backend.lowering.elementwise import arguments
 from tilec.torch_backend.lowering.layout import reshaped
 from tilec.torch_backend.lowering.reductions import reduce
 from tilec.torch_backend.lowering.registry import result, tile
-from tilec.torch_backend.program import ProgramWriter, Unsupported, Value
+from tilec.torch_backend.program import ProgramWriter, Unsupported, Value, convert
 
 aten = torch.ops.aten
 
@@ -26,7 +26,7 @@ def _nll_loss(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value]:
     idx = p.fresh()
     p.statements.append(f"{idx} = index({x.name}, 1);")
     picked = p.contract(["n"], (x.shape[0],), f"+({t.name}[n] == {idx}[n, c] ? {x.name}[n, c])", x.dtype)
-    valid = p.let(f"{t.name} != {ignore} ? 1.0 : 0.0", t.shape, x.dtype, t)
+    valid = p.let(convert(f"{t.name} != {ignore} ? 1.0 : 0.0", x.dtype), t.shape, x.dtype, t)  # (float32 otherwise)
     terms = p.let(f"-{picked.name} * {valid.name}", t.shape, x.dtype, picked, valid)
     total = reduce(p, valid, [], False, "+", x.dtype)
     if reduction == 0:

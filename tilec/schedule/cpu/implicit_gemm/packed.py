@@ -286,8 +286,9 @@ def bf16_dot(target: Target) -> bool:
 
 def bf16_pairs(plan: GemmPlan, dtypes: dict[str, str], target: Target, nr: int) -> bool:
     """Whether the micro-kernel may run on bfloat16 pairs (twice the products of a float32 FMA per
-    instruction): bfloat16 operands and output on a CPU that has them, NR whole vectors."""
-    return (plan.dtype == "bfloat16" and nr % 16 == 0 and bf16_dot(target)  # operands may be a template's own buffers
+    instruction): bfloat16 operands, a bfloat16 output or a float32 one (a bfloat16 product held in
+    float32 for its epilogue: tilec.ir.dtypes.Widening), on a CPU that has them, NR whole vectors."""
+    return (plan.dtype in ("bfloat16", "float32") and nr % 16 == 0 and bf16_dot(target)  # operands may be a template's own buffers
             and dtypes.get(plan.a.tensor) == dtypes.get(plan.b.tensor) == "bfloat16")
 
 

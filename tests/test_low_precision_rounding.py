@@ -1,0 +1,105 @@
+"""Where bfloat16 programs round: once, where an output is stored (tilec.ir.dtypes).
+
+A program's 16-bit temporaries are held in float32 (a softmax's exponentials and their sum, a
+norm's centred values), except where a matrix product reads them or they are its result with no
+bias or activation after it; a float literal in a bfloat16 expression keeps float32's precision,
+unless an explicit conversion rounds it. References are float64 computations on the same bfloat16
+values; the interpreter (target "interp") must agree, bit for bit where no sum's order matters.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import tilec
+from tilec.ops import sources
+
+BF16 = ml_dtypes.bfloat16
+ULP = 2.0 ** -8  # the largest relative error of a correct rounding to bfloat16 (8 significant bits)
+
+
+def bits(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x).view(np.uint16)
+
+
+def softmax64(x: np.ndarray) -> np.ndarray:
+    z = np.exp(x - x.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)
+
+
+def layer_norm64(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    xc = x - x.mean(axis=1, keepdims=True)
+    return xc / np.sqrt((xc * xc).mean(axis=1, keepdims=True) + eps) * g + b
+
+
+@pytest.mark.parametrize("rows,cols", [(7, 13), (64, 1000)])
+def test_softmax_and_layer_norm_round_once(rows, cols):
+    """Every cell within a bfloat16 rounding (plus float32's noise) of the float64 result: holding
+    exp(x - max) or x - mean in bfloat16 cost several units of the last place (1.6% on a softmax)."""
+    rng = np.random.default_rng(rows)
+    x = (rng.standard_normal((rows, cols)) * 4).astype(BF16)
+    g, b = rng.standard_normal(cols).astype(BF16), rng.standard_normal(cols).astype(BF16)
+    x64, g64, b64 = (a.astype(np.float64) for a in (x, g, b))
+    cases = [(sources.softmax_source(), (x,), softmax64(x64)),
+             (sources.layer_norm_source(cols, 1e-5, True, True), (x, g, b), layer_norm64(x64, g64, b64, 1e-5))]
+    for source, args, exact in cases:
+        for target in ("llvm", "interp"):  # (their float32 sums add in other orders: not bit for bit)
+            got = tilec.compile(source, target=target)(*args)
+            assert got.dtype == BF16
+            error = np.abs(got.astype(np.float64) - exact)
+            assert np.all(error <= (ULP + 1e-5) * np.abs(exact) + 1e-6), (source, target, float(error.max()))
+
+
+def test_which_temporaries_are_held_in_float32():
+    """Layer norm holds its centred values in float32 (one row at a time: the row-wise template keeps a
+    temporary that a later pass over the row reads in a row buffer); a convolution's input and filter copies (a matrix
+    product's operands) stay bfloat16, and its product, which a bias follows, is held in float32 and
+    stored through the bias and the copy back to NCHW."""
+    dt = {"X": "bfloat16", "G": "bfloat16", "Bt": "bfloat16"}
+    loop = tilec.explain(sources.layer_norm_source(768, 1e-5, True, True), {"X": (8, 768), "G": (768,), "Bt": (768,)},
+                         dt, stage="loop")
+    assert "allocate Xc.rowbuf: float32[768] local" in loop  # one row at a time (tilec.schedule.cpu.rowwise)
+    assert "O: bfloat16" in loop.splitlines()[0] and "Xc:" not in loop.splitlines()[0]
+    conv = sources.conv2d_source((1, 1), (1, 1), (1, 1), True)
+    shapes = {"X": (2, 64, 12, 12), "F": (64, 64, 3, 3), "Bias": (64,)}
+    templates = tilec.explain(conv, shapes, dict.fromkeys(shapes, "bfloat16"), stage="templates")
+    assert "(with statements 3..3)" in templates and "stored_copy" in templates  # the bias fused, the copy stored
+    loop = tilec.explain(conv, shapes, dict.fromkeys(shapes, "bfloat16"), stage="loop").splitlines()[0]
+    assert " K: bfloat16" in loop or " K:" not in loop  # a filter copy, where made, is a bfloat16 operand
+    x = np.random.default_rng(1).standard_normal(shapes["X"]).astype(BF16)
+    w = (np.random.default_rng(2).standard_normal(shapes["F"]) * 0.1).astype(BF16)
+    bias = np.random.default_rng(3).standard_normal(64).astype(BF16)
+    got = tilec.compile(conv)(x, w, bias)
+    want = torch.nn.functional.conv2d(torch.from_numpy(x.astype(np.float64)), torch.from_numpy(w.astype(np.float64)),
+                                      torch.from_numpy(bias.astype(np.float64)), padding=1).numpy()
+    error = np.abs(got.astype(np.float64) - want)
+    assert np.all(error <= ULP * np.abs(want) + 1e-3), float((error - ULP * np.abs(want)).max())
+
+
+def test_a_literal_keeps_float32_precision_unless_converted():
+    """x * 2/sqrt(pi) multiplies by float32's 1.1283792 (bfloat16's would be 1.125, 0.3% off, which a
+    gradient's cancellation turns into whole percents); as_bfloat16 of the literal rounds it."""
+    x = np.random.default_rng(0).standard_normal(4096).astype(BF16)
+    c = 1.1283791670955126
+    got = tilec.compile(f"O = X * {c!r}")(x)
+    want = (x.astype(np.float32) * np.float32(c)).astype(BF16)
+    np.testing.assert_array_equal(bits(got), bits(want))
+    rounded = tilec.compile(f"O = X * as_bfloat16({c!r})")(x)
+    np.testing.assert_array_equal(bits(rounded), bits((x.astype(np.float32) * np.float32(1.125)).astype(BF16)))
+    for src in (f"O = X * {c!r}", f"O = X * as_bfloat16({c!r})"):
+        np.testing.assert_array_equal(bits(tilec.compile(src)(x)), bits(tilec.compile(src, target="interp")(x)))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_compiled_nll_loss_keeps_bfloat16(reduction):
+    """torch.compile(backend="tilec") of cross_entropy on bfloat16 logits returns bfloat16, as eager
+    does (the count of kept targets was a float32 tensor, which made the loss float32)."""
+    logits = torch.randn(6, 5, dtype=torch.bfloat16)
+    target = torch.tensor([0, 4, 2, 1, 3, 2])
+    fn = torch.compile(lambda x, t: torch.nn.functional.cross_entropy(x, t, reduction=reduction), backend="tilec")
+    got, want = fn(logits, target), torch.nn.functional.cross_entropy(logits, target, reduction=reduction)
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, atol=1e-2, rtol=2e-2)
