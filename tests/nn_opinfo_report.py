@@ -11,7 +11,7 @@ import collections
 import sys
 
 from test_nn_opinfo import FUNCTIONS, MODULES
-from torch_reference import DTYPES, compare_module, compare_sample, functional, module_cases, samples
+from torch_reference import compare_module, compare_sample, function_dtypes, functional, module_cases, module_dtypes, samples
 
 
 def main(argv: list[str]) -> None:
@@ -22,7 +22,7 @@ def main(argv: list[str]) -> None:
         if pattern.lower() not in name.lower():
             continue
         counts: collections.Counter[str] = collections.Counter()
-        for dtype in DTYPES:
+        for dtype in function_dtypes(name, variant):
             for sample in samples(name, dtype, variant):
                 outcome = compare_sample(name, sample, functional(name), variant)
                 counts[outcome.kind] += 1
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> None:
         if pattern.lower() not in name.lower():
             continue
         counts = collections.Counter()
-        for dtype in DTYPES:
+        for dtype in module_dtypes(name):
             for case in module_cases(name, dtype):
                 outcome = compare_module(case)
                 counts[outcome.kind] += 1
