@@ -88,7 +88,7 @@ class Widening:
             if isinstance(stmt, T.Intrinsic):
                 self.kept.update(stmt.tensors)
             elif isinstance(stmt, T.Contraction):
-                if stmt.combo not in ("single", "add") and not _elementwise_product(stmt):
+                if _keeps_operands(stmt):
                     self.kept.update(a.tensor for a in stmt.operands)
                 if stmt.default is not None:
                     self.kept.add(stmt.default)
@@ -97,8 +97,7 @@ class Widening:
     def held(self, stmt: T.Statement, declared: str) -> bool:
         """Whether `stmt`'s result, of type `declared`, is a temporary held in float32."""
         name = stmt.output
-        if isinstance(stmt, T.Contraction) and stmt.combo not in ("single", "add") and not _elementwise_product(stmt) \
-                and name not in self.epilogues:
+        if isinstance(stmt, T.Contraction) and _keeps_operands(stmt) and name not in self.epilogues:
             return False  # (a matrix product's cells round, as torch's matmuls' do)
         if declared not in LOW_PRECISION or name in self.program.outputs or name in self.kept:
             return False
@@ -107,14 +106,16 @@ class Widening:
             and BUILTINS[stmt.expr.func].kind == "cast")  # an explicit conversion rounds
 
 
-def _elementwise_product(stmt: T.Contraction) -> bool:
-    """A product one of whose operands is indexed by no variable the other lacks (a sum of squares, a
-    dot product, a vector broadcast over a matrix): no matrix product, so no low-precision
-    instruction wants 16-bit operands."""
-    if stmt.combo != "mul":
+def _keeps_operands(stmt: T.Contraction) -> bool:
+    """Whether `stmt` reads its operands in their 16-bit type: a matrix product (each operand has an
+    index variable the other lacks; not a sum of squares, a dot product or a vector broadcast over a
+    matrix, which no low-precision instruction wants) or a comparison of operands (`==`, `? :`)."""
+    if stmt.combo in ("single", "add"):
         return False
-    first, second = (set().union(set(), *(_vars(i) for i in a.indices)) for a in stmt.operands)
-    return first <= second or second <= first
+    if stmt.combo != "mul":
+        return True
+    first, second = (set().union(*(_vars(i) for i in a.indices)) for a in stmt.operands)
+    return not (first <= second or second <= first)
 
 
 def _vars(e: T.IExpr) -> set[str]:
