@@ -103,3 +103,26 @@ def test_compiled_nll_loss_keeps_bfloat16(reduction):
     got, want = fn(logits, target), torch.nn.functional.cross_entropy(logits, target, reduction=reduction)
     assert got.dtype == want.dtype == torch.bfloat16
     torch.testing.assert_close(got, want, atol=1e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("pack_a", [True, False])
+def test_a_bias_epilogue_rounds_once_over_blocked_reductions(pack_a):
+    """The packed variant (and the direct one) with K in three blocks (kc 64 of K 160) and a bias
+    fused: the product is held in float32 for its epilogue, so its partial sums wait in a float32
+    workspace, not in the bfloat16 output, and each cell rounds once."""
+    from tilec.schedule.template_schedule import TemplateConfig, TemplateSchedule
+
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal((40, 160)).astype(BF16), rng.standard_normal((96, 160)).astype(BF16)
+    bias = rng.standard_normal(96).astype(BF16)
+    knobs = (("mr", 4), ("nr", 32), ("kc", 64), ("pack_a", pack_a))
+    f = tilec.compile(sources.linear_source(True, "none")).with_schedule(
+        TemplateSchedule((TemplateConfig(0, "implicit_gemm", knobs),)))
+    shapes, dtypes = {"X": x.shape, "W": w.shape, "Bias": bias.shape}, dict.fromkeys("XW", "bfloat16")
+    templates = f.explain(shapes, {**dtypes, "Bias": "bfloat16"}, stage="templates")
+    assert ("packed" in templates) == pack_a and "(with statements 1..1)" in templates
+    got = f(x, w, bias)
+    exact = x.astype(np.float64) @ w.astype(np.float64).T + bias.astype(np.float64)
+    assert got.dtype == BF16
+    error = np.abs(got.astype(np.float64) - exact)
+    assert np.all(error <= ULP * np.abs(exact) + 1e-4), float((error - ULP * np.abs(exact)).max())

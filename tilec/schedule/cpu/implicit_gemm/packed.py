@@ -89,7 +89,8 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     bp_buf = L.Buffer(f"{out}.Bp", packed, (threads if outer_parallel else 1, panels, kc // step, nr) + pair_axis)
     ap_buf = L.Buffer(f"{out}.Ap", packed, (threads, mc // mr, kc // step, mr) + pair_axis)
     blocks = -(-k // kc)
-    partial_buf = L.Buffer(f"{out}.partial", ct, b.shape) if ct != dt and blocks > 1 else None
+    dest_dt = bp.dtypes.get(dest, dt)  # (an epilogue may round a product held in float32 to 16 bits)
+    partial_buf = L.Buffer(f"{out}.partial", ct, b.shape) if ct != dest_dt and blocks > 1 else None
     partials = dest if partial_buf is None else partial_buf.name  # where a tile's sums wait for the next block
     v = L.Var
     o, pc, r, jr, jj, t, ic, ir, ii, p = (f"{out}.{s}" for s in ("o", "pc", "r", "jr", "jj", "t", "ic", "ir", "ii", "p"))
@@ -177,7 +178,7 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     row_of_tile = row_index
     cell_env = {**outer_env, **decompose(row_of_tile, plan.rows), col_var: L.add(col_index, L.const(col_lo))}
     out_cell = tuple(substitute_expr(index_expr(e), cell_env) for e in b.out_indices)
-    partial = L.cast(ct, L.Load(partials, out_cell, ct if partial_buf is not None else dt))
+    partial = L.cast(ct, L.Load(partials, out_cell, ct if partial_buf is not None else dest_dt))
     result = L.cast(dt, acc_now)  # the contraction's value of the cell (rounded once)
     final = result if epilogue is None else epilogue_value(epilogue, bp, out, result, out_cell)
     zero = L.cast(ct, L.const(0))
@@ -202,7 +203,7 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
         def guarded(s: L.Stmt) -> L.Stmt:
             return s if guard is None else L.If(guard, s)
         if partial_buf is None:  # partial sums wait in the destination itself (or there is one block)
-            return tile(guarded(to_dest(L.Select(last, final, acc_now) if ct == dt else final)), True)
+            return tile(guarded(to_dest(L.Select(last, final, acc_now) if ct == dest_dt else final)), True)
         return L.If(last, tile(guarded(to_dest(final)), True),
                     tile(guarded(L.Store(partials, out_cell, acc_now)), True))
 
