@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import tilec
+import tilec.nn.functional
 from tilec.ops import sources
 
 BF16 = ml_dtypes.bfloat16
@@ -126,3 +127,19 @@ def test_a_bias_epilogue_rounds_once_over_blocked_reductions(pack_a):
     assert got.dtype == BF16
     error = np.abs(got.astype(np.float64) - exact)
     assert np.all(error <= ULP * np.abs(exact) + 1e-4), float((error - ULP * np.abs(exact)).max())
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_bfloat16_depthwise_convolutions_take_the_stencil(stride):
+    """A depthwise convolution in bfloat16 without bias (its product is the output) runs the stencil
+    template, summing each cell's taps in float32 and rounding once, as float32 ones do."""
+    x = torch.randn(2, 16, 19, 19, dtype=torch.bfloat16)
+    w = torch.randn(16, 1, 3, 3, dtype=torch.bfloat16)
+    src = sources.depthwise_source((stride, stride), ((1, 1), (1, 1)), (1, 1), False)
+    shapes = {"X": tuple(x.shape), "F": tuple(w.shape)}
+    assert "0: stencil" in tilec.explain(src, shapes, dict.fromkeys(shapes, "bfloat16"), stage="templates")
+    got = tilec.nn.functional.conv2d(x, w, stride=stride, padding=1, groups=16)
+    exact = torch.nn.functional.conv2d(x.double(), w.double(), stride=stride, padding=1, groups=16)
+    assert got.dtype == torch.bfloat16
+    error = (got.double() - exact).abs()
+    assert bool((error <= ULP * exact.abs() + 1e-4).all()), float((error - ULP * exact.abs()).max())

@@ -24,7 +24,8 @@ reads both), it takes vectors of each narrower width in turn and a scalar rest. 
 channels at 112x112 0.91 ms (default nest 2.96, torch 0.79), 96 at 56x56 0.50 (2.14, 0.44), 144 at
 28x28 0.27 (0.81, 0.16).
 
-Requires: a BoundContraction. Guarantees: `match` accepts only a float32 or float64 sum (agg +) of
+Requires: a BoundContraction. Guarantees: `match` accepts only a float sum (agg +; bfloat16 and float16
+summed in float32, each cell rounded once) of
 one operand or a product of two, no default, a direct output (every index a lone variable spanning
 its dimension) whose last dimension has 4 or more cells, at most MAX_TAPS tuples per cell (the
 reduction variables' ranges), each operand that reads the output's last variable y reading it
@@ -43,7 +44,7 @@ from dataclasses import dataclass, replace
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.ir.bounds import Condition
-from tilec.ir.dtypes import bit_width
+from tilec.ir.dtypes import accumulator_dtype, bit_width
 from tilec.ir.lower import LoweredGroup, direct_output_vars
 from tilec.ir.affine import IntAffine
 from tilec.ir.loop_nest import affine_expr, condition_expr, index_expr, loop_nest
@@ -65,7 +66,7 @@ class StencilPlan:
 def match(b: BoundContraction) -> StencilPlan | None:
     if b.empty or b.stmt.agg != "+" or b.stmt.default is not None or b.stmt.combo not in ("single", "mul"):
         return None
-    if b.dtype not in ("float32", "float64") or not b.shape or b.shape[-1] < 4:
+    if b.dtype not in ("float32", "float64", "bfloat16", "float16") or not b.shape or b.shape[-1] < 4:
         return None
     out_vars = direct_output_vars(b)
     if out_vars is None:
@@ -100,7 +101,7 @@ def match(b: BoundContraction) -> StencilPlan | None:
 
 def build(plan: StencilPlan, b: BoundContraction, bp: BoundProgram, target: Target,
           parallel_min_cells: int) -> LoweredGroup:
-    dt = b.dtype
+    dt = accumulator_dtype(b.dtype)  # the 16-bit floats sum in float32, each cell rounded once
     lanes = max(2, target.vector_bits // bit_width(dt))
     col, lo, hi = plan.column
     outer_vars = {v for v, _, _ in plan.outer}
@@ -137,7 +138,7 @@ def build(plan: StencilPlan, b: BoundContraction, bp: BoundProgram, target: Targ
         return L.Allocate(regs, L.seq(
             lanes_of(L.Store(regs.name, (L.Var(lane),), L.cast(dt, L.const(0)))),
             loop_nest(list(plan.taps), per_tap, guards),
-            lanes_of(L.Store(b.output, prefix + (y,), reg))))
+            lanes_of(L.Store(b.output, prefix + (y,), L.cast(b.dtype, reg)))))
 
     # the interior: columns where every tap's reads stay inside (lo <= y + rest <= hi for all taps)
     first, last = lo, hi + 1  # its bounds where no outer variable moves them
