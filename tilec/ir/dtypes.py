@@ -92,12 +92,13 @@ class Widening:
                     self.kept.update(a.tensor for a in stmt.operands)
                 if stmt.default is not None:
                     self.kept.add(stmt.default)
-        self.epilogues = {n for s in program.statements if isinstance(s, T.Elementwise) for n in T.eexpr_tensors(s.expr)}
+        self.read_elementwise = {n for s in program.statements if isinstance(s, T.Elementwise)
+                                 for n in T.eexpr_tensors(s.expr)}
 
     def held(self, stmt: T.Statement, declared: str) -> bool:
         """Whether `stmt`'s result, of type `declared`, is a temporary held in float32."""
         name = stmt.output
-        if isinstance(stmt, T.Contraction) and _keeps_operands(stmt) and name not in self.epilogues:
+        if isinstance(stmt, T.Contraction) and _keeps_operands(stmt) and name not in self.read_elementwise:
             return False  # (a matrix product's cells round, as torch's matmuls' do)
         if declared not in LOW_PRECISION or name in self.program.outputs or name in self.kept:
             return False
@@ -114,18 +115,9 @@ def _keeps_operands(stmt: T.Contraction) -> bool:
         return False
     if stmt.combo != "mul":
         return True
-    first, second = (set().union(*(_vars(i) for i in a.indices)) for a in stmt.operands)
+    first, second = ({v for i in a.indices for v in T.iexpr_vars(i)} for a in stmt.operands)
     return not (first <= second or second <= first)
 
-
-def _vars(e: T.IExpr) -> set[str]:
-    if isinstance(e, T.IVar):
-        return {e.name}
-    if isinstance(e, T.IBin):
-        return _vars(e.a) | _vars(e.b)
-    if isinstance(e, T.INeg):
-        return _vars(e.a)
-    return set()
 
 
 def is_unsigned(dtype: str) -> bool:

@@ -286,19 +286,20 @@ class Contraction:
         exprs = list(self.indices) + [i for a in self.operands for i in a.indices]
         exprs += [c.poly for c in self.constraints]
         for e in exprs:
-            for name in _ordered_vars(e):
+            for name in iexpr_vars(e):
                 if name not in order:
                     order.append(name)
         return tuple(order)
 
 
-def _ordered_vars(e: IExpr) -> list[str]:
+def iexpr_vars(e: IExpr) -> list[str]:
+    """The index variables `e` reads, in order of appearance (with repeats)."""
     if isinstance(e, IVar):
         return [e.name]
     if isinstance(e, IBin):
-        return _ordered_vars(e.a) + _ordered_vars(e.b)
+        return iexpr_vars(e.a) + iexpr_vars(e.b)
     if isinstance(e, INeg):
-        return _ordered_vars(e.a)
+        return iexpr_vars(e.a)
     return []
 
 

@@ -29,6 +29,8 @@ first, so floating-point sums are reassociated, as in the other templates).
 from __future__ import annotations
 
 import math
+
+import numpy as np
 from dataclasses import dataclass, replace
 
 from tilec.ir import loop as L
@@ -117,12 +119,14 @@ def _plan(shape: tuple[int, ...], members: list[Member], bp: BoundProgram) -> Fu
             continue
         if segment_of[name] in seen:
             local.append(name)
-        if name not in bp.program.outputs and None not in seen and shape[-1] * 4 <= ROW_SCRATCH:
-            row_local.append(name)  # (a float32 or narrower row: the bytes bound the stack's use)
-        elif name in bp.program.outputs or any(r != segment_of[name] for r in seen):
+        later = any(r != segment_of[name] for r in seen)  # (None, a reader outside the group, counts)
+        if later and name not in bp.program.outputs and None not in seen \
+                and shape[-1] * np.dtype(bp.dtypes[name]).itemsize <= ROW_SCRATCH:
+            row_local.append(name)
+        elif later or name in bp.program.outputs:
             stored.append(name)
     return FusionPlan(shape, tuple(members), tuple(tuple(s) for s in segments), tuple(stored), tuple(local),
-                      tuple(n for n in row_local if any(r != segment_of[n] for r in readers.get(n, []))))
+                      tuple(row_local))
 
 
 # ------------------------------------------------------------------ building the nest
@@ -154,9 +158,12 @@ class _Builder:
             return L.Load(self.lane_buf(name), (lane,), dtype)
         return L.Load(*self.cell(name, j), dtype)
 
+    def row_scratch(self, name: str) -> str:
+        return f"{name}.rowbuf"
+
     def cell(self, name: str, j: L.Expr) -> tuple[str, tuple[L.Expr, ...]]:
         """Where a full member's value at column `j` of the current row is stored."""
-        return (f"{name}.rowbuf", (j,)) if name in self.plan.row_local else (name, tuple(self.rows) + (j,))
+        return (self.row_scratch(name), (j,)) if name in self.plan.row_local else (name, tuple(self.rows) + (j,))
 
     def segment_of(self, name: str) -> int:
         for n, seg in enumerate(self.plan.segments):
@@ -286,7 +293,7 @@ class _Builder:
             elif s.output in self.plan.local:
                 body = L.Allocate(L.Buffer(self.lane_buf(s.output), s.dtype, (self.lanes,), "local"), body)
             if s.output in self.plan.row_local:
-                body = L.Allocate(L.Buffer(f"{s.output}.rowbuf", s.dtype, (self.plan.shape[-1],), "local"), body)
+                body = L.Allocate(L.Buffer(self.row_scratch(s.output), s.dtype, (self.plan.shape[-1],), "local"), body)
         rows = [(r.name, 0, n - 1) for r, n in zip(self.rows, self.plan.shape)]
         nest = loop_nest(rows, body, [])
         if parallel and isinstance(nest, L.For):

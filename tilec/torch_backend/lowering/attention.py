@@ -128,8 +128,8 @@ def _sdpa_backward(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value, Value
     go = p.materialise(go)
     z, scale, batch = _attention_scores(p, a, q, k)
     lse = p.materialise(reshaped(p, lse, (*q.shape[:-1], 1)))
-    prob = p.let(f"exp({z.name} - {lse.name})", z.shape, q.dtype, z, lse) if lse.dtype == q.dtype else \
-        p.let(convert(f"exp({z.name} - {lse.name})", q.dtype), z.shape, q.dtype, z, lse)  # (lse: float32)
+    exp = f"exp({z.name} - {lse.name})"
+    prob = p.let(exp if lse.dtype == q.dtype else convert(exp, q.dtype), z.shape, q.dtype, z, lse)  # (lse: float32)
     bi = ", ".join(batch)
     gv = p.contract([*batch, "t", "e"], v.shape, f"+({prob.name}[{bi}, s, t] * {go.name}[{bi}, s, e])", q.dtype)
     gp = p.contract([*batch, "s", "t"], z.shape, f"+({go.name}[{bi}, s, e] * {p.access(v, [*batch, 't', 'e'])})",
