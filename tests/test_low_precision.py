@@ -63,6 +63,28 @@ def test_conversion_to_bfloat16_rounds_like_ml_dtypes(source_dtype):
     assert np.array_equal(bits(got)[~nan], bits(ref)[~nan])
 
 
+@pytest.mark.parametrize("source_dtype", [np.float32, np.float64, np.int32, np.int64, BF16])
+@pytest.mark.parametrize("target", ["llvm", "interp"])
+def test_conversion_to_float16_rounds_like_numpy(source_dtype, target):
+    """as_float(X, 16): one correct rounding from any type (float64 through float32 rounded to odd,
+    so no double rounding), overflow to infinity, NaN kept; float16 is held in float32 in registers,
+    so the conversion is a rounding of its own, not a change of register type."""
+    rng = np.random.default_rng(5)
+    if np.dtype(source_dtype).kind == "i":
+        x = rng.integers(-70000, 70000, 4099).astype(source_dtype)
+    else:
+        with np.errstate(over="ignore"):
+            x = special_floats(rng, 4000, np.float64)
+            x = np.concatenate([x, 1.0 + (2 * rng.integers(0, 1 << 10, 64) + 1) * 2.0 ** -11]).astype(source_dtype)
+    got = tilec.compile("Y = as_float(X, 16)", target=target)(x)
+    assert got.dtype == np.float16
+    with np.errstate(over="ignore"):
+        ref = x.astype(np.float16) if source_dtype != BF16 else x.astype(np.float32).astype(np.float16)
+    nan = np.isnan(ref)
+    assert np.array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(bits(got)[~nan], bits(ref)[~nan])
+
+
 def test_conversion_from_bfloat16_is_exact():
     rng = np.random.default_rng(2)
     x = special_floats(rng, 3000, np.float32).astype(BF16)
@@ -85,13 +107,10 @@ def test_elementwise_is_computed_in_float32_and_rounded_once(n, seed, dtype):
     src = "function (A[N], B[N], C[N]) -> (Y) { Y = A * B + C - A / 3.0; }"
     got, interp = tilec.compile(src)(a, b, c), tilec.compile(src, target="interp")(a, b, c)
     assert got.dtype == interp.dtype == dtype
-    if dtype == BF16:
-        a32, b32, c32 = (v.astype(np.float32) for v in (a, b, c))
-        ref = (a32 * b32 + c32 - a32 / np.float32(3.0)).astype(BF16)
-        np.testing.assert_array_equal(bits(got), bits(ref))
-        np.testing.assert_array_equal(bits(interp), bits(ref))
-    else:  # float16 keeps numpy's semantics: every operation rounds to float16
-        np.testing.assert_array_equal(got, interp)
+    a32, b32, c32 = (v.astype(np.float32) for v in (a, b, c))
+    ref = (a32 * b32 + c32 - a32 / np.float32(3.0)).astype(dtype)
+    np.testing.assert_array_equal(bits(got), bits(ref))
+    np.testing.assert_array_equal(bits(interp), bits(ref))
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=["bfloat16", "float16"])

@@ -1,10 +1,11 @@
 """tilec.nn.functional and tilec.nn on PyTorch's own OpInfo and ModuleInfo inputs (issue 16).
 
 Every sample PyTorch's database holds for each function and module tilec implements, float32 and
-float64, and bfloat16 where the OpInfo supports it or the ModuleInfo declares it (GroupNorm), with
-non-contiguous (functions) and channels_last (modules) variants: forward, input gradients and
-parameter gradients equal torch's (tests/torch_reference.py says within what; in bfloat16, no
-further from the float64 result than torch's own bfloat16 result, plus bfloat16's tolerance). The
+float64, and bfloat16 and float16 where the OpInfo supports them or the ModuleInfo declares them
+(GroupNorm; CrossEntropyLoss in float16), with non-contiguous (functions) and channels_last
+(modules) variants: forward, input gradients and parameter gradients equal torch's
+(tests/torch_reference.py says within what; in the 16-bit types, no further from the float64
+result than torch's own 16-bit result, plus the type's tolerance). The
 acceptance is 0 wrong and 0 refused; a failing test lists every sample that is not a pass. The
 samples are random: each test draws them from a fixed seed, so a failure reproduces.
 

@@ -43,8 +43,7 @@ from tilec.errors import TilecError
 
 DTYPES = (torch.float32, torch.float64)
 #: the 16-bit dtypes compared where the OpInfo supports them and the ModuleInfo declares them
-#: (float16 is not yet: tilec computes float16 expressions in float16, torch in float32)
-LOW_DTYPES = (torch.bfloat16,)
+LOW_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def function_dtypes(name: str, variant: str = "") -> list[torch.dtype]:

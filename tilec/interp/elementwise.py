@@ -4,9 +4,10 @@ Requires the arrays the expression reads. Guarantees numpy broadcasting and the 
 rules: every subexpression is computed in the dtype tilec.ir.dtypes.expr_type gives it (the
 specification of promotion; literals are weak), literal-only subexpressions with Python numbers;
 comparisons in the operands' common type; integer ``/`` is floor division; ``+`` and ``*`` on
-booleans are ``or`` and ``and``. A bfloat16 subexpression is computed in float32 on bfloat16
-operands (a literal or an integer converted to bfloat16 rounds first) and rounded where the
-statement stores it or an explicit cast asks, as the compiled code does.
+booleans are ``or`` and ``and``. A bfloat16 or float16 subexpression is computed in float32 on
+16-bit operands (an integer converted to the 16-bit type rounds first; a weak literal is taken at
+float32's precision) and rounded where the statement stores it or an explicit cast asks, as the
+compiled code does.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tilec.interp.builtins import IMPLEMENTATIONS
 from tilec.interp.sizes import size_of
 from tilec.ir import tensor as T
 from tilec.ir.builtins import BUILTINS
-from tilec.ir.dtypes import binary, compare_dtype, computed_dtype, elementwise_dtype, expr_type, is_float, strong
+from tilec.ir.dtypes import LOW_PRECISION, binary, compare_dtype, computed_dtype, elementwise_dtype, expr_type, is_float, strong
 
 Value = Union[np.ndarray, int, float]
 
@@ -49,10 +50,10 @@ def _cast(dtype: str, value: Value) -> np.ndarray:
 
 
 def _operand(dtype: str, value: Value) -> np.ndarray:
-    """`value` as an operand of an operation of `dtype`: `_cast`, except that bfloat16 operations run
-    in float32 (a float32 array is a bfloat16 subexpression's unrounded value, a weak literal is taken
-    at float32's precision; anything else converts to bfloat16 first)."""
-    if dtype != "bfloat16":
+    """`value` as an operand of an operation of `dtype`: `_cast`, except that 16-bit float operations
+    run in float32 (a float32 array is a 16-bit subexpression's unrounded value, a weak literal is
+    taken at float32's precision; anything else converts to the 16-bit type first)."""
+    if dtype not in LOW_PRECISION:
         return _cast(dtype, value)
     if isinstance(value, np.ndarray) and value.dtype == np.float32:
         return value
@@ -106,8 +107,8 @@ class _Evaluator:
             cast = BUILTINS[e.func].kind == "cast"
             if cast:
                 _check_conversion(e.func, values[0], t)
-            args = [_cast(t, v) if cast and t == "bfloat16" and isinstance(v, (int, float)) else _operand(t, v)
-                    for v in values]  # (an explicit conversion rounds a literal to bfloat16 itself)
+            args = [_cast(t, v) if cast and t in LOW_PRECISION and isinstance(v, (int, float)) else _operand(t, v)
+                    for v in values]  # (an explicit conversion rounds a literal to the 16-bit type itself)
             try:
                 return np.asarray(fn(*args)).astype(t if cast else computed_dtype(t))
             except ValueError as err:  # integers to negative integer powers

@@ -17,7 +17,8 @@ Where this differs from numpy (deliberately, to run PlaidML programs unchanged):
   holding both (as torch promotes), not in the first operand's type.
 
 The 16-bit floats are storage types: an elementwise expression on them is computed in float32 and
-rounded once, where its statement stores it (or at an explicit cast), and a contraction over them
+rounded once, where its statement stores it (or at an explicit cast; numpy's float16 arithmetic,
+which rounds after every operation, differs), and a contraction over them
 accumulates in float32 (`accumulator_dtype`) and rounds each output cell once, as torch's CPU
 kernels and fused compilers (Inductor, Triton) do. A program's temporaries (results that are not
 outputs) of a 16-bit float type are held in float32 (`Widening`): a softmax's exponentials and
@@ -35,8 +36,8 @@ it is a contraction's default or a structural intrinsic's result or argument.
 Literals stay weak (they adapt to the strong type they meet, as numpy >= 2 does): an integer
 literal takes any tensor's type (int32 beside a bool), a float literal takes a float tensor's
 type and makes an integer or bool expression float32 (PlaidML's float constants are float32);
-in a bfloat16 expression, computed in float32, it keeps float32's precision (as torch takes a
-Python scalar) unless an explicit conversion rounds it (tilec.ir.elementwise).
+in a bfloat16 or float16 expression, computed in float32, it keeps float32's precision (as torch
+takes a Python scalar) unless an explicit conversion rounds it (tilec.ir.elementwise).
 An expression of literals only is int32 or float32 (Tile's defaults). Comparisons convert
 both operands to `compare_dtype`, a type that holds both exactly where one exists.
 """
@@ -67,9 +68,9 @@ def is_float(dtype: str) -> bool:
 
 
 def computed_dtype(dtype: str) -> str:
-    """The type an elementwise value of `dtype` is computed in: float32 for bfloat16 (rounded where
-    stored); float16 keeps numpy's rounding after every operation."""
-    return "float32" if dtype == "bfloat16" else dtype
+    """The type an elementwise value of `dtype` is computed in: float32 for the 16-bit floats
+    (rounded where stored, or where an explicit conversion asks)."""
+    return "float32" if dtype in LOW_PRECISION else dtype
 
 
 def accumulator_dtype(dtype: str) -> str:

@@ -18,14 +18,13 @@ import math
 from typing import Union
 from collections.abc import Callable
 
-import ml_dtypes
 import numpy as np
 
 from tilec.errors import BindError
 from tilec.ir import loop as L
 from tilec.ir import tensor as T
 from tilec.ir.builtins import BUILTINS
-from tilec.ir.dtypes import binary, compare_dtype, expr_type, is_float, is_unsigned, strong
+from tilec.ir.dtypes import LOW_PRECISION, binary, compare_dtype, expr_type, is_float, is_unsigned, strong
 
 Weak = Union[int, float]
 _CMP = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
@@ -54,8 +53,8 @@ def lower_expression(expr: T.EExpr, dtypes: dict[str, str], load: Callable[[str]
 
 
 def _to(dtype: str, value: Union[L.Expr, Weak]) -> L.Expr:
-    """`value` as `dtype`; a weak literal becomes a constant of `dtype`, which for bfloat16 holds the
-    literal's float32 value (bfloat16 operations run in float32 and take a literal at that precision,
+    """`value` as `dtype`; a weak literal becomes a constant of `dtype`, which for the 16-bit floats
+    holds the literal's float32 value (their operations run in float32 and take a literal at that precision,
     as torch's kernels take a Python scalar; an explicit conversion rounds it: _Lowerer.call)."""
     if isinstance(value, (int, float)):
         if dtype == "bool":
@@ -78,10 +77,10 @@ def _to(dtype: str, value: Union[L.Expr, Weak]) -> L.Expr:
     return L.cast(dtype, value)
 
 
-def _bfloat16_value(value: Weak) -> float:
-    """A literal converted to bfloat16 (to nearest, ties to even), as a Python float."""
+def _rounded_value(value: Weak, dtype: str) -> float:
+    """A literal converted to the 16-bit float `dtype` (to nearest, ties to even), as a Python float."""
     with np.errstate(all="ignore"):
-        return float(np.asarray(value, dtype=np.float64).astype(ml_dtypes.bfloat16).astype(np.float64))
+        return float(np.asarray(value, dtype=np.float64).astype(np.dtype(dtype)).astype(np.float64))
 
 
 def _digits(value: Weak) -> str:
@@ -145,8 +144,8 @@ class _Lowerer:
         kind = BUILTINS[e.func].kind
         if kind in ("cast", "first"):  # a conversion, or reverse_grad's value: its first argument
             value = self.lower(e.args[0])
-            if kind == "cast" and t == "bfloat16" and isinstance(value, (int, float)):
-                value = _bfloat16_value(value)  # (a bfloat16 constant is otherwise held in float32: _to)
+            if kind == "cast" and t in LOW_PRECISION and isinstance(value, (int, float)):
+                value = _rounded_value(value, t)  # (a 16-bit constant is otherwise held in float32: _to)
             return _to(t, value)
         args = [_to(t, self.lower(a)) for a in e.args]
         if kind == "bits":

@@ -98,6 +98,13 @@ def combine(agg: str, acc: L.Expr, value: L.Expr) -> L.Expr:
     return L.Bin({"+": "add", "*": "mul", ">": "max", "<": "min"}[agg], acc, value)
 
 
+def tuple_operand(x: L.Expr, dtype: str, acc: str) -> L.Expr:
+    """Operand `x` of a contraction of type `dtype` that accumulates in `acc`: converted to `dtype`,
+    then (exactly) to `acc`; a value already in `acc` (a 16-bit temporary held in float32) goes
+    unrounded."""
+    return L.cast(acc, x if x.dtype == acc else L.cast(dtype, x))
+
+
 @dataclass(frozen=True)
 class _Parts:
     """What every contraction form needs: the value of one tuple and its condition."""
@@ -110,8 +117,8 @@ def _tuple_value(b: BoundContraction, bp: BoundProgram, dt: str) -> _Parts:
     """Each tuple's value, in the type `dt` the contraction accumulates in, and the condition under which it counts."""
     loads = [L.Load(a.tensor, tuple(index_expr(i) for i in a.indices), bp.dtypes[a.tensor]) for a in b.operands]
 
-    def operand(x: L.Expr) -> L.Expr:  # converted to the contraction's type, then (exactly) to the accumulator's;
-        return L.cast(dt, x if x.dtype == dt else L.cast(b.dtype, x))  # a widened temporary goes unrounded
+    def operand(x: L.Expr) -> L.Expr:
+        return tuple_operand(x, b.dtype, dt)
 
     combo = b.stmt.combo
     if combo == "single":

@@ -1,8 +1,10 @@
 """Loop-IR expressions -> CUDA C expressions, with the loop IR's exact semantics.
 
-Every expression renders to a C value of its dtype's C type (`ctype`); float16 values are
-``__half`` and their arithmetic runs in float32 with one rounding per operation, which is
-exactly IEEE half arithmetic. Index expressions (int64 in the IR) use the kernel's index
+Every expression renders to a C value of its dtype's C type (`ctype`), except that float16
+values are ``float`` in registers (`value_ctype`): a float16 buffer in global or shared memory
+holds ``__half``, loads widen and stores round (`stored`), so an expression on float16 is
+computed in float32 and rounded once, where it is stored or an explicit conversion asks (the
+language's rule, tilec.ir.dtypes); a local float16 buffer, an accumulator, holds float. Index expressions (int64 in the IR) use the kernel's index
 type: ``int`` where the renderer proved they fit, else ``long long``. Also renders the
 ``float4`` form of a vectorized loop (`try_float4`), which needs per-lane expressions.
 """
@@ -38,10 +40,21 @@ _LANES = "xyzw"
 
 
 def ctype(dtype: str) -> str:
+    """The C type of `dtype`'s values in global and shared memory."""
     try:
         return _CTYPES[dtype]
     except KeyError:
         raise CodegenError(f"the CUDA backend does not support dtype {dtype}") from None
+
+
+def value_ctype(dtype: str) -> str:
+    """The C type of `dtype`'s values in registers and local buffers (float16 is computed in float)."""
+    return "float" if dtype == "float16" else ctype(dtype)
+
+
+def holds_half(buf: L.Buffer) -> bool:
+    """Whether `buf`'s memory holds __half values that loads widen and stores round."""
+    return buf.dtype == "float16" and buf.scope != "local"
 
 
 def identifier(name: str, taken: set[str]) -> str:
@@ -122,7 +135,7 @@ class ExprRenderer:
     def type_of(self, e: L.Expr) -> str:
         if e.dtype == L.INDEX and not self.wide and A.pure_index(e):
             return "int"
-        return ctype(e.dtype)
+        return value_ctype(e.dtype)
 
     # ------------------------------------------------------------ memory
 
@@ -159,6 +172,8 @@ class ExprRenderer:
     def _Const(self, e: L.Const) -> str:
         if e.dtype == "bool":
             return "true" if e.value else "false"
+        if e.dtype == "float16":  # held in float32 (tilec.ir.elementwise._to)
+            return float_literal(float(e.value), "float32")
         if is_float(e.dtype):
             return float_literal(float(e.value), e.dtype)
         ctype(e.dtype)
@@ -174,7 +189,29 @@ class ExprRenderer:
     def _Load(self, e: L.Load) -> str:
         if e in self.lane_loads:
             return self.lane_loads[e]
-        return self.access(e.buffer, e.indices)
+        text = self.access(e.buffer, e.indices)
+        return f"__half2float({text})" if holds_half(self.buffers[e.buffer]) else text
+
+    def stored(self, buf: L.Buffer, value: L.Expr) -> str:
+        """`value` as `buf`'s memory holds it: a float16 value rounded once to __half."""
+        if not holds_half(buf):
+            return self.expr(value)
+        if isinstance(value, L.Cast) and value.dtype == "float16":  # the conversion itself rounds to __half
+            return self._half(value.a)
+        return f"__float2half_rn({self.expr(value)})"
+
+    def _half(self, e: L.Expr) -> str:
+        """The __half nearest `e`'s value (one rounding from any type)."""
+        a, src = self.expr(e), e.dtype
+        if src == "float64":
+            return f"__double2half({a})"
+        if src in ("int32", "int64"):
+            return f"__{'ll' if src == 'int64' else 'int'}2half_rn({a})"
+        if src in ("int8", "int16"):
+            return f"__short2half_rn((short)({a}))"
+        if is_unsigned(src):
+            return f"__ull2half_rn((unsigned long long)({a}))"
+        return f"__float2half_rn((float)({a}))"  # float32, float16 (a float in registers), bool
 
     def _Not(self, e: L.Not) -> str:
         return f"(!{self.expr(e.a)})"
@@ -182,16 +219,9 @@ class ExprRenderer:
     def _Select(self, e: L.Select) -> str:
         return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
 
-    def _float(self, e: L.Expr) -> str:
-        """`e` as a float32 (float16) or its own C float value (float32, float64)."""
-        text = self.expr(e)
-        return f"__half2float({text})" if e.dtype == "float16" else text
-
     def _Cmp(self, e: L.Cmp) -> str:
         if e.a.dtype != e.b.dtype:
             raise CodegenError(f"operands of {e.op} disagree: {e.a.dtype} and {e.b.dtype}")
-        if e.a.dtype == "float16":
-            return f"({self._float(e.a)} {_CMP[e.op]} {self._float(e.b)})"
         return f"({self.expr(e.a)} {_CMP[e.op]} {self.expr(e.b)})"
 
     def _Bin(self, e: L.Bin) -> str:
@@ -204,8 +234,7 @@ class ExprRenderer:
         if e.op == "xor":
             return f"(({ctype(dt)})({self.expr(e.a)} ^ {self.expr(e.b)}))"
         if is_float(dt):
-            text = float_bin(e.op, self._float(e.a), self._float(e.b))
-            return f"__float2half_rn({text})" if dt == "float16" else text
+            return float_bin(e.op, self.expr(e.a), self.expr(e.b))
         if dt == "bool":
             raise CodegenError(f"operation {e.op} is not defined on bool")
         return self._int_bin(e)
@@ -240,21 +269,9 @@ class ExprRenderer:
             return self.expr(e.a)
         a = self.expr(e.a)
         if dst == "bool":
-            return f"({self._float(e.a)} != 0)" if is_float(src) else f"({a} != 0)"
-        if dst == "float16":
-            if src == "float64":
-                return f"__double2half({a})"
-            if src in ("int32", "int64"):
-                return f"__{'ll' if src == 'int64' else 'int'}2half_rn({a})"
-            if src in ("int8", "int16"):
-                return f"__short2half_rn((short)({a}))"
-            if is_unsigned(src):
-                return f"__ull2half_rn((unsigned long long)({a}))"
-            return f"__float2half_rn((float)({a}))"  # float32, bool
-        if src == "float16":
-            if dst in ("float32", "float64"):
-                return f"(({ctype(dst)})__half2float({a}))"
-            return f"(({ctype(dst)})__half2ll_rz({a}))"
+            return f"({a} != 0)"
+        if dst == "float16":  # rounded, and held in float32
+            return f"__half2float({self._half(e.a)})"
         if is_float(src) and is_unsigned(dst):  # negative values wrap through int64, as numpy's astype
             if dst == "uint64":
                 return f"tilec_f2u64((double)({a}))"
@@ -264,10 +281,8 @@ class ExprRenderer:
     def _Call(self, e: L.Call) -> str:
         if not is_float(e.dtype):
             return self._int_call(e)
-        args = [self._float(a) for a in e.args]
-        t = "float" if e.dtype in ("float16", "float32") else "double"
-        text = float_call(e.func, args, t)
-        return f"__float2half_rn({text})" if e.dtype == "float16" else text
+        args = [self.expr(a) for a in e.args]
+        return float_call(e.func, args, "float" if e.dtype in ("float16", "float32") else "double")
 
     def _int_call(self, e: L.Call) -> str:
         t = self.type_of(e)

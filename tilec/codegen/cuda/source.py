@@ -16,7 +16,8 @@ run the loop IR's semantics (the CPU backend, tilec/codegen/llvm/scalar.py, is t
   kernels may use more than 48 KB; `Launch.shared_bytes` says how much), local buffers
   are per-thread arrays;
 - index arithmetic is 32-bit where the ranges of all index expressions provably fit, else
-  64-bit; float16 arithmetic is done in float32 and rounded after each operation;
+  64-bit; float16 values are computed in float32 and rounded where a global or shared buffer
+  stores them (tilec.codegen.cuda.expr);
 - a ``vectorized`` loop of 4 float32 lanes whose accesses are unit-stride and provably
   16-byte aligned uses ``float4`` loads and stores (`CudaSource.aligned_params` lists the
   parameters whose base addresses must then be 16-byte aligned); any other is a scalar loop;
@@ -30,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from tilec.codegen.cuda import analysis as A
-from tilec.codegen.cuda.expr import ExprRenderer, ctype, identifier
+from tilec.codegen.cuda.expr import ExprRenderer, ctype, identifier, value_ctype
 from tilec.codegen.cuda.prelude import PRELUDE
 from tilec.codegen.cuda.wmma import fragment_declaration, render_wmma
 from tilec.errors import CodegenError
@@ -206,7 +207,7 @@ class _Kernel:
             if not in_threads and A.has_thread_loop(s.body):
                 raise CodegenError(f"local buffer {buf.name} is allocated outside the thread loops that use it; "
                                    "allocate it inside them (one per thread) or give it scope 'shared'")
-            self.emit(f"{ctype(buf.dtype)} {names.buffer(buf.name)}[{max(1, buf.size)}];")
+            self.emit(f"{value_ctype(buf.dtype)} {names.buffer(buf.name)}[{max(1, buf.size)}];")
         elif buf.scope in L.FRAGMENT_SCOPES:
             if not in_threads:
                 raise CodegenError(f"fragment {buf.name} must be allocated inside the thread loops")
@@ -221,7 +222,7 @@ class _Kernel:
         buf = self.exprs.buffers[s.buffer]
         if s.value.dtype != buf.dtype:
             raise CodegenError(f"store of {s.value.dtype} into {buf.name} ({buf.dtype})")
-        self.emit(f"{self.exprs.access(s.buffer, s.indices)} = {self.exprs.expr(s.value)};")
+        self.emit(f"{self.exprs.access(s.buffer, s.indices)} = {self.exprs.stored(buf, s.value)};")
 
     def for_(self, s: L.For, in_threads: bool, divergent: bool) -> None:
         names = self.exprs.names

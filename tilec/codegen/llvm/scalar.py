@@ -17,10 +17,11 @@ from collections.abc import Callable
 import llvmlite.ir as ir
 
 from tilec.codegen.llvm import bfloat
-from tilec.codegen.llvm.types import I64, bits, declare_intrinsic, like, packed_bfloat16, storage_type, value_type
+from tilec.codegen.llvm.types import (I64, bits, declare_intrinsic, like, packed_16bit, packed_bfloat16, storage_type,
+                                      value_type)
 from tilec.errors import CodegenError
 from tilec.ir import loop as L
-from tilec.ir.dtypes import is_float, is_unsigned
+from tilec.ir.dtypes import LOW_PRECISION, is_float, is_unsigned
 
 _BITWISE = {"and": "and_", "or": "or_", "xor": "xor"}
 _FCMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
@@ -92,7 +93,7 @@ class ScalarEmitter:
     def _expr_Const(self, e: L.Const) -> ir.Value:
         if e.dtype == "bool":
             return ir.Constant(ir.IntType(1), int(bool(e.value)))
-        if e.dtype == "bfloat16":  # held in float32, as registers hold bfloat16 (tilec.ir.elementwise._to)
+        if e.dtype in LOW_PRECISION:  # held in float32, as registers hold 16-bit floats (tilec.ir.elementwise._to)
             return ir.Constant(ir.FloatType(), bfloat.constant(e.value))
         return ir.Constant(value_type(e.dtype), e.value)
 
@@ -107,20 +108,24 @@ class ScalarEmitter:
         return self.from_memory(buf, self.b.load(self.address(buf, e.indices), typ=storage_type(buf)))
 
     def from_memory(self, buf: L.Buffer, v: ir.Value) -> ir.Value:
-        """A value (or vector) loaded from `buf` as registers hold it: bool as i1, bfloat16 as float."""
+        """A value (or vector) loaded from `buf` as registers hold it: bool as i1, the 16-bit floats as float."""
         if buf.dtype == "bool":
             return self.b.icmp_unsigned("!=", v, ir.Constant(v.type, 0) if not isinstance(v.type, ir.VectorType)
                                         else ir.Constant(v.type, [0] * v.type.count))
         if packed_bfloat16(buf):
             return bfloat.widen(self.b, v)
+        if packed_16bit(buf):  # float16: half in memory (F16C's vcvtph2ps)
+            return self.b.fpext(v, like(v, ir.FloatType()))
         return v
 
     def to_memory(self, buf: L.Buffer, v: ir.Value) -> ir.Value:
-        """A value (or vector) in registers as `buf` stores it: bool as a byte, bfloat16 rounded to its bits."""
+        """A value (or vector) in registers as `buf` stores it: bool as a byte, the 16-bit floats rounded."""
         if buf.dtype == "bool":
             return self.b.zext(v, like(v, ir.IntType(8)))
         if packed_bfloat16(buf):
             return bfloat.narrow(self.b, v)
+        if packed_16bit(buf):
+            return self.b.fptrunc(v, like(v, ir.HalfType()))
         return v
 
     def _expr_Cast(self, e: L.Cast) -> ir.Value:
@@ -131,16 +136,18 @@ class ScalarEmitter:
         integer truncates toward zero, to unsigned through int64 (so -1.0 becomes all ones)."""
         if src == dst:
             return v
-        if src == "bfloat16":  # registers hold its float32 value exactly
+        if src in LOW_PRECISION:  # registers hold its float32 value exactly
             return self.convert(v, "float32", dst)
-        if dst == "bfloat16":  # through a float32 holding the value, or rounded to odd: one rounding in all
+        if dst in LOW_PRECISION:  # through a float32 holding the value, or rounded to odd: one rounding in all
             if src == "float64":
                 exact = self._round_to_odd_f32(v)
             elif is_float(src) or src == "bool" or bits(src) <= 16:
                 exact = self.convert(v, src, "float32")
             else:
                 exact = self._round_to_odd_f32(self.convert(v, src, "float64"))
-            return bfloat.round_float(self.b, exact)
+            if dst == "bfloat16":
+                return bfloat.round_float(self.b, exact)
+            return self.b.fpext(self.b.fptrunc(exact, like(v, ir.HalfType())), exact.type)
         t = like(v, value_type(dst))
         if dst == "bool":
             if is_float(src):
@@ -149,8 +156,6 @@ class ScalarEmitter:
         if is_float(dst):
             if src == "bool" or is_unsigned(src):
                 return self.b.uitofp(v, t)
-            if (src, dst) == ("float64", "float16"):
-                return self.b.fptrunc(self._round_to_odd_f32(v), t)
             if is_float(src):
                 return self.b.fpext(v, t) if bits(dst) > bits(src) else self.b.fptrunc(v, t)
             return self.b.sitofp(v, t)
@@ -169,7 +174,7 @@ class ScalarEmitter:
         return self.b.sext(v, t) if bits(dst) > bits(src) else self.b.trunc(v, t)
 
     def _round_to_odd_f32(self, v: ir.Value) -> ir.Value:
-        """float64 -> float32 rounded to odd, so that rounding on to float16 is correctly rounded
+        """float64 -> float32 rounded to odd, so that rounding on to a 16-bit float is correctly rounded
         (no double rounding); LLVM would call __truncdfhf2, which the JIT does not link."""
         f32, i32t = like(v, ir.FloatType()), like(v, ir.IntType(32))
         nearest = self.b.fptrunc(v, f32)
@@ -297,9 +302,6 @@ class ScalarEmitter:
             return bfloat.dot2_float(self.b, *args)
         if not is_float(e.dtype):
             return self._int_call(e.func, args, is_unsigned(e.dtype))
-        if e.dtype == "float16":  # compute in float32, as libm has no half functions
-            args = [self.b.fpext(a, ir.FloatType()) for a in args]
-            return self.b.fptrunc(self.float_call(e.func, args, ir.FloatType()), ir.HalfType())
         return self.float_call(e.func, args, value_type(e.dtype))
 
     def float_call(self, func: str, args: list[ir.Value], t: ir.Type) -> ir.Value:

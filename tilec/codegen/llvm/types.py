@@ -2,8 +2,9 @@
 
 Requires: llvmlite.ir. Guarantees: `value_type` is the type a dtype's values have in registers
 (bool is i1) and `storage_type` the one they have in a buffer's memory (bool is one byte, as numpy stores
-it; bfloat16 is float in registers and i16 in buffers: tilec.codegen.llvm.bfloat converts, and a
-local bfloat16 buffer, an accumulator, holds float); a dtype the backend does not support is a
+it; the 16-bit floats are float in registers, bfloat16 is i16 in buffers (tilec.codegen.llvm.bfloat
+converts) and float16 half; a local 16-bit buffer, an accumulator, holds float); a dtype the backend
+does not support is a
 CodegenError. `declare_intrinsic` and
 `declare_masked` declare an LLVM intrinsic once per module, named after the (scalar or vector)
 type it works on.
@@ -26,11 +27,12 @@ PTR = ir.PointerType()
 VALUE_TYPES: dict[str, ir.Type] = {
     "bool": ir.IntType(1), "int8": ir.IntType(8), "int16": ir.IntType(16), "int32": ir.IntType(32),
     "int64": ir.IntType(64), "uint8": ir.IntType(8), "uint16": ir.IntType(16), "uint32": ir.IntType(32),
-    "uint64": ir.IntType(64), "float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType(),
-    "bfloat16": ir.FloatType(),  # computed in float32 (tilec.ir.dtypes: the 16-bit floats are storage types)
+    "uint64": ir.IntType(64), "float32": ir.FloatType(), "float64": ir.DoubleType(),
+    # computed in float32 (tilec.ir.dtypes: the 16-bit floats are storage types)
+    "float16": ir.FloatType(), "bfloat16": ir.FloatType(),
 }
 # numpy stores a bool in one byte; bfloat16 is the upper half of a float32's bits
-MEMORY_TYPES: dict[str, ir.Type] = dict(VALUE_TYPES, bool=ir.IntType(8), bfloat16=ir.IntType(16))
+MEMORY_TYPES: dict[str, ir.Type] = dict(VALUE_TYPES, bool=ir.IntType(8), bfloat16=ir.IntType(16), float16=ir.HalfType())
 _BITS = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64, "int8": 8, "int16": 16, "int32": 32, "int64": 64,
          "uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64}
 _ALIGNMENT = {name: bits // 8 for name, bits in _BITS.items()}
@@ -58,10 +60,16 @@ def packed_bfloat16(buf: "L.Buffer") -> bool:
     return buf.dtype == "bfloat16" and buf.scope != "local"
 
 
+def packed_16bit(buf: "L.Buffer") -> bool:
+    """Whether `buf` holds 16-bit floats whose values registers hold as float (loads widen them,
+    stores round them)."""
+    return buf.dtype in ("bfloat16", "float16") and buf.scope != "local"
+
+
 def storage_type(buf: "L.Buffer") -> ir.Type:
-    """The element type of `buf`'s memory: a local bfloat16 buffer (an accumulator, a register
+    """The element type of `buf`'s memory: a local 16-bit float buffer (an accumulator, a register
     tile) keeps float32 values, every other buffer its dtype's memory type."""
-    if buf.dtype == "bfloat16" and not packed_bfloat16(buf):
+    if buf.dtype in ("bfloat16", "float16") and buf.scope == "local":
         return ir.FloatType()
     return MEMORY_TYPES[buf.dtype]
 
@@ -118,4 +126,4 @@ def declare_masked(module: ir.Module, kind: str, vt: ir.VectorType) -> ir.Functi
 
 
 __all__ = ["I64", "MEMORY_TYPES", "PTR", "VALUE_TYPES", "alignment", "bits", "declare_intrinsic", "declare_masked",
-           "i32", "like", "packed_bfloat16", "storage_type", "type_suffix", "value_type"]
+           "i32", "like", "packed_16bit", "packed_bfloat16", "storage_type", "type_suffix", "value_type"]

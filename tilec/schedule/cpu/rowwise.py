@@ -37,9 +37,9 @@ from tilec.ir import loop as L
 from tilec.ir.affine import IntAffine
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundIntrinsic, BoundProgram
 from tilec.ir.elementwise import lower_expression
-from tilec.ir.lower import LoweredGroup, combine, identity
+from tilec.ir.lower import LoweredGroup, combine, identity, tuple_operand
 from tilec.ir.loop_nest import broadcast_indices, index_expr, loop_nest
-from tilec.ir.dtypes import numpy_common
+from tilec.ir.dtypes import accumulator_dtype, numpy_common
 from tilec.ir.rewrite import map_expr
 from tilec.schedule.cpu.row_members import FULL, REDUCE, ROW, Member, contraction_member, elementwise_member, space
 from tilec.schedule.patterns.dataflow import reads
@@ -197,16 +197,17 @@ class _Builder:
             return L.Load(tensor, idx, self.bp.dtypes[tensor])
 
         loads = [access(a.tensor, a.indices) for a in s.operands]
-        dt, combo = s.dtype, s.stmt.combo
+        acc, combo = accumulator_dtype(s.dtype), s.stmt.combo  # (tuples in the accumulator's type, as lower.py's)
         if combo == "single":
-            return L.cast(dt, loads[0]), None
+            return tuple_operand(loads[0], s.dtype, acc), None
         if combo in ("mul", "add"):
-            return combine({"mul": "*", "add": "+"}[combo], L.cast(dt, loads[0]), L.cast(dt, loads[1])), None
+            return combine({"mul": "*", "add": "+"}[combo], tuple_operand(loads[0], s.dtype, acc),
+                           tuple_operand(loads[1], s.dtype, acc)), None
         ct = numpy_common(loads[0].dtype, loads[1].dtype)
         equal = L.Cmp("eq", L.cast(ct, loads[0]), L.cast(ct, loads[1]))
         if combo == "eq":
-            return L.cast(dt, equal), None
-        return L.cast(dt, loads[2]), equal
+            return L.cast(acc, equal), None
+        return tuple_operand(loads[2], s.dtype, acc), equal
 
     def cell_body(self, segment: int, j: L.Expr, lane: L.Expr) -> L.Stmt:
         stmts: list[L.Stmt] = []
@@ -217,13 +218,15 @@ class _Builder:
             value, cond = self.value(m, j, lane, segment)
             if m.kind == REDUCE:
                 assert isinstance(s, BoundContraction)
-                part = f"{s.output}.part"
-                stmts.append(L.Store(part, (lane,), combine(s.stmt.agg, L.Load(part, (lane,), s.dtype), value)))
+                part, acc = f"{s.output}.part", accumulator_dtype(s.dtype)
+                stmts.append(L.Store(part, (lane,), combine(s.stmt.agg, L.Load(part, (lane,), acc), value)))
                 continue
             if isinstance(s, BoundContraction):  # one tuple per cell: combine it with the identity
-                value = combine(s.stmt.agg, identity(s.stmt.agg, s.dtype), value)
+                acc = accumulator_dtype(s.dtype)
+                value = combine(s.stmt.agg, identity(s.stmt.agg, acc), value)
                 if cond is not None:
-                    value = L.Select(cond, value, L.cast(s.dtype, L.const(0)))
+                    value = L.Select(cond, value, L.cast(acc, L.const(0)))
+                value = L.cast(s.dtype, value)
             if m.kind == ROW:
                 stmts.append(L.Store(self.row_buf(s.output), (), value))
                 if s.output in self.plan.stored:
@@ -251,7 +254,8 @@ class _Builder:
         reductions = [s for m in members if m.kind == REDUCE
                       for s in (self.bp.statements[m.index],) if isinstance(s, BoundContraction)]
         init = [L.For(f"fuse.p{n}", L.const(0), L.const(v), L.Store(f"{s.output}.part", (L.Var(f"fuse.p{n}"),),
-                                                                       identity(s.stmt.agg, s.dtype)), "vectorized")
+                                                                       identity(s.stmt.agg, accumulator_dtype(s.dtype))),
+                      "vectorized")
                 for s in reductions]
         loops: list[L.Stmt] = []
         if blocks:
@@ -265,21 +269,21 @@ class _Builder:
         for s in reductions:
             # Fold the partials as a tree (log2(lanes) vector steps, not a chain of lanes scalar ones:
             # with short rows the chain cost as much as the row's arithmetic).
-            part, width, step = f"{s.output}.part", v, 0
+            part, width, step, acc = f"{s.output}.part", v, 0, accumulator_dtype(s.dtype)
             while width > 1:
                 half = width // 2
                 f = L.Var(f"fuse.f{n}.{step}")
-                fold = L.Store(part, (f,), combine(s.stmt.agg, L.Load(part, (f,), s.dtype),
-                                                   L.Load(part, (L.add(f, L.const(half)),), s.dtype)))
+                fold = L.Store(part, (f,), combine(s.stmt.agg, L.Load(part, (f,), acc),
+                                                   L.Load(part, (L.add(f, L.const(half)),), acc)))
                 final.append(L.For(f.name, L.const(0), L.const(half), fold, "vectorized" if half > 1 else "serial"))
                 if width % 2:  # an odd width (not with power-of-two lanes): fold its last partial in too
-                    final.append(L.Store(part, (L.const(0),), combine(s.stmt.agg, L.Load(part, (L.const(0),), s.dtype),
-                                                                       L.Load(part, (L.const(width - 1),), s.dtype))))
+                    final.append(L.Store(part, (L.const(0),), combine(s.stmt.agg, L.Load(part, (L.const(0),), acc),
+                                                                       L.Load(part, (L.const(width - 1),), acc))))
                 width, step = half, step + 1
-            acc = L.Load(self.row_buf(s.output), (), s.dtype)
-            final.append(L.Store(self.row_buf(s.output), (), L.Load(part, (L.const(0),), s.dtype)))
+            final.append(L.Store(self.row_buf(s.output), (), L.cast(s.dtype, L.Load(part, (L.const(0),), acc))))
             if s.output in self.plan.stored:
-                final.append(L.Store(s.output, tuple(self.rows) + (L.const(0),), acc))
+                final.append(L.Store(s.output, tuple(self.rows) + (L.const(0),),
+                                     L.Load(self.row_buf(s.output), (), s.dtype)))
         return L.seq(*init, *loops, *final)
 
     def build(self, parallel: bool) -> L.Stmt:
@@ -287,7 +291,7 @@ class _Builder:
         for m in self.plan.members:
             s = self.bp.statements[m.index]
             if m.kind == REDUCE:
-                body = L.Allocate(L.Buffer(f"{s.output}.part", s.dtype, (self.lanes,), "local"), body)
+                body = L.Allocate(L.Buffer(f"{s.output}.part", accumulator_dtype(s.dtype), (self.lanes,), "local"), body)
             if m.kind != FULL:
                 body = L.Allocate(L.Buffer(self.row_buf(s.output), s.dtype, (), "local"), body)
             elif s.output in self.plan.local:
