@@ -164,3 +164,67 @@ def test_the_transposed_keys_rows_are_an_odd_number_of_cache_lines(keys, bk):
     scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(16)
     p = np.exp(scores - scores.max(-1, keepdims=True))
     np.testing.assert_allclose(fn(q, k, k), (p / p.sum(-1, keepdims=True)) @ k, rtol=1e-4, atol=1e-4)
+
+
+def logsumexp_program(causal: bool, dtype: str) -> str:
+    """Attention as the torch.compile backend writes a training forward (tilec.torch_backend.lowering.attention):
+    its reductions name their own index variables, and the rows' logsumexp M + log(R) is an output
+    too (converted to float32 for 16-bit inputs, as torch's is), which torch's backward reads."""
+    mask = ["Neg = -1e+30;", "Zc[b0, b1, s, t: B, H, S, T] = >(Z[b0, b1, s, t]), s - t < S default Neg;"] if causal else []
+    scores = "Zc" if causal else "Z"
+    lse = ["L = M + log(R);", "LF = as_float(L, 32);"] if dtype != "float32" else ["LF = M + log(R);"]
+    return "\n".join([
+        "function (Q[B, H, S, D], K[B, H, T, D], V[B, H, T, E]) -> (O, LSE) {",
+        "Raw[b0, b1, s, t: B, H, S, T] = +(Q[b0, b1, s, d] * K[b0, b1, t, d]);",
+        "Z = Raw * 0.125;", *mask,
+        f"M[i0, i1, i2, 0: B, H, S, 1] = >({scores}[i0, i1, i2, i3]);",
+        f"X = exp({scores} - M);",
+        "R[i0, i1, i2, 0: B, H, S, 1] = +(X[i0, i1, i2, i3]);",
+        "P = X / R;",
+        "O[b0, b1, s, e: B, H, S, E] = +(P[b0, b1, s, t] * V[b0, b1, t, e]);", *lse,
+        "LSE[i0, i1, i2: B, H, S] = =(LF[i0, i1, i2, 0]);", "}"])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_chain_that_also_stores_its_logsumexp_is_fused(causal, dtype):
+    """The template writes the logsumexp from its running max and sum: the backend's training forward
+    had run as a chain of GEMMs and a materialised score matrix (the logsumexp read M and R, and the
+    reductions' index variables had other names than the scores')."""
+    b, h, s, t, d = 1, 2, 37, 70, 32  # (wider bfloat16 heads without a mask run as GEMMs of pairs: `profitable`)
+    src = logsumexp_program(causal, dtype)
+    sizes = {"Q": (b, h, s, d), "K": (b, h, t, d), "V": (b, h, t, d)}
+    loop = tilec.explain(src, sizes, {n: dtype for n in "QKV"}, stage="loop")
+    assert "O.Kt" in loop and "Raw[" not in loop.splitlines()[0]  # fused: the scores are never a buffer
+    rng = np.random.default_rng(11)
+    q, k, v = (rng.standard_normal(x).astype(np.dtype(dtype)) for x in sizes.values())
+    out, lse = tilec.compile(src)(q, k, v)
+    assert out.dtype == np.dtype(dtype) and lse.dtype == np.float32 and lse.shape == (b, h, s)
+    scores = np.einsum("...sd,...td->...st", q.astype(np.float64), k.astype(np.float64)) * 0.125
+    if causal:
+        scores = np.where(np.arange(t)[None, :] <= np.arange(s)[:, None], scores, -np.inf)
+    top = scores.max(-1, keepdims=True)
+    want_lse = (top + np.log(np.exp(scores - top).sum(-1, keepdims=True)))[..., 0]
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == "float32" else dict(rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-5)  # float32 inside the kernel either way
+    np.testing.assert_allclose(out.astype(np.float64), reference(q, k, v, causal, 0.125), **tol)
+
+
+@pytest.mark.parametrize("dtype, causal, d, fused_anyway", [
+    ("bfloat16", False, 64, False), ("bfloat16", True, 64, True), ("bfloat16", False, 32, True),
+    ("float16", False, 64, True), ("float32", False, 64, True)])
+def test_wide_unmasked_bfloat16_heads_run_as_gemms_of_pairs(dtype, causal, d, fused_anyway):
+    """Where the CPU has the pair dot product, a bfloat16 chain without a mask and with heads wider
+    than two vectors of pairs runs as GEMMs (twice the float32 rate); the results are the same
+    either way within bfloat16's rounding of the probabilities."""
+    from tilec.schedule.cpu.implicit_gemm.packed import bf16_dot
+
+    sizes = shapes(1, 2, 48, 48, d)
+    src = attention_source({"D": d}, causal)
+    templates = tilec.explain(src, sizes, {n: dtype for n in "QKV"}, stage="templates")
+    fused = templates.splitlines()[0].startswith("0: attention")
+    assert fused == (fused_anyway or not bf16_dot(resolve_target("llvm"))), templates
+    rng = np.random.default_rng(d)
+    q, k, v = (rng.standard_normal(x).astype(np.dtype(dtype)) for x in sizes.values())
+    got = tilec.compile(src)(q, k, v).astype(np.float64)
+    np.testing.assert_allclose(got, reference(q, k, v, causal, 1 / np.sqrt(d)), rtol=2e-2, atol=2e-2)

@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch._dynamo
 
+import tilec
 import tilec.torch_backend as backend
 from tilec import pipeline
 
@@ -236,6 +237,31 @@ def test_attention_gradients_are_torchs_and_inference_attention_is_lowered():
                                    _attention(q, k, v))
     cov = backend.coverage()
     assert cov["lowered"] >= 1 and cov["kernels"] >= 1 and not any("attention" in op for op in cov["fallback"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_forwards_take_the_fused_template(dtype):
+    """Training and inference alike: the program of the flash op's forward (its logsumexp an output in
+    training, a statement no output reads in inference) is one fused attention kernel, not a chain of
+    GEMMs around a score matrix."""
+    from tilec.torch_backend import tasks
+
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 3, 40, 16, generator=gen, dtype=dtype) for _ in range(3))
+    for training in (True, False):
+        torch._dynamo.reset()
+        known = set(tasks.PROGRAMS)
+        compiled = torch.compile(_attention, backend="tilec", dynamic=False)
+        with torch.set_grad_enabled(training):
+            leaves = [t.clone().requires_grad_(training) for t in (q, k, v)]
+            got = compiled(*leaves)
+        torch.testing.assert_close(got, _attention(q, k, v), **({} if dtype == torch.float32 else
+                                                               dict(atol=2e-2, rtol=2e-2)))
+        forward = next((src, sig) for src, sig in tasks.PROGRAMS if (src, sig) not in known
+                       and ("log(" in src or not training))
+        templates = tilec.explain(forward[0], {n: shape for n, shape, _ in forward[1]},
+                                  {n: dt for n, _, dt in forward[1]}, stage="templates")
+        assert templates.splitlines()[0].startswith("0: attention"), (training, templates)
 
 
 def test_a_model_under_bf16_autocast_is_lowered_and_trains_as_eager():

@@ -71,6 +71,7 @@ def test_one_process_runs_a_compiled_model_tuned_and_untuned_alternately(tmp_pat
     from tilec.torch_backend import compiler, tasks as tasks_module
 
     torch.manual_seed(0)
+    tasks_module.PROGRAMS.clear()  # (earlier tests' programs would come first in tuning_tasks())
     model = torch.nn.Sequential(torch.nn.Linear(40, 88), torch.nn.ReLU(), torch.nn.Linear(88, 24))
     compiled = torch.compile(model, backend="tilec")
     x = torch.randn(36, 40)

@@ -251,11 +251,26 @@ class ProgramWriter:
 
     def source(self, outputs: Sequence[Value]) -> str:
         decls = [f"{v.name}[{', '.join(str(s) for s in v.shape)}]" for v, _ in [*self.inputs, *self.generated]]
-        body = "".join(f"    {s}\n" for s in chained(self.statements))
+        body = "".join(f"    {s}\n" for s in chained(live(self.statements, [v.name for v in outputs])))
         return f"function ({', '.join(decls)}) -> ({', '.join(v.name for v in outputs)}) {{\n{body}}}"
 
 
 _NAME = re.compile(r"\bT\d+\b")
+
+
+def live(statements: list[str], outputs: Sequence[str]) -> list[str]:
+    """The statements the outputs need, in their order: a rule may write more than its graph node's
+    users read (attention's logsumexp, which only a backward reads), and a statement no output needs
+    would still be computed, and would keep the templates from matching the statements it reads."""
+    defined = [_NAME.match(s).group(0) for s in statements]  # type: ignore[union-attr]
+    position = {name: k for k, name in enumerate(defined)}
+    needed, todo = set(), [position[n] for n in outputs if n in position]
+    while todo:
+        k = todo.pop()
+        if k not in needed:
+            needed.add(k)
+            todo.extend(position[n] for n in _NAME.findall(statements[k].split("=", 1)[1]) if n in position)
+    return [s for k, s in enumerate(statements) if k in needed]
 
 
 def chained(statements: list[str]) -> list[str]:

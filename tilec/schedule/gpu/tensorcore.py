@@ -3,7 +3,7 @@
 Requires: a float16 BoundContraction with a GemmPlan (tilec.schedule.patterns.gemm: GEMM in any
 layout, batched GEMM, conv2d as implicit GEMM), every output cell written. Guarantees: one launch in the GPU conventions of tilec/ir/loop.py (WMMA
 statements) computing the contraction with float32 accumulation, rounded to float16 once per
-output cell (the default lowering adds in float16: results differ by that rounding only);
+output cell, as the default lowering's (their sums differ in order only);
 the elementwise statements after it fuse in as an epilogue. Knobs: WmmaGemmConfig
 (tilec.schedule.gpu.tensorcore_knobs) - the block tile and the warp grid::
 

@@ -93,7 +93,7 @@ def _chain(index: int, ctx: Context, config: TemplateConfig | None) -> int:
     candidates = CHAINS if config is None else tuple(t for t in CHAINS if t is registry.get(config.template))
     for template in candidates:
         plan = template.match(index, ctx)
-        if plan is not None:
+        if plan is not None and (config is not None or template.profitable(plan, ctx)):
             return template.consumed(plan)
     return 0
 

@@ -44,6 +44,7 @@ class AttentionPlan:
     output: str
     consumed: int
     elided: tuple[str, ...]
+    lse: str | None = None  # where the chain's logsumexp M + log(R) is stored (a training forward's), if asked
 
     @property
     def batch_size(self) -> int:
@@ -59,13 +60,15 @@ def _out_vars(b: BoundContraction) -> tuple[str | None, ...]:
     return tuple(e.lone_var for e in b.out_indices)
 
 
-def _keepdim_reduce(b: BoundContraction, agg: str, source: str, batch: tuple[str, ...], s: str, t: str) -> bool:
-    """b is X[.., s, 0] = agg(source[.., s, t])."""
+def _keepdim_reduce(b: BoundContraction, agg: str, source: str, batch: tuple[str, ...]) -> bool:
+    """b is X[.., s, 0] = agg(source[.., s, t]) over the scores' batch axes (its index variables may
+    have names of their own: a program's statements need not share them)."""
     if b.stmt.agg != agg or b.stmt.combo != "single" or b.stmt.default is not None or b.guards or b.empty:
         return False
     (op,) = b.operands
-    last = b.out_indices[-1]
-    return (op.tensor == source and _vars(op) == batch + (s, t) and _out_vars(b)[:-1] == batch + (s,)
+    last, names = b.out_indices[-1], _vars(op)
+    return (op.tensor == source and len(names) == len(batch) + 2 and None not in names
+            and len(set(names)) == len(names) and _out_vars(b)[:-1] == names[:-1]
             and not last.coeffs and last.const == 0 and b.shape[-1] == 1)
 
 
@@ -160,11 +163,11 @@ def match_softmax(index: int, bp: BoundProgram, dtypes: tuple[str, ...]) -> Soft
     if None in (m, e, r):
         return None
     assert isinstance(m, BoundContraction) and isinstance(e, BoundElementwise) and isinstance(r, BoundContraction)
-    if not _keepdim_reduce(m, ">", scores, batch, s, t):
+    if not _keepdim_reduce(m, ">", scores, batch):
         return None
     if e.stmt.expr != T.ECall("exp", (T.EBinary("-", T.ETensor(scores), T.ETensor(m.output)),)):
         return None
-    if not _keepdim_reduce(r, "+", e.output, batch, s, t):
+    if not _keepdim_reduce(r, "+", e.output, batch):
         return None
     p = stmts[k] if k < len(stmts) else None
     if isinstance(p, BoundElementwise) and p.stmt.expr == T.EBinary("/", T.ETensor(e.output), T.ETensor(r.output)):
@@ -187,8 +190,25 @@ def causal_guard(b: BoundContraction, s: str, t: str, rows: int) -> bool:
             and guard.expr.divisor == 1 and guard.lo == 0 and (guard.hi is None or guard.hi >= rows - 1))
 
 
-def match(index: int, bp: BoundProgram, dtypes: tuple[str, ...]) -> AttentionPlan | None:
-    """The attention chain starting at statement `index`, or None.
+def _logsumexp(bp: BoundProgram, sm: SoftmaxChain, k: int) -> tuple[str | None, tuple[str, ...], int]:
+    """The statement after the chain's output that writes its rows' logsumexp, L = M + log(R) (what
+    torch's attention returns for its backward), optionally converted to float32 by the next one:
+    (the tensor stored, the intermediates elided, the index after them), or (None, (), k)."""
+    stmts = bp.statements
+    first = stmts[k] if k < len(stmts) else None
+    if not (isinstance(first, BoundElementwise)
+            and first.stmt.expr == T.EBinary("+", T.ETensor(sm.m), T.ECall("log", (T.ETensor(sm.r),)))):
+        return None, (), k
+    then = stmts[k + 1] if k + 1 < len(stmts) else None
+    if (isinstance(then, BoundElementwise) and isinstance(then.stmt.expr, T.ECall) and then.stmt.expr.func == "as_float"
+            and then.stmt.expr.args == (T.ETensor(first.output), T.EConst(32)) and then.shape == first.shape):
+        return then.output, (first.output,), k + 2
+    return first.output, (), k + 1
+
+
+def match(index: int, bp: BoundProgram, dtypes: tuple[str, ...], logsumexp: bool = False) -> AttentionPlan | None:
+    """The attention chain starting at statement `index`, or None. Where `logsumexp`, the
+    chain may go on to store its rows' logsumexp (`_logsumexp`), which the plan's `lse` names.
 
     Q, K and V must share one dtype out of `dtypes`, and the output's dtype must be one of
     them too (a causal chain's float32 mask constant promotes a float16 chain's output to
@@ -212,12 +232,15 @@ def match(index: int, bp: BoundProgram, dtypes: tuple[str, ...]) -> AttentionPla
     if not (pv.tensor == sm.p and _vars(pv) == batch + (s, t) and ev is not None
             and _vars(vv) == batch + (t, ev) and _out_vars(o) == batch + (s, ev)):
         return None
-    chain = sm.chain + (sm.p,)
+    lse, lse_elided, end = _logsumexp(bp, sm, sm.next + 1) if logsumexp else (None, (), sm.next + 1)
+    chain = sm.chain + (sm.p,) + lse_elided
     if any(name in bp.program.outputs for name in chain):
         return None
     expected_readers = {name: 1 for name in chain}
     expected_readers[sm.scores] = 2  # M and E read the (scaled, masked) scores
     expected_readers[sm.e] = 2  # R and P read E
+    if lse is not None:
+        expected_readers[sm.m] = expected_readers[sm.r] = 2  # (and the logsumexp M and R)
     readers = reader_counts(bp)
     if any(readers.get(name, 0) != n for name, n in expected_readers.items()):
         return None
@@ -229,7 +252,7 @@ def match(index: int, bp: BoundProgram, dtypes: tuple[str, ...]) -> AttentionPla
     ranges = sm.ranges
     return AttentionPlan(q=sm.q, k=sm.k, v=vv, batch=tuple(ranges[x] for x in batch), s=first.shape[-2],
                          t=first.shape[-1], d=ranges[sm.d][2] + 1, e=o.shape[-1], scale=sm.scale, causal=sm.causal,
-                         output=o.output, consumed=sm.next + 1 - index, elided=chain)
+                         output=o.output, consumed=end - index, elided=chain, lse=lse)
 
 
 __all__ = ["AttentionPlan", "MASK_LIMIT", "SoftmaxChain", "causal_guard", "match", "match_softmax"]
