@@ -9,6 +9,7 @@ import pytest
 
 import tilec
 from compiled import load_func
+from tilec.autodiff import derive
 from tilec.bench.ops import attention_source
 from tilec.ir import loop as L
 from tilec.ir.bounds import bind
@@ -215,8 +216,8 @@ def test_a_chain_that_also_stores_its_logsumexp_is_fused(causal, dtype):
     ("float16", False, 64, True), ("float32", False, 64, True)])
 def test_wide_unmasked_bfloat16_heads_run_as_gemms_of_pairs(dtype, causal, d, fused_anyway):
     """Where the CPU has the pair dot product, a bfloat16 chain without a mask and with heads wider
-    than two vectors of pairs runs as GEMMs (twice the float32 rate); the results are the same
-    either way within bfloat16's rounding of the probabilities."""
+    than two vectors of pairs runs as GEMMs (twice the float32 rate), forward and backward; the
+    results are the same either way within bfloat16's rounding of the probabilities."""
     from tilec.schedule.cpu.implicit_gemm.packed import bf16_dot
 
     sizes = shapes(1, 2, 48, 48, d)
@@ -224,6 +225,10 @@ def test_wide_unmasked_bfloat16_heads_run_as_gemms_of_pairs(dtype, causal, d, fu
     templates = tilec.explain(src, sizes, {n: dtype for n in "QKV"}, stage="templates")
     fused = templates.splitlines()[0].startswith("0: attention")
     assert fused == (fused_anyway or not bf16_dot(resolve_target("llvm"))), templates
+    gradient = str(derive(tilec.parse(src), ["Q", "K", "V"]))  # the backward template follows the same rule
+    backward = tilec.explain(gradient, {**sizes, "DO": sizes["Q"]}, {n: dtype for n in ("Q", "K", "V", "DO")},
+                             stage="templates")
+    assert ("attention_backward" in backward) == fused, backward
     rng = np.random.default_rng(d)
     q, k, v = (rng.standard_normal(x).astype(np.dtype(dtype)) for x in sizes.values())
     got = tilec.compile(src)(q, k, v).astype(np.float64)

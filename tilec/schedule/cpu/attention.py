@@ -241,6 +241,15 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: Attentio
     return LoweredGroup(L.seq(prologue, main), (kt, *widened.values()), plan.consumed, plan.elided)
 
 
+def gemms_of_pairs_win(dtype: str, causal: bool, d: int, e: int, target: Target) -> bool:
+    """Whether attention (forward or backward) runs faster as its chain of GEMMs than as a fused
+    template: for bfloat16 without a causal mask (the fused templates skip the masked half), heads
+    wider than two vectors of pairs, on a CPU with the pair dot product. There the GEMMs multiply
+    bfloat16 pairs at twice the float32 rate the fused templates compute in, which pays for
+    writing and rereading the scores."""
+    return dtype == "bfloat16" and not causal and min(d, e) > 2 * LANES and bf16_dot(target)
+
+
 GROUPS = 4  # query blocks per work item by default (fewer where the items would not keep the cores busy)
 ITEMS_PER_CORE = 4  # work items each core should have at least, for the threads' shares to come out even
 
@@ -275,14 +284,11 @@ class Attention(Template):
         return pattern.match(index, ctx.bp, DTYPES, logsumexp=True)
 
     def profitable(self, plan: AttentionPlan, ctx: Context) -> bool:
-        """Not for a bfloat16 chain without a causal mask whose heads are wider than two vectors of
-        pairs, on a CPU with the pair dot product: there the chain of GEMMs multiplies bfloat16 pairs
-        at twice this template's float32 rate, which pays for writing and rereading the scores. On
-        Zen 5, B=4 H=8 S=512, the chain took 5.5 ms at D=64 (this template 6.9), 8.2 at D=128 (12.6),
-        0.51 at S=128 D=64 (0.75), but 4.7 at D=32 (this template 4.3); with a causal mask this
-        template, which skips the masked half, took 4.6 ms at D=64 against the chain's 7.8."""
-        wide = plan.d > 2 * LANES and plan.e > 2 * LANES
-        return not (ctx.bp.dtypes[plan.q.tensor] == "bfloat16" and not plan.causal and wide and bf16_dot(ctx.target))
+        """Not where `gemms_of_pairs_win`. On Zen 5, B=4 H=8 S=512 bfloat16, the chain took 5.5 ms at
+        D=64 (this template 6.9), 8.2 at D=128 (12.6), 0.51 at S=128 D=64 (0.75), but 4.7 at D=32
+        (this template 4.3); with a causal mask this template took 4.6 ms at D=64 against the
+        chain's 7.8."""
+        return not gemms_of_pairs_win(ctx.bp.dtypes[plan.q.tensor], plan.causal, plan.d, plan.e, ctx.target)
 
     def default_knobs(self, index: int, plan: AttentionPlan, ctx: Context) -> AttentionKnobs:
         """6 x 64 blocks: the micro-GEMMs hold as many columns of them in registers as fit

@@ -45,7 +45,7 @@ class BackwardPlan:
     e: int  # head dimension of V and dO
     scale: float
     causal: bool
-    dtype: str  # float32 or float64, every tensor's
+    dtype: str  # every tensor's: float32, float64 or a 16-bit float (computed in float32)
     dq: str | None  # the tensors the kernel writes
     dk: str | None
     dv: str | None
