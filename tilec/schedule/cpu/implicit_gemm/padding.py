@@ -51,20 +51,24 @@ def access_padding(access: BoundAccess, guards: tuple[Condition, ...], box: Mapp
     return tuple(pads)
 
 
-def padded_operand(name: str, tensor: str, pads: Pads, ctx: Context) -> tuple[L.Stmt, L.Buffer]:
+def padded_operand(name: str, tensor: str, pads: Pads, ctx: Context,
+                   dtype: str | None = None) -> tuple[L.Stmt, L.Buffer]:
     """The nest filling buffer `name` with `tensor` and zero borders `pads`, and the buffer: gathered
-    straight from the source when `tensor` is a folded layout copy (tilec.schedule.cpu.copy_fold)."""
+    straight from the source when `tensor` is a folded layout copy (tilec.schedule.cpu.copy_fold).
+    The buffer holds `dtype` where given (a wider type, which holds each value exactly), else the
+    tensor's."""
     through = ctx.folded.get(tensor)
     if through is not None:
-        return _padded_gather(name, through, ctx.bp.shapes[tensor], pads, ctx.target.cores)
-    return _padded_copy(name, tensor, ctx.bp.shapes[tensor], ctx.bp.dtypes[tensor], pads, ctx.target.cores,
-                        ctx.params.parallel_min_cells)
+        return _padded_gather(name, through, ctx.bp.shapes[tensor], pads, ctx.target.cores, dtype or through.dtype)
+    source = ctx.bp.dtypes[tensor]
+    return _padded_copy(name, tensor, ctx.bp.shapes[tensor], source, pads, ctx.target.cores,
+                        ctx.params.parallel_min_cells, dtype or source)
 
 
-def _padded_copy(name: str, source: str, shape: tuple[int, ...], dtype: str,
-                 pads: tuple[tuple[int, int], ...], cores: int, min_cells: int) -> tuple[L.Stmt, L.Buffer]:
-    """dest = source with zero borders; the innermost loop is vectorized when that dim has none,
-    the outermost with an iteration per core parallel."""
+def _padded_copy(name: str, source: str, shape: tuple[int, ...], source_dtype: str,
+                 pads: tuple[tuple[int, int], ...], cores: int, min_cells: int, dtype: str) -> tuple[L.Stmt, L.Buffer]:
+    """dest (of `dtype`) = source with zero borders; the innermost loop is vectorized when that dim
+    has none, the outermost with an iteration per core parallel."""
     padded = tuple(n + lo + hi for n, (lo, hi) in zip(shape, pads))
     buf = L.Buffer(name, dtype, padded)
     names = [f"{name}.p{d}" for d in range(len(shape))]
@@ -72,7 +76,7 @@ def _padded_copy(name: str, source: str, shape: tuple[int, ...], dtype: str,
     src = tuple(L.sub(L.Var(v), L.const(lo)) for v, (lo, _) in zip(names, pads))
     inside: list[L.Expr] = [L.Bin("and", L.Cmp("ge", s, L.const(0)), L.Cmp("lt", s, L.const(n)))
                             for s, n in zip(src, shape)]
-    copy = L.Store(name, cell, L.Load(source, src, dtype))
+    copy = L.Store(name, cell, L.cast(dtype, L.Load(source, src, source_dtype)))
     zero = L.Store(name, cell, L.cast(dtype, L.const(0)))
     inner_padded = pads[-1] != (0, 0)
     if inner_padded:
@@ -103,7 +107,7 @@ def padded_index(indices: "tuple[IntAffine, ...]", offsets: "tuple[int, ...] | l
 
 def gathered(name: str, copy: Copy, shape: tuple[int, ...], cores: int,
              cell: Callable[[dict[str, L.Expr]], tuple[L.Expr, ...]], origin: Mapping[str, int] | None = None,
-             alone: frozenset[str] = frozenset()) -> L.Stmt:
+             alone: frozenset[str] = frozenset(), dtype: str | None = None) -> L.Stmt:
     """The nest storing every element of `copy` (a permutation of its source) in the box of `shape`
     starting at `origin` (per output variable, 0 where not given) into buffer `name` at
     `cell(index of each of the copy's output variables)`, read straight from the source in the
@@ -117,7 +121,7 @@ def gathered(name: str, copy: Copy, shape: tuple[int, ...], cores: int,
     def body(where: dict[str, L.Expr]) -> L.Stmt:
         at = {v: L.add(where[names[v]], L.const(origin[v])) if origin.get(v) else where[names[v]]
               for v in copy.out_vars}
-        return L.Store(name, cell(at), copy.value(at))
+        return L.Store(name, cell(at), L.cast(dtype or copy.dtype, copy.value(at)))
 
     return nest(plan, np.dtype(copy.dtype).itemsize, body, cores, True, frozenset(names[v] for v in alone))
 
@@ -140,16 +144,17 @@ def zero_slabs(name: str, dtype: str, shape: tuple[int, ...], slabs: list[tuple[
 
 
 def _padded_gather(name: str, copy: Copy, shape: tuple[int, ...], pads: tuple[tuple[int, int], ...],
-                   cores: int) -> tuple[L.Stmt, L.Buffer]:
-    """dest = copy (a permutation of its source, tilec.schedule.cpu.copy_fold) with zero borders, read
-    straight from the source: the interior gathered, then the border slabs zeroed."""
+                   cores: int, dtype: str) -> tuple[L.Stmt, L.Buffer]:
+    """dest (of `dtype`) = copy (a permutation of its source, tilec.schedule.cpu.copy_fold) with zero
+    borders, read straight from the source: the interior gathered, then the border slabs zeroed."""
     padded = tuple(n + lo + hi for n, (lo, hi) in zip(shape, pads))
-    buf = L.Buffer(name, copy.dtype, padded)
+    buf = L.Buffer(name, dtype, padded)
     bordered = frozenset(v for v, pad in zip(copy.out_vars, pads) if pad != (0, 0))
     interior = gathered(name, copy, shape, cores,
-                        lambda at: tuple(L.add(at[v], L.const(lo)) for v, (lo, _) in zip(copy.out_vars, pads)), None, bordered)
+                        lambda at: tuple(L.add(at[v], L.const(lo)) for v, (lo, _) in zip(copy.out_vars, pads)), None, bordered,
+                        dtype)
     slabs = [(d, b, e) for d, (lo, _) in enumerate(pads) for b, e in ((0, lo), (lo + shape[d], padded[d]))]
-    return L.seq(interior, *zero_slabs(name, copy.dtype, padded, slabs)), buf
+    return L.seq(interior, *zero_slabs(name, dtype, padded, slabs)), buf
 
 
 def interleaved_pairs(name: str, source: str, shape: tuple[int, ...], pads: Pads, dtype: str, step: tuple[int, ...],
