@@ -155,8 +155,7 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
         workspaces.append(apair)
         a_tensor = apair.name
     elif any(p != (0, 0) for p in pads) and (layout != "interleaved" or a_tensor in ctx.folded):
-        # a 16-bit A the micro-kernel does not take in pairs is copied as float32: converted once, not at every use
-        widen = ct if pair is None and a_dtype == dt and dt != ct else None
+        widen = ct if pair is None and a_dtype == dt and dt != ct else None  # 16-bit A, no pairs: a float32 copy
         fill, apad = padded_operand(f"{out}.Apad", a_tensor, pads, ctx, widen)
         stmts.append(fill)
         workspaces.append(apad)
@@ -342,8 +341,7 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
         b_pair = [L.Load(bp_buf.name, b_cell + (L.const(x),), packed) for x in (0, 1)]
         update: L.Expr = L.Call(L.DOT2_BF16, (acc_now, *a_pair, *b_pair), ct)
     else:
-        a_load = L.Load(a_tensor, a_index, a_dtype)
-        a_value = a_load if a_dtype == ct else L.cast(ct, L.cast(dt, a_load))  # (a widened copy holds dt's values)
+        a_value = L.cast(ct, L.Load(a_tensor, a_index, a_dtype) if a_dtype == ct else L.cast(dt, L.Load(a_tensor, a_index, a_dtype)))
         update = L.Bin("add", acc_now, L.Bin("mul", a_value, L.Load(bp_buf.name, b_cell, ct)))
     fma = L.Store(acc.name, (v(ii), v(jj)), update)
     kernel = red_loops(L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), fma, "vectorized"),
