@@ -262,24 +262,28 @@ def live(statements: list[str], outputs: Sequence[str]) -> list[str]:
     """The statements the outputs need, in their order: a rule may write more than its graph node's
     users read (attention's logsumexp, which only a backward reads), and a statement no output needs
     would still be computed, and would keep the templates from matching the statements it reads."""
-    defined = [_NAME.match(s).group(0) for s in statements]  # type: ignore[union-attr]
-    position = {name: k for k, name in enumerate(defined)}
+    position, deps = _dependencies(statements)
     needed, todo = set(), [position[n] for n in outputs if n in position]
     while todo:
         k = todo.pop()
         if k not in needed:
             needed.add(k)
-            todo.extend(position[n] for n in _NAME.findall(statements[k].split("=", 1)[1]) if n in position)
+            todo.extend(deps[k])
     return [s for k, s in enumerate(statements) if k in needed]
+
+
+def _dependencies(statements: list[str]) -> tuple[dict[str, int], list[set[int]]]:
+    """Each statement's position by the name it defines, and the positions of those each one reads."""
+    defined = [_NAME.match(s).group(0) for s in statements]  # type: ignore[union-attr]
+    position = {name: k for k, name in enumerate(defined)}
+    return position, [{position[n] for n in _NAME.findall(s.split("=", 1)[1]) if n in position} for s in statements]
 
 
 def chained(statements: list[str]) -> list[str]:
     """The statements in an order where each one's consumers follow it as closely as their other
     inputs allow (a statement that reads the one just written comes next), so that the compiler's
     templates see a GEMM with its epilogue and a row-wise chain as consecutive statements."""
-    defined = [_NAME.match(s).group(0) for s in statements]  # type: ignore[union-attr]
-    position = {name: k for k, name in enumerate(defined)}
-    deps = [{position[n] for n in _NAME.findall(s.split("=", 1)[1]) if n in position} for s in statements]
+    _, deps = _dependencies(statements)
     users: list[list[int]] = [[] for _ in statements]
     for k, ds in enumerate(deps):
         for d in ds:

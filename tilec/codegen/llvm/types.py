@@ -60,16 +60,19 @@ def packed_bfloat16(buf: "L.Buffer") -> bool:
     return buf.dtype == "bfloat16" and buf.scope != "local"
 
 
+_HELD_AS_FLOAT = ("bfloat16", "float16")  # 16-bit floats: float in registers and in local buffers
+
+
 def packed_16bit(buf: "L.Buffer") -> bool:
     """Whether `buf` holds 16-bit floats whose values registers hold as float (loads widen them,
     stores round them)."""
-    return buf.dtype in ("bfloat16", "float16") and buf.scope != "local"
+    return buf.dtype in _HELD_AS_FLOAT and buf.scope != "local"
 
 
 def storage_type(buf: "L.Buffer") -> ir.Type:
     """The element type of `buf`'s memory: a local 16-bit float buffer (an accumulator, a register
     tile) keeps float32 values, every other buffer its dtype's memory type."""
-    if buf.dtype in ("bfloat16", "float16") and buf.scope == "local":
+    if buf.dtype in _HELD_AS_FLOAT and not packed_16bit(buf):
         return ir.FloatType()
     return MEMORY_TYPES[buf.dtype]
 

@@ -62,7 +62,7 @@ import numpy as np
 from tilec.ir import loop as L
 from tilec.ir.dtypes import accumulator_dtype
 from tilec.ir.bounds import BoundContraction, BoundProgram
-from tilec.ir.lower import zero_fill
+from tilec.ir.lower import tuple_operand, zero_fill
 from tilec.ir.loop_nest import index_expr
 from tilec.ir.rewrite import substitute_expr
 from tilec.schedule.cpu.implicit_gemm.direct_b import b_nonzero, b_source_order, outer_work, pair_rows_variable
@@ -341,7 +341,7 @@ def build(b: BoundContraction, plan: GemmPlan, pads: Pads, knobs: GemmKnobs, ctx
         b_pair = [L.Load(bp_buf.name, b_cell + (L.const(x),), packed) for x in (0, 1)]
         update: L.Expr = L.Call(L.DOT2_BF16, (acc_now, *a_pair, *b_pair), ct)
     else:
-        a_value = L.cast(ct, L.Load(a_tensor, a_index, a_dtype) if a_dtype == ct else L.cast(dt, L.Load(a_tensor, a_index, a_dtype)))
+        a_value = tuple_operand(L.Load(a_tensor, a_index, a_dtype), dt, ct)  # (a widened copy is ct already)
         update = L.Bin("add", acc_now, L.Bin("mul", a_value, L.Load(bp_buf.name, b_cell, ct)))
     fma = L.Store(acc.name, (v(ii), v(jj)), update)
     kernel = red_loops(L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), fma, "vectorized"),
