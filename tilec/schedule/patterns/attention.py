@@ -60,7 +60,7 @@ def _out_vars(b: BoundContraction) -> tuple[str | None, ...]:
     return tuple(e.lone_var for e in b.out_indices)
 
 
-def _keepdim_reduce(b: BoundContraction, agg: str, source: str, batch: tuple[str, ...]) -> bool:
+def keepdim_reduce(b: BoundContraction, agg: str, source: str, batch: tuple[str, ...]) -> bool:
     """b is X[.., s, 0] = agg(source[.., s, t]) over the scores' batch axes (its index variables may
     have names of their own: a program's statements need not share them)."""
     if b.stmt.agg != agg or b.stmt.combo != "single" or b.stmt.default is not None or b.guards or b.empty:
@@ -73,10 +73,10 @@ def _keepdim_reduce(b: BoundContraction, agg: str, source: str, batch: tuple[str
 
 
 @dataclass(frozen=True)
-class SoftmaxChain:
-    """The statements from the scores contraction through P = E / R (what the forward and the
-    backward templates share): names of the tensors, the loop variables of the scores, and where
-    the chain stops (`next`, the index of the first statement after P)."""
+class ScoresChain:
+    """The statements from the scores contraction through the (scaled, masked) scores, which every
+    attention pattern starts with: the tensors' names, the loop variables of the scores, and where
+    the chain stops (`next`, the index of the first statement after it)."""
 
     q: BoundAccess
     k: BoundAccess
@@ -90,17 +90,25 @@ class SoftmaxChain:
     raw: str  # Q K^T
     scaled: str  # raw * scale (raw itself without a scale statement)
     scores: str  # the scaled scores, masked when causal
-    m: str
-    e: str
-    r: str
-    p: str | None  # None where the chain stops at R
-    chain: tuple[str, ...]  # every tensor from raw through R (P excluded)
+    chain: tuple[str, ...]  # every tensor from raw through scores
     next: int
 
 
-def match_softmax(index: int, bp: BoundProgram, dtypes: tuple[str, ...]) -> SoftmaxChain | None:
-    """The chain L = +(Q K), [Z = L * c], [Neg, Zc], M, E, R, P starting at statement `index`,
-    with scores of one of `dtypes`."""
+@dataclass(frozen=True)
+class SoftmaxChain(ScoresChain):
+    """The scores followed by their softmax, M, E, R and P = E / R (what the forward and the
+    recomputing backward templates share); `next` is the index of the first statement after P,
+    `chain` every tensor from raw through R (P excluded)."""
+
+    m: str = ""
+    e: str = ""
+    r: str = ""
+    p: str | None = None  # None where the chain stops at R
+
+
+def match_scores(index: int, bp: BoundProgram, dtypes: tuple[str, ...]) -> ScoresChain | None:
+    """The chain L = +(Q K), [Z = L * c], [Neg, Zc] starting at statement `index`, with scores of
+    one of `dtypes`."""
     stmts = bp.statements
     first = stmts[index]
     if not (isinstance(first, BoundContraction) and first.stmt.agg == "+" and first.stmt.combo == "mul"
@@ -123,14 +131,6 @@ def match_softmax(index: int, bp: BoundProgram, dtypes: tuple[str, ...]) -> Soft
         return None
     chain: list[str] = [first.output]
     k = index + 1
-
-    def take(kind: type) -> BoundContraction | BoundElementwise | None:
-        nonlocal k
-        if k < len(stmts) and isinstance(stmts[k], kind):
-            k += 1
-            return stmts[k - 1]  # type: ignore[return-value]
-        return None
-
     scores, scale = first.output, 1.0
     z = stmts[k] if k < len(stmts) else None
     if isinstance(z, BoundElementwise) and isinstance(z.stmt.expr, T.EBinary) and z.stmt.expr.op == "*":
@@ -157,30 +157,38 @@ def match_softmax(index: int, bp: BoundProgram, dtypes: tuple[str, ...]) -> Soft
         causal, scores = True, masked.output
         chain += [neg.output, masked.output]
         k += 2
-    m = take(BoundContraction)
-    e = take(BoundElementwise)
-    r = take(BoundContraction)
-    if None in (m, e, r):
+    ranges = {v: (v, lo, hi) for v, lo, hi in first.ranges}
+    if ranges[s][1] != 0 or ranges[t][1] != 0 or ranges[d][1] != 0:
         return None
-    assert isinstance(m, BoundContraction) and isinstance(e, BoundElementwise) and isinstance(r, BoundContraction)
-    if not _keepdim_reduce(m, ">", scores, batch):
+    return ScoresChain(q=a, k=b, batch=batch, s=s, t=t, d=d, ranges=ranges, scale=scale, causal=causal,
+                       raw=first.output, scaled=scaled, scores=scores, chain=tuple(chain), next=k)
+
+
+def match_softmax(index: int, bp: BoundProgram, dtypes: tuple[str, ...]) -> SoftmaxChain | None:
+    """The chain L = +(Q K), [Z = L * c], [Neg, Zc], M, E, R, P starting at statement `index`,
+    with scores of one of `dtypes`."""
+    sc = match_scores(index, bp, dtypes)
+    if sc is None:
+        return None
+    stmts, k, scores, batch = bp.statements, sc.next, sc.scores, sc.batch
+    m, e, r = (stmts[j] if j < len(stmts) else None for j in range(k, k + 3))
+    if not (isinstance(m, BoundContraction) and isinstance(e, BoundElementwise) and isinstance(r, BoundContraction)):
+        return None
+    if not keepdim_reduce(m, ">", scores, batch):
         return None
     if e.stmt.expr != T.ECall("exp", (T.EBinary("-", T.ETensor(scores), T.ETensor(m.output)),)):
         return None
-    if not _keepdim_reduce(r, "+", e.output, batch):
+    if not keepdim_reduce(r, "+", e.output, batch):
         return None
+    k += 3
     p = stmts[k] if k < len(stmts) else None
     if isinstance(p, BoundElementwise) and p.stmt.expr == T.EBinary("/", T.ETensor(e.output), T.ETensor(r.output)):
         k += 1
     else:
         p = None  # a gradient program that needs no P (tilec.grad with respect to Q or K alone)
-    chain += [m.output, e.output, r.output]
-    ranges = {v: (v, lo, hi) for v, lo, hi in first.ranges}
-    if ranges[s][1] != 0 or ranges[t][1] != 0 or ranges[d][1] != 0:
-        return None
-    return SoftmaxChain(q=a, k=b, batch=batch, s=s, t=t, d=d, ranges=ranges, scale=scale, causal=causal,
-                        raw=first.output, scaled=scaled, scores=scores, m=m.output, e=e.output, r=r.output,
-                        p=p.output if p is not None else None, chain=tuple(chain), next=k)
+    fields = {f: getattr(sc, f) for f in ScoresChain.__dataclass_fields__}
+    fields.update(chain=sc.chain + (m.output, e.output, r.output), next=k)
+    return SoftmaxChain(**fields, m=m.output, e=e.output, r=r.output, p=p.output if p is not None else None)
 
 
 def causal_guard(b: BoundContraction, s: str, t: str, rows: int) -> bool:
@@ -255,4 +263,5 @@ def match(index: int, bp: BoundProgram, dtypes: tuple[str, ...], logsumexp: bool
                          output=o.output, consumed=end - index, elided=chain, lse=lse)
 
 
-__all__ = ["AttentionPlan", "MASK_LIMIT", "SoftmaxChain", "causal_guard", "match", "match_softmax"]
+__all__ = ["AttentionPlan", "MASK_LIMIT", "ScoresChain", "SoftmaxChain", "causal_guard", "keepdim_reduce", "match",
+           "match_scores", "match_softmax"]

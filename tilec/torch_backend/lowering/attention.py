@@ -1,7 +1,7 @@
 """scaled_dot_product_attention's CPU flash op (+ backward) as Tile statements: scores, masks
 (boolean, additive, causal), the softmax, the output and torch's logsumexp (which torch's own
-backward reads, so either side may run without the other); grouped-query attention as attention
-over lazy 5-D views."""
+backward reads, so either side may run without the other; the backward here reads it too, not
+the forward's output); grouped-query attention as attention over lazy 5-D views."""
 
 from __future__ import annotations
 
@@ -117,25 +117,32 @@ def _sdpa(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value]:
 def _sdpa_backward(p: ProgramWriter, node: fx.Node) -> tuple[Value, Value, Value]:
     a = arguments(node)
     q, k, v = (p.tensor(a[n]) for n in ("query", "key", "value"))
-    go, o = p.tensor(a["grad_out"]), p.tensor(a["out"])
+    go = p.tensor(a["grad_out"])
     require_float(q, "attention")
     if not (q.dtype == k.dtype == v.dtype == go.dtype) or v.shape[:-1] != k.shape[:-1]:
         raise Unsupported("attention with mixed dtypes or a value not shaped like the key")
     groups = _groups(q, k)
     lse = p.tensor(a["logsumexp"])
-    q, go, o, lse = (_grouped(p, t, groups, True) for t in (q, go, o, lse))
+    q, go, lse = (_grouped(p, t, groups, True) for t in (q, go, lse))
     k, v = _grouped(p, k, groups, False), _grouped(p, v, groups, False)
     go = p.materialise(go)
     z, scale, batch = _attention_scores(p, a, q, k)
     lse = p.materialise(reshaped(p, lse, (*q.shape[:-1], 1)))
+    # the softmax shifted by the forward's logsumexp, not by the maximum, and normalised by its own sum
+    # (about 1): the gradient must not see the logsumexp's rounding (see `row`)
     exp = f"exp({z.name} - {lse.name})"
-    prob = p.let(exp if lse.dtype == q.dtype else convert(exp, q.dtype), z.shape, q.dtype, z, lse)  # (lse: float32)
+    e = p.let(exp if lse.dtype == q.dtype else convert(exp, q.dtype), z.shape, q.dtype, z, lse)  # (lse: float32)
+    total = reduce(p, e, [z.rank - 1], True, "+", q.dtype)
+    prob = p.let(f"{e.name} / {total.name}", z.shape, q.dtype, e, total)
     bi = ", ".join(batch)
     gv = p.contract([*batch, "t", "e"], v.shape, f"+({prob.name}[{bi}, s, t] * {go.name}[{bi}, s, e])", q.dtype)
     gp = p.contract([*batch, "s", "t"], z.shape, f"+({go.name}[{bi}, s, e] * {p.access(v, [*batch, 't', 'e'])})",
                     q.dtype)
-    row = p.contract([*batch, "s", "0"], (*q.shape[:-1], 1),
-                     f"+({go.name}[{bi}, s, e] * {p.access(o, [*batch, 's', 'e'])})", q.dtype)
+    # Delta = rowsum(P dP), as tilec.grad derives it, not torch's rowsum(dO out): a 16-bit out is
+    # rounded, and where dP is close to Delta that rounding is all dS keeps (the fused template,
+    # tilec.schedule.cpu.attention_backward, sums P dP in float32 from the scores it recomputes)
+    row = p.contract([*batch, "s", "0"], (*q.shape[:-1], 1), f"+({prob.name}[{bi}, s, t] * {gp.name}[{bi}, s, t])",
+                     q.dtype)
     gs = p.let(f"{prob.name} * ({gp.name} - {row.name}) * {literal(scale)}", z.shape, q.dtype, prob, gp, row)
     gq = p.contract([*batch, "s", "d"], q.shape, f"+({gs.name}[{bi}, s, t] * {p.access(k, [*batch, 't', 'd'])})",
                     q.dtype)

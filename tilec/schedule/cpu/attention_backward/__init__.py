@@ -69,14 +69,15 @@ def build(plan: BackwardPlan, knobs: AttentionBackwardKnobs, ctx: Context) -> Lo
             pd = L.Buffer(f"{kernel.prefix}.panel_dp", compute, (threads, tp, knobs.bq))
             body = kernel.panel(v(x), bidx, ps, pd)
             main = threads_loop(x, threads, thread_share(x, threads, w, bh_n, body))
-            workspaces = [kernel.qt, ps] + ([kernel.dot, pd] if kernel.need_dp else [])
+            workspaces = [kernel.qt, ps] + ([kernel.dot, pd] if kernel.need_dp else []) + list(kernel.sums.values())
             return LoweredGroup(main, tuple(workspaces), plan.consumed, plan.elided)
-        dq = kernel.output(plan.dq, bidx, None, plan.s) if plan.dq else None
-        body = L.seq(kernel.transposes(v(x), bidx), kernel.zero_rows(plan.dq, bidx, dtype=plan.dtype) if plan.dq else None,
+        dq = kernel.summed(plan.dq, bidx, v(x), None, plan.s) if plan.dq else None
+        body = L.seq(kernel.transposes(v(x), bidx), kernel.zero_sum(plan.dq, bidx, v(x)) if plan.dq else None,
                      kernel.pass1(v(x), bidx, c(0), c(kernel.q_blocks)),
-                     kernel.pass2(v(x), bidx, (c(0), c(kernel.k_blocks), 1), dq))
+                     kernel.pass2(v(x), bidx, (c(0), c(kernel.k_blocks), 1), dq),
+                     kernel.rounded(plan.dq, bidx, v(x)) if plan.dq else None)
         main = threads_loop(x, threads, thread_share(x, threads, w, bh_n, body))
-        return LoweredGroup(main, tuple(kernel.workspaces), plan.consumed, plan.elided)
+        return LoweredGroup(main, tuple(kernel.workspaces + list(kernel.sums.values())), plan.consumed, plan.elided)
     kernel = Kernel(plan, knobs, bh_n, columns)
     g = kernel.g
     parts = min(-(-target.cores // bh_n), kernel.k_blocks)

@@ -1,100 +1,26 @@
-"""The loop IR of the fused attention-backward kernel: micro-GEMMs, transposes and the passes.
+"""The loop IR of the fused attention-backward kernel: transposes and the passes.
 
 The kernel's parts (see tilec.schedule.cpu.attention_backward for the two variants they make):
-`Builder` writes register-blocked micro-GEMMs with fresh loop names; `Kernel` the per-work-item
-pieces (transposes of Q and dO, the panel pass, pass 1's online softmax, pass 2's gradients).
+`Kernel` writes the per-work-item pieces (transposes of Q and dO, the panel pass, pass 1's online
+softmax or the forward's saved statistics, pass 2's gradients) from the micro-GEMMs of .micro.
 
 Requires: a BackwardPlan (tilec.schedule.patterns.attention_backward) and knobs that passed the
 template's checks. Guarantees: each piece computes what its docstring says on the work item it is
-given, in the plan's dtype, or float32 for 16-bit floats: their inputs are read into float32 and the
-gradients rounded where they are stored (dK and dV once per cell; dQ, which the panel variant and
-one head per thread add into in place, once per key block).
+given, in the plan's dtype, or float32 for 16-bit floats: their inputs are read into float32 and
+each gradient rounded once, where it is stored (a gradient summed over blocks is summed in a float32
+workspace first: `summed`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from tilec.ir import loop as L
 from tilec.ir.dtypes import accumulator_dtype
 from tilec.schedule.cpu.attention import LANES, odd_lines_row
 from tilec.schedule.cpu.attention_backward.knobs import AttentionBackwardKnobs
+from tilec.schedule.cpu.attention_backward.micro import Builder, Out, lanes_loop
 from tilec.schedule.patterns.attention_backward import BackwardPlan
-
-Fn2 = Callable[[L.Expr, L.Expr], L.Expr]
-
-
-class Builder:
-    """Loop-IR pieces of the kernel; every loop variable gets a fresh name."""
-
-    def __init__(self, knobs: AttentionBackwardKnobs, prefix: str, dtype: str, columns: int) -> None:
-        self.knobs, self.prefix, self.dtype, self.columns = knobs, prefix, dtype, columns
-        self.count = 0
-
-    def var(self, what: str) -> str:
-        self.count += 1
-        return f"{self.prefix}.{what}{self.count}"
-
-    def gemm(self, rows: int, cols: int, depth: int, a: Fn2, b: Fn2, out: Out, zero: bool) -> L.Stmt:
-        """out[m, n] (+)= sum_k a(m, k) b(k, n) for m < rows, n < cols, in register blocks of mr rows
-        (rows is a multiple of mr) by up to `columns` columns: a is broadcast, b read as vectors."""
-        mr = self.knobs.mr
-        parts = []
-        for n0 in range(0, cols, self.columns):
-            width = min(self.columns, cols - n0)
-            mc, r, n, k = (self.var(x) for x in ("mc", "r", "n", "k"))
-            regs = L.Buffer(self.var("regs"), self.dtype, (mr, width), "local")
-            m = L.add(L.mul(L.Var(mc), L.const(mr)), L.Var(r))
-            col = L.add(L.Var(n), L.const(n0))
-            cell = (L.Var(r), L.Var(n))
-            reg = L.Load(regs.name, cell, self.dtype)
-            zero_reg = L.Store(regs.name, cell, L.Const(0.0, self.dtype))
-            init = zero_reg if zero else out.guarded(m, L.Store(regs.name, cell, out.load(m, col)), zero_reg)
-            update = L.For(k, L.const(0), L.const(depth), _unrolled(r, mr, lanes_loop(n, width, L.Store(
-                regs.name, cell, L.Bin("add", reg, L.Bin("mul", a(m, L.Var(k)), b(L.Var(k), col)))))))
-            store = out.guarded(m, out.store(m, col, reg))
-            parts.append(L.For(mc, L.const(0), L.const(rows // mr), L.Allocate(regs, L.seq(
-                _unrolled(r, mr, lanes_loop(n, width, init)), update, _unrolled(r, mr, lanes_loop(n, width, store))))))
-        return L.seq(*parts)
-
-
-@dataclass(frozen=True)
-class Out:
-    """Where a micro-GEMM's results go: buffer[prefix.., offset + row, column], rows from `limit` on
-    skipped (never read or written); values of `dtype` kept as `memory` (a 16-bit output), if given."""
-
-    buffer: str
-    dtype: str
-    prefix: tuple[L.Expr, ...] = ()
-    offset: L.Expr | None = None
-    limit: int | None = None
-    memory: str | None = None
-
-    def _at(self, m: L.Expr, n: L.Expr) -> tuple[L.Expr, ...]:
-        return self.prefix + ((m if self.offset is None else L.add(self.offset, m)), n)
-
-    def load(self, m: L.Expr, n: L.Expr) -> L.Expr:
-        return L.cast(self.dtype, L.Load(self.buffer, self._at(m, n), self.memory or self.dtype))
-
-    def store(self, m: L.Expr, n: L.Expr, value: L.Expr) -> L.Stmt:
-        return L.Store(self.buffer, self._at(m, n), L.cast(self.memory or self.dtype, value))
-
-    def guarded(self, m: L.Expr, then: L.Stmt, orelse: L.Stmt | None = None) -> L.Stmt:
-        if self.limit is None:
-            return then
-        row = m if self.offset is None else L.add(self.offset, m)
-        return L.If(L.Cmp("lt", row, L.const(self.limit)), then, orelse)
-
-
-def _unrolled(var: str, n: int, body: L.Stmt) -> L.Stmt:
-    return L.For(var, L.const(0), L.const(n), body, "unrolled")
-
-
-def lanes_loop(var: str, n: int, body: L.Stmt) -> L.Stmt:
-    return L.For(var, L.const(0), L.const(n), body, "vectorized")
-
 
 def _ld(buf: L.Buffer, *idx: L.Expr) -> L.Expr:
     return L.Load(buf.name, tuple(idx), buf.dtype)
@@ -127,6 +53,8 @@ class Kernel:
         self.lse = L.Buffer(f"{p}.lse", f32, (slots, self.sp))  # log-sum-exp of the scaled scores
         self.delta = L.Buffer(f"{p}.delta", f32, (slots, self.sp))  # rowsum(P dP), per query
         self.workspaces = [self.qt, self.lse] + ([self.dot, self.delta] if self.need_dp else [])
+        self.slots = slots
+        self.sums: dict[str, L.Buffer] = {}  # float32 sums of 16-bit gradients, per slot (`summed`)
 
     # -- helpers
     def tensor(self, bidx: tuple[L.Expr, ...], name: str, row: L.Expr, col: L.Expr) -> L.Expr:
@@ -135,6 +63,37 @@ class Kernel:
     def output(self, name: str, prefix: tuple[L.Expr, ...], offset: L.Expr | None, limit: int) -> Out:
         """An Out onto one of the gradients (plan.dq, dk or dv)."""
         return Out(name, self.dtype, prefix, offset, limit, self.io)
+
+    def summed(self, name: str, bidx: tuple[L.Expr, ...], slot: L.Expr, offset: L.Expr | None, limit: int) -> Out:
+        """An Out onto gradient `name` for a sum over blocks: the gradient itself, or for a 16-bit one
+        a float32 workspace of the slot's (rounded into the gradient once, by `rounded`)."""
+        if self.io == self.dtype:
+            return self.output(name, bidx, offset, limit)
+        if name not in self.sums:
+            rows, cols = self.rows_cols(name)
+            self.sums[name] = L.Buffer(f"{self.prefix}.sum{len(self.sums)}", self.dtype, (self.slots, rows, cols))
+        return Out(self.sums[name].name, self.dtype, (slot,), offset, limit)
+
+    def rows_cols(self, name: str) -> tuple[int, int]:
+        plan = self.plan
+        return {plan.dq: (plan.s, plan.d), plan.dk: (plan.t, plan.d), plan.dv: (plan.t, plan.e)}[name]
+
+    def zero_sum(self, name: str, bidx: tuple[L.Expr, ...], slot: L.Expr) -> L.Stmt:
+        """Zeroes what `summed` gives for gradient `name`."""
+        rows, cols = self.rows_cols(name)
+        if self.io == self.dtype:
+            return self.zero_rows(name, bidx, rows, cols, self.io)
+        return self.zero_rows(self.summed(name, bidx, slot, None, rows).buffer, (slot,), rows, cols)
+
+    def rounded(self, name: str, bidx: tuple[L.Expr, ...], slot: L.Expr) -> L.Stmt | None:
+        """Gradient `name` = its float32 sum, rounded (None where it was summed in place)."""
+        if name not in self.sums:
+            return None
+        rows, cols = self.rows_cols(name)
+        a, b = self.g.var("a"), self.g.var("b")
+        value = L.Load(self.sums[name].name, (slot, L.Var(a), L.Var(b)), self.dtype)
+        return L.For(a, L.const(0), L.const(rows), lanes_loop(b, cols, L.Store(
+            name, bidx + (L.Var(a), L.Var(b)), L.cast(self.io, value))))
 
     def query(self, r: L.Expr) -> L.Expr:  # queries past S read row S - 1 (their results are dropped)
         return L.Bin("min", r, L.const(self.plan.s - 1))
@@ -187,8 +146,10 @@ class Kernel:
 
     # -- pass 1
     def pass1(self, slot: L.Expr, bidx: tuple[L.Expr, ...], qb_begin: L.Expr, qb_end: L.Expr) -> L.Stmt:
-        """Per query block: online softmax statistics, log-sum-exp and Delta = rowsum(P dP)."""
+        """Per query block: online softmax statistics, log-sum-exp and Delta = rowsum(P dP) (with the
+        plan's given shift for the exponentials, `shift`, no maxima and no rescaling)."""
         plan, g, bq, bk, f32 = self.plan, self.g, self.knobs.bq, self.knobs.bk, self.dtype
+        given = plan.saved is not None
         v, c, zero, scale = L.Var, L.const, L.Const(0.0, f32), L.Const(plan.scale, f32)
         st, dpt = self.tile_buffers()
         qb, kb, i, j = g.var("qb"), g.var("kb"), g.var("i"), g.var("j")
@@ -199,17 +160,18 @@ class Kernel:
         def over_tile(body: L.Stmt) -> L.Stmt:
             return L.For(j, c(0), c(bk), lanes_loop(i, bq, body))
 
-        init = lanes_loop(i, bq, L.seq(_st(m_run, vi, L.Const(-math.inf, f32)), _st(l_run, vi, zero),
-                                   _st(d_run, vi, zero)))
+        first = self.shift(bidx, L.add(q0, v(i))) if given else L.Const(-math.inf, f32)
+        init = lanes_loop(i, bq, L.seq(_st(m_run, vi, first), _st(l_run, vi, zero), _st(d_run, vi, zero)))
         valid = self.valid(L.add(q0, v(i)), L.add(k0, v(j)), False)
-        maxima = L.seq(lanes_loop(i, bq, _st(m_new, vi, _ld(m_run, v(i)))), over_tile(_st(m_new, vi, L.Bin(
+        maxima = None if given else L.seq(lanes_loop(i, bq, _st(m_new, vi, _ld(m_run, v(i)))), over_tile(_st(m_new, vi, L.Bin(
             "max", _ld(m_new, v(i)), L.Select(valid, L.Bin("mul", s_ji, scale), L.Const(-math.inf, f32))))))
         alpha = L.Call("exp", (L.Bin("sub", _ld(m_run, v(i)), _ld(m_new, v(i))),), f32)
-        rescale = lanes_loop(i, bq, L.seq(
+        rescale = None if given else lanes_loop(i, bq, L.seq(
             _st(l_run, vi, L.Bin("mul", _ld(l_run, v(i)), alpha)),
             _st(d_run, vi, L.Bin("mul", _ld(d_run, v(i)), alpha)) if self.need_dp else None,
             _st(m_run, vi, _ld(m_new, v(i)))))
-        p = L.Select(valid, L.Call("exp", (L.Bin("sub", L.Bin("mul", s_ji, scale), _ld(m_new, v(i))),), f32), zero)
+        p = L.Select(valid, L.Call("exp", (L.Bin("sub", L.Bin("mul", s_ji, scale), _ld(m_run if given else m_new, v(i))),),
+                                    f32), zero)
         sums = over_tile(L.seq(
             _st(st, (v(j), v(i)), p),
             _st(l_run, vi, L.Bin("add", _ld(l_run, v(i)), s_ji)),
@@ -218,7 +180,8 @@ class Kernel:
         if plan.causal:  # key blocks right of the diagonal are all masked
             last = L.Bin("min", L.add(q0, c(bq - 1)), c(plan.s - 1))
             k_end = L.Bin("min", k_end, L.add(L.Bin("div", last, c(bk)), c(1)))
-        stream = L.For(kb, c(0), k_end, L.seq(self.tiles(slot, bidx, q0, k0, Out(st.name, f32), Out(dpt.name, f32)), maxima, rescale, sums))
+        stream = L.For(kb, c(0), k_end, L.seq(self.tiles(slot, bidx, q0, k0, Out(st.name, f32), Out(dpt.name, f32)),
+                                              maxima, rescale, sums))
         at = (slot, L.add(q0, v(i)))
         stats = lanes_loop(i, bq, L.seq(
             _st(self.lse, at, L.Bin("add", _ld(m_run, v(i)), L.Call("log", (_ld(l_run, v(i)),), f32))),
@@ -227,6 +190,15 @@ class Kernel:
         for buf in (st, dpt, m_run, l_run, d_run, m_new):
             body = L.Allocate(buf, body)
         return body
+
+    def shift(self, bidx: tuple[L.Expr, ...], q: L.Expr) -> L.Expr:
+        """The given shift of query q's exponentials (row S - 1's past S), where the plan has one: the
+        forward's log-sum-exp, for which P = exp(S - shift) needs no maximum (and sums to 1)."""
+        saved = self.plan.saved
+        assert saved is not None
+        row = self.query(q)
+        where = tuple(L.const(0) if a is None else bidx[a] if a < len(bidx) else row for a in saved.axes)
+        return L.cast(self.dtype, L.Load(saved.lse, where, saved.lse_dtype))
 
     # -- pass 2
     def pass2(self, slot: L.Expr, bidx: tuple[L.Expr, ...], key_blocks: tuple[L.Expr, L.Expr, int],
@@ -278,8 +250,8 @@ class Kernel:
     # -- the panel variant: one pass
     def panel(self, slot: L.Expr, bidx: tuple[L.Expr, ...], ps: L.Buffer, pd: L.Buffer) -> L.Stmt:
         """Per query block: S^T and dP^T for every key block into the panels ps and pd (keys by
-        queries), the exact softmax statistics from them, then per key block P^T, dS^T and dV, dK
-        (straight into the outputs, zeroed first) and dQ. Five micro-GEMMs per tile, one exp."""
+        queries), the exact softmax statistics from them (the maxima: the plan's shift, if given), then
+        per key block P^T, dS^T and dV, dK, dQ (summed: `summed`). Five micro-GEMMs per tile, one exp."""
         plan, g, bq, bk, f = self.plan, self.g, self.knobs.bq, self.knobs.bk, self.dtype
         v, c, zero, scale = L.Var, L.const, L.Const(0.0, f), L.Const(plan.scale, f)
         qb, kb, kb2, j, i = g.var("qb"), g.var("kb"), g.var("kb"), g.var("j"), g.var("i")
@@ -296,8 +268,11 @@ class Kernel:
                                                  Out(pd.name, f, (slot,), k0)))
         valid = self.valid(L.add(q0, v(i)), v(j), True)  # padded queries too: they must add nothing to dK, dV
         keys = L.mul(k_end, c(bk))
+        given = plan.saved is not None
         maxima = L.seq(lanes_loop(i, bq, _st(m, vi, L.Const(-math.inf, f))), L.For(j, c(0), keys, lanes_loop(i, bq, _st(
             m, vi, L.Bin("max", _ld(m, v(i)), L.Select(valid, L.Bin("mul", s_ji, scale), L.Const(-math.inf, f)))))))
+        if given:
+            maxima = lanes_loop(i, bq, _st(m, vi, self.shift(bidx, L.add(q0, v(i)))))
         p = L.Select(valid, L.Call("exp", (L.Bin("sub", L.Bin("mul", s_ji, scale), _ld(m, v(i))),), f), zero)
         sums = L.seq(lanes_loop(i, bq, L.seq(_st(l_sum, vi, zero), _st(d_sum, vi, zero))), L.For(j, c(0), keys, lanes_loop(
             i, bq, L.seq(L.Store(ps.name, cell, p), _st(l_sum, vi, L.Bin("add", _ld(l_sum, v(i)), s_ji)),
@@ -318,22 +293,22 @@ class Kernel:
         if plan.dv:  # dV[k0 + j] += sum_i P^T[j, i] dO[q0 + i]
             steps.append(g.gemm(bk, plan.e, bq, lambda mm, k: L.Load(ps.name, (slot, L.add(k0, mm), k), f),
                                 lambda k, n: self.tensor(bidx, plan.do, self.query(L.add(q0, k)), n),
-                                self.output(plan.dv, bidx, k0, plan.t), zero=False))
+                                self.summed(plan.dv, bidx, slot, k0, plan.t), zero=False))
         if plan.dk:  # dK[k0 + j] += sum_i dS^T[j, i] Q[q0 + i]
             steps.append(g.gemm(bk, plan.d, bq, lambda mm, k: L.Load(pd.name, (slot, L.add(k0, mm), k), f),
                                 lambda k, n: self.tensor(bidx, plan.q, self.query(L.add(q0, k)), n),
-                                self.output(plan.dk, bidx, k0, plan.t), zero=False))
+                                self.summed(plan.dk, bidx, slot, k0, plan.t), zero=False))
         if plan.dq:  # dQ[q0 + i] += sum_j dS^T[j, i] K[k0 + j]
             steps.append(g.gemm(bq, plan.d, bk, lambda mm, k: L.Load(pd.name, (slot, L.add(k0, k), mm), f),
                                 lambda k, n: self.tensor(bidx, plan.k, self.key(L.add(k0, k)), n),
-                                self.output(plan.dq, bidx, q0, plan.s), zero=False))
+                                self.summed(plan.dq, bidx, slot, q0, plan.s), zero=False))
         body: L.Stmt = L.For(qb, c(0), c(self.q_blocks), L.seq(
             fill, maxima, sums, inv, L.For(kb2, c(0), k_end, L.seq(*steps))))
         for buf in (m, l_sum, d_sum):
             body = L.Allocate(buf, body)
-        outputs = [(plan.dq, plan.s, plan.d), (plan.dk, plan.t, plan.d), (plan.dv, plan.t, plan.e)]
-        return L.seq(self.transposes(slot, bidx), *(self.zero_rows(name, bidx, rows, cols, self.io)
-                                                     for name, rows, cols in outputs if name), body)
+        outputs = [name for name in (plan.dq, plan.dk, plan.dv) if name]
+        return L.seq(self.transposes(slot, bidx), *(self.zero_sum(name, bidx, slot) for name in outputs), body,
+                     *(self.rounded(name, bidx, slot) for name in outputs))
 
     def zero_rows(self, buffer: str, prefix: tuple[L.Expr, ...], rows: int = 0, cols: int = 0,
                   dtype: str | None = None) -> L.Stmt:

@@ -1,90 +1,16 @@
-"""The attention-backward pattern: dQ, dK, dV of softmax(scale * Q K^T [causal]) V.
+"""The attention gradient's first form: what `tilec.grad` derives from the attention chain, which
+recomputes the softmax (see the package's docstring for the statements).
 
-What `tilec.grad` derives from the attention chain (tilec/schedule/cpu/attention.py):
-the recomputed softmax (L, Z, [Neg, Zc], M, E, R, P; `attention.match_softmax`) followed by
-
-    DP = +(DO[.., s, e] * V[.., t, e]);          DVo = +(DO[.., s, e] * P[.., s, t]);
-    DE2 = DP / R;  DR3 = -(DP * E / (R * R));  DRsum = +(DR3);  DE5 = +(DRsum[.., s, 0]);  DE = DE2 + DE5;
-    DZ7 = DE * exp(Zs - M);  DM8 = -(DE * exp(Zs - M));  DMsum = +(DM8);
-    DZ10 = +(Zs == M ? DMsum);  DZ = DZ7 + DZ10;  [DZm = +(Z == Zc ? DZ), t <= s;]  [DL = DZ * c;]
-    DQo = +(DL[.., s, t] * K[.., t, d]);         DKo = +(DL[.., s, t] * Q[.., s, d]);
-    [DQ = DQo; DK = DKo; DV = DVo;]             # the copies onto the outputs
-
-(any subset of DQo, DKo, DVo, in the order `tilec.grad` emits them), i.e. DV = P^T dO and
-DL = c P (dP - rowsum(P dP)) (the max's own gradient, DMsum, is zero up to rounding: softmax
-does not depend on the shift) with DQ = DL K, DK = DL^T Q. `match` gives the plan that
-tilec.schedule.cpu.attention_backward lowers to one kernel that never forms an S x T matrix.
-
-Requires: a BoundProgram and the dtypes the caller takes. Guarantees: a plan only for exactly
-that chain, tensors of one of those dtypes laid out [batch.., rows, cols], none of the elided temporaries read elsewhere.
+Requires: a BoundProgram and the softmax chain the gradient starts with. Guarantees: a plan only for
+exactly that chain, none of the elided temporaries read elsewhere.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tilec.ir import tensor as T
 from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundIntrinsic, BoundProgram
-from tilec.schedule.patterns.attention import SoftmaxChain, causal_guard, match_softmax
-from tilec.schedule.patterns.dataflow import reads
-from tilec.schedule.nest import Range
-
-BoundStatement = BoundContraction | BoundElementwise | BoundIntrinsic
-
-
-@dataclass(frozen=True)
-class BackwardPlan:
-    q: str
-    k: str
-    v: str | None  # None when only dV is wanted (dP is never formed)
-    do: str
-    batch: tuple[Range, ...]
-    s: int  # query rows
-    t: int  # keys
-    d: int  # head dimension of Q and K
-    e: int  # head dimension of V and dO
-    scale: float
-    causal: bool
-    dtype: str  # every tensor's: float32, float64 or a 16-bit float (computed in float32)
-    dq: str | None  # the tensors the kernel writes
-    dk: str | None
-    dv: str | None
-    consumed: int
-    elided: tuple[str, ...]
-
-
-# ------------------------------------------------------------------ matching
-
-
-def _signature(b: BoundContraction) -> tuple[tuple[tuple[str, object], ...], ...] | None:
-    """Each operand's indices as ('o', position in the output) / ('r', reduction var) / ('0', 0);
-    None when an output index is not a lone variable or a constant 0."""
-    out: list[str | None] = []
-    for e in b.out_indices:
-        v = e.lone_var
-        if v is None and (e.coeffs or e.const != 0):
-            return None
-        out.append(v)
-    if len({v for v in out if v}) != len([v for v in out if v]):
-        return None
-    sigs = []
-    for op in b.operands:
-        sig: list[tuple[str, object]] = []
-        for e in op.indices:
-            v = e.lone_var
-            if v is not None:
-                sig.append(("o", out.index(v)) if v in out else ("r", v))
-            elif not e.coeffs and e.const == 0:
-                sig.append(("0", 0))
-            else:
-                return None
-        sigs.append(tuple(sig))
-    return tuple(sigs)
-
-
-def _plain(b: BoundStatement, combo: str) -> bool:
-    return (isinstance(b, BoundContraction) and b.stmt.agg == "+" and b.stmt.combo == combo
-            and b.stmt.default is None and not b.empty)
+from tilec.schedule.patterns.attention import SoftmaxChain, causal_guard
+from tilec.schedule.patterns.attention_backward.plan import BackwardPlan, BoundStatement, plain, plan, signature
 
 
 class _Matcher:
@@ -136,12 +62,12 @@ class _Matcher:
         return None
 
     def _contraction(self, b: BoundContraction) -> str | None:
-        sig, n, nb = _signature(b), self.names, self.nb
+        sig, n, nb = signature(b), self.names, self.nb
         if sig is None or len(b.out_indices) != nb + 2:
             return None
         ops = [a.tensor for a in b.operands]
         row, col = ("o", nb), ("o", nb + 1)
-        if _plain(b, "mul") and not b.guards:
+        if plain(b, "mul") and not b.guards:
             (sa, sb), (ta, tb) = sig, ops
             red = [v for v in sa if v[0] == "r"]
             if len(red) != 1:
@@ -161,7 +87,7 @@ class _Matcher:
                     if xa == self.o(r, row) and ya == self.o(r, col) and yt == self.sm.q.tensor:
                         return "dk"
             return None
-        if _plain(b, "single") and not b.guards:
+        if plain(b, "single") and not b.guards:
             (sa,) = sig
             if ops[0] in (n.get("dr3"), n.get("dm8")) and b.shape[-1] == 1 and sa[:-1] == self.o(row) \
                     and sa[-1][0] == "r" and self._full(b, str(sa[-1][1])):
@@ -169,7 +95,7 @@ class _Matcher:
             if ops[0] == n.get("drsum") and sa == self.o(row, ("0", 0)):
                 return "de5"
             return None
-        if _plain(b, "cond") and len(ops) == 3:
+        if plain(b, "cond") and len(ops) == 3:
             if not b.guards and ops == [self.sm.scores, self.sm.m, n.get("dmsum")] \
                     and sig == (self.o(row, col), self.o(row, ("0", 0)), self.o(row, ("0", 0))):
                 return "dz10"
@@ -199,11 +125,8 @@ class _Matcher:
         return lo_hi == (0, self.bp.shapes[self.sm.raw][-1] - 1)
 
 
-def match(index: int, bp: BoundProgram, dtypes: tuple[str, ...]) -> BackwardPlan | None:
-    """The plan for the derived attention gradient starting at statement `index`, or None."""
-    sm = match_softmax(index, bp, dtypes)
-    if sm is None:
-        return None
+def recomputed(index: int, sm: SoftmaxChain, bp: BoundProgram, dtypes: tuple[str, ...]) -> BackwardPlan | None:
+    """The first form's plan: tilec.grad's derivative of the softmax chain `sm`."""
     stmts, m = bp.statements, _Matcher(sm, bp)
     k = sm.next
     while k < len(stmts):
@@ -222,37 +145,10 @@ def match(index: int, bp: BoundProgram, dtypes: tuple[str, ...]) -> BackwardPlan
     scores, rows = bp.shapes[sm.raw], bp.shapes[sm.raw][:-1] + (1,)
     if any(bp.shapes[roles[r]] != (rows if r in ("drsum", "dmsum") else scores) for r in chain_roles):
         return None
-    written = {r: roles.get("copy_" + r, name) for r, name in grads.items()}
+    written: dict[str, str] = {r: roles.get("copy_" + r, name) for r, name in grads.items()}
     elided = sm.chain + ((sm.p,) if sm.p else ()) + tuple(roles[r] for r in chain_roles) + \
         tuple(name for r, name in grads.items() if written[r] != name)
-    if any(name in bp.program.outputs for name in elided):
-        return None
-    if _read_outside(bp, index, k, set(elided)):
-        return None
-    ranges = sm.ranges
-    batch = tuple(ranges[x] for x in sm.batch)
-    if any(lo != 0 for _, lo, _ in batch):
-        return None
-    bs = tuple(hi + 1 for _, _, hi in batch)
-    s, t, d = bp.shapes[sm.raw][-2], bp.shapes[sm.raw][-1], ranges[sm.d][2] + 1
-    e = bp.shapes[m.do][-1] if bp.shapes[m.do] else 0
-    expected = {sm.q.tensor: (s, d), sm.k.tensor: (t, d), m.do: (s, e)}
-    if m.v is not None:
-        expected[m.v] = (t, e)
-    expected.update({written[r]: {"dq": (s, d), "dk": (t, d), "dv": (t, e)}[r] for r in grads})
-    dtype = bp.dtypes[sm.q.tensor]
-    if dtype not in dtypes or any(bp.shapes[name] != bs + tail or bp.dtypes[name] != dtype
-                                   for name, tail in expected.items()):
-        return None
-    return BackwardPlan(q=sm.q.tensor, k=sm.k.tensor, v=m.v, do=m.do, batch=batch, s=s, t=t, d=d, e=e,
-                        scale=sm.scale, causal=sm.causal, dtype=dtype, dq=written.get("dq"), dk=written.get("dk"),
-                        dv=written.get("dv"), consumed=k - index, elided=elided)
+    return plan(index, k, sm, bp, dtypes, (m.do, m.v), written, elided, None)
 
 
-def _read_outside(bp: BoundProgram, start: int, stop: int, names: set[str]) -> bool:
-    for i, b in enumerate(bp.statements):
-        if start <= i < stop:
-            continue
-        if set(reads(b)) & names:
-            return True
-    return False
+__all__ = ["recomputed"]
