@@ -18,6 +18,7 @@ import pytest
 import tilec
 from tilec import pipeline
 from tilec.config import options
+from tilec.ir import loop as L
 from tilec.pipeline import resolve_target
 from tilec.runtime.kernels import kernels
 from tilec.schedule import params
@@ -100,8 +101,26 @@ def _entry_path(cache_dir: Path, src: str, a_shape: tuple, b_shape: tuple) -> Pa
     """Where the disk cache keeps the default kernel of `src` for these float32 shapes."""
     target = resolve_target("llvm")
     sig = pipeline.Signature((("A", a_shape), ("B", b_shape)), (("A", "float32"), ("B", "float32")), ())
-    key = pipeline.cache_key(tilec.parse(src), sig, target, None, params.current(), pipeline.backend_for(target))
+    c = pipeline.compilation(tilec.parse(src), sig, target, None, params.current())
+    backend = pipeline.backend_for(target)
+    key = pipeline.disk_key(pipeline.kernel_key(c, backend), pipeline.run_stages(c, backend, backend.ir_stage))
     return cache_dir / "kernels" / key[:2] / f"{key}.o"
+
+
+def test_the_disk_key_holds_the_buffers_the_runtime_allocates():
+    """Regression (a throwaway heuristic experiment reading the environment): two processes lowered one
+    cache key to kernels with different workspaces, and the second ran the first's code on buffers too
+    small for it (heap corruption). The disk key holds the kernel's buffers, so that is a miss now."""
+    target = resolve_target("llvm")
+    sig = pipeline.Signature((("A", (30, 40)), ("B", (40, 30))), (("A", "float32"), ("B", "float32")), ())
+    c = pipeline.compilation(tilec.parse(GEMM), sig, target, None, params.current())
+    backend = pipeline.backend_for(target)
+    key, func = pipeline.kernel_key(c, backend), pipeline.run_stages(c, backend, backend.ir_stage)
+    wider = L.Buffer("scratch", "float32", (1 << 20,))
+    other = L.PrimFunc(func.name, func.params + (wider,), func.body)
+    assert pipeline.disk_key(key, func) == pipeline.disk_key(key, func)
+    assert pipeline.disk_key(key, func) != pipeline.disk_key(key, other)
+    assert len(pipeline.disk_key(key, func)) == len(key)
 
 
 def test_an_entry_copied_from_another_kernel_is_rejected(tmp_path):

@@ -134,13 +134,13 @@ class Task:
     # ------------------------------------------------------------ building (in a builder process)
     def compile_object(self, config: Mapping[str, Any]) -> str:
         """Lower the candidate and compile it to object code in the disk cache (unless it is there
-        already), under the key `build` will look up; returns the key. Requires the disk cache
+        already), under the key `build` will look up (pipeline.disk_key); returns the key. Requires the disk cache
         to be enabled (the builder processes point it at the measurer's directory)."""
         schedule = self.schedule(config)
         backend = pipeline.backend_for(self.target)
         assert backend.cached is not None, f"target {self.target.name} builds in the measurement process"
         c = pipeline.compilation(self.program, self.signature, self.target, schedule)
-        key = pipeline.kernel_key(c, backend)
+        key = pipeline.disk_key(pipeline.kernel_key(c, backend), pipeline.run_stages(c, backend, backend.ir_stage))
         if disk_cache.load(key) is None:
             disk_cache.store(key, pipeline.run_stages(c, backend, backend.cached))
         return key

@@ -9,6 +9,7 @@ or produces and stores it, then loads it.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,12 +103,23 @@ def kernel_key(c: Compilation, backend: Backend) -> str:
     return cache_key(c.program, c.sig, c.target, c.schedule, c.params, backend)
 
 
+def disk_key(key: str, func: L.PrimFunc) -> str:
+    """The disk cache's key of the kernel with cache key `key` and loop IR `func`: the cache key and
+    the buffers the runtime allocates for the kernel from the loop IR lowered in this process. Code
+    loaded from disk thus never runs on buffers other than those it was compiled for, even where a
+    lowering differed between processes under one cache key (an experiment reading the environment,
+    say: the cache key holds the schedule and parameters, not every input of every heuristic)."""
+    layout = ";".join(f"{b.name}:{b.dtype}:{b.shape}:{b.scope}" for b in func.params)
+    return hashlib.sha256(f"{key}|{layout}".encode()).hexdigest()
+
+
 def build_kernel(c: Compilation, key: str | None = None) -> Kernel:
     """The loaded kernel of `c` (`key`: its kernel_key, when the caller has it already)."""
     backend = backend_for(c.target)
     func = run_stages(c, backend, backend.ir_stage)
     key = key or kernel_key(c, backend)
-    hit = disk_cache.load(key) if backend.cached is not None else None
+    on_disk = disk_key(key, func)
+    hit = disk_cache.load(on_disk) if backend.cached is not None else None
     if hit is not None:
         stats.disk_hits += 1
         c.results[backend.cached] = hit  # type: ignore[index]
@@ -115,7 +127,7 @@ def build_kernel(c: Compilation, key: str | None = None) -> Kernel:
     if hit is None:
         stats.compiled += 1
         if backend.cached is not None:
-            disk_cache.store(key, c.results[backend.cached])
+            disk_cache.store(on_disk, c.results[backend.cached])
     loaded, invoke = backend.load(artifact, c)
     return Kernel(c.bound, func.params, loaded, key, invoke=invoke)
 
@@ -128,4 +140,4 @@ def load_from(stage: str, value: Any, target: Target) -> tuple[Any, Invoke | Non
     return backend.load(run_stages(c, backend, backend.stages[-1].name), c)
 
 
-__all__ = ["Kernel", "Stats", "build_kernel", "compilation", "kernel_key", "load_from", "lower_program", "run_stages", "stats"]
+__all__ = ["Kernel", "Stats", "build_kernel", "compilation", "disk_key", "kernel_key", "load_from", "lower_program", "run_stages", "stats"]
