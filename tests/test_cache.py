@@ -159,7 +159,7 @@ def test_cache_key_covers_what_shapes_a_kernel():
     sig = pipeline.Signature((("A", (2, 3)), ("B", (3, 4))), (("A", "float32"), ("B", "float32")), ())
     lowering = params.current()
 
-    def key(program=program, sig=sig, target=target, schedule=None, lowering=lowering, backend=backend):  # noqa: ANN
+    def key(program=program, sig=sig, target=target, schedule=None, lowering=lowering, backend=backend):
         return pipeline.cache_key(program, sig, target, schedule, lowering, backend)
 
     assert key() == key(schedule=tilec.TemplateSchedule())
