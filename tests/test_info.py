@@ -73,3 +73,19 @@ def test_cpu_model_reads_proc_cpuinfo(tmp_path):
     path.write_text(text)
     assert info_cli.cpu_model(path) == {"name": "Some CPU", "family": "25", "model": "17"}
     assert info_cli.cpu_model(tmp_path / "missing")["family"] == ""
+
+
+def test_l1d_ways_reads_sysfs_and_falls_back_to_eight(tmp_path):
+    from tilec.target import l1d_ways
+
+    for index, (kind, level, ways) in enumerate((("Instruction", 1, 8), ("Data", 1, 12), ("Unified", 2, 16))):
+        d = tmp_path / f"index{index}"
+        d.mkdir()
+        (d / "type").write_text(kind + "\n")
+        (d / "level").write_text(f"{level}\n")
+        (d / "ways_of_associativity").write_text(f"{ways}\n")
+    assert l1d_ways(tmp_path) == 12
+    assert l1d_ways(tmp_path / "missing") == 8
+    (tmp_path / "index1" / "ways_of_associativity").write_text("0\n")
+    assert l1d_ways(tmp_path) == 8
+    assert host_cpu().l1d_ways >= 1

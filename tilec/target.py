@@ -64,6 +64,7 @@ class CpuInfo:
     l3_bytes: int  # shared
     fma_latency: int = 5  # cycles from a vector FMA's inputs to its result (the longest of x86-64 cores)
     l2_fill_bytes: int = 32  # bytes per cycle the L2 cache can fill into L1 (32 on Zen 1-4, 64 on Intel since Haswell)
+    l1d_ways: int = 8  # the L1 data cache's associativity (sysfs; 8 where it does not say: the fewest of x86-64 cores)
 
     def lanes(self, dtype: str) -> int:
         """Elements of `dtype` in the widest vector register."""
@@ -198,6 +199,18 @@ def cache_sizes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> dict
     return sizes
 
 
+def l1d_ways(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:
+    """The level-1 data cache's associativity, from sysfs, else 8 (the fewest ways of x86-64 cores)."""
+    try:
+        for index in sorted(root.glob("index*")):
+            if (index / "type").read_text().strip() == "Data" and int((index / "level").read_text()) == 1:
+                ways = int((index / "ways_of_associativity").read_text())
+                return ways if ways > 0 else 8
+    except (OSError, ValueError):
+        pass
+    return 8
+
+
 def _host_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -213,7 +226,7 @@ def host_cpu() -> CpuInfo:
     name = llvm.get_host_cpu_name()
     caches = cache_sizes()
     return CpuInfo(name, features.flatten(), vector_bits, _host_cores(), _FMA_UNITS.get(name, 2),
-                   caches[1], caches[2], caches[3], *_core_timings(name))
+                   caches[1], caches[2], caches[3], *_core_timings(name), l1d_ways=l1d_ways())
 
 
 @functools.cache
@@ -280,7 +293,7 @@ def _cpu_info(mcpu: str | None, features: tuple[str, ...]) -> CpuInfo:
     isa = cpu_isa(name, flags)
     vector_bits = 512 if "avx512f" in isa else 256 if "avx" in isa else 128
     return CpuInfo(name, flags, vector_bits, host.cores, _FMA_UNITS.get(name, 2) if vector_bits >= 512 else 2,
-                   host.l1d_bytes, host.l2_bytes, host.l3_bytes, *_core_timings(name))
+                   host.l1d_bytes, host.l2_bytes, host.l3_bytes, *_core_timings(name), l1d_ways=host.l1d_ways)
 
 
 def cpu_info(mcpu: str | None = None, features: "str | Sequence[str]" = ()) -> CpuInfo:

@@ -51,7 +51,7 @@ def target_info() -> dict[str, Any]:
             "vector_bits": cpu.vector_bits, "vector_registers": cpu.vector_registers,
             "features": [f for f in NOTABLE_FEATURES if f in features],
             "features_absent": [f for f in NOTABLE_FEATURES if f not in features],
-            "cores": cpu.cores, "fma_units": cpu.fma_units, "fma_latency": cpu.fma_latency, "l1d_bytes": cpu.l1d_bytes,
+            "cores": cpu.cores, "fma_units": cpu.fma_units, "fma_latency": cpu.fma_latency, "l1d_bytes": cpu.l1d_bytes, "l1d_ways": cpu.l1d_ways,
             "l2_bytes": cpu.l2_bytes, "l2_fill_bytes": cpu.l2_fill_bytes, "l3_bytes": cpu.l3_bytes, "key": target.key}
 
 
@@ -118,7 +118,7 @@ def format_info(info: dict[str, Any]) -> str:
         f"target     {t['target']}: LLVM CPU {t['llvm_cpu']} ({t['cpu_name']}{family}), {t['cores']} cores",
         f"vectors    {t['vector_bits']} bits, {t['vector_registers']} registers; features {' '.join(t['features']) or '-'}"
         + (f" (absent: {' '.join(t['features_absent'])})" if t["features_absent"] else ""),
-        f"caches     L1d {_size(t['l1d_bytes'])}, L2 {_size(t['l2_bytes'])} per core (fills L1 at {t['l2_fill_bytes']} B/cycle); "
+        f"caches     L1d {_size(t['l1d_bytes'])} ({t['l1d_ways']}-way), L2 {_size(t['l2_bytes'])} per core (fills L1 at {t['l2_fill_bytes']} B/cycle); "
         f"L3 {_size(t['l3_bytes'])}",
         f"fma_units  {t['fma_units']} (full-width FMAs per cycle, as the compiler's Target has it); "
         f"FMA latency {t['fma_latency']} cycles",

@@ -66,7 +66,7 @@ class PermutePlan:
 def match(b: BoundContraction, bp: BoundProgram, max_cells: int) -> PermutePlan | None:
     """The permutation `b` copies, or None: not a layout copy, or (in line order) larger than
     `max_cells` cells or in ragged line blocks, where the default nest is as fast."""
-    copy = match_copy(b, bp)
+    copy = match_copy(b, bp, rounding=True)  # (a 16-bit temporary, held in float32, rounds as it is copied)
     if copy is None or len(b.shape) < 2 or copy.out_vars[-1] == copy.src_vars[-1]:
         return None
     out_vars, src_vars, src = copy.out_vars, copy.src_vars, b.operands[0]

@@ -131,7 +131,7 @@ class ImplicitGemm(Template):
             if knobs.pack_a:
                 variant = PackedPlan(plan, epilogue)
             else:
-                variant = DirectPlan(plan, pads, epilogue, direct_store(index, ctx, plan, epilogue, knobs.mr),  # type: ignore[arg-type]
+                variant = DirectPlan(plan, pads, epilogue, direct_store(index, ctx, plan, epilogue, knobs.mr, knobs.nr),  # type: ignore[arg-type]
                                      b_through(plan, pads, ctx, knobs.nr))  # type: ignore[arg-type]
         return Choice(index, self, variant, knobs, covered(variant.epilogue))
 
@@ -239,7 +239,7 @@ def a_step_bytes(plan: GemmPlan, ctx: Context, pads: Pads) -> int:
         itemsize(ctx.bp.dtypes[plan.a.tensor])
 
 
-def direct_store(index: int, ctx: Context, plan: GemmPlan, epilogue: Any, mr: int) -> Copy | None:
+def direct_store(index: int, ctx: Context, plan: GemmPlan, epilogue: Any, mr: int, nr: int) -> Copy | None:
     """The layout copy that alone reads the direct variant's result (after its fused epilogue), where
     its tiles land in the copy's output as whole vectors (stored_tiles.stores_well): it stores them there
     and the copy never runs (a channels-last convolution's NHWC -> NCHW copy: 0.2 ms of the 3x3
@@ -248,7 +248,8 @@ def direct_store(index: int, ctx: Context, plan: GemmPlan, epilogue: Any, mr: in
     copy = output_copy(last, ctx.bp)
     b = ctx.bp.statements[index]
     assert isinstance(b, BoundContraction)
-    return copy if copy is not None and stores_well(plan, b, copy, mr, ctx.bp) else None
+    assert ctx.target.host is not None
+    return copy if copy is not None and stores_well(plan, b, copy, mr, nr, ctx.bp, ctx.target.host) else None
 
 
 def pairs_lost(plan: GemmPlan, ctx: Context, knobs: GemmKnobs, pads: Pads) -> bool:
