@@ -14,10 +14,9 @@ import numpy as np
 
 from tilec.ir.bounds import BoundContraction, BoundProgram
 from tilec.schedule.patterns.gemm import GemmPlan
+from tilec.schedule.cpu.permute import LINE_BYTES
 from tilec.schedule.patterns.layout_copy import Copy
 from tilec.target import CpuInfo
-
-LINE_BYTES = 64  # a cache line on every x86-64 core
 
 
 def tile_rows(plan: GemmPlan, b: BoundContraction, out_copy: Copy | None, bp: BoundProgram) -> int:
@@ -74,4 +73,4 @@ def columns_alias(plan: GemmPlan, dest: tuple[str, ...], out_copy: Copy, nr: int
     return -(-columns // distinct) > cpu.l1d_ways // 2
 
 
-__all__ = ["LINE_BYTES", "columns_alias", "stores_well", "tile_rows"]
+__all__ = ["columns_alias", "stores_well", "tile_rows"]
