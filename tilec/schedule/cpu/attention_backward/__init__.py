@@ -1,7 +1,8 @@
 """The fused attention-backward template: dQ, dK, dV of attention in one kernel (CPU).
 
-It lowers the gradient that tilec.grad derives from the attention chain
-(tilec.schedule.patterns.attention_backward).
+It lowers either form of tilec.schedule.patterns.attention_backward: the gradient that tilec.grad
+derives from the attention chain, or the one torch's flash backward becomes under torch.compile
+(the softmax shifted by the forward's logsumexp: that shift takes the maxima's place below).
 
 One kernel, one work item per batch-and-head on the cores, that never forms an S x T matrix.
 Score tiles are held transposed (bk keys by bq queries), so per-query quantities are vectors
@@ -12,8 +13,8 @@ and keys past T are computed from clamped rows and get probability 0 (never stor
 - panel (the default knob; needs as many heads as cores and 2 T bq elements per thread within
   the lowering parameter attention_backward_panel_bytes): per query block, S^T and dP^T for all its keys into two panels; the exact
   max, sum and Delta = rowsum(P dP) from them; then per key block P^T, dS^T = c P^T (dP^T - Delta),
-  dV += P^T dO and dK += dS^T Q (straight into the outputs) and dQ += dS K. Five micro-GEMMs per
-  tile, one exp per score.
+  dV += P^T dO and dK += dS^T Q and dQ += dS K (summed in the outputs, or for 16-bit ones in float32
+  workspaces rounded into them at the end). Five micro-GEMMs per tile, one exp per score.
 - two passes otherwise: per query block an online softmax over the key blocks (S^T and dP^T
   micro-GEMMs, running max and sums rescaled as in the forward template) stores log-sum-exp and
   Delta per query; then per key block (dK, dV in local memory), per query block from the
@@ -22,7 +23,7 @@ and keys past T are computed from clamped rows and get probability 0 (never stor
   blocks, each part summing its dQ apart; the parts are added at the end.
 
 The loop IR of the pieces: .kernel. Requires: a plan of the pattern's `match` and knobs that passed
-the template's checks. Guarantees: the gradients that the derived program computes (up to
+the template's checks. Guarantees: the gradients that the matched program computes (up to
 rounding), every output cell written.
 """
 
