@@ -178,14 +178,23 @@ def _size(text: str) -> int:
     return int(text.rstrip("KMG")) * scale
 
 
-def cache_sizes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> dict[int, int]:
+SYSFS_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+def _data_caches(root: Path) -> dict[int, Path]:
+    """sysfs's directory of the data (or unified) cache of each level under `root` (OSError,
+    ValueError where sysfs cannot be read)."""
+    found: dict[int, Path] = {}
+    for index in sorted(root.glob("index*")):
+        if (index / "type").read_text().strip() in ("Data", "Unified"):
+            found[int((index / "level").read_text())] = index
+    return found
+
+
+def cache_sizes(root: Path = SYSFS_CACHES) -> dict[int, int]:
     """Data (or unified) cache bytes per level (1, 2, 3), from sysfs, else sysconf, else the fallbacks."""
-    sizes: dict[int, int] = {}
     try:
-        for index in sorted(root.glob("index*")):
-            kind = (index / "type").read_text().strip()
-            if kind in ("Data", "Unified"):
-                sizes[int((index / "level").read_text())] = _size((index / "size").read_text())
+        sizes = {level: _size((index / "size").read_text()) for level, index in _data_caches(root).items()}
     except (OSError, ValueError):
         sizes = {}
     names = {1: "SC_LEVEL1_DCACHE_SIZE", 2: "SC_LEVEL2_CACHE_SIZE", 3: "SC_LEVEL3_CACHE_SIZE"}
@@ -199,16 +208,14 @@ def cache_sizes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> dict
     return sizes
 
 
-def l1d_ways(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int:
+def l1d_ways(root: Path = SYSFS_CACHES) -> int:
     """The level-1 data cache's associativity, from sysfs, else 8 (the fewest ways of x86-64 cores)."""
     try:
-        for index in sorted(root.glob("index*")):
-            if (index / "type").read_text().strip() == "Data" and int((index / "level").read_text()) == 1:
-                ways = int((index / "ways_of_associativity").read_text())
-                return ways if ways > 0 else 8
+        index = _data_caches(root).get(1)
+        ways = int((index / "ways_of_associativity").read_text()) if index is not None else 0
     except (OSError, ValueError):
-        pass
-    return 8
+        ways = 0
+    return ways if ways > 0 else 8
 
 
 def _host_cores() -> int:

@@ -81,9 +81,8 @@ class Kernel:
     def zero_sum(self, name: str, bidx: tuple[L.Expr, ...], slot: L.Expr) -> L.Stmt:
         """Zeroes what `summed` gives for gradient `name`."""
         rows, cols = self.rows_cols(name)
-        if self.io == self.dtype:
-            return self.zero_rows(name, bidx, rows, cols, self.io)
-        return self.zero_rows(self.summed(name, bidx, slot, None, rows).buffer, (slot,), rows, cols)
+        out = self.summed(name, bidx, slot, None, rows)
+        return self.zero_rows(out.buffer, out.prefix, rows, cols, out.memory or out.dtype)
 
     def rounded(self, name: str, bidx: tuple[L.Expr, ...], slot: L.Expr) -> L.Stmt | None:
         """Gradient `name` = its float32 sum, rounded (None where it was summed in place)."""
@@ -187,7 +186,7 @@ class Kernel:
             _st(self.lse, at, L.Bin("add", _ld(m_run, v(i)), L.Call("log", (_ld(l_run, v(i)),), f32))),
             _st(self.delta, at, L.Bin("div", _ld(d_run, v(i)), _ld(l_run, v(i)))) if self.need_dp else None))
         body: L.Stmt = L.For(qb, qb_begin, qb_end, L.seq(init, stream, stats))
-        for buf in (st, dpt, m_run, l_run, d_run, m_new):
+        for buf in (st, dpt, m_run, l_run, d_run) + (() if given else (m_new,)):
             body = L.Allocate(buf, body)
         return body
 
@@ -269,10 +268,12 @@ class Kernel:
         valid = self.valid(L.add(q0, v(i)), v(j), True)  # padded queries too: they must add nothing to dK, dV
         keys = L.mul(k_end, c(bk))
         given = plan.saved is not None
-        maxima = L.seq(lanes_loop(i, bq, _st(m, vi, L.Const(-math.inf, f))), L.For(j, c(0), keys, lanes_loop(i, bq, _st(
-            m, vi, L.Bin("max", _ld(m, v(i)), L.Select(valid, L.Bin("mul", s_ji, scale), L.Const(-math.inf, f)))))))
         if given:
             maxima = lanes_loop(i, bq, _st(m, vi, self.shift(bidx, L.add(q0, v(i)))))
+        else:
+            maxima = L.seq(lanes_loop(i, bq, _st(m, vi, L.Const(-math.inf, f))), L.For(j, c(0), keys, lanes_loop(
+                i, bq, _st(m, vi, L.Bin("max", _ld(m, v(i)), L.Select(valid, L.Bin("mul", s_ji, scale),
+                                                                       L.Const(-math.inf, f)))))))
         p = L.Select(valid, L.Call("exp", (L.Bin("sub", L.Bin("mul", s_ji, scale), _ld(m, v(i))),), f), zero)
         sums = L.seq(lanes_loop(i, bq, L.seq(_st(l_sum, vi, zero), _st(d_sum, vi, zero))), L.For(j, c(0), keys, lanes_loop(
             i, bq, L.seq(L.Store(ps.name, cell, p), _st(l_sum, vi, L.Bin("add", _ld(l_sum, v(i)), s_ji)),
