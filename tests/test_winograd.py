@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import tilec
 from reference import conv2d_grad_shapes, torch_conv2d_grads
 from tilec.bench.ops import conv2d_source
+from tilec.ops.sources import conv_source
 from tilec.schedule import params
 
 # F(2x2, 3x3) adds and subtracts up to 16 transformed terms per product: about one decimal digit
@@ -36,9 +37,10 @@ def small_channels():
         yield
 
 
-def winograd_statements(src: str, shapes: dict[str, tuple[int, ...]], dtype: str = "float32") -> set[str]:
+def winograd_statements(src: str, shapes: dict[str, tuple[int, ...]], dtype: str = "float32",
+                        target: str = "llvm") -> set[str]:
     """The statements (by output) whose 16 GEMMs the loop IR holds."""
-    loops = tilec.explain(src, shapes, dtypes={k: dtype for k in shapes}, stage="loop")
+    loops = tilec.explain(src, shapes, dtypes={k: dtype for k in shapes}, stage="loop", target=target)
     params = loops.splitlines()[0]
     return {p.split(".wM:")[0].split()[-1] for p in params.split(", ") if ".wM:" in p}
 
@@ -128,3 +130,14 @@ def test_default_threshold_picks_the_wide_layers():
         shapes = conv2d_grad_shapes(shape)
         assert winograd_statements(tilec.grad(conv2d_source(shape), wrt=["X", "F"]).source, shapes) == expected
     check_conv_and_gradients(dict(N=1, C=128, H=6, W=7, CO=128, KH=3, KW=3, stride=1, pad=1))
+
+
+@pytest.mark.parametrize("target, expected", [("llvm -mcpu=znver4", set()), ("llvm -mcpu=znver3", {"Y"})])
+def test_bfloat16_takes_the_pair_dot_product_where_the_cpu_has_it(target, expected):
+    """A wide bfloat16 layer with a bias (its products held in float32 for the epilogue, the form
+    tilec.nn's convolutions take) runs on bfloat16 pairs where the CPU has the pair dot product (twice
+    float32's products per instruction; Winograd's transforms would run in float32), and as
+    Winograd's 16 float32 GEMMs where the products are converted to float32 anyway."""
+    src = conv_source((1, 1), ((1, 1), (1, 1)), (1, 1), True, 1, False, False)
+    shapes = {"X": (8, 256, 14, 14), "F": (256, 256, 3, 3), "Bias": (256,)}
+    assert winograd_statements(src, shapes, "bfloat16", target) == expected

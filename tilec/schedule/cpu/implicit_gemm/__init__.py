@@ -186,7 +186,11 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
 
     and the direct variant would not give up the bfloat16 pair dot product the packed one has
     (`pairs_lost`), nor convert a 16-bit A at every use where the column panels are many
-    (`converts_a`)."""
+    (`converts_a`); or
+    * the direct variant multiplies bfloat16 pairs (`direct_pairs`): it then beat the packed one on
+      every shape measured (Zen 5, both cores; the packed variant at 40-80% of its speed: GEMMs
+      1024^3 925 vs 729 GFLOP/s, 512 x 1024 x 4096 944 vs 539, 256 x 2048 x 8192 689 vs 401, a
+      transposed A 1024 x 1024 x 512 977 vs 783; 3x3 convolutions of 512 columns 1.7-1.8x)."""
     knobs = default_knobs(plan, dtype, ctx.target)
     panels = -(-plan.n // knobs.nr)
     if pads is None or pairs_lost(plan, ctx, knobs, pads) or \
@@ -196,7 +200,8 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
     no_copy = all(p == (0, 0) for p in pads)
     b_panel = plan.k * knobs.nr * itemsize(dtype)
     near_steps = a_step_bytes(plan, ctx, pads) < PAGE_BYTES // 2
-    if (no_copy and near_steps and 2 * b_panel <= ctx.target.host.l2_bytes) or panels <= ctx.params.direct_max_panels:
+    if (no_copy and near_steps and 2 * b_panel <= ctx.target.host.l2_bytes) or panels <= ctx.params.direct_max_panels \
+            or direct_pairs(plan, ctx, knobs, pads):
         knobs = replace(knobs, pack_a=False)
         if aliased_a_steps(plan, ctx, pads, knobs):
             knobs = replace(default_knobs(plan, dtype, ctx.target, per_line=True), pack_a=False)
@@ -222,7 +227,7 @@ def aliased_a_steps(plan: GemmPlan, ctx: Context, pads: Pads, knobs: GemmKnobs) 
     if row_steps[-1:] != (1,) or any(row_steps[:-1]):
         return False
     step = a_step_bytes(plan, ctx, pads)
-    if bf16_pairs(plan, ctx.bp.dtypes, ctx.target, knobs.nr) and pairs(plan, pads, ctx.bp, ctx.target, knobs.nr):
+    if direct_pairs(plan, ctx, knobs, pads):
         step *= 2
     return step > 0 and step % PAGE_BYTES == 0
 
@@ -259,6 +264,12 @@ def pairs_lost(plan: GemmPlan, ctx: Context, knobs: GemmKnobs, pads: Pads) -> bo
     of DO; read packed, it ran 1.4-5x slower on Zen 4)."""
     packed_pairs = len(plan.rows) == len(plan.red) == 1 and bf16_pairs(plan, ctx.bp.dtypes, ctx.target, knobs.nr)
     return packed_pairs and pairs(plan, pads, ctx.bp, ctx.target, knobs.nr) is None
+
+
+def direct_pairs(plan: GemmPlan, ctx: Context, knobs: GemmKnobs, pads: Pads) -> bool:
+    """Whether the direct variant multiplies bfloat16 pairs (in A as it lies or from a copy, .pairs)."""
+    return bf16_pairs(plan, ctx.bp.dtypes, ctx.target, knobs.nr) and \
+        pairs(plan, pads, ctx.bp, ctx.target, knobs.nr) is not None
 
 
 def converts_a(plan: GemmPlan, ctx: Context, knobs: GemmKnobs, pads: Pads) -> bool:

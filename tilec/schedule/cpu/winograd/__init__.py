@@ -48,7 +48,7 @@ from tilec.schedule.cpu import copy_fold
 from tilec.schedule.cpu.implicit_gemm import packed_or_direct
 from tilec.schedule.cpu.implicit_gemm.direct import DirectPlan, padding
 from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, knob_problems, worthwhile
-from tilec.schedule.cpu.implicit_gemm.packed import PackedPlan
+from tilec.schedule.cpu.implicit_gemm.packed import PackedPlan, bf16_pairs
 from tilec.schedule.cpu.implicit_gemm.padding import Pads, padded_operand
 from tilec.schedule.cpu.winograd import plan
 from tilec.schedule.cpu.winograd.plan import POINTS, WinogradPlan, lone, workspace_names
@@ -130,7 +130,11 @@ class Winograd(Template):
         return None if wp is None else replace(wp, epilogue=find_epilogue(index, ctx.bp))
 
     def profitable(self, wp: WinogradPlan, ctx: Context) -> bool:
-        return worthwhile(wp.conv, ctx.params) and plan.large_enough(wp, ctx.params)
+        # bfloat16 operands on a CPU with the pair dot product: the direct form runs twice float32's
+        # products per instruction, and the transforms would run in float32 (Zen 5, 3x3 bfloat16
+        # convolutions, 256 -> 256 channels at 14^2 and 28^2, 128 -> 128 at 56^2: 1.04-1.55x faster direct)
+        pairs = bf16_pairs(wp.conv, ctx.bp.dtypes, ctx.target, ctx.target.lanes("float32"))
+        return worthwhile(wp.conv, ctx.params) and plan.large_enough(wp, ctx.params) and not pairs
 
     def default_knobs(self, index: int, wp: WinogradPlan, ctx: Context) -> GemmKnobs:
         # the GEMMs' A is the input transform, a workspace without guards: readable in place
