@@ -78,3 +78,33 @@ def test_results_in_a_loop_are_correct_and_independent_across_threads():
         t.join()
     assert not failures
     assert all(np.allclose(x, expected, rtol=1e-4, atol=1e-3) for x in kept)
+
+
+def test_torch_results_of_the_ops_reuse_dropped_memory():
+    """tilec's torch ops take their large results from the same pool (tilec.ops.kernels.empty): a
+    dropped result's memory, whose pages were touched already, serves the next; a live one is never
+    handed out again, and every result is right."""
+    import torch
+
+    import tilec.nn as tnn
+    from tilec.ops.kernels import empty
+
+    small = empty((4, 4), torch.bfloat16)
+    assert small.dtype == torch.bfloat16 and small.shape == (4, 4)
+    relu = tnn.ReLU()
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(8, 64, 32, 32).to(dtype)  # 1 MiB or more in either dtype
+        first = relu(x)
+        address = first.data_ptr()
+        assert torch.equal(first, torch.relu(x))
+        del first
+        gc.collect()
+        second = relu(x)
+        assert second.data_ptr() == address and torch.equal(second, torch.relu(x))
+        third = relu(-x)  # `second` is alive: other memory
+        assert third.data_ptr() != address and torch.equal(third, torch.relu(-x))
+        assert torch.equal(second, torch.relu(x))
+        grad_in = x.clone().requires_grad_()
+        out = relu(grad_in)
+        out.backward(torch.ones_like(out))
+        assert grad_in.grad is not None and torch.equal(grad_in.grad, (x > 0).to(dtype))

@@ -20,7 +20,7 @@ import torch
 
 from tilec.config import options
 from tilec.ops.arguments import OpError
-from tilec.ops.kernels import forward_fn, grad_fn, plan_for
+from tilec.ops.kernels import empty, forward_fn, grad_fn, plan_for
 from tilec.runtime.function import pointer_runner
 
 
@@ -65,7 +65,7 @@ class Node:
 
     def call(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         """The forward kernel on contiguous `inputs`: a new output tensor."""
-        out = torch.empty(self.out_shape, dtype=self.dtype)
+        out = empty(self.out_shape, self.dtype)
         self.run([*[t.data_ptr() for t in inputs], out.data_ptr()])
         return out
 
@@ -150,7 +150,7 @@ class _TileOp(torch.autograd.Function):
             run, buffers = node.grad(wrt)
             if grad.dtype != node.dtype or not grad.is_contiguous():
                 grad = grad.to(node.dtype).contiguous()
-            grads = [torch.empty(b.shape, dtype=b.written) for b in buffers]
+            grads = [empty(b.shape, b.written) for b in buffers]
             run([*[t.data_ptr() for t in ctx.saved_tensors], grad.data_ptr(), *[g.data_ptr() for g in grads]])
             for i, g, b in zip(wrt, grads, buffers):
                 result[i] = g if b.written == b.dtype else g.to(b.dtype)
