@@ -48,7 +48,15 @@ Clock = Callable[[], float]
 # numpy's own speed is unchanged (`python -m tilec.bench.baseline_env` measures it). It must be
 # set before OpenBLAS loads, hence the re-exec of `tilec bench` (tilec.cli.bench). torch's OpenMP threads spin only briefly; the
 # harness's cool-down lets them settle instead (OMP_WAIT_POLICY=PASSIVE would slow torch itself).
-QUIET_BASELINE_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4"}
+# glibc's malloc hands a freed block of megabytes back to the OS (munmap, or a trimmed heap top) whenever the
+# heap's state allows, and the next block of that size pays a page fault per 4 KiB page at its first write: on
+# a VM 2.5 us each (Zen 5), and torch's CNN training steps faulted 2,000-12,000 pages each, more or fewer with
+# the heap state the other side of the comparison left. Fixed thresholds (blocks under 32 MiB come from the
+# heap, which keeps up to 256 MiB free) let neither side pay for the other's frees: torch's cnn-large step
+# alone, bfloat16, 8.9-14.3 ms -> 5.9, float32 13.3-14.2 -> 9.4 (tilec's results come from its own pool,
+# tilec.runtime.memory, and do not fault either way).
+GLIBC_MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456"
+QUIET_BASELINE_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4", "GLIBC_TUNABLES": GLIBC_MALLOC_TUNABLES}
 # `tilec bench`'s calls per side per pair: one untimed call that wakes the cores and brings the side's data
 # back after the other side's call and the cool-down, then one timed call (Settings.consecutive).
 CONSECUTIVE = 2

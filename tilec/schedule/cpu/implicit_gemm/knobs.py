@@ -105,9 +105,10 @@ MAX_ROWS = 16  # MR at most: a taller block only adds broadcasts (and compile ti
 # Register blocks whose scores (efficiency x useful cells) differ by less than this share are equal, and the
 # fewest loads per FMA decides: a 6 x 4-vector block's 0.02% of padded cells over 25,088 rows (a 3x3
 # convolution's 8 x 56 x 56 pixels) made the 4 x 4 block win, which ran the convolution 1.09x slower (float32,
-# Zen 5, 30 interleaved rounds: 4.54 vs 4.18 ms). A block that tiles 1024 or 2048 rows exactly still beats
-# one that pads a row of them (0.1%, 0.05%).
-SCORE_TIE = 4e-4
+# Zen 5, 30 interleaved rounds: 4.54 vs 4.18 ms), and so did 0.05% of 8,192 rows (a stride-2 convolution's
+# 32 x 16 x 16 pixels, 64 -> 64 channels: bfloat16 1.13 vs 1.03 ms, float32 2.47 vs 2.40). A block that tiles
+# 1024 or 2048 rows exactly still beats one that pads 0.1% or more of them (GEMMs ran the same with either).
+SCORE_TIE = 6e-4
 
 
 def kernel_efficiency(mr: int, vectors: int, cpu: CpuInfo) -> float:
