@@ -469,3 +469,27 @@ def test_train_step_cases_run_and_check_the_losses(capsys):
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert code == 0 and [d["op"] for d in lines] == ["train_step", "train_step"]
     assert all(d["tilec_ms"] > 0 and d["baseline_ms"] > 0 and d["error"] is None for d in lines)
+
+
+def test_the_bench_restarts_with_quiet_baselines_and_fixed_malloc_thresholds(monkeypatch):
+    """`tilec bench` re-executes itself with OpenBLAS's threads quiet and glibc's malloc thresholds
+    fixed (freed blocks under 32 MiB stay in the process); settings the user made are kept."""
+    from tilec.bench.harness import QUIET_BASELINE_ENV
+    from tilec.cli import bench as cli_bench
+
+    tunables = QUIET_BASELINE_ENV["GLIBC_TUNABLES"].split(":")
+    assert "glibc.malloc.mmap_threshold=33554432" in tunables
+    assert any(t.startswith("glibc.malloc.trim_threshold=") and int(t.split("=")[1]) >= 1 << 27 for t in tunables)
+    calls = []
+    monkeypatch.setattr(cli_bench.os, "execve", lambda path, argv, env: calls.append((argv, env)))
+    for key in QUIET_BASELINE_ENV:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
+    cli_bench.reexec_with_quiet_baselines(["bench", "gemm"])
+    (argv, env), = calls
+    assert argv[-2:] == ["bench", "gemm"] and env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=1"
+    assert env["OPENBLAS_THREAD_TIMEOUT"] == QUIET_BASELINE_ENV["OPENBLAS_THREAD_TIMEOUT"]
+    for key, value in QUIET_BASELINE_ENV.items():
+        monkeypatch.setenv(key, value)
+    cli_bench.reexec_with_quiet_baselines(["bench", "gemm"])
+    assert len(calls) == 1  # all set: no restart
