@@ -21,7 +21,7 @@ from tilec.ir.bounds import bind
 from tilec.schedule import params
 from tilec.schedule.cpu.implicit_gemm import IMPLICIT_GEMM
 from tilec.schedule.cpu.implicit_gemm.knobs import (default_knobs, kernel_efficiency, knob_problems, register_block,
-                                                    row_block)
+                                                    row_block, shared_panels_block)
 from tilec.schedule.templates.base import Context
 from tilec.target import CpuInfo, Target, host_cpu
 
@@ -94,6 +94,56 @@ def test_few_rows_shared_by_threads_take_a_block_whose_tiles_share_out_evenly(na
     cpu = CPUS[name]
     mr, _ = register_block(rows, 64, cpu.lanes("float32"), cpu, threads)
     assert -(-rows // mr) % threads == 0
+
+
+@pytest.mark.parametrize("name", ["spr", "zen4", "avx2"])
+@pytest.mark.parametrize("rows, cols, threads", [(9, 64, 2), (18, 64, 2), (27, 64, 2), (9, 128, 4), (32, 64, 2)])
+def test_few_rows_let_the_threads_share_the_column_panels(name, rows, cols, threads):
+    """Few rows (a weight gradient of a 1-3 channel convolution) take a block whose columns split
+    evenly over the threads and that fits the registers; with AVX-512's 32 registers the 9 rows of a
+    one-channel 3x3 filter fit one tile of 2 vectors."""
+    cpu = CPUS[name]
+    lanes = cpu.lanes("float32")
+    block = shared_panels_block(rows, cols, lanes, cpu, threads)
+    assert block is not None
+    mr, nr = block
+    assert nr % lanes == 0 and (-(-cols // nr)) % threads == 0
+    assert mr * (nr // lanes) + nr // lanes + 1 <= cpu.vector_registers  # accumulators, a B row and a broadcast
+    if (rows, cols, threads) == (9, 64, 2) and cpu.vector_bits == 512:
+        assert (mr, nr) == (9, 32)
+
+
+def test_many_rows_or_one_thread_keep_sharing_row_tiles():
+    cpu = CPUS["zen4"]
+    lanes = cpu.lanes("float32")
+    assert shared_panels_block(9, 64, lanes, cpu, 1) is None
+    assert shared_panels_block(9, 16, lanes, cpu, 2) is None  # one panel: nothing to share
+    for m, n in ((1024, 1024), (2048, 256)):  # where panels are shared anyway, the row block serves as well
+        assert shared_panels_block(m, n, lanes, cpu, 2) in (None, register_block(m, n, lanes, cpu, 2))
+
+
+def test_a_one_channel_convolution_weight_gradient_shares_the_columns_and_matches_torch():
+    """The 9 x 64 weight gradient of a 1 -> 64 3x3 convolution over 32 32x32 images: each thread
+    one 32-column panel of all 9 rows (it read the output gradient once between them, 1.35x
+    faster in float32 on Zen 5), the sums torch's."""
+    import torch
+
+    from tilec.ops.sources import conv_source
+
+    src = conv_source((1, 1), ((1, 1), (1, 1)), (1, 1), True, 1, False, False)
+    shapes = {"X": (32, 1, 32, 32), "F": (64, 1, 3, 3), "Bias": (64,), "DO": (32, 64, 32, 32)}
+    grad = tilec.grad(src, wrt=["F", "Bias"])
+    if HOST.cores >= 2:
+        templates = tilec.explain(grad.source, shapes, {k: "float32" for k in shapes}, stage="templates")
+        line = next(t for t in templates.splitlines() if "DK_" in t and "implicit_gemm" in t)
+        assert "mr=9 nr=32" in line, line
+    rng = np.random.default_rng(4)
+    x, f, bias, dout = (rng.standard_normal(shapes[k]).astype(np.float32) for k in ("X", "F", "Bias", "DO"))
+    df, dbias = grad(x, f, bias, dout)
+    xt, ft, bt = (torch.from_numpy(a).requires_grad_() for a in (x, f, bias))
+    torch.nn.functional.conv2d(xt, ft, bt, padding=1).backward(torch.from_numpy(dout))
+    np.testing.assert_allclose(df, ft.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(dbias, bt.grad.numpy(), rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("tiles, threads", [(256, 2), (171, 2), (170, 3), (16, 16), (1000, 7), (5, 8)])

@@ -34,13 +34,14 @@ from tilec.ir.dtypes import LOW_PRECISION, accumulator_dtype
 from tilec.ir.lower import LoweredGroup
 from tilec.schedule.cpu import copy_fold
 from tilec.schedule.cpu.implicit_gemm import inplace
-from tilec.schedule.cpu.implicit_gemm.direct import DirectPlan, padding
+from tilec.schedule.cpu.implicit_gemm.direct import DirectPlan, by_panels, padding
 from tilec.schedule.cpu.implicit_gemm.stored_tiles import stores_well
 from tilec.schedule.cpu.implicit_gemm.direct_b import b_through
 from tilec.schedule.cpu.implicit_gemm.pairs import pair_steps, pairs
 from tilec.schedule.cpu.implicit_gemm.padding import Pads
 from tilec.schedule.cpu.implicit_gemm.features import NAMES, gemm_features
-from tilec.schedule.cpu.implicit_gemm.knobs import DTYPES, GemmKnobs, default_knobs, itemsize, knob_problems, worthwhile
+from tilec.schedule.cpu.implicit_gemm.knobs import (DTYPES, GemmKnobs, default_knobs, itemsize, knob_problems, reduction_block,
+                                                   row_block, shared_panels_block, worthwhile)
 from tilec.schedule.cpu.implicit_gemm.packed import PackedPlan, bf16_pairs
 from tilec.schedule.cpu.implicit_gemm.space import gemm_space
 from tilec.schedule.patterns import gemm as gemm_pattern
@@ -205,7 +206,27 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
         knobs = replace(knobs, pack_a=False)
         if aliased_a_steps(plan, ctx, pads, knobs):
             knobs = replace(default_knobs(plan, dtype, ctx.target, per_line=True), pack_a=False)
+        else:
+            knobs = panels_shared(plan, ctx, dtype, knobs)
     return knobs
+
+
+def panels_shared(plan: GemmPlan, ctx: Context, dtype: str, knobs: GemmKnobs) -> GemmKnobs:
+    """The direct variant's knobs with the register block for threads that share B's column panels
+    (knobs.shared_panels_block) where the rows are the threads' to share (no outer loop for them)
+    and, with that block, sharing the panels reads fewer bytes (direct.by_panels); else `knobs`."""
+    cpu, threads = ctx.target.host, knobs.threads or ctx.target.cores
+    assert cpu is not None
+    if plan.batch >= threads:
+        return knobs
+    block = shared_panels_block(plan.m, plan.n, ctx.target.lanes(accumulator_dtype(dtype)), cpu, threads)
+    if block is None or block == (knobs.mr, knobs.nr) or \
+            not by_panels(plan, -(-plan.n // block[1]), threads, ctx.bp.shapes[plan.a.tensor]):
+        return knobs
+    mr, nr = block
+    size = itemsize(dtype)
+    kc = reduction_block(plan.k, plan.n, nr, size, cpu)
+    return replace(knobs, mr=mr, nr=nr, kc=kc, mc=row_block(plan.m, mr, kc, size, cpu, 1))
 
 
 PAGE_BYTES = 4096  # the smallest page of the CPUs tilec targets, and the way of every one's L1 (32 KiB 8-way, 48 KiB 12-way)

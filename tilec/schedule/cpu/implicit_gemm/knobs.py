@@ -144,6 +144,39 @@ def register_block(m: int, n: int, lanes: int, cpu: CpuInfo, threads: int = 1,
     return mr, nr
 
 
+def shared_panels_block(m: int, n: int, lanes: int, cpu: CpuInfo, threads: int) -> tuple[int, int] | None:
+    """(MR, NR) for `threads` that share B's column panels evenly, each running all of the rows (the
+    direct variant's `by_panels`, which decides from the bytes each thread reads), where that block
+    scores at least as well as `register_block`'s for threads sharing the row tiles (within
+    SCORE_TIE). Few rows, as in the weight gradient of a convolution with few input channels, take
+    such a block: there the default 5 x 64 block gave each of two threads one tile of the 9 rows (one
+    channel, 3x3 taps) and had each read all of the output gradient; with 9 x 32 blocks, one panel a
+    thread, they read it once between them (Zen 5, float32, 32 32x32 images, 1 -> 64 channels: the
+    gradient program 1.37 -> 0.59-0.71 ms). None with one thread or no even share of the panels."""
+    if threads < 2:
+        return None
+
+    def score(mr: int, vectors: int, row_rounds: int, panel_rounds: int) -> float:
+        return kernel_efficiency(mr, vectors, cpu) * m / (row_rounds * mr) * n / (panel_rounds * vectors * lanes)
+
+    row_mr, row_nr = register_block(m, n, lanes, cpu, threads)
+    row_tiles = -(-m // row_mr)
+    rows_shared = score(row_mr, row_nr // lanes, -(-row_tiles // threads) * threads, -(-n // row_nr))
+    scored: list[tuple[float, float, int, int]] = []  # (score, -loads per FMA, nr, mr)
+    for vectors in range(1, max(1, min(4, -(-n // lanes))) + 1):
+        panels = -(-n // (vectors * lanes))
+        if panels < threads or panels % threads:
+            continue
+        for mr in range(1, min(MAX_ROWS, (cpu.vector_registers - vectors - 1) // vectors, max(1, m)) + 1):
+            shared = score(mr, vectors, -(-m // mr), panels // threads * threads)
+            scored.append((shared, -(vectors + mr) / (mr * vectors), vectors * lanes, mr))
+    if not scored:
+        return None
+    best = max(c[0] for c in scored)
+    _, _, nr, mr = max((c for c in scored if c[0] >= best * (1 - SCORE_TIE)), key=lambda c: c[1:])
+    return (mr, nr) if best >= rows_shared * (1 - SCORE_TIE) else None
+
+
 def widths_block(target: Target, widths: tuple[int, ...]) -> tuple[int, int]:
     """(mr, vectors) for a template whose width must be one of `widths` (in vectors; the in-place
     variant's divide the columns): the block with the most accumulators that fits the register file
