@@ -213,11 +213,13 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
 
 def panels_shared(plan: GemmPlan, ctx: Context, dtype: str, knobs: GemmKnobs) -> GemmKnobs:
     """The direct variant's knobs with the register block for threads that share B's column panels
-    (knobs.shared_panels_block) where the rows are the threads' to share (no outer loop for them)
-    and, with that block, sharing the panels reads fewer bytes (direct.by_panels); else `knobs`."""
+    (knobs.shared_panels_block) where the rows are the threads' to share (no outer loop for them),
+    B's micro-panel over all of K does not fit half of L2 (the direct variant streams it from
+    beyond L2 for every row tile: a weight gradient's output gradient, K = the images' pixels) and,
+    with that block, sharing the panels reads fewer bytes (direct.by_panels); else `knobs`."""
     cpu, threads = ctx.target.host, knobs.threads or ctx.target.cores
     assert cpu is not None
-    if plan.batch >= threads:
+    if plan.batch >= threads or 2 * plan.k * knobs.nr * itemsize(dtype) <= cpu.l2_bytes:
         return knobs
     block = shared_panels_block(plan.m, plan.n, ctx.target.lanes(accumulator_dtype(dtype)), cpu, threads)
     if block is None or block == (knobs.mr, knobs.nr) or \
