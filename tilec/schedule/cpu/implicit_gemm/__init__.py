@@ -217,16 +217,15 @@ def panels_shared(plan: GemmPlan, ctx: Context, dtype: str, knobs: GemmKnobs) ->
     B's micro-panel over all of K does not fit half of L2 (the direct variant streams it from
     beyond L2 for every row tile: a weight gradient's output gradient, K = the images' pixels) and,
     with that block, sharing the panels reads fewer bytes (direct.by_panels); else `knobs`."""
-    cpu, threads = ctx.target.host, knobs.threads or ctx.target.cores
+    cpu, threads, size = ctx.target.host, knobs.threads or ctx.target.cores, itemsize(dtype)
     assert cpu is not None
-    if plan.batch >= threads or 2 * plan.k * knobs.nr * itemsize(dtype) <= cpu.l2_bytes:
+    if plan.batch >= threads or 2 * plan.k * knobs.nr * size <= cpu.l2_bytes:
         return knobs
     block = shared_panels_block(plan.m, plan.n, ctx.target.lanes(accumulator_dtype(dtype)), cpu, threads)
     if block is None or block == (knobs.mr, knobs.nr) or \
             not by_panels(plan, -(-plan.n // block[1]), threads, ctx.bp.shapes[plan.a.tensor]):
         return knobs
     mr, nr = block
-    size = itemsize(dtype)
     kc = reduction_block(plan.k, plan.n, nr, size, cpu)
     return replace(knobs, mr=mr, nr=nr, kc=kc, mc=row_block(plan.m, mr, kc, size, cpu, 1))
 

@@ -129,20 +129,36 @@ def register_block(m: int, n: int, lanes: int, cpu: CpuInfo, threads: int = 1,
     reduction step of a tile fetches A's cache line again from beyond L1 (tilec.schedule.cpu.
     implicit_gemm.aliased_a_steps): the block with the most FMAs per fetched line, MR x V
     accumulators, wins instead (14 x 2 vectors with AVX-512's 32 registers)."""
+    ranked = _ranked_block(m, n, lanes, cpu, threads, per_line)
+    assert ranked is not None  # threads sharing the row tiles can take any block
+    return ranked[2], ranked[3]
+
+
+def _ranked_block(m: int, n: int, lanes: int, cpu: CpuInfo, threads: int, per_line: bool = False,
+                  panels_shared: bool = False) -> tuple[float, float, int, int] | None:
+    """(the best score, the chosen block's score, MR, NR) of the blocks `register_block` weighs, for
+    `threads` that share the row tiles or, with `panels_shared`, the column panels (each thread then
+    runs all of the rows, and only blocks whose panels share out evenly count); None where none does."""
     most_vectors = max(1, min(4, -(-n // lanes)))
     scored: list[tuple[float, float, int, int]] = []  # (score, -loads per FMA, nr, mr)
     for vectors in range(1, most_vectors + 1):
         nr = vectors * lanes
+        panels = -(-n // nr)
+        if panels_shared and (panels < threads or panels % threads):
+            continue
         rows = min(MAX_ROWS, (cpu.vector_registers - vectors - 1) // vectors, max(1, m))
         for mr in range(1, rows + 1):
             tiles = -(-m // mr)
-            rounds = -(-tiles // threads)  # row tiles per thread, the busiest one's
-            useful = m / (rounds * threads * mr) * n / round_up(n, nr)
+            # row tiles a thread runs times the threads (the busiest one's, where they share the tiles)
+            slots = tiles if panels_shared else -(-tiles // threads) * threads
+            useful = m / (slots * mr) * n / round_up(n, nr)
             efficiency = kernel_efficiency(mr, vectors, cpu) * useful
             scored.append((efficiency * (mr * vectors if per_line else 1), -(vectors + mr) / (mr * vectors), nr, mr))
+    if not scored:
+        return None
     best = max(score for score, *_ in scored)
-    _, _, nr, mr = max((c for c in scored if c[0] >= best * (1 - SCORE_TIE)), key=lambda c: c[1:])
-    return mr, nr
+    chosen, _, nr, mr = max((c for c in scored if c[0] >= best * (1 - SCORE_TIE)), key=lambda c: c[1:])
+    return best, chosen, mr, nr
 
 
 def shared_panels_block(m: int, n: int, lanes: int, cpu: CpuInfo, threads: int) -> tuple[int, int] | None:
@@ -158,26 +174,10 @@ def shared_panels_block(m: int, n: int, lanes: int, cpu: CpuInfo, threads: int) 
     no even share of the panels."""
     if threads < 2:
         return None
-
-    def score(mr: int, vectors: int, row_rounds: int, panel_rounds: int) -> float:
-        return kernel_efficiency(mr, vectors, cpu) * m / (row_rounds * mr) * n / (panel_rounds * vectors * lanes)
-
-    row_mr, row_nr = register_block(m, n, lanes, cpu, threads)
-    row_tiles = -(-m // row_mr)
-    rows_shared = score(row_mr, row_nr // lanes, -(-row_tiles // threads) * threads, -(-n // row_nr))
-    scored: list[tuple[float, float, int, int]] = []  # (score, -loads per FMA, nr, mr)
-    for vectors in range(1, max(1, min(4, -(-n // lanes))) + 1):
-        panels = -(-n // (vectors * lanes))
-        if panels < threads or panels % threads:
-            continue
-        for mr in range(1, min(MAX_ROWS, (cpu.vector_registers - vectors - 1) // vectors, max(1, m)) + 1):
-            shared = score(mr, vectors, -(-m // mr), panels // threads * threads)
-            scored.append((shared, -(vectors + mr) / (mr * vectors), vectors * lanes, mr))
-    if not scored:
-        return None
-    best = max(c[0] for c in scored)
-    _, _, nr, mr = max((c for c in scored if c[0] >= best * (1 - SCORE_TIE)), key=lambda c: c[1:])
-    return (mr, nr) if best >= rows_shared * (1 - SCORE_TIE) else None
+    shared = _ranked_block(m, n, lanes, cpu, threads, panels_shared=True)
+    rows = _ranked_block(m, n, lanes, cpu, threads)
+    assert rows is not None
+    return (shared[2], shared[3]) if shared is not None and shared[0] >= rows[1] * (1 - SCORE_TIE) else None
 
 
 def widths_block(target: Target, widths: tuple[int, ...]) -> tuple[int, int]:
