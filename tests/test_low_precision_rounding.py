@@ -167,3 +167,39 @@ def test_bfloat16_depthwise_convolutions_take_the_stencil(stride):
     assert got.dtype == torch.bfloat16
     error = (got.double() - exact).abs()
     assert bool((error <= ULP * exact.abs() + 1e-4).all()), float((error - ULP * exact.abs()).max())
+
+
+def test_a_temporary_only_copied_into_an_output_is_stored_in_its_16_bit_type():
+    """A biased convolution's channels-last result Yb, which only the copy back to NCHW reads, is
+    stored in bfloat16 (the copy would round each cell anyway: the same bits, half the bytes; a
+    1 -> 64 channel conv on 32 32 x 32 images wrote and read 8 MiB of float32 on the way). Where
+    anything else reads it (an elementwise statement), or the copy's result is itself a temporary,
+    it stays float32. Either way each output cell is its float32 sum, rounded once."""
+    from tilec.frontend import parse
+    from tilec.ir.bounds import bind
+
+    conv = sources.conv2d_source((1, 1), (1, 1), (1, 1), True)
+    shapes = {"X": (4, 1, 32, 32), "F": (64, 1, 3, 3), "Bias": (64,)}
+    dt = dict.fromkeys(shapes, "bfloat16")
+
+    def dtypes(source: str) -> dict[str, str]:
+        return bind(parse(source), shapes, dt).dtypes
+
+    assert dtypes(conv)["Yb"] == "bfloat16" and dtypes(conv)["Y"] == "float32"
+    also_read = conv.replace("-> (O)", "-> (O, P)").replace("\n}", "\n    P = Yb * 2.0;\n}")
+    assert dtypes(also_read)["Yb"] == "float32"
+    copied_on = conv.replace("    O[n, co", "    T[n, co").replace("\n}", "\n    O = exp(T);\n}")
+    assert dtypes(copied_on)["Yb"] == "float32" and dtypes(copied_on)["T"] == "float32"
+    loop = tilec.explain(conv, shapes, dt, stage="loop").splitlines()[0]
+    assert "Yb: bfloat16" in loop, loop  # the permute's source, materialized in bfloat16
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(shapes["X"]).astype(BF16)
+    w = rng.standard_normal(shapes["F"]).astype(BF16)
+    bias = rng.standard_normal(64).astype(BF16)
+    got = tilec.compile(conv)(x, w, bias)
+    exact = torch.nn.functional.conv2d(*(torch.from_numpy(a.astype(np.float64)) for a in (x, w, bias)),
+                                       padding=1).numpy()
+    error = np.abs(got.astype(np.float64) - exact)
+    assert np.all(error <= ULP * np.abs(exact) + 1e-6), float(error.max())
+    rounded_once = bits(exact.astype(np.float32).astype(BF16))
+    assert np.mean(bits(got) == rounded_once) > 0.999  # (a float32 sum may land across a rounding boundary)

@@ -30,8 +30,10 @@ operands has an index variable the other lacks), or a contraction comparing two 
 it (there 16-bit operands are what the low-precision instructions take, and what torch's matmuls
 read); where it is such a contraction's result that no elementwise statement reads (a matrix
 product's cells round from its float32 accumulator, as torch's matmuls' do; one that a bias or an
-activation follows is held in float32, as torch's addmm adds its bias before rounding); and where
-it is a contraction's default or a structural intrinsic's result or argument.
+activation follows is held in float32, as torch's addmm adds its bias before rounding); where
+it is a contraction's default or a structural intrinsic's result or argument; and where only plain
+copies into the program's outputs read it (they would round it as they store it: the same bits,
+half the bytes).
 
 Literals stay weak (they adapt to the strong type they meet, as numpy >= 2 does): an integer
 literal takes any tensor's type (int32 beside a bool), a float literal takes a float tensor's
@@ -95,17 +97,45 @@ class Widening:
                     self.kept.add(stmt.default)
         self.read_elementwise = {n for s in program.statements if isinstance(s, T.Elementwise)
                                  for n in T.eexpr_tensors(s.expr)}
+        self.copied_out = _copied_out(program)
+
 
     def held(self, stmt: T.Statement, declared: str) -> bool:
         """Whether `stmt`'s result, of type `declared`, is a temporary held in float32."""
         name = stmt.output
         if isinstance(stmt, T.Contraction) and _keeps_operands(stmt) and name not in self.read_elementwise:
             return False  # (a matrix product's cells round, as torch's matmuls' do)
-        if declared not in LOW_PRECISION or name in self.program.outputs or name in self.kept:
+        if declared not in LOW_PRECISION or name in self.program.outputs or name in self.kept or name in self.copied_out:
             return False
         return not isinstance(stmt, T.Intrinsic) and not (
             isinstance(stmt, T.Elementwise) and isinstance(stmt.expr, T.ECall)
             and BUILTINS[stmt.expr.func].kind == "cast")  # an explicit conversion rounds
+
+
+def _copied_out(program: T.Program) -> set[str]:
+    """The temporaries that only plain copies into the program's outputs read (``O[n, co, x, y] =
+    =(Yb[n, x, y, co])``, a convolution's biased channels-last result copied back to NCHW): the copy
+    would round each cell as it stores it, so rounding where the temporary is stored gives the same
+    bits, and the temporary moves half the bytes (a 1 -> 64 channel 3x3 conv on 32 32 x 32 images
+    wrote and read 8 MiB of float32 on the way to its 4 MiB bfloat16 result)."""
+    readers: dict[str, list[T.Statement]] = {}
+    for stmt in program.statements:
+        if isinstance(stmt, T.Contraction):
+            tensors = {a.tensor for a in stmt.operands} | ({stmt.default} if stmt.default is not None else set())
+        else:
+            tensors = set(stmt.tensors) if isinstance(stmt, T.Intrinsic) else set(T.eexpr_tensors(stmt.expr))
+        for name in tensors:
+            readers.setdefault(name, []).append(stmt)
+
+    def plain_copy(stmt: T.Statement) -> bool:
+        if stmt.output not in program.outputs:
+            return False
+        if isinstance(stmt, T.Elementwise):
+            return isinstance(stmt.expr, T.ETensor)
+        return isinstance(stmt, T.Contraction) and stmt.agg == "=" and stmt.combo == "single" and \
+            len(stmt.operands) == 1 and stmt.default is None and not stmt.constraints
+
+    return {name for name, stmts in readers.items() if all(plain_copy(s) for s in stmts)}
 
 
 def _keeps_operands(stmt: T.Contraction) -> bool:
