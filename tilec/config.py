@@ -15,6 +15,10 @@
 - ``TILEC_TARGET``: what the CPU target ``llvm`` (and its aliases ``cpu``, ``host``, the default
   of every ``target=``) compiles for: an explicit CPU such as ``llvm -mcpu=haswell`` (default: the
   host CPU; tilec.pipeline.resolve_target).
+- ``TILEC_MALLOC=system``: leave glibc's malloc as it is configured. By default tilec's torch
+  integration sets it to keep freed blocks under 32 MiB for reuse instead of handing them back to
+  the OS, whose fresh pages cost a page fault each (tilec.runtime.heap); a ``glibc.malloc.``
+  setting in GLIBC_TUNABLES is always left alone.
 - ``TILEC_LOG``: topics to log on stderr, separated by commas (read at each use, `logs`):
   ``backend`` (each torch.compile graph's ATen calls in tilec kernels and torch's share),
   ``schedule`` (where each statement's schedule came from: a tuning record, the heuristic or the
@@ -51,6 +55,13 @@ def _env_int(name: str, default: int) -> int:
         raise TilecError(f"environment variable {name}={text!r}: expected a whole number") from None
 
 
+def _env_choice(name: str, choices: tuple[str, ...]) -> str:
+    text = os.environ.get(name, "")
+    if text and text not in choices:
+        raise TilecError(f"environment variable {name}={text!r}: expected one of {', '.join(choices)}")
+    return text or choices[0]
+
+
 RECORDS_OPTIONS = frozenset({"use_records", "records_path", "cache_dir"})  # the options records_key reads
 _UNSET = object()
 
@@ -65,6 +76,7 @@ class Options:
     own_threads: bool = field(default_factory=lambda: os.environ.get("TILEC_OWN_THREADS", "") not in ("", "0"))
     kernel_cache_size: int = field(default_factory=lambda: _env_int("TILEC_KERNEL_CACHE", 64))
     cpu_target: str = field(default_factory=lambda: os.environ.get("TILEC_TARGET", ""))  # "": the host CPU
+    malloc: str = field(default_factory=lambda: _env_choice("TILEC_MALLOC", ("keep", "system")))
 
     def records_key(self) -> str | None:
         """The tuning-record database a kernel looked up now takes its schedule from (None: none):

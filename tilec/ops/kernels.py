@@ -22,7 +22,7 @@ from tilec.autodiff import derive
 from tilec.config import options
 from tilec.frontend import parse
 from tilec.entry import compile_source
-from tilec.runtime import memory
+from tilec.runtime import heap, memory
 from tilec.runtime.function import Function, pointer_runner
 
 _FORWARD: dict[tuple[str, str], Function] = {}
@@ -76,15 +76,18 @@ def plan_for(fn: Function, tensors: Sequence[torch.Tensor]) -> Plan:
 
 
 def empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-    """A new CPU tensor for a kernel to write. From 1 MiB (memory.MIN_POOLED_BYTES) its memory comes
-    from the pool tilec's numpy results use (tilec.runtime.memory.outputs), and goes back there when no
-    tensor uses it any more: glibc hands a freed block of megabytes back to the OS whenever it
-    lies at the top of the heap, and fresh memory costs a page fault per 4 KiB page at the first
-    write. Measured on Zen 5 (a VM): 2.5 us a fault, 5 ms to fill 8 MiB of fresh pages; in a
-    bfloat16 CNN training step (`tilec bench train_step`'s cnn-large) a quarter of tilec's backward
-    ops' results faulted, 2,500 pages a step."""
+    """A new CPU tensor for a kernel to write: torch's, where malloc reuses freed blocks of its size
+    (tilec.runtime.heap, which sets glibc so below 32 MiB), else, from 1 MiB
+    (memory.MIN_POOLED_BYTES), on memory from the pool tilec's numpy results use
+    (tilec.runtime.memory.outputs), which goes back there when no tensor uses it any more: fresh
+    memory costs a page fault per 4 KiB page at the first write. Measured on Zen 5 (a VM): 2.5 us
+    a fault, 5 ms to fill 8 MiB of fresh pages; in a bfloat16 CNN training step (`tilec bench
+    train_step`'s cnn-large) with glibc's default thresholds a quarter of tilec's backward ops'
+    results faulted, 2,500 pages a step. With the heap keeping its blocks, torch's allocations
+    rather than a pool of tilec's own serve both sides, so one set of blocks stays hot in the
+    caches (that step, against the pool: 0.99-1.07x torch against 0.97-1.04x)."""
     nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes < memory.MIN_POOLED_BYTES:
+    if nbytes < memory.MIN_POOLED_BYTES or nbytes < heap.keep_freed_memory():
         return torch.empty(tuple(shape), dtype=dtype)
     return torch.from_numpy(memory.outputs.empty((nbytes,), "uint8")).view(dtype).view(tuple(shape))
 
