@@ -62,7 +62,8 @@ def _unary_eager(name: str, x: torch.Tensor) -> torch.Tensor | None:
         check_tensor(name, "x", x)
         if x.numel() == 0:
             return None
-        node = NODES[key] = Node(sources.unary_source(name), ((-1,),), x.shape, (x,))
+        node = NODES[key] = Node(sources.unary_source(name), ((-1,),), x.shape, (x,),
+                                 grad_from_output=name == "relu")  # (X > 0 iff relu(X) > 0)
     return run_eager(node, x)
 
 

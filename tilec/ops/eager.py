@@ -45,10 +45,11 @@ class Node:
     need a gradient, made on first use. `views` gives the shape each tensor takes inside the
     program (None: as is); contiguous tensors go to the kernels by address, so no view is made."""
 
-    __slots__ = ("source", "n", "dtype", "in_shapes", "in_dtypes", "out_shape", "kernel_out", "run", "shapes", "_grads")
+    __slots__ = ("source", "n", "dtype", "in_shapes", "in_dtypes", "out_shape", "kernel_out", "run", "shapes", "_grads",
+                 "grad_from_output")
 
     def __init__(self, source: str, views: tuple[Any, ...], out_shape: Sequence[int],
-                 tensors: Sequence[torch.Tensor]) -> None:
+                 tensors: Sequence[torch.Tensor], grad_from_output: bool = False) -> None:
         fn = forward_fn(source)
         inputs = [t if v is None else t.reshape(v) for t, v in zip(tensors, views)]
         plan = plan_for(fn, inputs)
@@ -61,6 +62,14 @@ class Node:
         self.in_dtypes = tuple(str(t.dtype).removeprefix("torch.") for t in inputs)  # int indices stay ints
         self.shapes = tuple(tuple(t.shape) for t in tensors)
         self.run = plan.run
+        # The gradient program reads the output where the input stood (relu's: X > 0 iff relu(X) > 0),
+        # so autograd saves the output, which the next layer has just read (and keeps alive anyway),
+        # not the input, read last in the forward pass: a bfloat16 CNN step's relu backward read 4 MiB
+        # less from memory (0.27-0.35 ms against torch's 0.19-0.20, which saves its result).
+        self.grad_from_output = grad_from_output
+        if grad_from_output and not (len(tensors) == 1 and self.in_shapes[0] == kernel_out
+                                     and self.in_dtypes[0] == str(self.dtype).removeprefix("torch.")):
+            raise OpError("tilec: a gradient read from the output needs one input of the output's shape and dtype")
         self._grads: dict[tuple[int, ...], tuple[Callable[[Sequence[int]], None], list[GradBuffer]]] = {}
 
     def call(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -137,8 +146,9 @@ class _TileOp(torch.autograd.Function):
     def forward(ctx: Any, node: Node, *tensors: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         inputs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
         ctx.node = node
-        ctx.save_for_backward(*inputs)
-        return node.call(inputs)
+        out = node.call(inputs)
+        ctx.save_for_backward(*((out,) if node.grad_from_output else inputs))
+        return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable

@@ -69,24 +69,28 @@ assert torch_ops.__all__  # (imported so that the tuned ops exist when their for
 
 
 def run_program(source: str, tensors: Sequence[torch.Tensor], out_shape: Sequence[int],
-                dtype: torch.dtype | None = None) -> torch.Tensor:
+                dtype: torch.dtype | None = None, grad_from_output: bool = False) -> torch.Tensor:
     """The output of the Tile program `source` (one output) on `tensors`, in input order, as a
-    differentiable torch tensor of shape `out_shape` (see the module docstring)."""
+    differentiable torch tensor of shape `out_shape` (see the module docstring). With
+    `grad_from_output` (a caller's promise: the derived gradient program computes the same reading
+    the output where it reads the one input, as relu's does), the eager path saves the output for
+    the gradient rather than the input (tilec.ops.eager.Node)."""
     dtype = tensors[0].dtype if dtype is None else dtype
     shape = out_shape if type(out_shape) is tuple else tuple(int(s) for s in out_shape)
     if eager(*tensors):
-        return run_eager(eager_node(source, tensors, shape, dtype), *tensors)
+        return run_eager(eager_node(source, tensors, shape, dtype, grad_from_output), *tensors)
     return torch.ops.tilec.program(source, list(tensors), list(shape), dtype)
 
 
-def eager_node(source: str, tensors: Sequence[torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype) -> Node:
+def eager_node(source: str, tensors: Sequence[torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype,
+               grad_from_output: bool = False) -> Node:
     """The eager path's node of `source` for CPU tensors of these shapes and dtypes (made once; an
     OpError where the program's output is not `dtype`[`shape`]). A caller that memoises its plans
     per shape may keep the node and call `run_eager(node, *tensors)` itself where `eager(*tensors)`."""
-    key = (source, *[(t.shape, t.dtype) for t in tensors])
+    key = (source, grad_from_output, *[(t.shape, t.dtype) for t in tensors])
     node = NODES.get(key)
     if node is None:
-        node = Node(source, (None,) * len(tensors), shape, tensors)
+        node = Node(source, (None,) * len(tensors), shape, tensors, grad_from_output)
         if node.kernel_out != shape or node.dtype != dtype:
             raise OpError(f"tilec: the program's output is {node.dtype}{list(node.kernel_out)}, its caller "
                           f"expects {dtype}{list(shape)}:\n{source}")

@@ -47,18 +47,21 @@ def _before_overwrite(input: torch.Tensor) -> torch.Tensor:  # noqa: A002
     return input.clone() if input.requires_grad and torch.is_grad_enabled() else input
 
 
-def _in_place_or_new(name: str, input: torch.Tensor, inplace: bool, expr: str) -> torch.Tensor:  # noqa: A002
+def _in_place_or_new(name: str, input: torch.Tensor, inplace: bool, expr: str,  # noqa: A002
+                     grad_from_output: bool = False) -> torch.Tensor:
     """``expr`` of the input, written back into it with `inplace` (see the module docstring)."""
     check_float(name, "input", input)
     if not inplace:
-        return elementwise(input, expr)
-    return input.copy_(elementwise(_before_overwrite(input), expr))
+        return elementwise(input, expr, grad_from_output)
+    return input.copy_(elementwise(_before_overwrite(input), expr, grad_from_output))
 
 
 def relu(input: torch.Tensor, inplace: bool = False) -> torch.Tensor:  # noqa: A002 (torch's name)
     """torch.nn.functional.relu; its gradient passes through at NaN, as torch's does (the program
-    selects 0 where X <= 0, so NaN takes the other branch)."""
-    return _in_place_or_new("relu", input, inplace, "X <= 0 ? 0 : X")
+    selects 0 where X <= 0, so NaN takes the other branch). The gradient program, DX = X <= 0 ? 0 :
+    DO, reads the output in X's place (relu(X) <= 0 exactly where X <= 0, NaN included), so autograd
+    keeps the output, as torch's relu does, not the input."""
+    return _in_place_or_new("relu", input, inplace, "X <= 0 ? 0 : X", grad_from_output=True)
 
 
 def gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:  # noqa: A002

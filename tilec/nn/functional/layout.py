@@ -50,17 +50,18 @@ def elementwise_source(expr: str, rank: int = 1) -> str:
     return f"function (X[{dims}]) -> (O) {{ O = {expr}; }}"
 
 
-def elementwise(x: torch.Tensor, expr: str | Callable[[torch.dtype], str]) -> torch.Tensor:
-    """The elementwise program ``O = expr(X)`` on x, with x's shape and strides (see the module doc)."""
+def elementwise(x: torch.Tensor, expr: str | Callable[[torch.dtype], str], grad_from_output: bool = False) -> torch.Tensor:
+    """The elementwise program ``O = expr(X)`` on x, with x's shape and strides (see the module doc);
+    `grad_from_output`: tilec.ops.program.run_program's."""
     text = expr if isinstance(expr, str) else expr(x.dtype)
     if x.is_contiguous() and x.numel():  # the common case, on x itself
-        return run_program(elementwise_source(text, x.dim()), [x], x.shape)
+        return run_program(elementwise_source(text, x.dim()), [x], x.shape, grad_from_output=grad_from_output)
     dense, order = physical(x)
     flat = dense.reshape(-1)
     if flat.numel() == 0:  # no kernel over nothing; the result still joins the autograd graph
         out = flat * 0
     else:
-        out = run_program(elementwise_source(text), [flat], flat.shape)
+        out = run_program(elementwise_source(text), [flat], flat.shape, grad_from_output=grad_from_output)
     return unpermute(out.reshape(dense.shape), order)
 
 
