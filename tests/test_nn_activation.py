@@ -161,11 +161,14 @@ def test_relu_keeps_its_output_for_the_gradient_not_its_input(dtype):
     -> conv stack keeps the bytes torch's keeps, and the first conv's result goes free after the
     forward pass (the bfloat16 cnn of `tilec bench train_step`, size large: 10.26 -> 5.26 MiB
     saved, torch's 5.26). Values and gradients stay torch's, at the extremes too."""
+    from tilec.ops.activations import relu as op_relu  # (the builtin relu's derivative: NaN passes too)
+
     x = torch.tensor(EXTREMES * 4, dtype=dtype).reshape(4, -1)
-    assert_same_values_and_gradients(F.relu, torch.relu, x)
-    y = F.relu(x.clone().requires_grad_())
-    (saved,) = y.grad_fn.saved_tensors
-    assert saved.data_ptr() == y.data_ptr()
+    for ours in (F.relu, op_relu):
+        assert_same_values_and_gradients(ours, torch.relu, x)
+        y = ours(x.clone().requires_grad_())
+        (saved,) = y.grad_fn.saved_tensors
+        assert saved.data_ptr() == y.data_ptr()
 
     def saved_bytes(conv: type, act: type) -> int:
         torch.manual_seed(0)

@@ -129,8 +129,8 @@ def call_adjoints(e: ECall, g: EExpr) -> list[EExpr | None]:
         return [g]
     if f == "abs":
         return [ESelect(ECompare(">", a, zero), g, ESelect(ECompare("<", a, zero), EUnary("-", g), zero))]
-    if f == "relu":
-        return [ESelect(ECompare(">", a, zero), g, zero)]
+    if f == "relu":  # 0 where a <= 0: NaN passes the gradient on, as torch's threshold_backward does
+        return [ESelect(ECompare("<=", a, zero), zero, g)]
     b = e.args[1]
     if f == "pow":
         da = mul(b, ECall("pow", (a, sub(b, one))))
