@@ -190,8 +190,16 @@ def test_a_temporary_only_copied_into_an_output_is_stored_in_its_16_bit_type():
     assert dtypes(also_read)["Yb"] == "float32"
     copied_on = conv.replace("    O[n, co", "    T[n, co").replace("\n}", "\n    O = exp(T);\n}")
     assert dtypes(copied_on)["Yb"] == "float32" and dtypes(copied_on)["T"] == "float32"
+    summed = "function (X[N, M]) -> (O) { T = X * 2.0; O[i: N] = +(T[i, j]); }"  # a `+` that sums: T stays
+    assert bind(parse(summed), {"X": (4, 8)}, {"X": "bfloat16"}).dtypes["T"] == "float32"
+    permuted = "function (X[N, M]) -> (O) { T = X * 2.0; O[j, i: M, N] = +(T[i, j]); }"  # one tuple a cell
+    assert bind(parse(permuted), {"X": (4, 8)}, {"X": "bfloat16"}).dtypes["T"] == "bfloat16"
     loop = tilec.explain(conv, shapes, dt, stage="loop").splitlines()[0]
     assert "Yb: bfloat16" in loop, loop  # the permute's source, materialized in bfloat16
+    stride2 = tilec.grad(sources.conv2d_source((2, 2), (1, 1), (1, 1), True), wrt=["X"])  # DX = +(DI[n, h, w, c])
+    grad_shapes = {"X": (2, 16, 8, 8), "F": (16, 16, 3, 3), "Bias": (16,), stride2.inputs[3]: (2, 16, 4, 4)}
+    signature = stride2.explain(grad_shapes, dict.fromkeys(stride2.inputs, "bfloat16"), stage="loop").splitlines()[0]
+    assert "float32[" not in signature, signature  # the scattered phases are stored in bfloat16 too
     rng = np.random.default_rng(5)
     x = rng.standard_normal(shapes["X"]).astype(BF16)
     w = rng.standard_normal(shapes["F"]).astype(BF16)

@@ -32,8 +32,8 @@ read); where it is such a contraction's result that no elementwise statement rea
 product's cells round from its float32 accumulator, as torch's matmuls' do; one that a bias or an
 activation follows is held in float32, as torch's addmm adds its bias before rounding); where
 it is a contraction's default or a structural intrinsic's result or argument; and where only plain
-copies into the program's outputs read it (they would round it as they store it: the same bits,
-half the bytes).
+copies into the program's outputs read it (``=``, or a ``+`` with one tuple per output cell: they
+would round it as they store it, so the same bits, in half the bytes).
 
 Literals stay weak (they adapt to the strong type they meet, as numpy >= 2 does): an integer
 literal takes any tensor's type (int32 beside a bool), a float literal takes a float tensor's
@@ -132,10 +132,22 @@ def _copied_out(program: T.Program) -> set[str]:
             return False
         if isinstance(stmt, T.Elementwise):
             return isinstance(stmt.expr, T.ETensor)
-        return isinstance(stmt, T.Contraction) and stmt.agg == "=" and stmt.combo == "single" and \
-            len(stmt.operands) == 1 and stmt.default is None and not stmt.constraints
+        if not (isinstance(stmt, T.Contraction) and stmt.combo == "single" and len(stmt.operands) == 1
+                and stmt.default is None and not stmt.constraints):
+            return False
+        return stmt.agg == "=" or (stmt.agg == "+" and _one_tuple_per_cell(stmt))
 
     return {name for name, stmts in readers.items() if all(plain_copy(s) for s in stmts)}
+
+
+def _one_tuple_per_cell(stmt: T.Contraction) -> bool:
+    """Whether each output cell of `stmt` sums at most one tuple: its indices are distinct lone
+    variables and its operands have no other (a permutation or broadcast, as a gradient's `+` copy
+    back to NCHW, ``DX[n, c, h, w] = +(DI[n, h, w, c])``; 0 + x rounds as x does)."""
+    out = [e.name if isinstance(e, T.IVar) else None for e in stmt.indices]
+    if None in out or len(set(out)) != len(out):
+        return False
+    return all(set(T.iexpr_vars(e)) <= set(out) for a in stmt.operands for e in a.indices)  # type: ignore[arg-type]
 
 
 def _keeps_operands(stmt: T.Contraction) -> bool:
