@@ -56,9 +56,11 @@ def test_bf16_examples_follow_torchs_bf16_run(example):
 def test_interleaved_train_steps_report_both_sides():
     from tilec.bench.train_step import TrainStepCase, interleaved
 
-    result = interleaved(TrainStepCase("cnn", {"batch": 2}), steps=2)
-    assert set(result) == {"tilec median", "tilec min", "torch median", "torch min", "ratio of mins"}
-    assert all(v > 0 for v in result.values())
+    result = interleaved(TrainStepCase("cnn", {"batch": 2}, dtype="bfloat16"), steps=2)
+    times = {"tilec median", "tilec min", "torch median", "torch min", "ratio of mins", "ratio of medians"}
+    assert set(result) == times | {"tilec faults", "torch faults"}
+    assert all(result[k] > 0 for k in times) and all(result[k] >= 0 for k in ("tilec faults", "torch faults"))
+    assert result["ratio of medians"] == result["torch median"] / result["tilec median"]
 
 
 @pytest.mark.parametrize("name", ["gpt2", "resnet18"])

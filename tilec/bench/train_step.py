@@ -131,8 +131,10 @@ def cases(models: tuple[str, ...] = MODELS, batch: int | None = None,
 
 def interleaved(case: TrainStepCase, steps: int) -> dict[str, float]:
     """Alternate tilec's and torch's steps (after 10 checked warm-up pairs) and report the median and
-    the fastest step of each side in ms: on a shared, loaded machine the fastest steps are the
-    figures that compare (they ran in the quiet slots), where the harness's medians swing."""
+    the fastest step of each side in ms, and the median page faults a step of each (minor faults:
+    fresh memory's first touches, tilec.runtime.heap): on a shared, loaded machine the fastest steps
+    are the figures that compare (they ran in the quiet slots), where the harness's medians swing."""
+    import resource
     import statistics
     import time
 
@@ -140,14 +142,19 @@ def interleaved(case: TrainStepCase, steps: int) -> dict[str, float]:
     for _ in range(10):
         prepared.check(prepared.tilec(), prepared.baseline())
     times: dict[str, list[float]] = {"tilec": [], "torch": []}
+    faults: dict[str, list[float]] = {"tilec": [], "torch": []}
     for _ in range(steps):
         for side, step in (("tilec", prepared.tilec), ("torch", prepared.baseline)):
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             start = time.perf_counter()
             step()
             times[side].append((time.perf_counter() - start) * 1e3)
+            faults[side].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     out = {f"{side} {stat}": f(ts) for side, ts in times.items()
            for stat, f in (("median", statistics.median), ("min", min))}
+    out.update({f"{side} faults": statistics.median(fs) for side, fs in faults.items()})
     out["ratio of mins"] = out["torch min"] / out["tilec min"]
+    out["ratio of medians"] = out["torch median"] / out["tilec median"]
     return out
 
 
@@ -158,8 +165,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("model", choices=MODELS)
     parser.add_argument("--size", choices=SIZES, default="small")
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--dtype", choices=DTYPES, default="float32",
+                        help="the 16-bit types train under torch.autocast")
     args = parser.parse_args(argv)
-    case = next(c for c in cases((args.model,)) if c.size == args.size)
+    case = next(c for c in cases((args.model,), dtype=args.dtype) if c.size == args.size)
     result = interleaved(case, args.steps)
     print(f"{case.op.label}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.items()))
 
