@@ -99,7 +99,6 @@ class Widening:
                                  for n in T.eexpr_tensors(s.expr)}
         self.copied_out = _copied_out(program)
 
-
     def held(self, stmt: T.Statement, declared: str) -> bool:
         """Whether `stmt`'s result, of type `declared`, is a temporary held in float32."""
         name = stmt.output

@@ -83,9 +83,9 @@ def empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     memory costs a page fault per 4 KiB page at the first write. Measured on Zen 5 (a VM): 2.5 us
     a fault, 5 ms to fill 8 MiB of fresh pages; in a bfloat16 CNN training step (`tilec bench
     train_step`'s cnn-large) with glibc's default thresholds a quarter of tilec's backward ops'
-    results faulted, 2,500 pages a step. With the heap keeping its blocks, torch's allocations
-    rather than a pool of tilec's own serve both sides, so one set of blocks stays hot in the
-    caches (that step, against the pool: 0.99-1.07x torch against 0.97-1.04x)."""
+    results faulted, 2,500 pages a step. With the heap keeping its blocks, torch's allocator serves
+    tilec's results too, one allocator for both sides (that step ran alike either way: 1.01-1.07x
+    torch's from torch's allocator, 1.04x from the pool)."""
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < max(memory.MIN_POOLED_BYTES, heap.keep_freed_memory()):  # (sets glibc at the first result)
         return torch.empty(tuple(shape), dtype=dtype)

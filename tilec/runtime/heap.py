@@ -6,7 +6,7 @@ to the OS once more than twice that lies free there. A training step allocates a
 of megabytes all the time, so the next tensor of that size lands on fresh pages, and each of them
 costs a page fault at its first write: 2.5 us on the Zen 5 VM this was measured on, 5 ms to fill 8
 MiB. torch's own bfloat16 CNN step (`tilec bench train_step`'s cnn-large) faulted 2,000-6,000 pages
-a step and took 8.9-14.3 ms; with the thresholds below, 0 faults and 6.8-7.1 ms, and tilec's step
+a step and took 8.9-14.3 ms; with the thresholds below, 0 faults and 6.8-7.6 ms, and tilec's step
 with it.
 
 `keep_freed_memory` sets the mmap threshold to 32 MiB (glibc's largest) and the trim threshold to
