@@ -21,7 +21,7 @@ from tilec.autodiff.elementwise_rules import elementwise_gradient
 from tilec.autodiff.intrinsic_rules import intrinsic_gradient
 from tilec.autodiff.shapes import Shapes
 from tilec.errors import TilecError
-from tilec.ir.copies import eliminate_copies
+from tilec.ir.copies import eliminate_copies, hoist_copies
 from tilec.ir.tensor import (Contraction, EBinary, EConst, EExpr, Elementwise, ETensor, Intrinsic, Program,
                              Statement, statement_reads, statement_sizes)
 
@@ -29,9 +29,10 @@ from tilec.ir.tensor import (Contraction, EBinary, EConst, EExpr, Elementwise, E
 def derive(program: Program, wrt: Sequence[str], keep_copies: bool = False) -> Program:
     """The gradient program of `program` with respect to the inputs named in `wrt`, without the
     renaming copies the derivation leaves (`DX = DX_4`: each would be one more pass over memory)
+    and with each other copy right after the statement it copies (tilec.ir.copies.hoist_copies)
     unless `keep_copies`."""
     derived = _derive(program, list(wrt))
-    return derived if keep_copies else eliminate_copies(derived)
+    return derived if keep_copies else hoist_copies(eliminate_copies(derived))
 
 
 def _derive(program: Program, wrt: list[str]) -> Program:

@@ -54,6 +54,7 @@ import ml_dtypes  # noqa: F401  (registers numpy's "bfloat16" dtype)
 
 from tilec.errors import BindError
 from tilec.ir import tensor as T
+from tilec.ir.copies import plain_copy
 from tilec.ir.builtins import BUILTINS, CAST_FAMILIES
 
 SIGNED = ("int8", "int16", "int32", "int64")
@@ -112,41 +113,21 @@ class Widening:
 
 
 def _copied_out(program: T.Program) -> set[str]:
-    """The temporaries that only plain copies into the program's outputs read (``O[n, co, x, y] =
-    =(Yb[n, x, y, co])``, a convolution's biased channels-last result copied back to NCHW): the copy
+    """The temporaries that only plain copies (tilec.ir.copies.plain_copy) into the program's outputs
+    read (``O[n, co, x, y] = =(Yb[n, x, y, co])``, a convolution's biased channels-last result copied
+    back to NCHW; ``DX[n, c, h, w] = +(DI[n, h, w, c])``, a gradient's): the copy
     would round each cell as it stores it, so rounding where the temporary is stored gives the same
     bits, and the temporary moves half the bytes (a 1 -> 64 channel 3x3 conv on 32 32 x 32 images
     wrote and read 8 MiB of float32 on the way to its 4 MiB bfloat16 result)."""
     readers: dict[str, list[T.Statement]] = {}
     for stmt in program.statements:
-        if isinstance(stmt, T.Contraction):
-            tensors = {a.tensor for a in stmt.operands} | ({stmt.default} if stmt.default is not None else set())
-        else:
-            tensors = set(stmt.tensors) if isinstance(stmt, T.Intrinsic) else set(T.eexpr_tensors(stmt.expr))
-        for name in tensors:
+        for name in T.statement_reads(stmt):
             readers.setdefault(name, []).append(stmt)
 
-    def plain_copy(stmt: T.Statement) -> bool:
-        if stmt.output not in program.outputs:
-            return False
-        if isinstance(stmt, T.Elementwise):
-            return isinstance(stmt.expr, T.ETensor)
-        if not (isinstance(stmt, T.Contraction) and stmt.combo == "single" and len(stmt.operands) == 1
-                and stmt.default is None and not stmt.constraints):
-            return False
-        return stmt.agg == "=" or (stmt.agg == "+" and _one_tuple_per_cell(stmt))
+    def copied_out(stmt: T.Statement) -> bool:
+        return stmt.output in program.outputs and plain_copy(stmt) is not None
 
-    return {name for name, stmts in readers.items() if all(plain_copy(s) for s in stmts)}
-
-
-def _one_tuple_per_cell(stmt: T.Contraction) -> bool:
-    """Whether each output cell of `stmt` sums at most one tuple: its indices are distinct lone
-    variables and its operands have no other (a permutation or broadcast, as a gradient's `+` copy
-    back to NCHW, ``DX[n, c, h, w] = +(DI[n, h, w, c])``; 0 + x rounds as x does)."""
-    out = [e.name if isinstance(e, T.IVar) else None for e in stmt.indices]
-    if None in out or len(set(out)) != len(out):
-        return False
-    return all(set(T.iexpr_vars(e)) <= set(out) for a in stmt.operands for e in a.indices)  # type: ignore[arg-type]
+    return {name for name, stmts in readers.items() if all(copied_out(s) for s in stmts)}
 
 
 def _keeps_operands(stmt: T.Contraction) -> bool:
