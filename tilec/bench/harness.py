@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tilec.bench import roofline
 from tilec.bench.ops import Case, Prepared, format_shape
 from tilec.errors import TilecError
+from tilec.runtime import heap
 
 if TYPE_CHECKING:
     from tilec.runtime.peaks import MachinePeaks
@@ -53,10 +54,10 @@ Clock = Callable[[], float]
 # a VM 2.5 us each (Zen 5), and torch's CNN training steps faulted 2,000-12,000 pages each, more or fewer with
 # the heap state the other side of the comparison left. Fixed thresholds (blocks under 32 MiB come from the
 # heap, which keeps up to 256 MiB free) let neither side pay for the other's frees: torch's cnn-large step
-# alone, bfloat16, 8.9-14.3 ms -> 5.9, float32 13.3-14.2 -> 9.4 (tilec's results come from its own pool,
-# tilec.runtime.memory, and do not fault either way).
-GLIBC_MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456"
-QUIET_BASELINE_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4", "GLIBC_TUNABLES": GLIBC_MALLOC_TUNABLES}
+# alone, bfloat16, 8.9-14.3 ms -> 5.9, float32 13.3-14.2 -> 9.4. tilec's torch integration sets the same
+# thresholds in-process (tilec.runtime.heap), but only once its first op runs; the restart puts them in
+# force before either side allocates anything.
+QUIET_BASELINE_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4", "GLIBC_TUNABLES": heap.TUNABLES}
 # `tilec bench`'s calls per side per pair: one untimed call that wakes the cores and brings the side's data
 # back after the other side's call and the cool-down, then one timed call (Settings.consecutive).
 CONSECUTIVE = 2

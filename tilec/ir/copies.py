@@ -109,9 +109,11 @@ def hoist_copies(program: Program) -> Program:
     moved = False
     for st in program.statements:
         source = plain_copy(st)
+        if source is None:
+            continue
         where = next((k for k, other in enumerate(statements) if other.output == source), None)
         at = statements.index(st)
-        if source is None or where is None or where >= at - 1:
+        if where is None or where >= at - 1:
             continue
         statements.insert(where + 1, statements.pop(at))
         moved = True

@@ -32,6 +32,8 @@ import threading
 MMAP_THRESHOLD = 32 << 20  # glibc's largest (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit)
 TRIM_THRESHOLD = 256 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
+# The same setting for a process to start with (`tilec bench` restarts itself with it)
+TUNABLES = f"glibc.malloc.mmap_threshold={MMAP_THRESHOLD}:glibc.malloc.trim_threshold={TRIM_THRESHOLD}"
 
 _lock = threading.Lock()
 _kept_below: int | None = None  # None: not decided yet
@@ -93,4 +95,4 @@ def _glibc_mallopt():  # type: ignore[no-untyped-def]
     return mallopt
 
 
-__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "keep_freed_memory"]
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "TUNABLES", "keep_freed_memory"]
