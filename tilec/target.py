@@ -303,6 +303,13 @@ def _cpu_info(mcpu: str | None, features: tuple[str, ...]) -> CpuInfo:
                    host.l1d_bytes, host.l2_bytes, host.l3_bytes, *_core_timings(name), l1d_ways=host.l1d_ways)
 
 
+def has_tiles(cpu: CpuInfo) -> bool:
+    """Whether code for `cpu` may use AMX-BF16's tiles (its feature string enables them and their
+    bfloat16 dot product; tilec.ir.loop.TileDot)."""
+    features = set(cpu.features.split(","))
+    return "+amx-tile" in features and "+amx-bf16" in features
+
+
 def cpu_info(mcpu: str | None = None, features: "str | Sequence[str]" = ()) -> CpuInfo:
     """CPU `mcpu` as LLVM knows it (None, ``native`` or ``host``: this machine's), with LLVM
     feature changes `features` (``"+avx2,-avx512f"``). Cores and caches are the host's."""
@@ -320,7 +327,8 @@ def missing_on_host(cpu: CpuInfo) -> tuple[str, ...]:
     if cpu == host:
         return ()
     have = cpu_isa(host.name, host.features)
-    return tuple(f for f in EXTENSIONS if f in cpu_isa(cpu.name, cpu.features) and f not in have)
+    tiles = ("amx-bf16",) if has_tiles(cpu) and not has_tiles(host) else ()
+    return tuple(f for f in EXTENSIONS if f in cpu_isa(cpu.name, cpu.features) and f not in have) + tiles
 
 
 def parse_target(text: str) -> tuple[str, dict[str, str]]:
@@ -371,6 +379,6 @@ def cuda_sim_target(gpu: GpuInfo | None = None) -> Target:
 
 
 __all__ = ["CpuInfo", "GpuInfo", "Target", "KNOWN_TARGETS", "CUDA_STATIC_SHARED_BYTES", "DEFAULT_CUDA_ARCH", "HOST_NAMES",
-           "LLVM_LOCK", "TARGET_OPTIONS", "cache_sizes", "cpu_info", "cpu_isa", "cpu_target", "cuda_sim_target",
+           "LLVM_LOCK", "TARGET_OPTIONS", "cache_sizes", "cpu_info", "cpu_isa", "has_tiles", "cpu_target", "cuda_sim_target",
            "cuda_target", "feature_list", "gpu_info", "host_cpu", "host_target", "llvm_catalogue", "missing_on_host",
            "parse_target"]

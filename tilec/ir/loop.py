@@ -180,7 +180,8 @@ class Barrier:
 
 
 Stmt = Union[Store, For, If, Seq, Allocate, Barrier,
-             "WmmaFill", "WmmaLoad", "WmmaMma", "WmmaStore"]  # tensor cores: see the end of this file
+             "WmmaFill", "WmmaLoad", "WmmaMma", "WmmaStore",  # tensor cores: see the end of this file
+             "TileRegion", "TileDot"]  # AMX tiles (CPU): the end of this file
 
 
 @dataclass(frozen=True)
@@ -352,3 +353,52 @@ class WmmaStore:
 
 
 WMMA_STMTS = (WmmaFill, WmmaLoad, WmmaMma, WmmaStore)
+
+
+# ---------------------------------------------------------------- AMX tiles (CPU)
+# TileDot is a block of a bfloat16 GEMM for Intel AMX's tile registers (AMX-BF16: eight 16-row x
+# 64-byte tiles; `tdpbf16ps` adds a 16 x 32 by 32 x 16 bfloat16 product into a 16 x 16 float32 tile).
+# Its operands are windows of row-major buffers laid out as the instruction reads them:
+# * acc: float32, the block's m x n cells at ``acc[*acc_origin[:-2], acc_origin[-2] + i, acc_origin[-1] + j]``;
+# * a: bfloat16 in tile steps, row i's reduction value 32 s + q at ``a[*a_origin[:-3], a_origin[-3] + s,
+#   a_origin[-2] + i, q]`` (q < 32, a's last dimension; a step's rows one contiguous run), its last
+#   two origin indices 0;
+# * b: bfloat16 pairs, ``b[*b_origin[:-3], b_origin[-3] + r, b_origin[-2] + j, e]`` (the pairs of
+#   reduction rows 2 r and 2 r + 1 side by side for each column j: the VNNI layout), b's last
+#   dimension of size 2 and its last origin index 0. m and n are multiples of
+# TILE_ROWS, `pairs` (an index expression) a multiple of TILE_PAIRS at run time, and the block needs
+# (m / 16) (n / 16) + m / 16 + n / 16 <= AMX_TILES tiles. Where `fresh` (a bool) holds, the block starts
+# from 0, whatever the window held. A TileDot runs inside a TileRegion, which configures the tiles
+# (once for all the TileDots in its body, on the thread that runs it) and releases them after. The LLVM backend emits it as tile loads
+# and `tdpbf16ps` where the target has AMX-BF16, else as the loops of tilec.codegen.llvm.tile_loops.
+TILE_ROWS = 16  # rows of a tile (of A and of the accumulator; B's rows are pairs of reduction rows)
+TILE_PAIRS = 16  # bfloat16 pairs in a tile's 64-byte row
+AMX_TILES = 8  # tile registers
+
+
+@dataclass(frozen=True)
+class TileRegion:
+    """`body` with the tiles configured for TileDot (on a CPU without AMX: `body`)."""
+
+    body: "Stmt"
+
+
+@dataclass(frozen=True)
+class TileDot:
+    """``acc[i, j] = (0 if fresh else acc[i, j]) + sum over r < pairs, e < 2 of A(i, 2 r + e) * b[r, j, e]``
+    for i < m, j < n (the windows above), products exact in float32, the order of the additions unspecified."""
+
+    acc: str
+    acc_origin: tuple[Expr, ...]
+    a: str
+    a_origin: tuple[Expr, ...]
+    b: str
+    b_origin: tuple[Expr, ...]
+    pairs: Expr
+    fresh: Expr
+    m: int
+    n: int
+
+    def tiles(self) -> int:
+        """Tile registers the block holds: its accumulators, a column of A tiles and a row of B's."""
+        return (self.m // TILE_ROWS) * (self.n // TILE_ROWS) + self.m // TILE_ROWS + self.n // TILE_ROWS

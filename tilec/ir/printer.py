@@ -58,6 +58,12 @@ def format_stmt(s: L.Stmt, indent: int = 0) -> list[str]:
     if isinstance(s, L.WMMA_STMTS):  # warp-collective tensor-core statements
         args = ", ".join(_operand(v) for v in s.__dict__.values())
         return [f"{pad}{type(s).__name__.replace('Wmma', 'wmma_').lower()}({args})"]
+    if isinstance(s, L.TileRegion):
+        return [f"{pad}tiles configured:"] + format_stmt(s.body, indent + 1)
+    if isinstance(s, L.TileDot):  # an AMX block
+        args = ", ".join(_operand(v) for v in (s.acc, s.acc_origin, s.a, s.a_origin, s.b, s.b_origin, s.pairs,
+                                                s.fresh))
+        return [f"{pad}tile_dot_{s.m}x{s.n}({args})"]
     raise TypeError(f"not a loop-IR statement: {s!r}")
 
 

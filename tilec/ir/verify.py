@@ -2,7 +2,7 @@
 
 Requires: a PrimFunc. Guarantees: raises AssertionError naming the first problem,
 or returns the function unchanged. Run between stages in tests and debug mode.
-Every statement kind is checked, the WMMA statements included: their fragments are
+Every statement kind is checked, the WMMA and tile statements included: their fragments are
 allocated with a fragment scope and indexed by one expression per lead dimension, their
 windows are into non-fragment buffers of the fragment's dtype with one origin expression
 per dimension, a fill value has the fragment's dtype, and their expressions are in scope.
@@ -27,6 +27,7 @@ class _Verifier(Visitor):
     def __init__(self, buffers: dict[str, L.Buffer]) -> None:
         self.buffers = buffers
         self.scope: set[str] = set()
+        self.tile_regions = 0  # TileRegions around the node
 
     # ------------------------------------------------------------ statements
 
@@ -78,6 +79,30 @@ class _Verifier(Visitor):
     def visit_WmmaStore(self, s: L.WmmaStore) -> None:
         frag = self._fragment("wmma store", s.frag, s.index, ("wmma.accumulator",))
         self._window("wmma store", s.buffer, s.origin, frag)
+        self.generic_visit(s)
+
+    def visit_TileRegion(self, s: L.TileRegion) -> None:
+        outer = self.tile_regions
+        self.tile_regions += 1
+        self.visit(s.body)
+        self.tile_regions = outer
+
+    def visit_TileDot(self, s: L.TileDot) -> None:
+        assert self.tile_regions > 0, "tile dot outside a tile region"
+        acc, a, b = (self.buffers.get(name) for name in (s.acc, s.a, s.b))
+        assert acc is not None and a is not None and b is not None, f"tile dot: unknown buffer among {s.acc}, {s.a}, {s.b}"
+        assert acc.dtype == "float32" and a.dtype == b.dtype == "bfloat16", \
+            f"tile dot: {s.acc} must be float32 ({acc.dtype}), {s.a} and {s.b} bfloat16 ({a.dtype}, {b.dtype})"
+        assert len(s.acc_origin) == len(acc.shape) >= 2 and len(s.a_origin) == len(a.shape) >= 3 \
+            and len(s.b_origin) == len(b.shape) >= 3, "tile dot: one origin index per dimension (acc rank >= 2, a and b >= 3)"
+        assert b.shape[-1] == 2 and a.shape[-1] == 2 * L.TILE_PAIRS, \
+            f"tile dot: {s.b} must hold pairs in its last dimension, {s.a} a tile row's {2 * L.TILE_PAIRS} values"
+        assert s.m % L.TILE_ROWS == 0 and s.n % L.TILE_ROWS == 0 and s.tiles() <= L.AMX_TILES, \
+            f"tile dot: a {s.m} x {s.n} block needs whole 16 x 16 tiles, at most {L.AMX_TILES} registers with its operands"
+        for name, origin in ((s.acc, s.acc_origin), (s.a, s.a_origin), (s.b, s.b_origin)):
+            self._indices(name, origin)
+        assert s.pairs.dtype == L.INDEX and s.fresh.dtype == "bool", \
+            f"tile dot: pairs must be an index ({s.pairs.dtype}), fresh a bool ({s.fresh.dtype})"
         self.generic_visit(s)
 
     def _fragment(self, what: str, name: str, index: tuple[L.Expr, ...], scopes: tuple[str, ...]) -> L.Buffer:

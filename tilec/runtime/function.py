@@ -308,7 +308,7 @@ def _run(kernel: Kernel, inputs: list[np.ndarray], n_outputs: int) -> Any:
         try:
             scratch = kernel.scratch.pop()
         except IndexError:
-            scratch = [np.empty(b.shape, dtype=b.dtype) for b in params[first_scratch:]]
+            scratch = [memory.aligned_empty(b.shape, b.dtype) for b in params[first_scratch:]]
     except (MemoryError, ValueError):
         sizes = ", ".join(f"{b.name} {b.dtype}{list(b.shape)}" for b in params[len(inputs):])
         raise BindError(f"cannot allocate the program's outputs and temporaries ({sizes}): not enough "
@@ -332,7 +332,7 @@ def _scratch_runner(kernel: Kernel, n_pointers: int) -> Callable[[Sequence[int]]
         try:
             scratch = pool.pop()
         except IndexError:
-            arrays = [np.empty(b.shape, dtype=b.dtype) for b in params[n_pointers:]]
+            arrays = [memory.aligned_empty(b.shape, b.dtype) for b in params[n_pointers:]]
             scratch = (arrays, [a.ctypes.data for a in arrays])
         function(array_type(*pointers, *scratch[1]))
         if len(pool) < MAX_SCRATCH_SETS:

@@ -7,6 +7,10 @@ every call. Large outputs therefore come from a pool: each array is a view of a 
 block through a small owner object, and when the last array (or view of one) that uses
 the block dies, the owner's finalizer puts the block back. Small outputs use plain
 `numpy.empty`. The pool keeps at most `MAX_POOLED_BYTES` of idle blocks.
+
+Kernels' temporaries and workspaces come from `aligned_empty`: their first byte on a cache line
+(numpy's own start 16 bytes into one), so a packed panel's rows are whole lines, which AMX's tile
+loads read a row at a time (a row split over two lines costs two).
 """
 
 from __future__ import annotations
@@ -17,6 +21,18 @@ import threading
 import weakref
 
 import numpy as np
+
+LINE = 64  # bytes of a cache line (and of a tile row)
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """numpy.empty(shape, dtype) whose data starts on a cache line."""
+    dt = np.dtype(dtype)
+    nbytes = math.prod(shape) * dt.itemsize
+    raw = np.empty(nbytes + LINE, dtype=np.uint8)
+    start = -raw.ctypes.data % LINE
+    return raw[start:start + nbytes].view(dt).reshape(shape)
+
 
 MIN_POOLED_BYTES = 1 << 20  # below this, malloc reuses memory well enough
 MAX_POOLED_BYTES = 1 << 30  # idle blocks kept for reuse
@@ -46,7 +62,7 @@ class BufferPool:
             if block is not None:
                 self._idle_bytes -= nbytes
         if block is None:
-            block = np.empty(nbytes, dtype=np.uint8)
+            block = aligned_empty((nbytes,), "uint8")
         owner = (ctypes.c_char * nbytes).from_buffer(block)  # type: ignore[arg-type]
         array = np.frombuffer(owner, dtype=dt, count=count).reshape(shape)  # type: ignore[call-overload]
         weakref.finalize(owner, self._give_back, block)  # runs when no view of `owner` is left

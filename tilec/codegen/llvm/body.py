@@ -24,6 +24,7 @@ from typing import Any
 
 import llvmlite.ir as ir
 
+from tilec.codegen.llvm.amx import emit_tile_dot, emit_tile_region
 from tilec.codegen.llvm.loop_metadata import loop_metadata
 from tilec.codegen.llvm.parallel import body_type, captured_names, chunk_function, context_type, run_chunks
 from tilec.codegen.llvm.scalar import ScalarEmitter
@@ -90,6 +91,12 @@ class BodyEmitter(ScalarEmitter):
         for st in s.stmts:
             self.stmt(st)
 
+    def _stmt_TileRegion(self, s: L.TileRegion) -> None:
+        emit_tile_region(self, s)
+
+    def _stmt_TileDot(self, s: L.TileDot) -> None:
+        emit_tile_dot(self, s)  # (a CPU without AMX gets the loops of tilec.passes.lower_tiles instead)
+
     def _stmt_Barrier(self, s: L.Barrier) -> None:
         pass  # one thread per block on the CPU
 
@@ -101,6 +108,8 @@ class BodyEmitter(ScalarEmitter):
         mem = storage_type(buf)
         ptr = entry.alloca(mem, size=ir.Constant(I64, max(1, buf.size)) if buf.size != 1 else None,
                            name=value_name(buf.name))
+        if buf.size >= 16:
+            ptr.align = 64  # on a cache line: AMX tiles load and store an accumulator's rows whole
         saved = self.pointers.get(buf.name)
         self.pointers[buf.name] = ptr
         self.buffers[buf.name] = buf

@@ -10,10 +10,11 @@ import ctypes
 from dataclasses import dataclass
 from typing import Any
 
+from tilec.codegen.llvm.amx import enable_tiles
 from tilec.codegen.llvm.binding import LOCK, initialise_llvm, target_machine
 from tilec.codegen.llvm.runtime import ensure_runtime
 from tilec.errors import CodegenError, TargetError
-from tilec.target import CpuInfo, missing_on_host
+from tilec.target import CpuInfo, has_tiles, missing_on_host
 
 _MACHINES: dict[CpuInfo, Any] = {}
 
@@ -83,6 +84,8 @@ def check_runs_here(cpu: CpuInfo) -> None:
 
 def load_object(obj: bytes, name: str, cpu: CpuInfo) -> LoadedKernel:
     check_runs_here(cpu)
+    if has_tiles(cpu):
+        enable_tiles()  # (the kernel may use AMX: Linux grants its state only on request)
     llvm = initialise_llvm()
     ensure_runtime(cpu.cores)  # kernels with parallel loops link to its tilec_parallel_for
     with LOCK:

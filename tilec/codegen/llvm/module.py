@@ -10,7 +10,9 @@ with ``x // 0 == 0`` (never a trap).
 
 Requires: a CPU PrimFunc (GPU functions go through tilec.passes.lower_wmma and the emulator
 first). Guarantees: `emit_module` returns the module's text for the process's target triple,
-with the CPU's name, features and preferred vector width as function attributes.
+with the CPU's name, features and preferred vector width as function attributes; TileDot
+statements as AMX code where the CPU has AMX-BF16 (tilec.codegen.llvm.amx), else as the loops of
+tilec.codegen.llvm.tile_loops.
 """
 
 from __future__ import annotations
@@ -20,13 +22,16 @@ import llvmlite.ir as ir
 from tilec.codegen.llvm.binding import initialise_llvm
 from tilec.codegen.llvm.body import emit_body
 from tilec.codegen.llvm.loop_metadata import patch_loop_ids
+from tilec.codegen.llvm.tile_loops import lower_tiles
 from tilec.codegen.llvm.types import I64, PTR
 from tilec.ir import loop as L
-from tilec.target import CpuInfo
+from tilec.target import CpuInfo, has_tiles
 
 
 def emit_module(func: L.PrimFunc, cpu: CpuInfo) -> str:
     """The LLVM IR text of `func`, with the CPU's name, features and vector width as function attributes."""
+    if not has_tiles(cpu):
+        func = lower_tiles(func)
     module = ir.Module(name=func.name)
     module.triple = _triple()
     body = emit_body(module, func, cpu.cores, cpu.vector_bits // 8)

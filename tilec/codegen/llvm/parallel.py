@@ -34,6 +34,8 @@ def captured_names(loop: L.For, pointers: dict[str, Any], variables: dict[str, A
             used[n.name] = None
         elif isinstance(n, (L.Load, L.Store)):
             buffers[n.buffer] = None
+        elif isinstance(n, L.TileDot):
+            buffers.update(dict.fromkeys((n.acc, n.a, n.b)))
     return [b for b in buffers if b in pointers], [v for v in used if v in variables]
 
 

@@ -51,7 +51,8 @@ from tilec.ir.dtypes import accumulator_dtype
 from tilec.schedule.params import LoweringParams
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.knobs import knob
-from tilec.target import CpuInfo, Target
+from tilec.ir.loop import TILE_ROWS
+from tilec.target import CpuInfo, Target, has_tiles
 
 MAX_THREADS = 256  # threads a template splits its work over: more only multiplies the packing buffers
 MAX_WORKSPACE_BYTES = 1 << 30  # packed panels a choice of knobs may ask for
@@ -267,7 +268,9 @@ def knob_problems(knobs: GemmKnobs, plan: GemmPlan, dtype: str, target: Target) 
     if compute != dtype and not knobs.pack_b:
         problems.append(f"pack_b must be true for {dtype}: B is converted to {compute} while it is packed")
     vectors = -(-knobs.nr // lanes)
-    if knobs.mr > most_rows(knobs.nr, lanes, target):
+    tile_block = knobs.pack_a and target.host is not None and has_tiles(target.host) \
+        and not (knobs.mr % TILE_ROWS or knobs.nr % TILE_ROWS)  # (AMX: the block lives in tiles, .tiles)
+    if knobs.mr > most_rows(knobs.nr, lanes, target) and not tile_block:
         problems.append(f"the mr x nr = {knobs.mr}x{knobs.nr} register block holds {knobs.mr * vectors} vectors; "
                         f"at most {2 * accumulators(target)} compile in reasonable time")
     if knobs.mc % knobs.mr:

@@ -36,7 +36,8 @@ from tilec.ir.dtypes import accumulator_dtype
 from tilec.ir.lower import zero_fill
 from tilec.ir.loop_nest import index_expr
 from tilec.ir.rewrite import substitute_expr
-from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, plan_threads
+from tilec.schedule.cpu.implicit_gemm.knobs import GemmKnobs, plan_threads, round_up
+from tilec.schedule.cpu.implicit_gemm.tiles import TILE_K, uses_tiles
 from tilec.schedule.nest import decompose, guarded_store, thread_share, threads_loop
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
 from tilec.schedule.patterns.gemm import GemmPlan
@@ -76,8 +77,10 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     mr, nr, mc = knobs.mr, knobs.nr, knobs.mc
     m, n, k = plan.m, plan.n, plan.k
     pairs = bf16_pairs(plan, bp.dtypes, target, nr)
+    tiles = uses_tiles(pairs, target, mr, nr)  # the micro-kernel one TileDot (AMX: .tiles)
     kc = min(knobs.kc, k)
     kc += kc % 2 if pairs else 0  # whole pairs (an odd K's last pair is padded with 0)
+    kc = round_up(kc, TILE_K) if tiles else kc  # whole tile steps (padded with 0 past K)
     step = 2 if pairs else 1  # reduction indices per packed row
     packed = "bfloat16" if pairs else ct
     pair_axis: tuple[int, ...] = (2,) if pairs else ()
@@ -87,7 +90,9 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     out = b.output
     dest = epilogue.dest if epilogue is not None else out
     bp_buf = L.Buffer(f"{out}.Bp", packed, (threads if outer_parallel else 1, panels, kc // step, nr) + pair_axis)
-    ap_buf = L.Buffer(f"{out}.Ap", packed, (threads, mc // mr, kc // step, mr) + pair_axis)
+    # with tiles, Ap in tile steps: each step's MR rows of 32 reduction values, one contiguous run
+    ap_shape = (threads, mc // mr, kc // TILE_K, mr, TILE_K) if tiles else (threads, mc // mr, kc // step, mr) + pair_axis
+    ap_buf = L.Buffer(f"{out}.Ap", packed, ap_shape)
     blocks = -(-k // kc)
     dest_dt = bp.dtypes.get(dest, dt)  # (an epilogue may round a product held in float32 to 16 bits)
     partial_buf = L.Buffer(f"{out}.partial", ct, b.shape) if ct != dest_dt and blocks > 1 else None
@@ -102,8 +107,12 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
 
     kk = flat_k(v(r))
     rows_left = L.sub(L.const(k), L.mul(v(pc), L.const(kc)))
-    kc_here = L.Bin("min", L.const(kc // step), L.Bin("div", L.add(rows_left, L.const(step - 1)), L.const(step))
+    kc_here: L.Expr = L.Bin("min", L.const(kc // step), L.Bin("div", L.add(rows_left, L.const(step - 1)), L.const(step))
                     if pairs else rows_left)  # packed rows in this reduction block
+    exact_rows = L.Bin("min", L.const(kc // step), L.Bin("div", rows_left, L.const(step)))  # rows wholly in K
+    if tiles:  # whole tile steps, their rows past K zero
+        kc_here = L.mul(L.Bin("div", L.add(kc_here, L.const(L.TILE_PAIRS - 1)), L.const(L.TILE_PAIRS)),
+                        L.const(L.TILE_PAIRS))
     in_k: list[L.Expr] = [L.Cmp("lt", kk, L.const(k))] if pairs else []
 
     def paired(index: tuple[L.Expr, ...]) -> tuple[L.Expr, ...]:
@@ -127,11 +136,12 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     # -- pack B: Bp[slot, jr, r, jj] = B(kk, col) for col = jr * NR + jj < N, else 0
     col_var, col_lo, _ = plan.col
 
-    def b_store(row: L.Expr, jj_: L.Expr, edge: bool) -> L.Stmt:
-        """Bp's cell (packed row `row`, column jj_ of panel jr); `edge`: the panel may pass N."""
+    def b_store(row: L.Expr, jj_: L.Expr, edge: bool, pair_loop: bool = True) -> L.Stmt:
+        """Bp's cell (packed row `row`, column jj_ of panel jr); `edge`: the panel may pass N or K.
+        With pairs, both elements p of the pair (`pair_loop`), or the one of an enclosing loop over p."""
         col = L.add(col0, jj_)
         env = {**outer_env, **decompose(flat_k(row), plan.red), col_var: L.add(col, L.const(col_lo))}
-        return over_pair(guarded_store(bp_buf.name, paired((b_slot, v(jr), row, jj_)), plan.b, plan.b_guards, env,
+        return (over_pair if pair_loop else (lambda body: body))(guarded_store(bp_buf.name, paired((b_slot, v(jr), row, jj_)), plan.b, plan.b_guards, env,
                                        packed, bp.dtypes[plan.b.tensor],
                                        [L.Cmp("lt", col, L.const(n))] + in_k if edge else []))
 
@@ -140,6 +150,15 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     if transposes(plan.b, plan.b_guards, nr):  # a whole panel: B's rows read as vectors along the reduction
         pack_b_panel = L.If(whole_b, transposing_pack(lambda row, jj_: b_store(row, jj_, False), jj, nr, r, kc_here, lanes),
                             pack_b_panel)
+    elif pairs:  # a whole panel's rows wholly in K: each pair's two rows of B read as vectors across the
+        # panel and interleaved in registers (a 2 x side transposing tile, tilec.codegen.llvm.transpose)
+        side = min(nr, L.TRANSPOSE_MAX_SIDE)
+        jo, ji = f"{out}.jo", f"{out}.ji"
+        tile_ = L.For(p, L.const(0), L.const(2), L.For(ji, L.const(0), L.const(side), b_store(
+            v(r), L.add(L.mul(v(jo), L.const(side)), v(ji)), False, pair_loop=False), "vectorized"), "unrolled")
+        rest = L.For(r, exact_rows, kc_here, L.For(jj, L.const(0), L.const(nr), b_store(v(r), v(jj), True)))
+        pack_b_panel = L.If(whole_b, L.seq(L.For(r, L.const(0), exact_rows, L.For(jo, L.const(0), L.const(nr // side), tile_)),
+                                           rest), pack_b_panel)
     pack_b = L.For(jr, L.const(0), L.const(panels), pack_b_panel,
                    "parallel" if not outer_parallel and panels >= threads > 1 else "serial")
 
@@ -157,6 +176,22 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     if transposes(plan.a, plan.a_guards, mr):  # a whole panel: A's rows read as vectors along the reduction
         pack_a_panel = L.If(whole_a, transposing_pack(lambda row, ii_: a_store(row, ii_, False), ii, mr, r, kc_here, lanes),
                             pack_a_panel)
+    if tiles:  # Ap[t, ir, s, ii, q] = A(row, pc * KC + 32 s + q): a tile step's rows side by side
+        st, q = f"{out}.st", f"{out}.q"
+        kq = L.add(L.mul(v(pc), L.const(kc)), L.add(L.mul(v(st), L.const(TILE_K)), v(q)))
+        m_row = L.add(row0, v(ii))
+        env_q = {**outer_env, **decompose(kq, plan.red), **decompose(m_row, plan.rows)}
+
+        def a_steps(begin: L.Expr, end: L.Expr, edge: bool) -> L.Stmt:
+            return L.For(st, begin, end, L.For(ii, L.const(0), L.const(mr), L.For(q, L.const(0), L.const(TILE_K), guarded_store(
+                ap_buf.name, (v(t), v(ir), v(st), v(ii), v(q)), plan.a, plan.a_guards, env_q, packed,
+                bp.dtypes[plan.a.tensor], [L.Cmp("lt", m_row, L.const(m)), L.Cmp("lt", kq, L.const(k))] if edge else []),
+                "vectorized")))
+
+        exact = L.Bin("div", exact_rows, L.const(L.TILE_PAIRS))  # steps wholly in K
+        steps = L.Bin("div", kc_here, L.const(L.TILE_PAIRS))
+        pack_a_panel = L.If(whole_a, L.seq(a_steps(L.const(0), exact, False), a_steps(exact, steps, True)),
+                            a_steps(L.const(0), steps, True))
     pack_a = L.For(ir, L.const(0), L.const(mc // mr), pack_a_panel)
 
     # -- micro-kernel on acc[MR, NR]
@@ -170,9 +205,14 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
         update = L.Bin("add", acc_now, L.Bin("mul", L.Load(ap_buf.name, (v(t), v(ir), v(r), v(ii)), ct),
                                              L.Load(bp_buf.name, (b_slot, v(jr), v(r), v(jj)), ct)))
     fma = L.Store(acc.name, (v(ii), v(jj)), update)
-    kernel = L.For(r, L.const(0), kc_here,
-                   L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), fma, "vectorized"),
-                         "unrolled"))
+    kernel: L.Stmt = L.For(r, L.const(0), kc_here,
+                           L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), fma, "vectorized"),
+                                 "unrolled"))
+    if tiles:
+        kernel = L.TileDot(acc.name, (L.const(0), L.const(0)), ap_buf.name,
+                           (v(t), v(ir), L.const(0), L.const(0), L.const(0)),
+                           bp_buf.name, (b_slot, v(jr), L.const(0), L.const(0), L.const(0)), kc_here,
+                           L.Cmp("eq", v(pc), L.const(0)), mr, nr)  # (the first block starts from zeroed tiles)
 
     # -- the C tile <-> acc, at dest[outer..., rows(row0 + ii)..., col0 + jj]
     row_of_tile = row_index
@@ -210,11 +250,16 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     # Edge tiles keep the vector loops: the lane-varying `if`s become masked loads and stores.
     load_fast = tile(to_acc(L.Select(first, zero, partial)), True)
     load_edge = tile(L.If(L.Bin("and", L.Not(first), inside), to_acc(partial), to_acc(zero)), True)
-    micro = L.Allocate(acc, L.seq(L.If(full, load_fast, load_edge), kernel, L.If(full, stores(None), stores(inside))))
+    load: L.Stmt = L.If(full, load_fast, load_edge)
+    if tiles:  # the tiles start from 0 in the first block: only later ones load the partial sums
+        load = L.If(L.Not(first), L.If(full, tile(to_acc(partial), True),
+                                       tile(L.If(inside, to_acc(partial), to_acc(zero)), True)))
+    micro = L.Allocate(acc, L.seq(load, kernel, L.If(full, stores(None), stores(inside))))
 
     rows_here = L.Bin("min", L.const(mc // mr), L.Bin("div", L.add(L.sub(L.const(m), L.mul(v(ic), L.const(mc))),
                                                                    L.const(mr - 1)), L.const(mr)))
-    block = L.seq(pack_a, L.For(jr, L.const(0), L.const(panels), L.For(ir, L.const(0), rows_here, micro)))
+    tiles_loop: L.Stmt = L.For(jr, L.const(0), L.const(panels), L.For(ir, L.const(0), rows_here, micro))
+    block = L.seq(pack_a, L.TileRegion(tiles_loop) if tiles else tiles_loop)
 
     def chunk(var: str, total: int, body: L.Stmt) -> L.Stmt:
         return thread_share(t, threads, var, total, body)
