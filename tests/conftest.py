@@ -81,3 +81,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--compile-backend", default="tilec", metavar="NAME",
                      help="the torch.compile backend whose training tests/test_backend_models.py compares with "
                           "eager (default tilec; aot_eager stands in for it; the coverage tests use tilec always)")
+
+
+@pytest.fixture
+def without_tiles(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Target 'llvm' without AMX's tiles for the test (the CPU of `--cpu`, or the host, less amx-tile
+    and amx-bf16): tests of the paths a CPU without AMX takes (bfloat16 pairs, the direct variant)
+    hold on a CPU with AMX too. Returns the target string."""
+    base = options.cpu_target or "llvm"
+    target = f"{base},-amx-tile,-amx-bf16" if "-mattr=" in base else f"{base} -mattr=-amx-tile,-amx-bf16"
+    monkeypatch.setattr(options, "cpu_target", target)
+    return target
+

@@ -261,7 +261,7 @@ def test_a_block_per_fetched_line_holds_the_most_accumulators_that_fit(name):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("rows, tall", [(1024, True), (2048, True), (1000, False), (256, False)])
-def test_a_transposed_a_whose_steps_alias_in_l1_takes_a_tall_block(rows, tall, dtype):
+def test_a_transposed_a_whose_steps_alias_in_l1_takes_a_tall_block(rows, tall, dtype, without_tiles):
     """A transposed A read in place whose reduction steps (pairs of steps for bfloat16 pairs) move by a
     multiple of 4 KiB puts all of a tile's lines in one L1 set, so each line is fetched again for every
     tile: the heuristic then takes the block with the most rows per line. Either way numpy's product."""

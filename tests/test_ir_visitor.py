@@ -37,10 +37,13 @@ def every_kind() -> L.PrimFunc:
             L.WmmaLoad("fb", (), "B", (c(0), c(0))),
             L.WmmaMma("acc", (j,), "fa", (), "fb", ()),
             L.WmmaStore("C", (c(0), L.mul(j, c(16))), "acc", (j,))))))
+    tiles = L.TileRegion(L.TileDot("C", (c(0), c(0)), "TA", (c(0), c(0), c(0)), "TB", (c(0), c(0), c(0)), L.mul(i, c(16)),
+                                   L.Cmp("eq", j, c(0)), 16, 32))
     body = L.For("i", c(0), c(4), L.For("j", c(0), c(2), L.seq(
-        L.If(L.Cmp("lt", i, c(2)), L.Store("Y", (i,), value), L.Barrier()), frags)))
+        L.If(L.Cmp("lt", i, c(2)), L.Store("Y", (i,), value), L.Barrier()), frags, tiles)))
     params = (L.Buffer("X", F32, (4,)), L.Buffer("Y", F32, (4,)), L.Buffer("A", F16, (64, 16)),
-              L.Buffer("B", F16, (16, 16)), L.Buffer("C", F32, (16, 32)))
+              L.Buffer("B", F16, (16, 16)), L.Buffer("C", F32, (16, 32)), L.Buffer("TA", "bfloat16", (4, 16, 32)),
+              L.Buffer("TB", "bfloat16", (64, 32, 2)))
     return L.PrimFunc("every_kind", params, body)
 
 

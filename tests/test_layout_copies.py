@@ -184,7 +184,7 @@ def test_a_sum_of_a_copy_a_gemm_packs_reads_the_copys_source(n, c, h, w, k, dtyp
         assert folded
 
 
-def test_the_bias_gradient_sums_the_output_gradient_beside_the_weight_gradient():
+def test_the_bias_gradient_sums_the_output_gradient_beside_the_weight_gradient(without_tiles):
     """conv2d's bias and weight gradients (bfloat16, the product on pairs where the CPU has them):
     the NCHW -> NHWC copy of the output gradient is never made; the bias sums DO itself and the
     weight gradient's packing reads DO as vectors along its pixels. Against torch."""
@@ -257,7 +257,7 @@ def test_a_large_zero_padded_operand_is_filled_in_parallel():
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("n,c,hw,co,stride", [(3, 6, (9, 7), 20, 1), (2, 16, (13, 11), 32, 2), (2, 32, (5, 5), 64, 1)])
-def test_a_direct_convolution_stores_its_tiles_through_the_copy_back_to_nchw(dtype, n, c, hw, co, stride):
+def test_a_direct_convolution_stores_its_tiles_through_the_copy_back_to_nchw(dtype, n, c, hw, co, stride, without_tiles):
     """The channels-last product and its bias are stored straight into the NCHW output: no NHWC
     temporary, the copy lowered with the product (stored_copy). Each tile stays within one image's
     pixels (63, 35 and 25 of them here: the last tile of each image is partial), so the results
@@ -288,7 +288,7 @@ def test_a_direct_convolution_stores_its_tiles_through_the_copy_back_to_nchw(dty
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("n,c,hw,co,stored", [(4, 1, 32, 64, False), (2, 8, 16, 64, False), (2, 3, 28, 64, True),
                                               (2, 3, 56, 64, True)])
-def test_tiles_whose_columns_share_a_few_l1_sets_go_through_a_transposing_copy(dtype, n, c, hw, co, stored):
+def test_tiles_whose_columns_share_a_few_l1_sets_go_through_a_transposing_copy(dtype, n, c, hw, co, stored, without_tiles):
     """NCHW planes of 32 x 32 or 16 x 16 pixels lie a multiple of the L1 cache's way apart (2-4 KiB):
     a tile's 64 columns stored there fall into a few sets, and each tile fetched its lines from L2
     again (a 1 -> 64 channel conv, batch 32, bfloat16: 1.8 ms, against 0.23 ms now). Such a product

@@ -13,6 +13,7 @@ from hypothesis import example, given, settings, strategies as st
 
 import tilec
 from tilec.ir.dtypes import accumulator_dtype, promote
+from tilec.pipeline import resolve_target
 from tilec.schedule.cpu.implicit_gemm.knobs import most_rows
 
 BF16 = ml_dtypes.bfloat16
@@ -138,7 +139,7 @@ def test_gemm_matches_a_float32_reference(dtype, m, n, k):
     assert rel_error(got, ref) < (4e-3 if dtype == BF16 else 5e-4)
 
 
-def test_bfloat16_gemm_uses_the_pair_dot_product_where_the_cpu_has_it():
+def test_bfloat16_gemm_uses_the_pair_dot_product_where_the_cpu_has_it(without_tiles):
     """On AVX512-BF16 CPUs the micro-kernel multiplies bfloat16 pairs (vdpbf16ps) on packed pairs."""
     from tilec.pipeline import resolve_target
     from tilec.target import cpu_isa
@@ -310,7 +311,7 @@ def test_bfloat16_convolutions_match_float32_with_and_without_pairs(n, c, hw, co
 
 
 @pytest.mark.parametrize("c", [64, 63])
-def test_bfloat16_one_by_one_strided_convolution_on_nchw(c):
+def test_bfloat16_one_by_one_strided_convolution_on_nchw(c, without_tiles):
     """A 1x1 filter read in place, F[co, c, 0, 0]: its channel pairs are adjacent although the index
     that steps is not the last (the dimensions after it have size 1). With an odd channel count the
     direct variant could not take pairs, so on an AVX512-BF16 CPU the packed one (which pads the last
@@ -427,7 +428,7 @@ def test_bfloat16_pairs_of_a_lone_reduction_dimension_are_halved(k, m, n, seed):
 
 
 @pytest.mark.parametrize("k, m, n", [(32, 4, 256), (64, 48, 320), (30, 8, 160)])
-def test_untuned_bfloat16_weight_gradients_take_the_direct_variants_pairs(k, m, n):
+def test_untuned_bfloat16_weight_gradients_take_the_direct_variants_pairs(k, m, n, without_tiles):
     """A linear layer's weight gradient C[i, j] = sum over b of A[b, i] * B[b, j], untuned: the
     direct variant takes b's pairs from a halved copy of A, so the heuristic no longer keeps the
     packed variant for its pairs (which ran 1.4-5x slower on Zen 4 at these shapes). Against a
@@ -515,7 +516,7 @@ def test_bfloat16_scatters_round_once_whether_or_not_cells_meet(stride, phases, 
         assert workspace == bool((hits > 1).any())
 
 
-def test_bfloat16_pairs_pack_the_filter_from_its_channels_last_copy():
+def test_bfloat16_pairs_pack_the_filter_from_its_channels_last_copy(without_tiles):
     """Packing B as pairs reads it along its column (the output channels): from the OIHW filter that
     was a gather per element, so where pairs are used the HWIO copy K is made on its own (a
     transposing permutation) and packed from; without pairs it is read through (never made)."""
@@ -560,11 +561,14 @@ def test_float16_operands_are_converted_once_not_at_every_use():
 def test_bfloat16_pairs_read_in_place_rather_than_packed():
     """Where the direct variant multiplies bfloat16 pairs it is the default, however many column
     panels (the packed one ran at 40-80% of its speed on Zen 5: GEMM 512 x 1024 x 4096, 3x3
-    convolutions of 512 columns); float32 keeps the packed variant there. On an AVX512-BF16 target
-    whatever the host; the results against float32 on the host's path."""
+    convolutions of 512 columns); float32 keeps the packed variant there where B's panel over all
+    of K exceeds half of L2 (the host's caches: 1 MiB on Zen 4 and 5). On an AVX512-BF16 target
+    without AMX whatever the host; the results against float32 on the host's path."""
     shapes = {"A": (512, 4096), "B": (4096, 1024)}
-    for dtype, packed in (("bfloat16", False), ("float32", True)):
+    for dtype in ("bfloat16", "float32"):
         templates = tilec.explain(GEMM, shapes, {"A": dtype, "B": dtype}, stage="templates", target="llvm -mcpu=znver4")
+        nr = int(templates.split(" nr=")[1].split()[0])
+        packed = dtype == "float32" and 2 * 4096 * nr * 4 > resolve_target("llvm -mcpu=znver4").host.l2_bytes
         assert f"pack_a={packed}" in templates, templates
     from tilec.ops.sources import conv_source
 

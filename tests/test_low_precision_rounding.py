@@ -75,7 +75,7 @@ def test_a_row_sum_of_held_terms_rounds_once(dtype, target):
     assert np.all(np.abs(got.astype(np.float64) - exact) <= 0.5 * spacing + 1e-6 * np.abs(exact))
 
 
-def test_which_temporaries_are_held_in_float32():
+def test_which_temporaries_are_held_in_float32(without_tiles):
     """Layer norm holds its centred values in float32 (one row at a time: the row-wise template keeps a
     temporary that a later pass over the row reads in a row buffer); a convolution's input and filter copies (a matrix
     product's operands) stay bfloat16, and its product, which a bias follows, is held in float32 and

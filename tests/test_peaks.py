@@ -12,7 +12,7 @@ import pytest
 from tilec.codegen.llvm import probes
 from tilec.config import options
 from tilec.runtime import peaks
-from tilec.target import host_cpu, host_target
+from tilec.target import has_tiles, host_cpu, host_target
 
 SHORT = 0.01  # seconds per timed run (all cores: twice that, a few scheduler slices)
 REPEATS = 10  # runs per figure: about three seconds in all
@@ -55,7 +55,7 @@ def test_all_cores_do_at_least_what_one_does(measured: peaks.MachinePeaks):
 
 
 def test_float64_runs_at_about_half_the_float32_rate(measured: peaks.MachinePeaks):
-    for bits in {p.bits for p in measured.fma}:
+    for bits in {p.bits for p in measured.fma if p.dtype == "float32"}:
         f32, f64 = measured.peak("float32", bits), measured.peak("float64", bits)
         assert f32 is not None and f64 is not None
         assert 0.3 < f64.single_gflops / f32.single_gflops < 0.8, (f32, f64)
@@ -80,11 +80,18 @@ def test_wider_vectors_never_lose_and_256_bits_doubles_128(measured: peaks.Machi
     assert gain is not None and 0.7 < gain < 2.6
 
 
-def test_bf16_dot_products_outrun_float32_fmas(measured: peaks.MachinePeaks):
+def test_bf16_dot_products_against_float32_fmas(measured: peaks.MachinePeaks):
+    """The pair dot product does at least 0.4x float32's flops (Zen 4 and 5 run it at 1.5-2x, Xeons
+    with AMX at 0.5x: 113 against 222 GFLOP/s on one core); AMX's tiles many times float32's (14.8x
+    on that Xeon)."""
+    f32 = measured.peak("float32", 512)
     bf16 = measured.peak("bfloat16", 512)
-    if bf16 is None:
+    if bf16 is None or f32 is None:
         pytest.skip("this CPU has no avx512bf16")
-    assert bf16.single_gflops > 1.3 * measured.peak("float32", 512).single_gflops  # type: ignore[union-attr]
+    assert bf16.single_gflops > 0.4 * f32.single_gflops
+    tiles = measured.peak("bfloat16", probes.TILE_BITS)
+    assert (tiles is not None) == has_tiles(host_cpu())
+    assert tiles is None or tiles.single_gflops > 4 * f32.single_gflops
 
 
 def test_clock_and_fma_units(measured: peaks.MachinePeaks):

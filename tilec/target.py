@@ -306,8 +306,11 @@ def _cpu_info(mcpu: str | None, features: tuple[str, ...]) -> CpuInfo:
 def has_tiles(cpu: CpuInfo) -> bool:
     """Whether code for `cpu` may use AMX-BF16's tiles (its feature string enables them and their
     bfloat16 dot product; tilec.ir.loop.TileDot)."""
-    features = set(cpu.features.split(","))
-    return "+amx-tile" in features and "+amx-bf16" in features
+    enabled: dict[str, bool] = {}
+    for item in cpu.features.split(","):  # the last mention of a feature decides ("+amx-tile,...,-amx-tile")
+        if item[:1] in "+-" and item[1:]:
+            enabled[item[1:]] = item[0] == "+"
+    return enabled.get("amx-tile", False) and enabled.get("amx-bf16", False)
 
 
 def cpu_info(mcpu: str | None = None, features: "str | Sequence[str]" = ()) -> CpuInfo:

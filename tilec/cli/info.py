@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tilec.codegen.llvm.probes import TILE_BITS
+
 #: the CPU features the code generators and templates look for, as LLVM names them
 NOTABLE_FEATURES = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512bf16", "amx-bf16", "avx512fp16")
 
@@ -145,7 +147,8 @@ def _format_peaks(p: dict[str, Any]) -> list[str]:
     lines.append(f"           {'dtype':<9}{'bits':>5}{'1 core GFLOP/s':>16}{every:>18}{'FLOP/cycle':>12}")
     for f in p["fma"]:
         per_cycle = f"{f['flops_per_cycle']:.1f}" if f["flops_per_cycle"] is not None else "-"
-        lines.append(f"           {f['dtype']:<9}{f['bits']:>5}{f['single_gflops']:>16.1f}{f['all_gflops']:>18.1f}"
+        width = "tiles" if f["bits"] == TILE_BITS else f["bits"]  # AMX's tile dot product
+        lines.append(f"           {f['dtype']:<9}{width:>5}{f['single_gflops']:>16.1f}{f['all_gflops']:>18.1f}"
                      f"{per_cycle:>12}")
     lines.append(f"           memory (read-only stream of {_size(p['stream_bytes'])}): 1 core {p['single_gbs']:.1f} GB/s, "
                  f"{p['cores']} cores {p['all_gbs']:.1f} GB/s")

@@ -356,21 +356,19 @@ WMMA_STMTS = (WmmaFill, WmmaLoad, WmmaMma, WmmaStore)
 
 
 # ---------------------------------------------------------------- AMX tiles (CPU)
-# TileDot is a block of a bfloat16 GEMM for Intel AMX's tile registers (AMX-BF16: eight 16-row x
-# 64-byte tiles; `tdpbf16ps` adds a 16 x 32 by 32 x 16 bfloat16 product into a 16 x 16 float32 tile).
-# Its operands are windows of row-major buffers laid out as the instruction reads them:
-# * acc: float32, the block's m x n cells at ``acc[*acc_origin[:-2], acc_origin[-2] + i, acc_origin[-1] + j]``;
-# * a: bfloat16 in tile steps, row i's reduction value 32 s + q at ``a[*a_origin[:-3], a_origin[-3] + s,
-#   a_origin[-2] + i, q]`` (q < 32, a's last dimension; a step's rows one contiguous run), its last
-#   two origin indices 0;
-# * b: bfloat16 pairs, ``b[*b_origin[:-3], b_origin[-3] + r, b_origin[-2] + j, e]`` (the pairs of
-#   reduction rows 2 r and 2 r + 1 side by side for each column j: the VNNI layout), b's last
-#   dimension of size 2 and its last origin index 0. m and n are multiples of
-# TILE_ROWS, `pairs` (an index expression) a multiple of TILE_PAIRS at run time, and the block needs
-# (m / 16) (n / 16) + m / 16 + n / 16 <= AMX_TILES tiles. Where `fresh` (a bool) holds, the block starts
-# from 0, whatever the window held. A TileDot runs inside a TileRegion, which configures the tiles
-# (once for all the TileDots in its body, on the thread that runs it) and releases them after. The LLVM backend emits it as tile loads
-# and `tdpbf16ps` where the target has AMX-BF16, else as the loops of tilec.codegen.llvm.tile_loops.
+# TileDot is a block of a bfloat16 GEMM on Intel AMX's tiles (AMX-BF16: eight tiles of 16 rows x 64
+# bytes; `tdpbf16ps` adds a 16 x 32 by 32 x 16 bfloat16 product into a 16 x 16 float32 tile), on windows
+# of row-major buffers laid out as the instruction reads them:
+# * acc, float32: cell (i, j) at ``acc[*acc_origin[:-2], acc_origin[-2] + i, acc_origin[-1] + j]``;
+# * a, bfloat16 in tile steps: A(i, 32 s + q) at ``a[*a_origin[:-3], a_origin[-3] + s, a_origin[-2] + i, q]``
+#   (q < 32, a's last dimension: a step's rows are one run), its last two origin indices 0;
+# * b, bfloat16 pairs: ``b[*b_origin[:-3], b_origin[-3] + r, b_origin[-2] + j, e]`` holds reduction row
+#   2 r + e of column j (the VNNI layout), b's last dimension 2, its last origin index 0.
+# m and n are multiples of TILE_ROWS, `pairs` one of TILE_PAIRS at run time, and (m / 16) (n / 16) +
+# m / 16 + n / 16 <= AMX_TILES. Where `fresh` holds, the block starts from 0. A TileDot runs inside a
+# TileRegion, which configures the tiles for its body (on the thread running it) and releases them
+# after. The LLVM backend emits tile loads and `tdpbf16ps` where the CPU has AMX-BF16, else the loops
+# of tilec.codegen.llvm.tile_loops.
 TILE_ROWS = 16  # rows of a tile (of A and of the accumulator; B's rows are pairs of reduction rows)
 TILE_PAIRS = 16  # bfloat16 pairs in a tile's 64-byte row
 AMX_TILES = 8  # tile registers
@@ -378,9 +376,7 @@ AMX_TILES = 8  # tile registers
 
 @dataclass(frozen=True)
 class TileRegion:
-    """`body` with the tiles configured for TileDot (on a CPU without AMX: `body`)."""
-
-    body: "Stmt"
+    body: "Stmt"  # run with the tiles configured for its TileDots (on a CPU without AMX: as is)
 
 
 @dataclass(frozen=True)
@@ -399,6 +395,5 @@ class TileDot:
     m: int
     n: int
 
-    def tiles(self) -> int:
-        """Tile registers the block holds: its accumulators, a column of A tiles and a row of B's."""
-        return (self.m // TILE_ROWS) * (self.n // TILE_ROWS) + self.m // TILE_ROWS + self.n // TILE_ROWS
+    def tiles(self) -> int:  # the registers it holds: accumulators, a column of A tiles, a row of B's
+        return (self.m // TILE_ROWS + 1) * (self.n // TILE_ROWS + 1) - 1

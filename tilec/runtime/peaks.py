@@ -9,8 +9,9 @@ measures them with small LLVM IR loops, JIT-compiled for the host like tilec's k
 
 * FMA throughput: a loop of independent chains of vector FMAs (`ACCUMULATORS` accumulators,
   enough to hide any core's FMA latency), float32 and float64 at every vector width the host has
-  (128, 256, 512 bits), and with ``avx512bf16`` the bf16 dot product ``vdpbf16ps`` (64 flops per
-  512-bit instruction); on one core, then on one thread per core at once, each pinned to its own
+  (128, 256, 512 bits), with ``avx512bf16`` the bf16 dot product ``vdpbf16ps`` (64 flops per
+  512-bit instruction) and with AMX-BF16 its tile dot product ``tdpbf16ps`` (kept as width
+  probes.TILE_BITS); on one core, then on one thread per core at once, each pinned to its own
   CPU (ctypes calls release the GIL, so Python threads run them concurrently);
 * memory bandwidth: a read-only vector sum over a buffer of at least four times the L3 cache,
   on one core, then split across one thread per core;
@@ -56,7 +57,7 @@ from tilec.codegen.llvm.probes import STREAM_VECTORS, PeakProbeError, ProbeKerne
 from tilec.config import options
 from tilec.target import CpuInfo, host_target
 
-PROBE_VERSION = 2  # part of the cache file: a new probe measures again (2: register-operand clock chain)
+PROBE_VERSION = 3  # part of the cache file: a new probe measures again (2: register-operand clock chain, 3: AMX tiles)
 REPEATS = 3  # best of this many runs per figure
 DURATION_S = 0.02  # each timed run lasts about this long
 MAX_STREAM_BYTES = 2 << 30

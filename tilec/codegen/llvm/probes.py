@@ -4,6 +4,8 @@
   any core's FMA latency; each starts elsewhere, or the code generator would merge them);
 * `bf16_kernel_ir`: the same with the bf16 dot product ``vdpbf16ps`` (llvmlite.ir has no bfloat
   type, hence IR text throughout);
+* `tiles_kernel_ir`: AMX-BF16's tile dot product ``tdpbf16ps`` (16 x 16 x 32 products, 16,384
+  flops per instruction) on four independent accumulator tiles;
 * `stream_kernel_ir`: a read-only vector sum over a buffer;
 * `clock_kernel_ir`: a chain of dependent register-to-register integer adds in x86-64 inline
   assembly, one per cycle (not `add $imm`: Golden Cove and later Intel cores fold chains of
@@ -11,7 +13,7 @@
 
 Requires: llvmlite; a CpuInfo of the host. Guarantees: `ProbeKernels(cpu)` compiles every kernel
 the CPU supports (float32 and float64 FMAs at each vector width up to its widest, bf16 with
-``avx512bf16``, the clock on x86-64) into one execution engine it keeps alive, and hands out
+``avx512bf16``, bf16 tiles with AMX-BF16 (as width TILE_BITS), the clock on x86-64) into one execution engine it keeps alive, and hands out
 `ProbeKernel`s whose `call(n)` runs n loop iterations of `work` flops (bytes for the stream,
 cycles for the clock) each; IR that does not compile is a `PeakProbeError`.
 """
@@ -26,9 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from tilec.codegen.llvm.amx import enable_tiles
 from tilec.codegen.llvm.binding import LOCK, initialise_llvm, target_machine
 from tilec.errors import CodegenError
-from tilec.target import CpuInfo
+from tilec.target import CpuInfo, has_tiles
 
 ACCUMULATORS = 12  # independent FMA chains: latency (4-6 cycles) x issue width (up to 2) fits with room
 UNROLL = 4  # FMAs per accumulator per loop iteration
@@ -125,6 +128,34 @@ def bf16_kernel_ir(name: str) -> str:
     return ir + loop + tail + "  %r = fpext float %lane to double\n  ret double %r\n}\n"
 
 
+TILE_BITS = 8192  # the "width" under which the AMX tile probe's figure is kept: a tile's 16 rows of 512 bits
+TILE_FLOPS = 2 * 16 * 16 * 32  # of one tdpbf16ps
+TILE_ACCUMULATORS = 4  # independent accumulator tiles (each tdpbf16ps takes 16 cycles; 4 keep the unit busy)
+
+
+def tiles_kernel_ir(name: str) -> str:
+    """`double name(i64 n, double seed)`: n iterations of UNROLL tdpbf16ps on each of four
+    accumulator tiles, operands zeroed tiles (the instruction's time does not depend on its data);
+    the tiles configured and released around the loop. Returns `seed`."""
+    config = bytearray(64)
+    config[0] = 1
+    for t in range(8):
+        config[16 + 2 * t], config[48 + t] = 64, 16
+    data = ", ".join(f"i8 {b}" for b in config)
+    ir = (f"@{name}.config = internal constant [64 x i8] [{data}], align 64\n"
+          "declare void @llvm.x86.ldtilecfg(ptr)\ndeclare void @llvm.x86.tilezero(i8 immarg)\n"
+          "declare void @llvm.x86.tdpbf16ps(i8 immarg, i8 immarg, i8 immarg)\ndeclare void @llvm.x86.tilerelease()\n")
+    ir += f"define double @{name}(i64 %n, double %seed) {{\nentry:\n  call void @llvm.x86.ldtilecfg(ptr @{name}.config)\n"
+    ir += "".join(f"  call void @llvm.x86.tilezero(i8 {t})\n" for t in range(8))
+    ir += "  br label %loop\nloop:\n  %i = phi i64 [0, %entry], [%i.next, %loop]\n"
+    for _ in range(UNROLL):
+        for a in range(TILE_ACCUMULATORS):
+            ir += f"  call void @llvm.x86.tdpbf16ps(i8 {a}, i8 {4 + a % 2}, i8 {6 + a // 2})\n"
+    ir += ("  %i.next = add i64 %i, 1\n  %more = icmp ult i64 %i.next, %n\n  br i1 %more, label %loop, label %exit\n"
+           "exit:\n  call void @llvm.x86.tilerelease()\n  ret double %seed\n}\n")
+    return ir
+
+
 STREAM_VECTORS = 8  # independent sums, one vector each, per loop iteration
 
 
@@ -201,6 +232,10 @@ class ProbeKernels:
         if "avx512bf16" in features:
             parts.append(bf16_kernel_ir("fma_bfloat16_512"))
             self.fma["bfloat16", 512] = 64 * ACCUMULATORS * UNROLL
+        if has_tiles(cpu):
+            enable_tiles()
+            parts.append(tiles_kernel_ir(f"fma_bfloat16_{TILE_BITS}"))
+            self.fma["bfloat16", TILE_BITS] = TILE_FLOPS * TILE_ACCUMULATORS * UNROLL
         self.stream_bits = max(_widths(cpu))
         parts.append(stream_kernel_ir("stream", self.stream_bits))
         self.has_clock = _is_x86()
@@ -241,4 +276,4 @@ class ProbeKernels:
 
 
 __all__ = ["ACCUMULATORS", "CLOCK_ADDS", "STREAM_VECTORS", "UNROLL", "PeakProbeError", "ProbeKernel", "ProbeKernels",
-           "bf16_kernel_ir", "clock_kernel_ir", "fma_kernel_ir", "stream_kernel_ir"]
+           "TILE_BITS", "bf16_kernel_ir", "clock_kernel_ir", "fma_kernel_ir", "stream_kernel_ir", "tiles_kernel_ir"]
