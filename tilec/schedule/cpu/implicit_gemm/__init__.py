@@ -131,7 +131,8 @@ class ImplicitGemm(Template):
             epilogue = None if plan.partial else find_epilogue(index, ctx.bp)  # f(0) need not be 0
             pads = padding(plan, ctx.bp)
             if knobs.pack_a:
-                variant = PackedPlan(plan, epilogue)
+                pairs_ = bf16_pairs(plan, ctx.bp.dtypes, ctx.target, knobs.nr)
+                variant = PackedPlan(plan, epilogue, uses_tiles(pairs_, ctx.target, knobs.mr, knobs.nr))
             else:
                 variant = DirectPlan(plan, pads, epilogue, direct_store(index, ctx, plan, epilogue, knobs.mr, knobs.nr),  # type: ignore[arg-type]
                                      b_through(plan, pads, ctx, knobs.nr))  # type: ignore[arg-type]

@@ -10,7 +10,10 @@ from __future__ import annotations
 from tilec.ir.bounds import BoundContraction
 from tilec.schedule.cpu.implicit_gemm.direct import padding
 from tilec.schedule.cpu.implicit_gemm.inplace import candidates
+from tilec.ir import loop as L
 from tilec.schedule.cpu.implicit_gemm.knobs import itemsize
+from tilec.schedule.cpu.implicit_gemm.packed import bf16_pairs
+from tilec.schedule.cpu.implicit_gemm.tiles import uses_tiles
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.base import Context
 from tilec.schedule.templates.space import Config, Constraint, Knob, choices_with
@@ -34,9 +37,11 @@ def gemm_space(index: int, plan: GemmPlan, ctx: Context, default: Config) -> tup
     regs = target.host.vector_registers
     l2 = target.host.l2_bytes
     m, n, k = plan.m, plan.n, plan.k
-    mrs = choices_with((1, 2, 3, 4, 6, 8, 10, 12, 14), default["mr"])
-    nrs = choices_with(tuple(lanes * v for v in (1, 2, 3, 4) if lanes * v <= max(lanes, -(-n // lanes) * lanes)),
-                default["nr"])
+    tiled = uses_tiles(bf16_pairs(plan, ctx.bp.dtypes, target, 16), target, 16, 16)  # AMX blocks too (.tiles)
+    tile_sides = (16, 32, 48) if tiled else ()  # (mr is at most 32: GemmKnobs)
+    mrs = choices_with(tuple(sorted({1, 2, 3, 4, 6, 8, 10, 12, 14, *tile_sides[:2]})), default["mr"])
+    nrs = choices_with(tuple(sorted({lanes * v for v in (1, 2, 3, 4) if lanes * v <= max(lanes, -(-n // lanes) * lanes)}
+                                    | {side for side in tile_sides if side <= max(16, n)})), default["nr"])
     kcs = choices_with(tuple(c for c in (16, 32, 64, 128, 256, 512, 1024, 2048) if c < k) + (min(k, 2048),), default["kc"])
     m_up = max(mrs) * -(-m // max(mrs))
     mcs = choices_with(tuple(sorted({mr * j for mr in mrs for j in (1, 2, 4, 8, 12, 16, 24, 32) if mr * j <= m_up})),
@@ -49,6 +54,10 @@ def gemm_space(index: int, plan: GemmPlan, ctx: Context, default: Config) -> tup
              Knob("pack_b", choices_with(pack_bs, default["pack_b"])))
 
     def registers(c: Config) -> str | None:
+        if tiled and c["pack_a"] and uses_tiles(True, target, c["mr"], c["nr"]):
+            return None  # the block lives in AMX tiles
+        if tiled and c["pack_a"] and c["mr"] % 16 == 0 and c["nr"] % 16 == 0:
+            return f"the {c['mr']}x{c['nr']} block needs more than the {L.AMX_TILES} AMX tiles with its operands"
         used = c["mr"] * c["nr"] // lanes + c["nr"] // lanes + 1
         return None if used <= regs else (f"the {c['mr']}x{c['nr']} block needs {used} vector registers "
                                           f"(accumulators, a B row, an A broadcast), more than the {regs} there are")
