@@ -44,7 +44,7 @@ from tilec.schedule.cpu.implicit_gemm.knobs import (DTYPES, GemmKnobs, default_k
                                                    row_block, shared_panels_block, worthwhile)
 from tilec.schedule.cpu.implicit_gemm.packed import PackedPlan, bf16_pairs
 from tilec.schedule.cpu.implicit_gemm.space import gemm_space
-from tilec.schedule.cpu.implicit_gemm.tiles import tile_knobs, uses_tiles
+from tilec.schedule.cpu.implicit_gemm.tiles import tile_knobs, tiles_pay, uses_tiles
 from tilec.schedule.patterns import gemm as gemm_pattern
 from tilec.schedule.patterns.epilogue import covered, find_epilogue, fused_group
 from tilec.schedule.patterns.gemm import GemmPlan
@@ -195,7 +195,8 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
       1024^3 925 vs 729 GFLOP/s, 512 x 1024 x 4096 944 vs 539, 256 x 2048 x 8192 689 vs 401, a
       transposed A 1024 x 1024 x 512 977 vs 783; 3x3 convolutions of 512 columns 1.7-1.8x)."""
     tiled = tile_knobs(plan, ctx.target)
-    if uses_tiles(bf16_pairs(plan, ctx.bp.dtypes, ctx.target, tiled.nr), ctx.target, tiled.mr, tiled.nr):
+    if tiles_pay(plan) and uses_tiles(bf16_pairs(plan, ctx.bp.dtypes, ctx.target, tiled.nr), ctx.target, tiled.mr,
+                                      tiled.nr):
         return tiled  # AMX: the packed variant on tiles (.tiles)
     knobs = default_knobs(plan, dtype, ctx.target)
     panels = -(-plan.n // knobs.nr)
