@@ -141,3 +141,16 @@ def test_reduction_blocks_carry_their_partial_sums_through_the_tiles(m, n, k, kc
     assert np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max()
     loop = f.explain({"A": a.shape, "B": b.shape}, {"A": "bfloat16", "B": "bfloat16"}, stage="loop")
     assert ("tile_dot_32x32" in loop) == has_tiles(host_cpu())
+
+
+@pytest.mark.parametrize("m, n, k", [(4096, 16, 576), (4096, 64, 32), (16, 256, 1024)])
+def test_products_that_would_leave_the_tiles_half_empty_stay_off_them(m, n, k):
+    """Fewer than 64 reduction values or 32 rows or columns: the tiles' padding would cost more than
+    they gain (tiles.tiles_pay), so no TileDot, on any CPU; the result against float32."""
+    f = tilec.compile(GEMM)
+    shapes, dtypes = {"A": (m, k), "B": (k, n)}, {"A": "bfloat16", "B": "bfloat16"}
+    assert "tile_dot" not in f.explain(shapes, dtypes, stage="loop")
+    rng = np.random.default_rng(m + n + k)
+    a, b = rng.standard_normal((m, k)).astype(BF16), rng.standard_normal((k, n)).astype(BF16)
+    got, ref = f(a, b).astype(np.float32), a.astype(np.float32) @ b.astype(np.float32)
+    assert np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max()

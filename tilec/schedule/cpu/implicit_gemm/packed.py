@@ -146,9 +146,9 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
         With pairs, both elements p of the pair (`pair_loop`), or the one of an enclosing loop over p."""
         col = L.add(col0, jj_)
         env = {**outer_env, **decompose(flat_k(row), plan.red), col_var: L.add(col, L.const(col_lo))}
-        return (over_pair if pair_loop else (lambda body: body))(guarded_store(bp_buf.name, paired((b_slot, v(jr), row, jj_)), plan.b, plan.b_guards, env,
-                                       packed, bp.dtypes[plan.b.tensor],
-                                       [L.Cmp("lt", col, L.const(n))] + in_k if edge else []))
+        store = guarded_store(bp_buf.name, paired((b_slot, v(jr), row, jj_)), plan.b, plan.b_guards, env, packed,
+                              bp.dtypes[plan.b.tensor], [L.Cmp("lt", col, L.const(n))] + in_k if edge else [])
+        return over_pair(store) if pair_loop else store
 
     col_index = L.add(col0, v(jj))
     pack_b_panel: L.Stmt = L.For(r, L.const(0), kc_here, L.For(jj, L.const(0), L.const(nr), b_store(v(r), v(jj), True)))
