@@ -154,3 +154,24 @@ def test_products_that_would_leave_the_tiles_half_empty_stay_off_them(m, n, k):
     a, b = rng.standard_normal((m, k)).astype(BF16), rng.standard_normal((k, n)).astype(BF16)
     got, ref = f(a, b).astype(np.float32), a.astype(np.float32) @ b.astype(np.float32)
     assert np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max()
+
+
+@settings(max_examples=8, deadline=None)
+@given(b=st.integers(1, 2), h=st.integers(1, 3), s=st.integers(1, 140), d=st.sampled_from([32, 64, 96]),
+       causal=st.booleans(), seed=st.integers(0, 2**31))
+def test_bfloat16_attention_on_tiles_matches_float32(b, h, s, d, causal, seed):
+    """bfloat16 attention (the fused template's tile variant where the CPU has AMX: both products on
+    tiles, the softmax between them in float32) against torch's float32 attention of the same
+    inputs, odd lengths and causal masks included."""
+    torch = pytest.importorskip("torch")
+    from tilec.bench.ops.sources import attention_source
+
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, h, s, d, generator=gen).to(torch.bfloat16) for _ in range(3))
+    f = tilec.compile(attention_source({"B": b, "H": h, "S": s, "D": d}, causal))
+    got = torch.from_numpy(np.asarray(f(Q=q, K=k, V=v)).astype(np.float32))
+    want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+    assert (got - want).abs().max() <= 2e-2 * want.abs().max()
+    shapes = {"Q": (b, h, s, d), "K": (b, h, s, d), "V": (b, h, s, d)}
+    loop = f.explain(shapes, dict.fromkeys(shapes, "bfloat16"), stage="loop")
+    assert ("tile_dot" in loop) == has_tiles(host_cpu())

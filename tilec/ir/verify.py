@@ -95,6 +95,8 @@ class _Verifier(Visitor):
             f"tile dot: {s.acc} must be float32 ({acc.dtype}), {s.a} and {s.b} bfloat16 ({a.dtype}, {b.dtype})"
         assert len(s.acc_origin) == len(acc.shape) >= 2 and len(s.a_origin) == len(a.shape) >= 3 \
             and len(s.b_origin) == len(b.shape) >= 3, "tile dot: one origin index per dimension (acc rank >= 2, a and b >= 3)"
+        assert a.scope != "local" and b.scope != "local", \
+            f"tile dot: {s.a} and {s.b} must be bfloat16 in memory (a local 16-bit buffer holds float32 values)"
         assert b.shape[-1] == 2 and a.shape[-1] == 2 * L.TILE_PAIRS, \
             f"tile dot: {s.b} must hold pairs in its last dimension, {s.a} a tile row's {2 * L.TILE_PAIRS} values"
         assert s.m % L.TILE_ROWS == 0 and s.n % L.TILE_ROWS == 0 and s.tiles() <= L.AMX_TILES, \
