@@ -74,10 +74,13 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target) -> LoweredGroup
     zero16 = L.cast(bf16, c(0))
     # -- prologue, per batch: K^T and V as pairs (keys past T zero)
     key = L.add(L.mul(v(kb), c(BLOCK)), v(j))
-    k_pack = L.For(kb, c(0), c(k_blocks_n), L.For(j, c(0), c(BLOCK), L.For(r, c(0), c(d // 2), L.For(p, c(0), c(2), L.Store(
-        kp.name, (v(bh), v(kb), v(r), v(j), v(p)),
-        L.Select(L.Cmp("lt", key, c(plan.t)), load(plan.k, v(bh), (L.Bin("min", key, c(plan.t - 1)),
-                                                                     L.add(L.mul(v(r), c(2)), v(p)))), zero16))))))
+    def k_row(value: L.Expr | None) -> L.Stmt:  # key j's pairs, or zeros past T (the test hoisted out of the copy)
+        return L.For(r, c(0), c(d // 2), L.For(p, c(0), c(2), L.Store(
+            kp.name, (v(bh), v(kb), v(r), v(j), v(p)),
+            value if value is not None else zero16), "unrolled"))
+
+    k_pack = L.For(kb, c(0), c(k_blocks_n), L.For(j, c(0), c(BLOCK), L.If(
+        L.Cmp("lt", key, c(plan.t)), k_row(load(plan.k, v(bh), (key, L.add(L.mul(v(r), c(2)), v(p))))), k_row(None))))
     pair_key = L.add(L.mul(v(kb), c(BLOCK)), L.add(L.mul(v(r), c(2)), v(p)))
     v_pack = L.For(kb, c(0), c(k_blocks_n), L.For(r, c(0), c(BLOCK // 2), L.For(p, c(0), c(2), L.For(ee, c(0), c(e_n), L.Store(
         vp.name, (v(bh), v(kb), v(r), v(ee), v(p)),
