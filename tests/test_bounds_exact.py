@@ -356,3 +356,16 @@ def test_convolution_whose_index_coefficients_share_a_factor():
     for i, j in itertools.product(range(3), range(3)):
         want += np.einsum("nxyc,cd->nxyd", padded[:, 2 * i:2 * i + 12:2, 2 * j:2 * j + 12:2, :], ker[i, j])
     np.testing.assert_allclose(run(src, img, ker), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("src", ["function (A[NA], B[K]) -> (O) { O[i, j: I, J] = +(A[0*i + 0*j + 0*k + 0] * B[k]); }",
+                                 "function (A[NA], B[K]) -> (O) { O[i, j: I, J] = +(A[i] * B[k]); }"])
+def test_rows_that_no_tuple_reaches_are_zero(src):
+    """A guard on the row variables alone that never holds (A has no element to read) leaves every
+    cell at the sum's 0: the stencil template once skipped such rows and returned uninitialised
+    memory (found by the random statements above: A[0] of a 0-element A)."""
+    a, b = np.zeros(0, F32), np.ones(3, F32)
+    for _ in range(3):
+        junk = [np.full((2, 4), 7e30, F32) for _ in range(20)]  # leave garbage where the output may land
+        del junk
+        np.testing.assert_array_equal(run(src, a, b, I=2, J=4), np.zeros((2, 4), F32))

@@ -2,10 +2,10 @@
 
 Requires: a CPU target with AMX-BF16 (tilec.target.has_tiles); TileDot statements that passed
 tilec.ir.verify. Guarantees: `emit_tile_region` configures the eight tiles (16 rows of 64 bytes
-each) for its body and releases them after it, so no tile state outlives it and any thread may run it;
-`emit_tile_dot` zeroes the accumulator block's 16 x 16 tiles or loads them from its window (`fresh`), runs over the pairs in steps
-of 16 (a column of A tiles and a row of B tiles loaded, every accumulator updated by one
-`tdpbf16ps`) and stores the accumulators back. Linux hands a process the AMX state only on request
+each) for its body and releases them after it, so no tile state outlives it and any thread may
+run it; `emit_tile_dot` zeroes the accumulator block's 16 x 16 tiles or loads them from its
+window (`fresh`), runs over the pairs in steps of 16 (a column of A tiles and a row of B tiles
+loaded, every accumulator updated by one `tdpbf16ps`) and stores the accumulators back. Linux hands a process the AMX state only on request
 (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`): `enable_tiles` asks once before code that
 uses it is loaded; a kernel without that permission would die of SIGILL.
 """

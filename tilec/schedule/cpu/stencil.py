@@ -191,8 +191,9 @@ def build(plan: StencilPlan, b: BoundContraction, bp: BoundProgram, target: Targ
             width //= 2
         parts.append(L.For(col, start, L.const(hi + 1), cells(L.Var(col), 1, border)))  # the rest, the right border
     row = L.seq(*parts)
-    if outer_guards:
-        row = L.If(L.logical_and([condition_expr(g) for g in outer_guards]), row)  # type: ignore[arg-type]
+    if outer_guards:  # a row no tuple reaches is 0 (an empty input's: A[0] of a 0-element A)
+        zeros = L.For(col, L.const(lo), L.const(hi + 1), L.Store(b.output, prefix + (L.Var(col),), L.cast(b.dtype, L.const(0))))
+        row = L.If(L.logical_and([condition_expr(g) for g in outer_guards]), row, zeros)  # type: ignore[arg-type]
     nest = loop_nest(list(plan.outer), row, [])
     work = math.prod(h - low + 1 for _, low, h in b.ranges)
     if isinstance(nest, L.For) and target.cores >= 2 and work >= parallel_min_cells and \

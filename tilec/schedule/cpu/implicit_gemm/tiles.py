@@ -1,9 +1,10 @@
 """The packed variant on AMX tiles: where it applies, and the blocking it takes.
 
 On a CPU with AMX-BF16 (tilec.target.has_tiles) the packed variant's micro-kernel is one TileDot
-(tilec.ir.loop): the MR x NR accumulators in 16 x 16 float32 tiles, A packed row by row (each row's
-KC reduction values contiguous, as a tile row reads them), B packed as bfloat16 pairs (the pair
-dot product's layout, which is AMX's too). A tile's `tdpbf16ps` does 16 x 16 x 32 products where
+(tilec.ir.loop): the MR x NR accumulators in 16 x 16 float32 tiles, A packed in tile steps (each
+step's MR rows of 32 reduction values one contiguous run, a tile row 64 bytes of it), B packed as
+bfloat16 pairs (the pair dot product's layout, which is AMX's too). Only products that fill the
+tiles take them (`tiles_pay`). A tile's `tdpbf16ps` does 16 x 16 x 32 products where
 `vdpbf16ps` does 16 x 2.
 
 Blocking (`tile_knobs`): 2 x 2 accumulator tiles (MR = NR = 32), the most that leave a column of
