@@ -132,15 +132,16 @@ def test_code_for_an_amx_cpu_compiles_anywhere_and_runs_only_there():
 @pytest.mark.parametrize("m, n, k, kc, mc", [(100, 70, 300, 64, 64), (64, 32, 97, 32, 32), (33, 96, 1000, 256, 96)])
 def test_reduction_blocks_carry_their_partial_sums_through_the_tiles(m, n, k, kc, mc):
     """Knobs that split K into blocks: the first block's tiles start from zero, the later ones from
-    the float32 partial sums (a bfloat16 output rounds once, after the last block)."""
-    knobs = (("kc", kc), ("mc", mc), ("mr", 32), ("nr", 32), ("pack_a", True), ("pack_b", True), ("threads", 0))
+    the float32 partial sums (a bfloat16 output rounds once, after the last block). A 16 x 32 block:
+    on AMX tiles where the CPU has them, elsewhere a register block within the register file."""
+    knobs = (("kc", kc), ("mc", mc), ("mr", 16), ("nr", 32), ("pack_a", True), ("pack_b", True), ("threads", 0))
     f = tilec.compile(GEMM).with_schedule(tilec.TemplateSchedule((tilec.TemplateConfig(0, "implicit_gemm", knobs),)))
     rng = np.random.default_rng(k)
     a, b = rng.standard_normal((m, k)).astype(BF16), rng.standard_normal((k, n)).astype(BF16)
     got, ref = f(a, b).astype(np.float32), a.astype(np.float32) @ b.astype(np.float32)
     assert np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max()
     loop = f.explain({"A": a.shape, "B": b.shape}, {"A": "bfloat16", "B": "bfloat16"}, stage="loop")
-    assert ("tile_dot_32x32" in loop) == has_tiles(host_cpu())
+    assert ("tile_dot_16x32" in loop) == has_tiles(host_cpu())
 
 
 @pytest.mark.parametrize("m, n, k", [(4096, 16, 576), (4096, 64, 32), (16, 256, 1024)])

@@ -1,4 +1,5 @@
-"""Loop-nest building blocks the templates share: flattened indices, guarded loads, threads.
+"""Loop-nest building blocks the templates share: flattened indices, guarded loads, threads,
+reductions across vector lanes.
 
 Requires: index variables and loop IR expressions. Guarantees: each helper returns loop IR
 with the stated meaning and introduces no names but the ones it is given.
@@ -77,4 +78,29 @@ def threads_loop(t: str, threads: int, body: L.Stmt) -> L.Stmt:
     return L.For(t, L.const(0), L.const(threads), body, "parallel" if threads > 1 else "serial")
 
 
-__all__ = ["Range", "decompose", "guarded_store", "in_blocks", "thread_share", "threads_loop", "transposing_tiles"]
+def lane_reduce(op: str, start: L.Expr, element: "Callable[[L.Expr], L.Expr]", partial: L.Buffer, lane: str,
+                chunk: str, chunks: int, chunk_kind: str = "serial") -> tuple[L.Stmt, L.Expr]:
+    """op(start, element(0), ..., element(n - 1)) for n = `chunks` x the lanes of `partial` (a local
+    vector): the statements that leave each lane's partial result in `partial` and halve them down to
+    4 lanes (a scalar chain over all n would be n dependent operations; 2- and 1-lane vector steps
+    would be integer shuffles), and the scalar expression that combines the last 4."""
+    v, c, width = L.Var, L.const, partial.shape[0]
+
+    def part(i: L.Expr) -> L.Expr:
+        return L.Load(partial.name, (i,), partial.dtype)
+
+    def lanes(n: int, value: L.Expr) -> L.Stmt:
+        return L.For(lane, c(0), c(n), L.Store(partial.name, (v(lane),), value), "vectorized")
+
+    halves = [width >> k for k in range(1, width.bit_length()) if width >> k >= 4]
+    stmts = L.seq(
+        lanes(width, start),
+        L.For(chunk, c(0), c(chunks), lanes(width, L.Bin(op, part(v(lane)), element(
+            L.add(L.mul(v(chunk), c(width)), v(lane))))), chunk_kind),
+        *(lanes(half, L.Bin(op, part(v(lane)), part(L.add(v(lane), c(half))))) for half in halves))
+    last4 = L.Bin(op, L.Bin(op, part(c(0)), part(c(1))), L.Bin(op, part(c(2)), part(c(3))))
+    return stmts, last4
+
+
+__all__ = ["Range", "decompose", "guarded_store", "in_blocks", "lane_reduce", "thread_share", "threads_loop",
+           "transposing_tiles"]

@@ -5,9 +5,10 @@ tilec.ir.verify. Guarantees: `emit_tile_region` configures the eight tiles (16 r
 each) for its body and releases them after it, so no tile state outlives it and any thread may
 run it; `emit_tile_dot` zeroes the accumulator block's 16 x 16 tiles or loads them from its
 window (`fresh`), runs over the pairs in steps of 16 (a column of A tiles and a row of B tiles
-loaded, every accumulator updated by one `tdpbf16ps`) and stores the accumulators back. Linux hands a process the AMX state only on request
-(`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`): `enable_tiles` asks once before code that
-uses it is loaded; a kernel without that permission would die of SIGILL.
+loaded, every accumulator updated by one `tdpbf16ps`) and stores the accumulators back.
+`TILE_CONFIG` is the configuration (the peak probe loads it too). Linux hands a process the AMX
+state only on request (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`): `enable_tiles` asks
+once before code that uses it is loaded; a kernel without that permission would die of SIGILL.
 """
 
 from __future__ import annotations
@@ -27,6 +28,19 @@ _TILE_BYTES = 64  # a tile row
 _CONFIG = "tilec.amx_config"
 
 
+def _tile_config() -> bytes:
+    """ldtilecfg's 64 bytes: palette 1, every one of the eight tiles 16 rows of 64 bytes."""
+    data = bytearray(64)
+    data[0] = 1  # palette 1
+    for t in range(L.AMX_TILES):
+        data[16 + 2 * t] = _TILE_BYTES  # bytes per row (16-bit little-endian)
+        data[48 + t] = L.TILE_ROWS
+    return bytes(data)
+
+
+TILE_CONFIG = _tile_config()
+
+
 def _intrinsic(module: ir.Module, name: str, args: list[ir.Type]) -> ir.Function:
     full = f"llvm.x86.{name}"
     fn = module.globals.get(full)
@@ -34,20 +48,15 @@ def _intrinsic(module: ir.Module, name: str, args: list[ir.Type]) -> ir.Function
 
 
 def _config(module: ir.Module) -> ir.GlobalVariable:
-    """The tile configuration: palette 1, every tile 16 rows of 64 bytes."""
+    """TILE_CONFIG as a constant of `module`."""
     existing = module.globals.get(_CONFIG)
     if existing is not None:
         return existing
-    data = bytearray(64)
-    data[0] = 1  # palette 1
-    for t in range(L.AMX_TILES):
-        data[16 + 2 * t] = _TILE_BYTES  # bytes per row (16-bit little-endian)
-        data[48 + t] = L.TILE_ROWS
-    ty = ir.ArrayType(I8, 64)
+    ty = ir.ArrayType(I8, len(TILE_CONFIG))
     g = ir.GlobalVariable(module, ty, _CONFIG)
     g.global_constant = True
     g.linkage = "internal"
-    g.initializer = ir.Constant(ty, bytearray(data))
+    g.initializer = ir.Constant(ty, bytearray(TILE_CONFIG))
     g.align = 64
     return g
 
@@ -140,4 +149,4 @@ def enable_tiles() -> None:
                           f"kernel of Linux 5.16 or later")
 
 
-__all__ = ["emit_tile_dot", "emit_tile_region", "enable_tiles"]
+__all__ = ["TILE_CONFIG", "emit_tile_dot", "emit_tile_region", "enable_tiles"]

@@ -95,7 +95,7 @@ class BodyEmitter(ScalarEmitter):
         emit_tile_region(self, s)
 
     def _stmt_TileDot(self, s: L.TileDot) -> None:
-        emit_tile_dot(self, s)  # (a CPU without AMX gets the loops of tilec.passes.lower_tiles instead)
+        emit_tile_dot(self, s)  # (a CPU without AMX gets the loops of tilec.codegen.llvm.tile_loops instead)
 
     def _stmt_Barrier(self, s: L.Barrier) -> None:
         pass  # one thread per block on the CPU

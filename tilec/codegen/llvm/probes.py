@@ -13,8 +13,8 @@
 
 Requires: llvmlite; a CpuInfo of the host. Guarantees: `ProbeKernels(cpu)` compiles every kernel
 the CPU supports (float32 and float64 FMAs at each vector width up to its widest, bf16 with
-``avx512bf16``, bf16 tiles with AMX-BF16 (as width TILE_BITS), the clock on x86-64) into one execution engine it keeps alive, and hands out
-`ProbeKernel`s whose `call(n)` runs n loop iterations of `work` flops (bytes for the stream,
+``avx512bf16``, bf16 tiles with AMX-BF16 (as width TILE_BITS), the clock on x86-64) into one
+execution engine it keeps alive, and hands out `ProbeKernel`s whose `call(n)` runs n loop iterations of `work` flops (bytes for the stream,
 cycles for the clock) each; IR that does not compile is a `PeakProbeError`.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from tilec.codegen.llvm.amx import enable_tiles
+from tilec.codegen.llvm.amx import TILE_CONFIG, enable_tiles
 from tilec.codegen.llvm.binding import LOCK, initialise_llvm, target_machine
 from tilec.errors import CodegenError
 from tilec.target import CpuInfo, has_tiles
@@ -137,11 +137,7 @@ def tiles_kernel_ir(name: str) -> str:
     """`double name(i64 n, double seed)`: n iterations of UNROLL tdpbf16ps on each of four
     accumulator tiles, operands zeroed tiles (the instruction's time does not depend on its data);
     the tiles configured and released around the loop. Returns `seed`."""
-    config = bytearray(64)
-    config[0] = 1
-    for t in range(8):
-        config[16 + 2 * t], config[48 + t] = 64, 16
-    data = ", ".join(f"i8 {b}" for b in config)
+    data = ", ".join(f"i8 {byte}" for byte in TILE_CONFIG)
     ir = (f"@{name}.config = internal constant [64 x i8] [{data}], align 64\n"
           "declare void @llvm.x86.ldtilecfg(ptr)\ndeclare void @llvm.x86.tilezero(i8 immarg)\n"
           "declare void @llvm.x86.tdpbf16ps(i8 immarg, i8 immarg, i8 immarg)\ndeclare void @llvm.x86.tilerelease()\n")

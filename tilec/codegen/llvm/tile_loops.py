@@ -1,11 +1,13 @@
 """TileDot on a CPU without AMX: `lower_tiles` rewrites each into plain loop IR.
 
 Requires: a PrimFunc whose TileDot statements follow tilec.ir.loop's conventions. Guarantees: an
-equivalent PrimFunc without them: each becomes the window zeroed where `fresh` holds and the loops of a register-blocked micro-kernel,
-``for r < pairs: for i < m (unrolled): for j < n (vectorized): acc[i, j] = dot2(acc[i, j], A(i, 2 r),
-A(i, 2 r + 1), b[r, j, 0], b[r, j, 1])`` (A(i, x) = a[x // 32, i, x % 32]) (tilec.ir.loop.DOT2_BF16), which the LLVM backend emits as
-`vdpbf16ps` where the CPU has it and in float32 otherwise. tilec.codegen.llvm.module lowers them so
-for a CPU without AMX-BF16 (a TileRegion becomes its body), so the AMX template's loop nests run (and are tested) on any CPU.
+equivalent PrimFunc without them (a TileRegion becomes its body): each TileDot becomes its window
+zeroed where `fresh` holds, then the loops of a register-blocked micro-kernel, ``for r < pairs:
+for i < m (unrolled): for j < n (vectorized): acc[i, j] = dot2(acc[i, j], A(i, 2 r), A(i, 2 r + 1),
+b[r, j, 0], b[r, j, 1])`` with A(i, x) = a[x // 32, i, x % 32] (tilec.ir.loop.DOT2_BF16), which the
+LLVM backend emits as `vdpbf16ps` where the CPU has it and in float32 otherwise.
+tilec.codegen.llvm.module lowers them so for a CPU without AMX-BF16, so the AMX templates' loop
+nests run (and are tested) on any CPU.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from tilec.ir.lower import LoweredGroup
 from tilec.schedule.cpu import attention_tiles
 from tilec.schedule.cpu.implicit_gemm.packed import bf16_dot
 from tilec.schedule.cpu.permute import LINE_BYTES
-from tilec.schedule.nest import decompose, thread_share, threads_loop
+from tilec.schedule.nest import decompose, lane_reduce, thread_share, threads_loop
 from tilec.schedule.patterns import attention as pattern
 from tilec.schedule.patterns.attention import AttentionPlan
 from tilec.schedule.templates.base import Choice, Context, Template
@@ -56,11 +56,6 @@ class AttentionKnobs:
 def item_rows(s: int, bq: int, groups: int) -> int:
     """Work items per batch: S query rows in items of `groups` blocks of `bq` rows."""
     return -(-s // (groups * bq))
-
-
-def _halves(n: int) -> list[int]:
-    """n/2, n/4, ..., 1 for a power of two n."""
-    return [n >> k for k in range(1, n.bit_length())]
 
 
 def register_chunk(bq: int, target: Target) -> int:
@@ -184,18 +179,9 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target, knobs: Attentio
     scaled = L.Bin("mul", ld(sacc, v(ii), v(j)), L.Const(plan.scale, f32))
     mask = rows(lanes(j, BK, L.Store(sblk.name, (v(ii), v(j)), L.Select(valid, scaled, neg_inf))))
     def row_reduce(partial: L.Buffer, op: str, start: L.Expr, into: L.Buffer) -> L.Stmt:
-        """into[ii] = op(start, sblk[ii, :]): LANES-wide partial results over the keys, then halved
-        down to 4 lanes (a scalar chain over all keys would be BK dependent operations)."""
-        element = ld(sblk, v(ii), L.add(L.mul(v(jc), c(LANES)), v(lane)))
-        halving = [lanes(lane, half, L.Store(partial.name, (v(lane),), L.Bin(
-            op, ld(partial, v(lane)), ld(partial, L.add(v(lane), c(half)))))) for half in _halves(LANES) if half >= 4]
-        last4 = L.Bin(op, L.Bin(op, ld(partial, c(0)), ld(partial, c(1))), L.Bin(op, ld(partial, c(2)), ld(partial, c(3))))
-        return L.seq(
-            lanes(lane, LANES, L.Store(partial.name, (v(lane),), start)),
-            L.For(jc, c(0), c(BK // LANES), lanes(lane, LANES, L.Store(
-                partial.name, (v(lane),), L.Bin(op, ld(partial, v(lane)), element)))),
-            *halving,
-            L.Store(into.name, (v(ii),), last4))  # (2- and 1-lane vector steps would be integer shuffles)
+        """into[ii] = op(start, sblk[ii, :]), LANES lanes at a time (tilec.schedule.nest.lane_reduce)."""
+        stmts, last4 = lane_reduce(op, start, lambda key_: ld(sblk, v(ii), key_), partial, lane, jc, BK // LANES)
+        return L.seq(stmts, L.Store(into.name, (v(ii),), last4))
 
     row_max = rows(row_reduce(lanes_max, "max", ld(run_max, v(g), v(ii)), new_max), unrolled=False)
     rescale_factor = L.seq(  # across the rows: one vector exp, not bq scalar calls
@@ -286,10 +272,10 @@ class Attention(Template):
         return pattern.match(index, ctx.bp, DTYPES, logsumexp=True)
 
     def profitable(self, plan: AttentionPlan, ctx: Context) -> bool:
-        """Always on AMX tiles (tilec.schedule.cpu.attention_tiles); else not where `gemms_of_pairs_win`. On Zen 5, B=4 H=8 S=512 bfloat16, the chain took 5.5 ms at
-        D=64 (this template 6.9), 8.2 at D=128 (12.6), 0.51 at S=128 D=64 (0.75), but 4.7 at D=32
-        (this template 4.3); with a causal mask this template took 4.6 ms at D=64 against the
-        chain's 7.8."""
+        """Always on AMX tiles (tilec.schedule.cpu.attention_tiles); else not where `gemms_of_pairs_win`.
+        On Zen 5, B=4 H=8 S=512 bfloat16, the chain took 5.5 ms at D=64 (this template 6.9), 8.2 at
+        D=128 (12.6), 0.51 at S=128 D=64 (0.75), but 4.7 at D=32 (this template 4.3); with a causal
+        mask this template took 4.6 ms at D=64 against the chain's 7.8."""
         if attention_tiles.applies(plan, ctx.bp.dtypes, ctx.target):
             return True
         return not gemms_of_pairs_win(ctx.bp.dtypes[plan.q.tensor], plan.causal, plan.d, plan.e, ctx.target)

@@ -22,7 +22,7 @@ TileDots (tilec.ir.loop) on 32 x 32 blocks, the online softmax between them in f
 
 The probabilities are summed in float32 and multiplied by V rounded to bfloat16 (as torch's
 bfloat16 attention does). Row maxima and sums reduce 16 lanes at a time, then halve the partial
-vector (as the float32 template, tilec.schedule.cpu.attention, does).
+vector (tilec.schedule.nest.lane_reduce, as the float32 template does).
 
 Requires: an AttentionPlan whose Q, K and V are bfloat16 and whose head dimensions are multiples
 of 32 (`applies`), a CPU with AMX-BF16. Guarantees: the chain's output (and logsumexp), none of
@@ -37,7 +37,7 @@ import math
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundAccess, BoundProgram
 from tilec.ir.lower import LoweredGroup
-from tilec.schedule.nest import decompose, thread_share, threads_loop
+from tilec.schedule.nest import decompose, lane_reduce, thread_share, threads_loop
 from tilec.schedule.patterns.attention import AttentionPlan
 from tilec.target import Target, has_tiles
 
@@ -126,17 +126,10 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target) -> LoweredGroup
         valid, L.Bin("mul", ld(s_blk, v(ii), v(j)), L.Const(plan.scale, f32)), neg_inf))))
 
     def row_reduce(op: str, start: L.Expr, into: L.Buffer) -> L.Stmt:
-        """into[ii] = op(start, S[ii, :]): LANES-wide partials over the block's keys, halved to 4."""
-        element = ld(s_blk, v(ii), L.add(L.mul(v(jc), c(LANES)), v(lane)))
-        halving = [lanes(lane, half, L.Store(partial.name, (v(lane),), L.Bin(
-            op, ld(partial, v(lane)), ld(partial, L.add(v(lane), c(half)))))) for half in (8, 4)]
-        last4 = L.Bin(op, L.Bin(op, ld(partial, c(0)), ld(partial, c(1))), L.Bin(op, ld(partial, c(2)), ld(partial, c(3))))
-        return rows(L.seq(
-            lanes(lane, LANES, L.Store(partial.name, (v(lane),), start)),
-            L.For(jc, c(0), c(BLOCK // LANES), lanes(lane, LANES, L.Store(
-                partial.name, (v(lane),), L.Bin(op, ld(partial, v(lane)), element))), "unrolled"),
-            *halving,
-            L.Store(into.name, (v(ii),), last4)))
+        """into[ii] = op(start, S[ii, :]) for every row, LANES lanes at a time (nest.lane_reduce)."""
+        stmts, last4 = lane_reduce(op, start, lambda key_: ld(s_blk, v(ii), key_), partial, lane, jc, BLOCK // LANES,
+                                   "unrolled")
+        return rows(L.seq(stmts, L.Store(into.name, (v(ii),), last4)))
 
     new_maxima = row_reduce("max", ld(run_max, v(ii)), new_max)
     rescale = L.seq(lanes(ii, BLOCK, L.Store(alpha.name, (v(ii),), L.Call(

@@ -55,6 +55,12 @@ from tilec.schedule.templates.space import Config, Constraint, Knob
 VariantPlan = PackedPlan | DirectPlan | inplace.InplacePlan
 
 
+def on_tiles(plan: GemmPlan, ctx: Context, knobs: GemmKnobs) -> bool:
+    """Whether the packed variant builds `knobs`' register block on AMX tiles (.tiles; packed.build
+    asks the same)."""
+    return uses_tiles(bf16_pairs(plan, ctx.bp.dtypes, ctx.target, knobs.nr), ctx.target, knobs.mr, knobs.nr)
+
+
 class ImplicitGemm(Template):
     name = "implicit_gemm"
     kind = "cpu"
@@ -72,7 +78,7 @@ class ImplicitGemm(Template):
         return worthwhile(plan, ctx.params)
 
     def problems(self, knobs: GemmKnobs, plan: GemmPlan, ctx: Context) -> list[str]:
-        return knob_problems(knobs, plan, plan.dtype, ctx.target)
+        return knob_problems(knobs, plan, plan.dtype, ctx.target, knobs.pack_a and on_tiles(plan, ctx, knobs))
 
     def heuristic(self, index: int, ctx: Context) -> Choice | None:
         """The untuned choice: the variant and knobs of the module doc, or None (too small)."""
@@ -131,8 +137,7 @@ class ImplicitGemm(Template):
             epilogue = None if plan.partial else find_epilogue(index, ctx.bp)  # f(0) need not be 0
             pads = padding(plan, ctx.bp)
             if knobs.pack_a:
-                pairs_ = bf16_pairs(plan, ctx.bp.dtypes, ctx.target, knobs.nr)
-                variant = PackedPlan(plan, epilogue, uses_tiles(pairs_, ctx.target, knobs.mr, knobs.nr))
+                variant = PackedPlan(plan, epilogue, on_tiles(plan, ctx, knobs))
             else:
                 variant = DirectPlan(plan, pads, epilogue, direct_store(index, ctx, plan, epilogue, knobs.mr, knobs.nr),  # type: ignore[arg-type]
                                      b_through(plan, pads, ctx, knobs.nr))  # type: ignore[arg-type]
@@ -194,10 +199,10 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
       every shape measured (Zen 5, both cores; the packed variant at 40-80% of its speed: GEMMs
       1024^3 925 vs 729 GFLOP/s, 512 x 1024 x 4096 944 vs 539, 256 x 2048 x 8192 689 vs 401, a
       transposed A 1024 x 1024 x 512 977 vs 783; 3x3 convolutions of 512 columns 1.7-1.8x)."""
-    tiled = tile_knobs(plan, ctx.target)
-    if tiles_pay(plan) and uses_tiles(bf16_pairs(plan, ctx.bp.dtypes, ctx.target, tiled.nr), ctx.target, tiled.mr,
-                                      tiled.nr):
-        return tiled  # AMX: the packed variant on tiles (.tiles)
+    if tiles_pay(plan):
+        tiled = tile_knobs(plan, ctx.target)
+        if on_tiles(plan, ctx, tiled):
+            return tiled  # AMX: the packed variant on tiles (.tiles)
     knobs = default_knobs(plan, dtype, ctx.target)
     panels = -(-plan.n // knobs.nr)
     if pads is None or pairs_lost(plan, ctx, knobs, pads) or \

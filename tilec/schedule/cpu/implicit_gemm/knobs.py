@@ -51,8 +51,7 @@ from tilec.ir.dtypes import accumulator_dtype
 from tilec.schedule.params import LoweringParams
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.knobs import knob
-from tilec.ir.loop import TILE_ROWS
-from tilec.target import CpuInfo, Target, has_tiles
+from tilec.target import CpuInfo, Target
 
 MAX_THREADS = 256  # threads a template splits its work over: more only multiplies the packing buffers
 MAX_WORKSPACE_BYTES = 1 << 30  # packed panels a choice of knobs may ask for
@@ -257,9 +256,10 @@ def plan_threads(plan: GemmPlan, knobs: GemmKnobs, target: Target, row_units: in
     return outer_parallel, wanted if outer_parallel else max(1, min(wanted, row_units)), n_outer
 
 
-def knob_problems(knobs: GemmKnobs, plan: GemmPlan, dtype: str, target: Target) -> list[str]:
+def knob_problems(knobs: GemmKnobs, plan: GemmPlan, dtype: str, target: Target, tiles: bool = False) -> list[str]:
     """Why `knobs` cannot be built for `plan` on `target`, each problem naming its knob (types and
-    the record's bounds are checked before: tilec.schedule.templates.knobs)."""
+    the record's bounds are checked before: tilec.schedule.templates.knobs). With `tiles` the
+    register block lives in AMX tiles (tilec.schedule.cpu.implicit_gemm.tiles), not vector registers."""
     compute = accumulator_dtype(dtype)
     lanes = target.lanes(compute)
     problems = []
@@ -268,9 +268,7 @@ def knob_problems(knobs: GemmKnobs, plan: GemmPlan, dtype: str, target: Target) 
     if compute != dtype and not knobs.pack_b:
         problems.append(f"pack_b must be true for {dtype}: B is converted to {compute} while it is packed")
     vectors = -(-knobs.nr // lanes)
-    tile_block = knobs.pack_a and target.host is not None and has_tiles(target.host) \
-        and not (knobs.mr % TILE_ROWS or knobs.nr % TILE_ROWS)  # (AMX: the block lives in tiles, .tiles)
-    if knobs.mr > most_rows(knobs.nr, lanes, target) and not tile_block:
+    if knobs.mr > most_rows(knobs.nr, lanes, target) and not tiles:
         problems.append(f"the mr x nr = {knobs.mr}x{knobs.nr} register block holds {knobs.mr * vectors} vectors; "
                         f"at most {2 * accumulators(target)} compile in reasonable time")
     if knobs.mc % knobs.mr:

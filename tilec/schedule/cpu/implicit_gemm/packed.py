@@ -210,22 +210,24 @@ def build(b: BoundContraction, plan: GemmPlan, knobs: GemmKnobs, ctx: Context,
     # -- micro-kernel on acc[MR, NR]
     acc = L.Buffer(f"{out}.acc", ct, (mr, nr), "local")
     acc_now = L.Load(acc.name, (v(ii), v(jj)), ct)
-    if pairs:  # acc += the pair's two products (vdpbf16ps: tilec.ir.loop.DOT2_BF16)
-        a_pair = [L.Load(ap_buf.name, (v(t), v(ir), v(r), v(ii), L.const(e)), packed) for e in (0, 1)]
-        b_pair = [L.Load(bp_buf.name, (b_slot, v(jr), v(r), v(jj), L.const(e)), packed) for e in (0, 1)]
-        update: L.Expr = L.Call(L.DOT2_BF16, (acc_now, *a_pair, *b_pair), ct)
-    else:
-        update = L.Bin("add", acc_now, L.Bin("mul", L.Load(ap_buf.name, (v(t), v(ir), v(r), v(ii)), ct),
-                                             L.Load(bp_buf.name, (b_slot, v(jr), v(r), v(jj)), ct)))
-    fma = L.Store(acc.name, (v(ii), v(jj)), update)
-    kernel: L.Stmt = L.For(r, L.const(0), kc_here,
-                           L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), fma, "vectorized"),
-                                 "unrolled"))
-    if tiles:
+    kernel: L.Stmt
+    if tiles:  # (the first block starts from zeroed tiles)
         kernel = L.TileDot(acc.name, (L.const(0), L.const(0)), ap_buf.name,
                            (v(t), v(ir), L.const(0), L.const(0), L.const(0)),
                            bp_buf.name, (b_slot, v(jr), L.const(0), L.const(0), L.const(0)), kc_here,
-                           L.Cmp("eq", v(pc), L.const(0)), mr, nr)  # (the first block starts from zeroed tiles)
+                           L.Cmp("eq", v(pc), L.const(0)), mr, nr)
+    else:
+        if pairs:  # acc += the pair's two products (vdpbf16ps: tilec.ir.loop.DOT2_BF16)
+            a_pair = [L.Load(ap_buf.name, (v(t), v(ir), v(r), v(ii), L.const(e)), packed) for e in (0, 1)]
+            b_pair = [L.Load(bp_buf.name, (b_slot, v(jr), v(r), v(jj), L.const(e)), packed) for e in (0, 1)]
+            update: L.Expr = L.Call(L.DOT2_BF16, (acc_now, *a_pair, *b_pair), ct)
+        else:
+            update = L.Bin("add", acc_now, L.Bin("mul", L.Load(ap_buf.name, (v(t), v(ir), v(r), v(ii)), ct),
+                                                 L.Load(bp_buf.name, (b_slot, v(jr), v(r), v(jj)), ct)))
+        fma = L.Store(acc.name, (v(ii), v(jj)), update)
+        kernel = L.For(r, L.const(0), kc_here,
+                       L.For(ii, L.const(0), L.const(mr), L.For(jj, L.const(0), L.const(nr), fma, "vectorized"),
+                             "unrolled"))
 
     # -- the C tile <-> acc, at dest[outer..., rows(row0 + ii)..., col0 + jj]
     row_of_tile = row_index

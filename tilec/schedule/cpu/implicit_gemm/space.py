@@ -54,10 +54,9 @@ def gemm_space(index: int, plan: GemmPlan, ctx: Context, default: Config) -> tup
              Knob("pack_b", choices_with(pack_bs, default["pack_b"])))
 
     def registers(c: Config) -> str | None:
-        if tiled and c["pack_a"] and uses_tiles(True, target, c["mr"], c["nr"]):
-            return None  # the block lives in AMX tiles
-        if tiled and c["pack_a"] and c["mr"] % 16 == 0 and c["nr"] % 16 == 0:
-            return f"the {c['mr']}x{c['nr']} block needs more than the {L.AMX_TILES} AMX tiles with its operands"
+        if tiled and c["pack_a"] and c["mr"] % L.TILE_ROWS == 0 and c["nr"] % L.TILE_ROWS == 0:  # an AMX block
+            return None if uses_tiles(True, target, c["mr"], c["nr"]) else \
+                f"the {c['mr']}x{c['nr']} block needs more than the {L.AMX_TILES} AMX tiles with its operands"
         used = c["mr"] * c["nr"] // lanes + c["nr"] // lanes + 1
         return None if used <= regs else (f"the {c['mr']}x{c['nr']} block needs {used} vector registers "
                                           f"(accumulators, a B row, an A broadcast), more than the {regs} there are")
