@@ -176,3 +176,16 @@ def test_bfloat16_attention_on_tiles_matches_float32(b, h, s, d, causal, seed):
     shapes = {"Q": (b, h, s, d), "K": (b, h, s, d), "V": (b, h, s, d)}
     loop = f.explain(shapes, dict.fromkeys(shapes, "bfloat16"), stage="loop")
     assert ("tile_dot" in loop) == has_tiles(host_cpu())
+
+
+def test_a_features_last_mention_decides_whether_the_tiles_are_on():
+    """`-mattr=-amx-tile` appended to a host's `+amx-tile` (the without_tiles fixture, TILEC_TARGET)
+    turns the tiles off; both AMX features must be on."""
+    from dataclasses import replace
+
+    cpu = host_cpu()
+    on = replace(cpu, features="+avx512f,+amx-tile,+amx-bf16")
+    assert has_tiles(on)
+    assert not has_tiles(replace(cpu, features="+amx-tile,+amx-bf16,-amx-tile"))
+    assert not has_tiles(replace(cpu, features="+amx-tile,-amx-bf16"))
+    assert has_tiles(replace(cpu, features="-amx-tile,+amx-bf16,+amx-tile"))

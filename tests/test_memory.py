@@ -6,6 +6,7 @@ import gc
 import threading
 
 import numpy as np
+import pytest
 
 import tilec
 from tilec.runtime.memory import MIN_POOLED_BYTES, BufferPool
@@ -197,3 +198,18 @@ def test_the_heap_is_left_alone_where_the_user_chose(monkeypatch):
     monkeypatch.setenv("TILEC_MALLOC", "never")
     with pytest.raises(TilecError, match="TILEC_MALLOC='never': expected one of keep, system"):
         Options()
+
+
+@pytest.mark.parametrize("shape, dtype", [((3, 5), "float32"), ((1000,), "bfloat16"), ((7, 9, 11), "float64"), ((0,), "int8")])
+def test_workspaces_start_on_a_cache_line(shape, dtype):
+    """Kernels' temporaries and workspaces (memory.aligned_empty) start on a 64-byte line, whatever
+    numpy's allocator returns, with the shape and dtype asked for."""
+    import ml_dtypes  # noqa: F401  (numpy's "bfloat16")
+
+    from tilec.runtime import memory
+
+    for _ in range(8):
+        a = memory.aligned_empty(shape, dtype)
+        assert a.shape == shape and a.dtype == np.dtype(dtype) and a.ctypes.data % memory.LINE == 0
+        a[...] = 1  # writable, and as long as asked
+        assert a.size == np.prod(shape)

@@ -30,8 +30,8 @@ def aligned_empty(shape: tuple[int, ...], dtype: str) -> np.ndarray:
     dt = np.dtype(dtype)
     nbytes = math.prod(shape) * dt.itemsize
     raw = np.empty(nbytes + LINE, dtype=np.uint8)
-    start = -raw.ctypes.data % LINE
-    return raw[start:start + nbytes].view(dt).reshape(shape)
+    # (not a slice of raw: numpy gives an empty slice raw's own address)
+    return np.ndarray(shape, dt, buffer=raw, offset=-raw.ctypes.data % LINE)
 
 
 MIN_POOLED_BYTES = 1 << 20  # below this, malloc reuses memory well enough
