@@ -84,6 +84,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.fixture
+def pairs_target(without_tiles: str) -> str:
+    """The target whose choices a test of the AVX512-BF16 paths (pair dot products, 32 vector
+    registers, no AMX) explains: `without_tiles` where the default CPU has the pair dot product,
+    else an explicit Zen 4 (`llvm -mcpu=znver4`), whose code compiles anywhere: explaining runs
+    nothing, so such a test checks those choices on an AVX2-only CPU too, and runs its kernels on
+    the default target."""
+    from tilec.pipeline import resolve_target
+    from tilec.target import has_pair_dot
+
+    host = resolve_target(without_tiles).host
+    return without_tiles if host is not None and has_pair_dot(host) else "llvm -mcpu=znver4"
+
+
+@pytest.fixture
 def without_tiles(monkeypatch: pytest.MonkeyPatch) -> str:
     """Target 'llvm' without AMX's tiles for the test (the CPU of `--cpu`, or the host, less amx-tile
     and amx-bf16): tests of the paths a CPU without AMX takes (bfloat16 pairs, the direct variant)

@@ -22,7 +22,7 @@ from tests.compiled import load_func
 
 BF16 = ml_dtypes.bfloat16
 GEMM = "C[i, j: M, N] = +(A[i, k] * B[k, j])"
-AMX = "llvm -mattr=+amx-tile,+amx-bf16,+avx512bf16"
+AMX = "llvm -mcpu=sapphirerapids"  # (its features include AMX-TILE and AMX-BF16: tilec.target.AMX_CPUS)
 
 
 def tile_dot_func(m: int, n: int, steps: int, pairs: L.Expr, fresh: L.Expr) -> L.PrimFunc:
@@ -132,9 +132,12 @@ def test_code_for_an_amx_cpu_compiles_anywhere_and_runs_only_there():
 @pytest.mark.parametrize("m, n, k, kc, mc", [(100, 70, 300, 64, 64), (64, 32, 97, 32, 32), (33, 96, 1000, 256, 96)])
 def test_reduction_blocks_carry_their_partial_sums_through_the_tiles(m, n, k, kc, mc):
     """Knobs that split K into blocks: the first block's tiles start from zero, the later ones from
-    the float32 partial sums (a bfloat16 output rounds once, after the last block). A 16 x 32 block:
-    on AMX tiles where the CPU has them, elsewhere a register block within the register file."""
-    knobs = (("kc", kc), ("mc", mc), ("mr", 16), ("nr", 32), ("pack_a", True), ("pack_b", True), ("threads", 0))
+    the float32 partial sums (a bfloat16 output rounds once, after the last block). A 16 x 32 block
+    on AMX tiles where the CPU has them, elsewhere 4 rows of two vectors (a register block any
+    register file holds)."""
+    host = host_cpu()
+    mr, nr = (16, 32) if has_tiles(host) else (4, 2 * host.vector_bits // 32)
+    knobs = (("kc", kc), ("mc", mc), ("mr", mr), ("nr", nr), ("pack_a", True), ("pack_b", True), ("threads", 0))
     f = tilec.compile(GEMM).with_schedule(tilec.TemplateSchedule((tilec.TemplateConfig(0, "implicit_gemm", knobs),)))
     rng = np.random.default_rng(k)
     a, b = rng.standard_normal((m, k)).astype(BF16), rng.standard_normal((k, n)).astype(BF16)
@@ -189,3 +192,27 @@ def test_a_features_last_mention_decides_whether_the_tiles_are_on():
     assert not has_tiles(replace(cpu, features="+amx-tile,+amx-bf16,-amx-tile"))
     assert not has_tiles(replace(cpu, features="+amx-tile,-amx-bf16"))
     assert has_tiles(replace(cpu, features="-amx-tile,+amx-bf16,+amx-tile"))
+
+
+def test_an_amx_cpu_named_has_the_tiles_unless_its_features_turn_them_off():
+    """`-mcpu=sapphirerapids` alone enables the tiles (its name says so: LLVM's feature string is
+    empty), `-mattr=-amx-bf16` turns them off again; a CPU without AMX never has them."""
+    from tilec.target import cpu_info
+
+    assert has_tiles(cpu_info("sapphirerapids"))
+    assert not has_tiles(cpu_info("sapphirerapids", "-amx-bf16"))
+    assert not has_tiles(cpu_info("znver4")) and not has_tiles(cpu_info("haswell"))
+
+
+def test_pair_dot_products_are_computed_in_float32_where_the_cpu_lacks_vdpbf16ps():
+    """A TileDot lowered to loops vectorises DOT2_BF16 over 16 lanes: `vdpbf16ps` only where the
+    CPU has it (a CPU without it aborted LLVM's code generation, taking the process down)."""
+    from tilec.codegen.llvm.jit import emit_assembly, optimise
+    from tilec.codegen.llvm.module import emit_module
+    from tilec.target import cpu_info, has_pair_dot
+
+    func = lower_tiles(tile_dot_func(16, 16, 2, L.const(32), L.const(True, "bool")))
+    for name, features in (("haswell", ""), ("znver3", ""), ("znver4", ""), ("skylake-avx512", "")):
+        cpu = cpu_info(name, features)
+        asm = emit_assembly(optimise(emit_module(func, cpu), cpu), cpu)
+        assert ("vdpbf16ps" in asm) == has_pair_dot(cpu) == (name == "znver4"), name

@@ -303,14 +303,27 @@ def _cpu_info(mcpu: str | None, features: tuple[str, ...]) -> CpuInfo:
                    host.l1d_bytes, host.l2_bytes, host.l3_bytes, *_core_timings(name), l1d_ways=host.l1d_ways)
 
 
+def has_pair_dot(cpu: CpuInfo) -> bool:
+    """Whether code for `cpu` may use AVX512-BF16's pair dot product `vdpbf16ps` on 512-bit vectors
+    (tilec.ir.loop.DOT2_BF16; elsewhere it is computed in float32)."""
+    return cpu.vector_bits == 512 and "avx512bf16" in cpu_isa(cpu.name, cpu.features)
+
+
+# LLVM's CPUs whose features include AMX-TILE and AMX-BF16 (Intel Xeons since Sapphire Rapids): LLVM
+# aborts the process on a tile intrinsic for a CPU without them, so they cannot be probed as cpu_isa does
+AMX_CPUS = frozenset({"sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d", "diamondrapids"})
+
+
 def has_tiles(cpu: CpuInfo) -> bool:
-    """Whether code for `cpu` may use AMX-BF16's tiles (its feature string enables them and their
-    bfloat16 dot product; tilec.ir.loop.TileDot)."""
+    """Whether code for `cpu` may use AMX-BF16's tiles and their bfloat16 dot product
+    (tilec.ir.loop.TileDot): its feature string's last mention of each feature decides
+    ("+amx-tile,...,-amx-tile" has none); unmentioned, the CPU's name (AMX_CPUS)."""
     enabled: dict[str, bool] = {}
-    for item in cpu.features.split(","):  # the last mention of a feature decides ("+amx-tile,...,-amx-tile")
+    for item in cpu.features.split(","):
         if item[:1] in "+-" and item[1:]:
             enabled[item[1:]] = item[0] == "+"
-    return enabled.get("amx-tile", False) and enabled.get("amx-bf16", False)
+    default = cpu.name in AMX_CPUS
+    return enabled.get("amx-tile", default) and enabled.get("amx-bf16", default)
 
 
 def cpu_info(mcpu: str | None = None, features: "str | Sequence[str]" = ()) -> CpuInfo:
@@ -381,7 +394,7 @@ def cuda_sim_target(gpu: GpuInfo | None = None) -> Target:
     return Target("cuda-sim", host_cpu(), gpu or gpu_info())
 
 
-__all__ = ["CpuInfo", "GpuInfo", "Target", "KNOWN_TARGETS", "CUDA_STATIC_SHARED_BYTES", "DEFAULT_CUDA_ARCH", "HOST_NAMES",
-           "LLVM_LOCK", "TARGET_OPTIONS", "cache_sizes", "cpu_info", "cpu_isa", "has_tiles", "cpu_target", "cuda_sim_target",
+__all__ = ["AMX_CPUS", "CpuInfo", "GpuInfo", "Target", "KNOWN_TARGETS", "CUDA_STATIC_SHARED_BYTES", "DEFAULT_CUDA_ARCH", "HOST_NAMES",
+           "LLVM_LOCK", "TARGET_OPTIONS", "cache_sizes", "cpu_info", "cpu_isa", "has_pair_dot", "has_tiles", "cpu_target", "cuda_sim_target",
            "cuda_target", "feature_list", "gpu_info", "host_cpu", "host_target", "llvm_catalogue", "missing_on_host",
            "parse_target"]

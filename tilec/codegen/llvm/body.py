@@ -38,13 +38,15 @@ from tilec.ir import loop as L
 _REASSOC = ("reassoc", "contract")
 
 
-def emit_body(module: ir.Module, func: L.PrimFunc, cores: int, vector_bytes: int = 16) -> ir.Function:
+def emit_body(module: ir.Module, func: L.PrimFunc, cores: int, vector_bytes: int = 16,
+              pair_dot: bool = False) -> ir.Function:
     """The body function of `func` in `module` (see the module doc); parallel loops use `cores`
-    threads, and their work is estimated for vectors of `vector_bytes` (tilec.codegen.llvm.work)."""
+    threads, and their work is estimated for vectors of `vector_bytes` (tilec.codegen.llvm.work);
+    `pair_dot`: the CPU has vdpbf16ps (tilec.target.has_pair_dot)."""
     fn = _body_function(module, ir.FunctionType(ir.VoidType(), [PTR] * len(func.params)), f"{func.name}_body",
                         [b.name for b in func.params])
     em = BodyEmitter(module, func, cores, itertools.count(), fn, {b.name: b for b in func.params},
-                     dict(zip((b.name for b in func.params), fn.args)), {}, vector_bytes)
+                     dict(zip((b.name for b in func.params), fn.args)), {}, vector_bytes, pair_dot)
     em.stmt(func.body)
     em.finish()
     return fn
@@ -66,8 +68,8 @@ class BodyEmitter(ScalarEmitter):
 
     def __init__(self, module: ir.Module, func: L.PrimFunc, cores: int, ids: itertools.count, fn: ir.Function,
                  buffers: dict[str, L.Buffer], pointers: dict[str, ir.Value], variables: dict[str, ir.Value],
-                 vector_bytes: int = 16) -> None:
-        self.module, self.func, self.cores, self.ids = module, func, cores, ids
+                 vector_bytes: int = 16, pair_dot: bool = False) -> None:
+        self.module, self.func, self.cores, self.ids, self.pair_dot = module, func, cores, ids, pair_dot
         self.vector_bytes = vector_bytes  # for estimates of a parallel loop's work
         self.kernel_work = largest_parallel_work(func.body, vector_bytes)  # its largest parallel loop's
         self.fn, self.buffers, self.pointers, self.vars = fn, buffers, pointers, variables
@@ -193,7 +195,8 @@ class BodyEmitter(ScalarEmitter):
         fn = _body_function(self.module, body_type(len(buffers), len(variables)), name, buffers)
         args = list(fn.args)
         inner = BodyEmitter(self.module, self.func, self.cores, self.ids, fn, dict(self.buffers),
-                            dict(zip(buffers, args)), dict(zip(variables, args[len(buffers):])), self.vector_bytes)
+                            dict(zip(buffers, args)), dict(zip(variables, args[len(buffers):])), self.vector_bytes,
+                            self.pair_dot)
         inner._serial_loop(s, args[-2], args[-1], [])
         inner.finish()
         return fn

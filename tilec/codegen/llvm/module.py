@@ -25,7 +25,7 @@ from tilec.codegen.llvm.loop_metadata import patch_loop_ids
 from tilec.codegen.llvm.tile_loops import lower_tiles
 from tilec.codegen.llvm.types import I64, PTR
 from tilec.ir import loop as L
-from tilec.target import CpuInfo, has_tiles
+from tilec.target import CpuInfo, has_pair_dot, has_tiles
 
 
 def emit_module(func: L.PrimFunc, cpu: CpuInfo) -> str:
@@ -34,7 +34,7 @@ def emit_module(func: L.PrimFunc, cpu: CpuInfo) -> str:
         func = lower_tiles(func)
     module = ir.Module(name=func.name)
     module.triple = _triple()
-    body = emit_body(module, func, cpu.cores, cpu.vector_bits // 8)
+    body = emit_body(module, func, cpu.cores, cpu.vector_bits // 8, has_pair_dot(cpu))
     wrapper = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), func.name)
     b = ir.IRBuilder(wrapper.append_basic_block("entry"))
     args = []

@@ -37,6 +37,7 @@ class ScalarEmitter:
     module: ir.Module
     func: L.PrimFunc
     cores: int  # threads that parallel loops run on
+    pair_dot: bool  # the CPU has vdpbf16ps: DOT2_BF16 on vectors may use it (tilec.target.has_pair_dot)
     ids: itertools.count  # loop-metadata and outlined-function numbers, shared by nested emitters
     fn: ir.Function  # the function being emitted
     entry: ir.Block  # its first block, where allocas go

@@ -317,10 +317,10 @@ class VectorLoop:
 
     def dot2(self, e: L.Call) -> ir.Value:
         """DOT2_BF16 (tilec.ir.loop) as one vdpbf16ps where its operands have that instruction's layout:
-        16 lanes, the a pair the same in every lane and contiguous, the lanes' b pairs contiguous; else
-        lane by lane in float32."""
+        16 lanes, the a pair the same in every lane and contiguous, the lanes' b pairs contiguous, on a
+        CPU that has it; else lane by lane in float32."""
         acc, a0, a1, b0, b1 = e.args
-        pairs_ok = (self.lanes % bfloat.DOT2_LANES == 0 and self.mask is None and not varies(a0, self.var)
+        pairs_ok = (self.em.pair_dot and self.lanes % bfloat.DOT2_LANES == 0 and self.mask is None and not varies(a0, self.var)
                     and _pair(a0, a1, self.em.buffers) and _pair(b0, b1, self.em.buffers) and isinstance(a0, L.Load) and isinstance(b0, L.Load)
                     and packed_bfloat16(self.em.buffers[a0.buffer]) and packed_bfloat16(self.em.buffers[b0.buffer])
                     and element_stride(self.em.buffers[b0.buffer], b0.indices, self.var) == 2)

@@ -42,7 +42,7 @@ from tilec.schedule.nest import decompose, guarded_store, thread_share, threads_
 from tilec.schedule.patterns.epilogue import Epilogue, epilogue_value
 from tilec.schedule.patterns.gemm import GemmPlan
 from tilec.schedule.templates.base import Context
-from tilec.target import Target, cpu_isa
+from tilec.target import Target, has_pair_dot
 
 
 @dataclass(frozen=True)
@@ -341,8 +341,7 @@ def transposing_pack(store_at: Callable[[L.Expr, L.Expr], L.Stmt], across: str, 
 
 def bf16_dot(target: Target) -> bool:
     """Whether `target`'s CPU has AVX512-BF16's pair dot product (on 512-bit vectors)."""
-    host = target.host
-    return host is not None and host.vector_bits == 512 and "avx512bf16" in cpu_isa(host.name, host.features)
+    return target.host is not None and has_pair_dot(target.host)
 
 
 def bf16_pairs(plan: GemmPlan, dtypes: dict[str, str], target: Target, nr: int) -> bool:
