@@ -63,22 +63,31 @@ def test_programs_that_only_look_like_attention_are_not_fused(edit):
     assert attention_pattern.match(0, bp, attention.DTYPES) is None
 
 
-def test_vector_exp_is_accurate_and_handles_special_values():
+@pytest.mark.parametrize("ceiling", [None, 0.0, 3.0, 100.0])
+def test_vector_exp_is_accurate_and_handles_special_values(ceiling):
+    """exp(x), and exp(min(x, c)) (the exponential clamps to its ceiling c itself: softmax's
+    e^(s - max) with c = 0 builds 2^n as one factor), against numpy: within 5e-7 relative where
+    the result is normal, 0 below FLT_MIN (never a subnormal), inf past FLT_MAX, NaN for NaN."""
     n = 64
-    body = L.Store("O", (L.Var("r"), L.Var("i")),
-                   L.Call("exp", (L.Load("A", (L.Var("r"), L.Var("i")), "float32"),), "float32"))
+    x: L.Expr = L.Load("A", (L.Var("r"), L.Var("i")), "float32")
+    if ceiling is not None:
+        x = L.Bin("min", x, L.Const(ceiling, "float32"))
+    body = L.Store("O", (L.Var("r"), L.Var("i")), L.Call("exp", (x,), "float32"))
     func = L.PrimFunc("tilec_kernel", (L.Buffer("A", "float32", (200, n)), L.Buffer("O", "float32", (200, n))),
                       L.For("r", L.const(0), L.const(200), L.For("i", L.const(0), L.const(n), body, "vectorized")))
     kernel = load_func(func)
-    values = np.concatenate([np.linspace(-90, 90, 12790), [np.inf, -np.inf, np.nan, 0.0, 88.7, 88.72, -87.3, 1e-30]])
+    values = np.concatenate([np.linspace(-90, 90, 12777), [np.inf, -np.inf, np.nan, 0.0, -0.0, 88.7, 88.72, 88.7229,
+                                                           88.73, 89.5, 1e6, -87.3, -87.34, -103.0, -200.0, 1e-30]])
     a = np.resize(values, (200, n)).astype(np.float32)
     out = np.empty_like(a)
     kernel.function((ctypes.c_void_p * 2)(a.ctypes.data, out.ctypes.data))
-    with np.errstate(over="ignore", invalid="ignore"):
-        ref = np.exp(a.astype(np.float64)).astype(np.float32)
-    normal = np.isfinite(ref) & (ref > 1e-37)
+    clamped = a if ceiling is None else np.minimum(a, np.float32(ceiling))
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        ref = np.exp(clamped.astype(np.float64)).astype(np.float32)
+    normal = np.isfinite(ref) & (ref >= np.finfo(np.float32).tiny)
     assert np.max(np.abs(out[normal] - ref[normal]) / ref[normal]) < 5e-7
     assert np.array_equal(np.isinf(out), np.isinf(ref)) and np.array_equal(np.isnan(out), np.isnan(ref))
+    assert np.all(out[np.isfinite(ref) & ~normal] == 0.0)
 
 
 @pytest.mark.parametrize("bq, bk", [(1, 16), (4, 32), (None, 128)])
@@ -235,3 +244,37 @@ def test_wide_unmasked_bfloat16_heads_run_as_gemms_of_pairs(dtype, causal, d, fu
     q, k, v = (rng.standard_normal(x).astype(np.dtype(dtype)) for x in sizes.values())
     got = tilec.compile(src)(q, k, v).astype(np.float64)
     np.testing.assert_allclose(got, reference(q, k, v, causal, 1 / np.sqrt(d)), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("bits, l1, causal, d, want", [
+    (256, 32 << 10, False, 64, (6, 32)), (256, 32 << 10, True, 64, (4, 32)), (512, 48 << 10, False, 64, (6, 64)),
+    (512, 48 << 10, True, 64, (6, 64)), (512, 32 << 10, False, 64, (6, 32)), (512, 48 << 10, False, 128, (6, 32)),
+])
+def test_default_blocks_come_from_the_l1_cache_and_the_register_file(bits, l1, causal, d, want):
+    """64 keys where their K^T and V tiles fill at most two thirds of L1 (else 32); 4 query rows for
+    causal attention on 16 vector registers (less of the diagonal block wasted), else 6."""
+    from dataclasses import replace
+
+    from tilec.target import Target
+
+    host = resolve_target("llvm").host
+    assert host is not None
+    target = Target("llvm", replace(host, vector_bits=bits, l1d_bytes=l1))
+    bp = bind(tilec.parse(attention_source({"D": d}, causal)), shapes(2, 4, 256, 256, d), {n: "float32" for n in "QKV"})
+    plan = attention_pattern.match(0, bp, attention.DTYPES)
+    assert plan is not None
+    assert (attention.default_bq(plan, target), attention.default_bk(plan, target)) == want
+
+
+@pytest.mark.parametrize("causal, s, t, groups", [(False, 256, 256, 4), (True, 256, 256, 4), (False, 64, 200, 1),
+                                                   (True, 100, 100, 2), (True, 7, 300, 1)])
+def test_blocks_inside_and_across_the_mask_both_match_numpy(causal, s, t, groups):
+    """Key blocks inside the scores skip the mask (one arm of the block), blocks across the diagonal
+    or past T take the masked arm: a work item meets both, in either order, with every block size."""
+    rng = np.random.default_rng(s + t)
+    q, k, v = (rng.standard_normal(x).astype(np.float32) for x in shapes(1, 2, s, t, 32).values())
+    for bq, bk in ((4, 32), (6, 64), (3, 48)):
+        knobs = (("bq", bq), ("bk", bk), ("groups", groups))
+        f = tilec.compile(attention_source({"D": 32}, causal)).with_schedule(
+            tilec.TemplateSchedule((tilec.TemplateConfig(0, "attention", knobs),)))
+        np.testing.assert_allclose(f(q, k, v), reference(q, k, v, causal, 1 / np.sqrt(32)), rtol=1e-4, atol=1e-5)

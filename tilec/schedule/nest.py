@@ -78,29 +78,62 @@ def threads_loop(t: str, threads: int, body: L.Stmt) -> L.Stmt:
     return L.For(t, L.const(0), L.const(threads), body, "parallel" if threads > 1 else "serial")
 
 
-def lane_reduce(op: str, start: L.Expr, element: "Callable[[L.Expr], L.Expr]", partial: L.Buffer, lane: str,
-                chunk: str, chunks: int, chunk_kind: str = "serial") -> tuple[L.Stmt, L.Expr]:
+def larger(a: L.Expr, b: L.Expr) -> L.Expr:
+    """The larger of `a` and `b`, or `b` where either is NaN: one x86 max instruction, where the loop
+    IR's NaN-propagating `max` takes four on AVX2. For maxima whose NaN cannot matter (softmax's row
+    maximum: a NaN score makes its own probability NaN anyway)."""
+    return L.Select(L.Cmp("gt", a, b), a, b)
+
+
+def exp_nonpositive(x: L.Expr) -> L.Expr:
+    """e^x for an x that is at most 0 by construction (a score less its row's maximum or
+    logsumexp): exp(min(x, 0)), which the code generator builds in float32 with 2^n as one factor
+    and no overflow test (tilec.codegen.llvm.vector_math.exp_f32's ceiling)."""
+    return L.Call("exp", (L.Bin("min", x, L.Const(0.0, x.dtype)),), x.dtype)
+
+
+def lane_reduce(op: "str | Callable[[L.Expr, L.Expr], L.Expr]", start: L.Expr, element: "Callable[[L.Expr], L.Expr]",
+                partial: L.Buffer, lane: str, chunk: str, chunks: int, chunk_kind: str = "serial") -> tuple[L.Stmt, L.Expr]:
     """op(start, element(0), ..., element(n - 1)) for n = `chunks` x the lanes of `partial` (a local
-    vector): the statements that leave each lane's partial result in `partial` and halve them down to
+    vector; `op` a binary operator's name or a function building the combination, e.g. `larger`):
+    the statements that leave each lane's partial result in `partial` and halve them down to
     4 lanes (a scalar chain over all n would be n dependent operations; 2- and 1-lane vector steps
-    would be integer shuffles), and the scalar expression that combines the last 4."""
+    would be integer shuffles), and the scalar expression that combines the last 4 (`lane_halves`)."""
     v, c, width = L.Var, L.const, partial.shape[0]
+    combine = _combiner(op)
 
-    def part(i: L.Expr) -> L.Expr:
-        return L.Load(partial.name, (i,), partial.dtype)
+    def lanes(value: L.Expr) -> L.Stmt:
+        return L.For(lane, c(0), c(width), L.Store(partial.name, (v(lane),), value), "vectorized")
 
-    def lanes(n: int, value: L.Expr) -> L.Stmt:
-        return L.For(lane, c(0), c(n), L.Store(partial.name, (v(lane),), value), "vectorized")
-
-    halves = [width >> k for k in range(1, width.bit_length()) if width >> k >= 4]
+    halves, last4 = lane_halves(op, partial, lane)
     stmts = L.seq(
-        lanes(width, start),
-        L.For(chunk, c(0), c(chunks), lanes(width, L.Bin(op, part(v(lane)), element(
+        lanes(start),
+        L.For(chunk, c(0), c(chunks), lanes(combine(L.Load(partial.name, (v(lane),), partial.dtype), element(
             L.add(L.mul(v(chunk), c(width)), v(lane))))), chunk_kind),
-        *(lanes(half, L.Bin(op, part(v(lane)), part(L.add(v(lane), c(half))))) for half in halves))
-    last4 = L.Bin(op, L.Bin(op, part(c(0)), part(c(1))), L.Bin(op, part(c(2)), part(c(3))))
+        halves)
     return stmts, last4
 
 
-__all__ = ["Range", "decompose", "guarded_store", "in_blocks", "lane_reduce", "thread_share", "threads_loop",
+def lane_halves(op: "str | Callable[[L.Expr, L.Expr], L.Expr]", partial: L.Buffer, lane: str,
+                lead: tuple[L.Expr, ...] = ()) -> tuple[L.Stmt, L.Expr]:
+    """The statements that halve the lanes of `partial` (a local vector of partial results; with
+    `lead`, the vector partial[lead]) with `op` down to 4, and the scalar expression that combines
+    those 4: `lane_reduce`'s last step, for loops that accumulate their partial results themselves."""
+    v, c, width = L.Var, L.const, partial.shape[-1]
+    combine = _combiner(op)
+
+    def part(i: L.Expr) -> L.Expr:
+        return L.Load(partial.name, lead + (i,), partial.dtype)
+
+    halves = [width >> k for k in range(1, width.bit_length()) if width >> k >= 4]
+    stmts = L.seq(*(L.For(lane, c(0), c(half), L.Store(partial.name, lead + (v(lane),), combine(
+        part(v(lane)), part(L.add(v(lane), c(half))))), "vectorized") for half in halves))
+    return stmts, combine(combine(part(c(0)), part(c(1))), combine(part(c(2)), part(c(3))))
+
+
+def _combiner(op: "str | Callable[[L.Expr, L.Expr], L.Expr]") -> "Callable[[L.Expr, L.Expr], L.Expr]":
+    return op if callable(op) else (lambda a, b: L.Bin(op, a, b))
+
+
+__all__ = ["Range", "decompose", "exp_nonpositive", "guarded_store", "in_blocks", "lane_halves", "lane_reduce", "larger", "thread_share", "threads_loop",
            "transposing_tiles"]

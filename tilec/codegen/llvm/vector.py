@@ -33,6 +33,17 @@ _SAFE_CALLS = {"exp", "log", "sqrt", "sin", "cos", "floor", "ceil", "tanh", "pow
 _SAFE_BIN = {"add", "sub", "mul", "div", "min", "max", "and", "or", "xor", "shl", "shr"}
 
 
+def _exp_ceiling(e: L.Call) -> float | None:
+    """c where `e` is exp(min(x, c)) in float32 with a constant c (vector_math.exp_f32's ceiling), else None."""
+    if e.func != "exp" or computed_dtype(e.dtype) != "float32" or not isinstance(e.args[0], L.Bin):
+        return None
+    arg = e.args[0]
+    if arg.op != "min" or not isinstance(arg.b, L.Const) or computed_dtype(arg.a.dtype) != "float32":
+        return None
+    value = float(arg.b.value)
+    return value if math.isfinite(value) else None
+
+
 def _pair(first: L.Expr, second: L.Expr, buffers: dict[str, L.Buffer]) -> bool:
     """Whether two loads read adjacent bfloat16 cells of one buffer: the second's index one more in
     one dimension, every dimension after it of size 1."""
@@ -307,6 +318,10 @@ class VectorLoop:
         if isinstance(e, L.Call) and e.func == L.DOT2_BF16:
             return self.dot2(e)
         if isinstance(e, L.Call):
+            ceiling = _exp_ceiling(e)
+            if ceiling is not None:  # e^min(x, c): the clamp is the exponential's own (softmax's e^(s - max))
+                assert isinstance(e.args[0], L.Bin)
+                return vector_math.exp_f32(self.b, self.em.module, self.vector(e.args[0].a), ceiling)
             args = [self.vector(a) for a in e.args]
             if e.func in ("max", "min"):
                 return self.em.float_bin(e.func, args[0], args[1], ())

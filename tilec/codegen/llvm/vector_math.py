@@ -18,47 +18,61 @@ _ERF_TAIL = (0.28262213428321226, 0.2741356192705947, 0.29763179332491946, -2.32
              0.4360836851755207, -0.3852051177469496, 0.09464298712239096)
 
 
-def exp_f32(b: ir.IRBuilder, module: ir.Module, x: ir.Value) -> ir.Value:
+_MAGIC = 12582912.0  # 1.5 x 2^23: adding it rounds a float below 2^22 to an integer, read in the low bits
+_LOWEST = -87.33654022216797  # e^x below it is under FLT_MIN: 0 (no subnormal results, which stall some cores)
+_HIGHEST = 89.0  # e^x overflows to inf past 88.72; up to here 2^n stays within two normal factors
+
+
+def exp_f32(b: ir.IRBuilder, module: ir.Module, x: ir.Value, ceiling: float | None = None) -> ir.Value:
     """e^x on a float32 vector without libm (LLVM would call expf once per lane): the
     Cephes recipe, x = n ln2 + r with |r| <= ln2 / 2, a degree-6 polynomial for e^r (its steps
     fused multiply-adds where the target has FMA: softmax's exponentials took as many
     instructions as attention's two products' loads), and 2^n built in the exponent bits. About
-    1 ulp; inputs below -87.3 give 0, above 88.7 inf."""
+    1 ulp; inputs below -87.3 give 0, above 88.7 inf, NaN NaN. With a `ceiling`, e^min(x, ceiling)
+    (softmax's e^(s - max) has ceiling 0): 2^n is then one factor where the ceiling allows.
+
+    Every step keeps a NaN lane NaN, so no select puts it back: the clamps are selects whose
+    comparison fails for NaN (an x86 min or max with x second), and n's integer comes from the
+    bits of n + 1.5 x 2^23 (defined for any input, where a float-to-integer conversion of NaN is
+    poison in LLVM)."""
     lanes = x.type.count
     vt = x.type
+    i32v = ir.VectorType(ir.IntType(32), lanes)
 
     def c(value: float) -> ir.Constant:
         return ir.Constant(vt, [value] * lanes)
 
-    nan = b.fcmp_unordered("uno", x, x)
-    over = b.fcmp_ordered(">", x, c(88.72283935546875))
-    under = b.fcmp_ordered("<", x, c(-87.33654022216797))
-    # the clamp as min and max (one instruction each; NaN lanes are replaced at the end)
-    clamped = b.call(declare_intrinsic(module, "llvm.maxnum", vt, 2), [
-        b.call(declare_intrinsic(module, "llvm.minnum", vt, 2), [x, c(88.72283935546875)]), c(-87.33654022216797)])
+    def ints(value: int) -> ir.Constant:
+        return ir.Constant(i32v, [value] * lanes)
+
+    highest = _HIGHEST if ceiling is None else min(ceiling, _HIGHEST)
+    under = b.fcmp_ordered("<", x, c(_LOWEST))
+    clamped = b.select(under, c(_LOWEST), x)
+    clamped = b.select(b.fcmp_ordered(">", clamped, c(highest)), c(highest), clamped)
     fmuladd = declare_intrinsic(module, "llvm.fmuladd", vt, 3)  # one FMA where the target has them
 
     def mul_add(u: ir.Value, v: ir.Value, w: ir.Value) -> ir.Value:
         return b.call(fmuladd, [u, v, w])
 
-    rint = declare_intrinsic(module, "llvm.rint", vt, 1)
-    n = b.call(rint, [b.fmul(clamped, c(1.4426950408889634))])
+    rounded = mul_add(clamped, c(1.4426950408889634), c(_MAGIC))  # n + 1.5 x 2^23, n = nearest x / ln2
+    n = b.fsub(rounded, c(_MAGIC))
     r = mul_add(n, c(2.12194440e-4), mul_add(n, c(-0.693359375), clamped))  # x - n ln2, ln2 in two parts
     p = c(1.9875691500e-4)
     for coeff in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
         p = mul_add(p, r, c(coeff))
     y = b.fadd(mul_add(b.fmul(p, r), r, r), c(1.0))
-    i32v = ir.VectorType(ir.IntType(32), lanes)
+    magic_bits = 0x4B400000  # _MAGIC's bits: n's integer is the difference
 
-    def power_of_two(k: ir.Value) -> ir.Value:  # 2^k for -126 <= k <= 127, in the exponent bits
-        biased = b.add(k, ir.Constant(i32v, [127] * lanes))
-        return b.bitcast(b.shl(biased, ir.Constant(i32v, [23] * lanes)), vt)
+    def power_of_two(biased_k: ir.Value) -> ir.Value:  # 2^k for -126 <= k <= 127, from k + 127
+        return b.bitcast(b.shl(biased_k, ints(23)), vt)
 
-    k = b.fptosi(n, i32v)  # in [-126, 128]: 2^k as two factors keeps both representable
-    half = b.ashr(k, ir.Constant(i32v, [1] * lanes))
-    result = b.fmul(b.fmul(y, power_of_two(half)), power_of_two(b.sub(k, half)))
-    result = b.select(over, c(float("inf")), b.select(under, c(0.0), result))
-    return b.select(nan, x, result)
+    if highest * 1.4426950408889634 <= 127.0:  # n <= 127: 2^n is one normal factor
+        result = b.fmul(y, power_of_two(b.add(b.bitcast(rounded, i32v), ints(127 - magic_bits))))
+    else:  # n up to 128: 2^n as two factors keeps both representable
+        k = b.sub(b.bitcast(rounded, i32v), ints(magic_bits))
+        half = b.ashr(k, ints(1))
+        result = b.fmul(b.fmul(y, power_of_two(b.add(half, ints(127)))), power_of_two(b.add(b.sub(k, half), ints(127))))
+    return b.select(under, c(0.0), result)
 
 
 def erf_f32(b: ir.IRBuilder, module: ir.Module, x: ir.Value) -> ir.Value:

@@ -33,11 +33,12 @@ blocks).
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundAccess, BoundProgram
 from tilec.ir.lower import LoweredGroup
-from tilec.schedule.nest import decompose, lane_reduce, thread_share, threads_loop
+from tilec.schedule.nest import decompose, exp_nonpositive, lane_reduce, larger, thread_share, threads_loop
 from tilec.schedule.patterns.attention import AttentionPlan
 from tilec.target import Target, has_tiles
 
@@ -125,17 +126,17 @@ def build(plan: AttentionPlan, bp: BoundProgram, target: Target) -> LoweredGroup
     mask = rows(lanes(j, BLOCK, L.Store(s_blk.name, (v(ii), v(j)), L.Select(
         valid, L.Bin("mul", ld(s_blk, v(ii), v(j)), L.Const(plan.scale, f32)), neg_inf))))
 
-    def row_reduce(op: str, start: L.Expr, into: L.Buffer) -> L.Stmt:
+    def row_reduce(op: "str | Callable[[L.Expr, L.Expr], L.Expr]", start: L.Expr, into: L.Buffer) -> L.Stmt:
         """into[ii] = op(start, S[ii, :]) for every row, LANES lanes at a time (nest.lane_reduce)."""
         stmts, last4 = lane_reduce(op, start, lambda key_: ld(s_blk, v(ii), key_), partial, lane, jc, BLOCK // LANES,
                                    "unrolled")
         return rows(L.seq(stmts, L.Store(into.name, (v(ii),), last4)))
 
-    new_maxima = row_reduce("max", ld(run_max, v(ii)), new_max)
-    rescale = L.seq(lanes(ii, BLOCK, L.Store(alpha.name, (v(ii),), L.Call(
-        "exp", (L.Bin("sub", ld(run_max, v(ii)), ld(new_max, v(ii))),), f32))),
+    new_maxima = row_reduce(larger, ld(run_max, v(ii)), new_max)  # (NaN-blind: a NaN score's probability is NaN)
+    rescale = L.seq(lanes(ii, BLOCK, L.Store(alpha.name, (v(ii),), exp_nonpositive(
+        L.Bin("sub", ld(run_max, v(ii)), ld(new_max, v(ii)))))),
         lanes(ii, BLOCK, L.Store(run_max.name, (v(ii),), ld(new_max, v(ii)))))
-    prob = L.Call("exp", (L.Bin("sub", ld(s_blk, v(ii), v(j)), ld(new_max, v(ii))),), f32)
+    prob = exp_nonpositive(L.Bin("sub", ld(s_blk, v(ii), v(j)), ld(new_max, v(ii))))
     probabilities = rows(L.seq(lanes(j, BLOCK, L.Store(s_blk.name, (v(ii), v(j)), prob)),
                                lanes(j, BLOCK, L.Store(pa.name, (v(x), L.Bin("mod", v(kb), c(2)), zero, v(ii), v(j)), L.cast(bf16, ld(s_blk, v(ii), v(j)))))))
     sums = L.seq(row_reduce("add", L.Const(0.0, f32), block_sum),

@@ -20,6 +20,7 @@ from tilec.ir.dtypes import accumulator_dtype
 from tilec.schedule.cpu.attention import LANES, odd_lines_row
 from tilec.schedule.cpu.attention_backward.knobs import AttentionBackwardKnobs
 from tilec.schedule.cpu.attention_backward.micro import Builder, Out, lanes_loop
+from tilec.schedule.nest import exp_nonpositive
 from tilec.schedule.patterns.attention_backward import BackwardPlan
 
 def _ld(buf: L.Buffer, *idx: L.Expr) -> L.Expr:
@@ -29,6 +30,12 @@ def _ld(buf: L.Buffer, *idx: L.Expr) -> L.Expr:
 def _st(buf: L.Buffer, idx: tuple[L.Expr, ...], value: L.Expr) -> L.Stmt:
     return L.Store(buf.name, idx, value)
 
+
+
+def exp_shifted(x: L.Expr, given: bool) -> L.Expr:
+    """e^(score - shift): a plan's given shift may lie below the scores (any shift is a legal saved
+    form), the rows' maxima never do (tilec.schedule.nest.exp_nonpositive)."""
+    return L.Call("exp", (x,), x.dtype) if given else exp_nonpositive(x)
 
 class Kernel:
     """The kernel's pieces for one batch-and-head `bh` (its index tuple `bidx`) whose workspaces
@@ -164,13 +171,13 @@ class Kernel:
         valid = self.valid(L.add(q0, v(i)), L.add(k0, v(j)), False)
         maxima = None if given else L.seq(lanes_loop(i, bq, _st(m_new, vi, _ld(m_run, v(i)))), over_tile(_st(m_new, vi, L.Bin(
             "max", _ld(m_new, v(i)), L.Select(valid, L.Bin("mul", s_ji, scale), L.Const(-math.inf, f32))))))
-        alpha = L.Call("exp", (L.Bin("sub", _ld(m_run, v(i)), _ld(m_new, v(i))),), f32)
+        alpha = exp_nonpositive(L.Bin("sub", _ld(m_run, v(i)), _ld(m_new, v(i))))
         rescale = None if given else lanes_loop(i, bq, L.seq(
             _st(l_run, vi, L.Bin("mul", _ld(l_run, v(i)), alpha)),
             _st(d_run, vi, L.Bin("mul", _ld(d_run, v(i)), alpha)) if self.need_dp else None,
             _st(m_run, vi, _ld(m_new, v(i)))))
-        p = L.Select(valid, L.Call("exp", (L.Bin("sub", L.Bin("mul", s_ji, scale), _ld(m_run if given else m_new, v(i))),),
-                                    f32), zero)
+        p = L.Select(valid, exp_shifted(L.Bin("sub", L.Bin("mul", s_ji, scale), _ld(m_run if given else m_new, v(i))),
+                                        given), zero)
         sums = over_tile(L.seq(
             _st(st, (v(j), v(i)), p),
             _st(l_run, vi, L.Bin("add", _ld(l_run, v(i)), s_ji)),
@@ -218,8 +225,8 @@ class Kernel:
         clear = L.seq(*(L.For(a, c(0), c(bk), lanes_loop(b, buf.shape[1], _st(buf, (v(a), v(b)), zero)))
                         for buf, _ in accs))
         at = (slot, L.add(q0, v(i)))
-        p = L.Select(self.valid(L.add(q0, v(i)), L.add(k0, v(j)), True), L.Call("exp", (L.Bin(
-            "sub", L.Bin("mul", s_ji, scale), L.Load(self.lse.name, at, f32)),), f32), zero)
+        p = L.Select(self.valid(L.add(q0, v(i)), L.add(k0, v(j)), True), exp_nonpositive(L.Bin(
+            "sub", L.Bin("mul", s_ji, scale), L.Load(self.lse.name, at, f32))), zero)
         ds = L.Bin("mul", L.Bin("mul", s_ji, L.Bin("sub", dp_ji, L.Load(self.delta.name, at, f32))), scale)
         probs = L.For(j, c(0), c(bk), lanes_loop(i, bq, L.seq(
             _st(st, (v(j), v(i)), p), _st(dpt, (v(j), v(i)), ds) if self.need_dp else None)))
@@ -274,7 +281,7 @@ class Kernel:
             maxima = L.seq(lanes_loop(i, bq, _st(m, vi, L.Const(-math.inf, f))), L.For(j, c(0), keys, lanes_loop(
                 i, bq, _st(m, vi, L.Bin("max", _ld(m, v(i)), L.Select(valid, L.Bin("mul", s_ji, scale),
                                                                        L.Const(-math.inf, f)))))))
-        p = L.Select(valid, L.Call("exp", (L.Bin("sub", L.Bin("mul", s_ji, scale), _ld(m, v(i))),), f), zero)
+        p = L.Select(valid, exp_shifted(L.Bin("sub", L.Bin("mul", s_ji, scale), _ld(m, v(i))), given), zero)
         sums = L.seq(lanes_loop(i, bq, L.seq(_st(l_sum, vi, zero), _st(d_sum, vi, zero))), L.For(j, c(0), keys, lanes_loop(
             i, bq, L.seq(L.Store(ps.name, cell, p), _st(l_sum, vi, L.Bin("add", _ld(l_sum, v(i)), s_ji)),
                          _st(d_sum, vi, L.Bin("add", _ld(d_sum, v(i)), L.Bin("mul", s_ji, dp_ji)))
