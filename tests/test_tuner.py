@@ -333,7 +333,11 @@ def test_parallel_builds_catch_builder_faults_and_feed_the_measurer() -> None:
     with LocalMeasurer(MeasureOptions(timeout_s=4.0, repeats=2, min_repeat_s=0.001, build_workers=2)) as m:
         results = m.measure(t, configs)
         again = m.measure(t, configs[3:])  # the pool replaced its dead and killed workers
-        # the pool's object code is where the measurer looks: building here is a disk-cache hit
+        # the pool's object code is where the measurer looks: building here is a disk-cache hit (with
+        # this process's own kernels forgotten: an earlier test may have loaded the same one)
+        from tilec.runtime.kernels import kernels
+
+        kernels.clear()
         before, old = pipeline.stats.disk_hits, (options.cache_dir, options.disk_cache)
         options.cache_dir, options.disk_cache = m.cache_dir, True
         try:

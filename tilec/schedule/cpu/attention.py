@@ -7,7 +7,11 @@ turn while its tiles are in cache; a register-blocked micro-GEMM gives the score
 softmax keeps a running max m and sum l per row (rescaling the accumulator by
 exp(m_old - m_new)), a second micro-GEMM accumulates P V a register block of output columns at a
 time (`register_chunk`: the block stays in registers across the keys instead of a load and a
-store per FMA; rescaling is folded into it). Causal attention stops at the
+store per FMA; rescaling is folded into it). Each score register block is scaled on its way to
+memory and the rows' running maxima are taken from it there (NaN-blind, `nest.larger`: a NaN score
+makes its own probability NaN); only key blocks across the causal diagonal or past T are masked
+(the block is built twice, with and without the mask); the probabilities are e^(s - max) as
+`nest.exp_nonpositive` and are summed as they are stored. Causal attention stops at the
 diagonal block (masked blocks are never visited). K is transposed once per batch so the
 score micro-GEMM reads it with vector loads. bfloat16 inputs on a CPU with AMX-BF16 take the
 template's tile variant instead (tilec.schedule.cpu.attention_tiles: both products on tiles).
