@@ -57,7 +57,7 @@ def test_tile_dot_matches_numpy_on_the_tiles_and_as_loops(block, steps, used, fr
     b_rows = b.astype(np.float32).transpose(0, 2, 1).reshape(32 * steps, n)[:32 * used]
     want = (0 if fresh else acc0) + a_rows @ b_rows
     func = tile_dot_func(m, n, steps, L.const(16 * used), L.const(bool(fresh), "bool"))
-    for f in (func, lower_tiles(func)):
+    for f in (func, lower_tiles(func)) if has_tiles(host_cpu()) else (func,):  # (lowered to the loops anyway)
         acc = acc0.copy()
         run(f, a, b, acc)
         np.testing.assert_allclose(acc, want, rtol=1e-5, atol=1e-4)

@@ -79,6 +79,7 @@ def test_gpt2_learns_with_the_kernels_own_dropout_masks():
     assert models.tail_mean(losses) < 0.5 * losses[0], losses
 
 
+@pytest.mark.slow  # (82 s of CI's 2-core budget on Zen 3: it runs with the nightly checks)
 def test_resnet18_in_float64_trains_as_eager_does():
     """Every kernel of the step in float64 (forward, backward; the SGD update stays torch's): the
     losses of 25 steps follow eager's to 1e-6, and tilec's kernels run at least 90% of the ATen calls."""
