@@ -190,7 +190,15 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
       micro-tiles then touch a page every product or two; measured on Zen 3, 2 cores, C[M, 256] =
       +(A[k, i] * B[k, j]), K = 512, direct vs packed: M = 1024 3.60 vs 2.68 ms, 1000 2.72-2.98 vs
       2.53-2.81, 512 1.51-1.92 vs 1.39-1.69; 1024^3 33.0 vs 19.4; M = 256 0.83 vs 0.87, mixed); or
-    * the column panels are few (each packed A element would serve too few of them);
+    * the column panels are few (each packed A element would serve too few of them); or
+    * the rows are few against B (`shares_panels`): the direct variant's threads then share B's
+      column panels, each reading its share of B, where the packed variant's share the row tiles
+      and each reads all of B (a convolution on a small map: 32 rows of A against 2.4 MB of
+      weights). Measured on Zen 3 (AVX2, whose 3-vector panels make the panels many; both cores,
+      3x3 convolutions, 30 interleaved rounds), packed vs direct: 256->256 on 2x2 maps, 8 images,
+      0.63 vs 0.44 ms; 512->512 on 2x2, 8 images, 4.68 vs 2.49 (torch 4.08); 512->512 on 4x4, 2
+      images, 4.69 vs 2.50 (torch 3.25); stride 2, 8 images, 256->512 from 4x4 1.50 vs 0.95; a
+      GEMM of 32 rows, K = 4608, N = 512, 2.11 vs 1.77;
 
     and the direct variant would not give up the bfloat16 pair dot product the packed one has
     (`pairs_lost`), nor convert a 16-bit A at every use where the column panels are many
@@ -213,13 +221,28 @@ def packed_or_direct(plan: GemmPlan, ctx: Context, dtype: str, pads: Pads | None
     b_panel = plan.k * knobs.nr * itemsize(dtype)
     near_steps = a_step_bytes(plan, ctx, pads) < PAGE_BYTES // 2
     if (no_copy and near_steps and 2 * b_panel <= ctx.target.host.l2_bytes) or panels <= ctx.params.direct_max_panels \
-            or direct_pairs(plan, ctx, knobs, pads):
+            or shares_panels(plan, ctx, knobs, panels) or direct_pairs(plan, ctx, knobs, pads):
         knobs = replace(knobs, pack_a=False)
         if aliased_a_steps(plan, ctx, pads, knobs):
             knobs = replace(default_knobs(plan, dtype, ctx.target, per_line=True), pack_a=False)
         else:
             knobs = panels_shared(plan, ctx, dtype, knobs)
     return knobs
+
+
+def shares_panels(plan: GemmPlan, ctx: Context, knobs: GemmKnobs, panels: int) -> bool:
+    """Whether the rows are so few that the packed variant (`knobs`) gives each thread at most one
+    row block, for which each would read all of B, and the direct variant's threads would share
+    B's `panels` column panels instead (the rows are theirs to share, with no outer loop for them,
+    and direct.by_panels finds that each thread then reads fewer bytes). A is then at most one
+    packed block per thread (a quarter of L2 per reduction block), so the direct variant's passes
+    over it, one per column panel, stay in cache. Where the rows are more, the direct variant was
+    1.08-1.15x faster too on Zen 3 (GEMMs of 64-512 rows, K = 4096, N = 1024; a stride-2 3x3
+    convolution of 392 rows), but its passes over A then reach L3, which no other CPU has been
+    measured with."""
+    threads = knobs.threads or ctx.target.cores
+    return plan.batch < threads and plan.m <= threads * knobs.mc and \
+        by_panels(plan, panels, threads, ctx.bp.shapes[plan.a.tensor])
 
 
 def panels_shared(plan: GemmPlan, ctx: Context, dtype: str, knobs: GemmKnobs) -> GemmKnobs:
