@@ -3,6 +3,8 @@ and that the fused nest is the one chosen."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -219,10 +221,12 @@ def test_no_fusion_for_non_row_local_reads() -> None:
                     2.0, -2.0]),
     ("tanh", "tanh", [0.0, -0.0, 1e-30, 1e-8, -1e-8, np.inf, -np.inf, 0.625, 0.62499994, 0.6250001, -0.625, 9.0,
                       44.0, 45.0, 88.0, 1e30, -1e30, 3.4e38]),
+    ("sigmoid", "sigmoid", [0.0, -0.0, 1e-30, 1e-8, -1e-8, np.inf, -np.inf, 17.0, 20.0, 1e30, -20.0, -80.0, -87.0,
+                            -88.0, 88.0]),
 ])
 def test_vector_math_float32_within_3_ulp(func: str, reference: str, special: list[float]) -> None:
-    """The fused nest's vectorized loop computes exp, erf and tanh without libm (tilec/codegen/llvm/vector_math.py)."""
-    import math
+    """The fused nest's vectorized loop computes exp, erf, tanh and sigmoid without libm
+    (tilec/codegen/llvm/vector_math.py)."""
 
     src = f"function (X[N, K]) -> (O) {{ T = X * 1.0; O = {func}(T); }}"
     wide = np.linspace(-87.3, 88.7, 40000) if func == "exp" else np.linspace(-6, 6, 40000)  # exp: 0 / inf beyond
@@ -231,7 +235,8 @@ def test_vector_math_float32_within_3_ulp(func: str, reference: str, special: li
     _, func_ir = _lowered(src, {"X": x.shape})
     assert any(isinstance(s, L.For) and s.kind == "vectorized" for s in walk(func_ir.body))
     got = tilec.compile(src)(x).ravel().astype(np.float64)
-    want = np.array([getattr(math, reference)(float(v)) for v in x.ravel()])
+    exact = {"sigmoid": lambda v: 1 / (1 + math.exp(-v)) if v > -700 else 0.0}.get(reference) or getattr(math, reference)
+    want = np.array([exact(float(v)) for v in x.ravel()])
     ulps = np.abs(got - want) / np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
     assert ulps.max() <= 3, (ulps.max(), x.ravel()[ulps.argmax()])
     assert (np.signbit(got) == np.signbit(want)).all()  # -0.0 stays -0.0
@@ -280,3 +285,23 @@ def test_bias_gradient_is_a_column_sweep() -> None:
     assert column_reduce.match(bind(parse(not_column), {"G": (3, 4)}, {"G": "float32"}).statements[0]) is None
     total = "function (G[M, N]) -> (S) { S[] = +(G[m, n]); }"  # a scalar output: not this template either
     assert column_reduce.match(bind(parse(total), {"G": (3, 4)}, {"G": "float32"}).statements[0]) is None
+
+
+@pytest.mark.parametrize("n", [5, 16, 17, 1000, 40_003])
+@pytest.mark.parametrize("expr, reference", [
+    ("X * 0.5 * (1 + erf(X * 0.7071067811865476))", lambda x: x * 0.5 * (1 + np.vectorize(math.erf)(x * 0.7071067811865476))),
+    ("X * sigmoid(X)", lambda x: x / (1 + np.exp(-x))),
+    ("relu(X) + 2.0 * X", lambda x: np.maximum(x, 0) + 2 * x),
+])
+def test_an_elementwise_line_runs_in_vectors_and_a_scalar_tail(n: int, expr: str, reference) -> None:
+    """A one-axis elementwise statement (the ops' activations on non-contiguous tensors run flattened)
+    is cut into vectors (`parallel_outer`; in parallel where it is big enough) and a scalar tail,
+    rather than left a scalar loop of libm calls (GELU of 1.5M floats on Zen 3: 12.2 ms -> 2.0);
+    fewer than two vectors keep the plain loop. Every length matches numpy."""
+    src = f"function (X[N]) -> (O) {{ O = {expr}; }}"
+    _, func_ir = _lowered(src, {"X": (n,)})
+    vectorized = any(isinstance(s, L.For) and s.kind == "vectorized" for s in walk(func_ir.body))
+    lanes = resolve_target("llvm").host.vector_bits // 32
+    assert vectorized == (n >= 2 * lanes), tilec.explain(src, {"X": (n,)}, stage="loop")
+    x = RNG.standard_normal(n).astype(np.float32) * 3
+    np.testing.assert_allclose(tilec.compile(src)(x), reference(x.astype(np.float64)), rtol=2e-6, atol=1e-6)

@@ -156,7 +156,8 @@ def vectorizable(loop: L.For, buffers: dict[str, L.Buffer]) -> bool:
             return False
         if isinstance(e, L.Call) and e.func == L.DOT2_BF16:
             return all(expr_ok(c, masked) for c in children(e))
-        if isinstance(e, L.Call) and ((e.func not in _SAFE_CALLS and (e.func, computed_dtype(e.dtype)) != ("erf", "float32"))
+        if isinstance(e, L.Call) and ((e.func not in _SAFE_CALLS and not (e.func in vector_math.FLOAT32
+                                                                           and computed_dtype(e.dtype) == "float32"))
                                       or not is_float(e.dtype)):
             return False
         if isinstance(e, L.Load):  # its indices are computed per lane in scalar code (once where affine): any will do

@@ -1,8 +1,8 @@
 """Math functions on float32 vectors without libm (LLVM would call expf, erff or tanhf once per lane).
 
-Requires: llvmlite.ir values of type <N x float>. Guarantees: `exp_f32`, `erf_f32` and `tanh_f32`
-return a vector of the same type, to about 1, 2 and 2 ulp (their docstrings say how); FLOAT32
-maps the loop IR's call names onto them.
+Requires: llvmlite.ir values of type <N x float>. Guarantees: `exp_f32`, `erf_f32`, `tanh_f32` and
+`sigmoid_f32` return a vector of the same type, to about 1, 2, 2 and 2 ulp (their docstrings say
+how); FLOAT32 maps the loop IR's call names onto them.
 """
 
 from __future__ import annotations
@@ -87,10 +87,12 @@ def erf_f32(b: ir.IRBuilder, module: ir.Module, x: ir.Value) -> ir.Value:
     def c(value: float) -> ir.Constant:
         return ir.Constant(vt, [value] * lanes)
 
+    fmuladd = declare_intrinsic(module, "llvm.fmuladd", vt, 3)  # one FMA per step where the target has them
+
     def horner(coeffs: tuple[float, ...], v: ir.Value) -> ir.Value:
         acc = c(coeffs[-1])
         for coeff in reversed(coeffs[:-1]):
-            acc = b.fadd(b.fmul(acc, v), c(coeff))
+            acc = b.call(fmuladd, [acc, v, c(coeff)])
         return acc
 
     x2 = b.fmul(x, x)
@@ -120,9 +122,10 @@ def tanh_f32(b: ir.IRBuilder, module: ir.Module, x: ir.Value) -> ir.Value:
         return ir.Constant(vt, [value] * lanes)
 
     x2 = b.fmul(x, x)
+    fmuladd = declare_intrinsic(module, "llvm.fmuladd", vt, 3)
     p = c(_TANH_SMALL[-1])
     for coeff in reversed(_TANH_SMALL[:-1]):
-        p = b.fadd(b.fmul(p, x2), c(coeff))
+        p = b.call(fmuladd, [p, x2, c(coeff)])
     small = b.fmul(x, b.fadd(c(1.0), b.fmul(x2, p)))  # x (1 + x^2 P): -0.0 stays -0.0
     magnitude = b.call(declare_intrinsic(module, "llvm.fabs", vt, 1), [x])
     e = exp_f32(b, module, b.fmul(magnitude, c(2.0)))
@@ -131,6 +134,14 @@ def tanh_f32(b: ir.IRBuilder, module: ir.Module, x: ir.Value) -> ir.Value:
     return b.select(b.fcmp_unordered("<", magnitude, c(0.625)), small, large)
 
 
-FLOAT32 = {"exp": exp_f32, "erf": erf_f32, "tanh": tanh_f32}  # the loop IR's call names
+def sigmoid_f32(b: ir.IRBuilder, module: ir.Module, x: ir.Value) -> ir.Value:
+    """1 / (1 + e^-x) on a float32 vector with `exp_f32` (a vector llvm.exp is a call to expf per
+    lane: SiLU, LLaMA's activation, ran 3.3x slower than torch's on Zen 3). About 2 ulp; 0 below
+    x = -88.7 (e^-x is inf there; the true values are subnormal), 1 above 17, NaN NaN."""
+    one = ir.Constant(x.type, [1.0] * x.type.count)
+    return b.fdiv(one, b.fadd(one, exp_f32(b, module, b.fneg(x))))
 
-__all__ = ["FLOAT32", "erf_f32", "exp_f32", "tanh_f32"]
+
+FLOAT32 = {"exp": exp_f32, "erf": erf_f32, "tanh": tanh_f32, "sigmoid": sigmoid_f32}  # the loop IR's call names
+
+__all__ = ["FLOAT32", "erf_f32", "exp_f32", "sigmoid_f32", "tanh_f32"]

@@ -4,6 +4,13 @@ Requires: a statement. Guarantees: the default lowering's nests, each top-level 
 parallel legality check (tilec.ir.legality.check_parallel) proves writes disjoint elements made
 parallel when it has an iteration per core; the heuristic takes it for statements with at least
 the lowering parameter `parallel_min_cells` iterations, on two cores or more.
+
+An elementwise statement over one axis (a line: the torch ops' activations run on their tensors
+flattened) has its loop cut into vectors as well, `for parallel i.o: for vectorized i.i` and a
+scalar tail (the rowwise template vectorises the last axis of two or more; a plain scalar loop
+leaves LLVM a call to libm's expf or erff per element). The heuristic takes it for any line of at
+least two vectors, in parallel where it is big enough. Measured on Zen 3 (AVX2, both cores), GELU
+of 1,572,864 floats: 1.83 ms scalar, torch 1.06.
 """
 
 from __future__ import annotations
@@ -13,10 +20,12 @@ from dataclasses import replace
 
 from tilec.errors import ScheduleError
 from tilec.ir import loop as L
-from tilec.ir.bounds import BoundContraction, BoundStatement
+from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundStatement
 from tilec.ir.legality import check_parallel
 from tilec.ir.lower import LoweredGroup, lower_statement
+from tilec.ir.rewrite import loops_in, substitute
 from tilec.schedule.templates.base import Choice, Context, Template
+from tilec.target import Target
 
 
 class ParallelOuter(Template):
@@ -36,11 +45,22 @@ class ParallelOuter(Template):
     def profitable(self, work: int, ctx: Context) -> bool:
         return ctx.target.cores >= 2 and work >= ctx.params.parallel_min_cells
 
+    def heuristic(self, index: int, ctx: Context) -> Choice | None:
+        b = ctx.bp.statements[index]
+        if _line(b) and _work(b) >= 2 * _lanes(b.dtype, ctx.target):  # vectors pay on one core too
+            return self.chosen(index, _work(b), None)
+        return super().heuristic(index, ctx)
+
     def build(self, choice: Choice, ctx: Context) -> LoweredGroup:
         workspaces: list[L.Buffer] = []
-        stmt = lower_statement(ctx.bp.statements[choice.index], ctx.bp, workspaces, wide_sums=not ctx.target.is_gpu)
+        b = ctx.bp.statements[choice.index]
+        stmt = lower_statement(b, ctx.bp, workspaces, wide_sums=not ctx.target.is_gpu)
         nests = stmt.stmts if isinstance(stmt, L.Seq) else (stmt,)
-        changed = [_parallel_outer(nest, ctx.target.cores) for nest in nests]
+        parallel = self.profitable(_work(b), ctx)
+        if _line(b) and len(nests) == 1:
+            changed = [_vector_line(nests[0], _lanes(b.dtype, ctx.target), ctx.target.cores if parallel else 1)]
+        else:
+            changed = [_parallel_outer(nest, ctx.target.cores) for nest in nests]
         return LoweredGroup(L.seq(*changed), tuple(workspaces))
 
 
@@ -48,6 +68,38 @@ def _work(b: BoundStatement) -> int:
     if not isinstance(b, BoundContraction):  # elementwise, intrinsic: one iteration per output cell
         return math.prod(b.shape)
     return math.prod(hi - lo + 1 for _, lo, hi in b.ranges)
+
+
+def _line(b: BoundStatement) -> bool:
+    """An elementwise statement over one axis."""
+    return isinstance(b, BoundElementwise) and len(b.shape) == 1
+
+
+def _lanes(dtype: str, target: Target) -> int:
+    """Elements per vector (the rowwise template's rule: 32-bit lanes but for 64-bit types)."""
+    return max(2, target.vector_bits // (64 if dtype in ("float64", "int64") else 32))
+
+
+def _vector_line(nest: L.Stmt, lanes: int, cores: int) -> L.Stmt:
+    """A line's loop `for i in [0, n)` as `for i.o: for vectorized i.i in [0, lanes)` (parallel on
+    `cores` > 1 where it has an iteration per core) and the scalar tail `for i in [n - n % lanes, n)`;
+    unchanged where the legality check cannot prove its iterations independent (a vector of them
+    runs at once, as parallel ones may) or it is not such a loop."""
+    if not isinstance(nest, L.For) or not isinstance(nest.begin, L.Const) or not isinstance(nest.end, L.Const) \
+            or nest.begin.value != 0 or loops_in(nest.body):
+        return nest
+    try:
+        check_parallel(nest)
+    except ScheduleError:
+        return nest
+    n, var = nest.end.value, nest.var
+    outer, inner = f"{var}.o", f"{var}.i"
+    blocks = n // lanes
+    body = substitute(nest.body, {var: L.add(L.mul(L.Var(outer), L.const(lanes)), L.Var(inner))})
+    kind = "parallel" if cores > 1 and blocks >= cores else "serial"
+    main = L.For(outer, L.const(0), L.const(blocks), L.For(inner, L.const(0), L.const(lanes), body, "vectorized"), kind)
+    tail = [replace(nest, begin=L.const(blocks * lanes))] if n % lanes else []
+    return L.seq(main, *tail) if blocks else nest
 
 
 def _parallel_outer(nest: L.Stmt, cores: int) -> L.Stmt:
