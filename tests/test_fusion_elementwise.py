@@ -227,7 +227,6 @@ def test_no_fusion_for_non_row_local_reads() -> None:
 def test_vector_math_float32_within_3_ulp(func: str, reference: str, special: list[float]) -> None:
     """The fused nest's vectorized loop computes exp, erf, tanh and sigmoid without libm
     (tilec/codegen/llvm/vector_math.py)."""
-
     src = f"function (X[N, K]) -> (O) {{ T = X * 1.0; O = {func}(T); }}"
     wide = np.linspace(-87.3, 88.7, 40000) if func == "exp" else np.linspace(-6, 6, 40000)  # exp: 0 / inf beyond
     x = np.concatenate([wide, np.geomspace(1e-6, 20, 4000), special]).astype(np.float32)
