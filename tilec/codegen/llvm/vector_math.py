@@ -136,7 +136,7 @@ def tanh_f32(b: ir.IRBuilder, module: ir.Module, x: ir.Value) -> ir.Value:
 
 def sigmoid_f32(b: ir.IRBuilder, module: ir.Module, x: ir.Value) -> ir.Value:
     """1 / (1 + e^-x) on a float32 vector with `exp_f32` (a vector llvm.exp is a call to expf per
-    lane: SiLU, LLaMA's activation, ran 3.3x slower than torch's on Zen 3). About 2 ulp; 0 below
+    lane: SiLU, LLaMA's activation, ran 3-4x slower than torch's on Zen 3). About 2 ulp; 0 below
     x = -88.7 (e^-x is inf there; the true values are subnormal), 1 above 17, NaN NaN."""
     one = ir.Constant(x.type, [1.0] * x.type.count)
     return b.fdiv(one, b.fadd(one, exp_f32(b, module, b.fneg(x))))

@@ -10,7 +10,8 @@ flattened) has its loop cut into vectors as well, `for parallel i.o: for vectori
 scalar tail (the rowwise template vectorises the last axis of two or more; a plain scalar loop
 leaves LLVM a call to libm's expf or erff per element). The heuristic takes it for any line of at
 least two vectors, in parallel where it is big enough. Measured on Zen 3 (AVX2, both cores), GELU
-of 1,572,864 floats: 1.83 ms scalar, torch 1.06.
+of a transposed 512 x 3072 tensor (a line of 1,572,864 floats): 12.2 ms as a scalar loop, 1.8 in
+vectors, torch 2.1.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from tilec.ir.bounds import BoundContraction, BoundElementwise, BoundStatement
 from tilec.ir.legality import check_parallel
 from tilec.ir.lower import LoweredGroup, lower_statement
 from tilec.ir.rewrite import loops_in, substitute
+from tilec.schedule.cpu.rowwise import vector_lanes
 from tilec.schedule.templates.base import Choice, Context, Template
-from tilec.target import Target
 
 
 class ParallelOuter(Template):
@@ -47,7 +48,7 @@ class ParallelOuter(Template):
 
     def heuristic(self, index: int, ctx: Context) -> Choice | None:
         b = ctx.bp.statements[index]
-        if _line(b) and _work(b) >= 2 * _lanes(b.dtype, ctx.target):  # vectors pay on one core too
+        if _line(b) and _work(b) >= 2 * vector_lanes(b.dtype, ctx.target):  # vectors pay on one core too
             return self.chosen(index, _work(b), None)
         return super().heuristic(index, ctx)
 
@@ -58,7 +59,7 @@ class ParallelOuter(Template):
         nests = stmt.stmts if isinstance(stmt, L.Seq) else (stmt,)
         parallel = self.profitable(_work(b), ctx)
         if _line(b) and len(nests) == 1:
-            changed = [_vector_line(nests[0], _lanes(b.dtype, ctx.target), ctx.target.cores if parallel else 1)]
+            changed = [_vector_line(nests[0], vector_lanes(b.dtype, ctx.target), ctx.target.cores if parallel else 1)]
         else:
             changed = [_parallel_outer(nest, ctx.target.cores) for nest in nests]
         return LoweredGroup(L.seq(*changed), tuple(workspaces))
@@ -73,11 +74,6 @@ def _work(b: BoundStatement) -> int:
 def _line(b: BoundStatement) -> bool:
     """An elementwise statement over one axis."""
     return isinstance(b, BoundElementwise) and len(b.shape) == 1
-
-
-def _lanes(dtype: str, target: Target) -> int:
-    """Elements per vector (the rowwise template's rule: 32-bit lanes but for 64-bit types)."""
-    return max(2, target.vector_bits // (64 if dtype in ("float64", "int64") else 32))
 
 
 def _vector_line(nest: L.Stmt, lanes: int, cores: int) -> L.Stmt:

@@ -132,7 +132,9 @@ def _plan(shape: tuple[int, ...], members: list[Member], bp: BoundProgram) -> Fu
 # ------------------------------------------------------------------ building the nest
 
 
-def _lanes(dtype: str, target: Target) -> int:
+def vector_lanes(dtype: str, target: Target) -> int:
+    """Elements of a vectorised loop's vector for a statement of `dtype`: 32-bit lanes of the widest
+    register (64-bit ones for float64 and int64), at least 2."""
     return max(2, target.vector_bits // (64 if dtype in ("float64", "int64") else 32))
 
 
@@ -312,7 +314,7 @@ class _Builder:
 def build(plan: FusionPlan, bp: BoundProgram, target: Target, parallel_min_cells: int) -> LoweredGroup:
     """One nest computing every member of `plan` (see the module docstring)."""
     first = bp.statements[plan.members[0].index]
-    builder = _Builder(plan, bp, _lanes(first.dtype, target))
+    builder = _Builder(plan, bp, vector_lanes(first.dtype, target))
     parallel = target.cores >= 2 and math.prod(plan.shape) >= parallel_min_cells and plan.shape[0] >= target.cores
     return LoweredGroup(builder.build(parallel), (), len(plan.members), plan.elided)
 
@@ -335,4 +337,4 @@ class Rowwise(Template):
 
 ROWWISE = Rowwise()
 
-__all__ = ["FusionPlan", "ROWWISE", "Rowwise", "build", "match"]
+__all__ = ["FusionPlan", "ROWWISE", "Rowwise", "build", "match", "vector_lanes"]
