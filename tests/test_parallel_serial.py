@@ -74,6 +74,48 @@ def test_trip_bounds_of_tiles_and_unknown_loops():
     assert iteration_work(huge, 64) is None
 
 
+def test_trip_bounds_of_clipped_windows_and_unfolded_constants():
+    x = L.Var("x")
+    low = L.Bin("sub", _const(0), L.Bin("add", L.Bin("mul", _const(2), x), _const(-1)))  # 1 - 2x
+    high = L.Bin("sub", _const(16), L.Bin("add", L.Bin("mul", _const(2), x), _const(-1)))  # 17 - 2x
+    # a padded window's taps, [max(0, 1 - 2x), min(2, 17 - 2x) + 1): three at most
+    assert trip_bound(L.Bin("max", _const(0), low), L.Bin("add", L.Bin("min", _const(2), high), _const(1))) == 3
+    assert trip_bound(L.Bin("max", low, _const(0)), L.Bin("min", high, _const(5))) == 5
+    assert trip_bound(L.Bin("max", low, L.Var("n")), high) == 16  # (one side bounds it)
+    assert trip_bound(L.Bin("max", L.Var("k"), L.Var("n")), high) is None
+    tail = L.Bin("div", L.Bin("sub", _const(3), L.Bin("mul", L.Bin("div", _const(3), _const(16)), _const(16))),
+                 _const(4))  # a template's tile arithmetic on constants, as it reaches LLVM
+    assert trip_bound(_const(0), tail) == 0
+    assert trip_bound(L.Bin("mul", tail, _const(4)), _const(3)) == 3
+
+
+def test_llvm_unrolls_the_loops_of_large_kernels_only(monkeypatch):
+    import tilec
+    import tilec.pipeline.stages as stages
+    from tilec.config import options
+    from tilec.codegen.llvm.work import UNROLL_MIN_WORK, unrolling_pays
+
+    store = L.Store("C", (L.Var("j"),), L.Load("A", (L.Var("j"),), "float32"))
+    func = lambda n: L.PrimFunc("k", (), L.For("j", _const(0), _const(n), store))  # noqa: E731
+    assert not unrolling_pays(func(UNROLL_MIN_WORK // 4), 32)
+    assert unrolling_pays(func(UNROLL_MIN_WORK), 32)
+    assert unrolling_pays(L.PrimFunc("k", (), L.For("j", _const(0), L.Var("n"), store)), 32)  # unknown: as before
+
+    asked: list[bool] = []
+    optimise = stages.optimise
+    monkeypatch.setattr(stages, "optimise", lambda text, cpu, unroll: asked.append(unroll) or optimise(text, cpu, unroll))
+    src = "function (I[N, C, H, W]) -> (O) { O[n, c, y, x: N, C, 8, 9] = >(I[n, c, 2 * y + i - 1, 2 * x + j - 1]), i < 3, j < 3; }"
+    monkeypatch.setattr(options, "disk_cache", False)  # (both compiled here, whatever ran before)
+    monkeypatch.setattr(options, "kernel_cache_size", 0)
+    for shape in [(2, 3, 17, 19), (8, 64, 17, 19)]:
+        x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+        out = tilec.compile(src)(I=x)
+        padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+        windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2][:, :, :8, :9]
+        np.testing.assert_array_equal(out, windows.max(axis=(-2, -1)))
+    assert asked == [False, True]  # 918 windows of 9 taps; 24576 of them
+
+
 def test_if_counts_its_condition_and_costlier_branch():
     cond = L.Cmp("lt", L.Var("i"), _const(4))
     cheap = _store(L.Load("A", (L.Var("i"),), "float32"))

@@ -17,6 +17,7 @@ from typing import Any
 from tilec.codegen.cuda.source import render_cuda
 from tilec.codegen.llvm.jit import emit_assembly, emit_object, optimise
 from tilec.codegen.llvm.module import emit_module
+from tilec.codegen.llvm.work import unrolling_pays
 from tilec.ir import loop as L
 from tilec.ir.bounds import BoundContraction, BoundProgram, bind, describe
 from tilec.ir.tensor import Program
@@ -80,6 +81,14 @@ def _loop(c: Compilation, templates: Templates) -> L.PrimFunc:
     return build_loop_ir(c.bound, c.target, c.params, c.schedule, templates)
 
 
+def _unrolling_pays(c: Compilation) -> bool:
+    """Whether LLVM should unroll the loops of the kernel `c` compiles: by the estimated work of its
+    loop IR (tilec.codegen.llvm.work.unrolling_pays); yes where the compilation has none (it
+    started from LLVM IR)."""
+    func = c.results.get("emulated", c.results.get("loop"))
+    return not isinstance(func, L.PrimFunc) or unrolling_pays(func, c.cpu.vector_bits // 8)
+
+
 def describe_tensor(bound: BoundProgram) -> str:
     lines = [str(bound.program), "", "sizes: " + (", ".join(f"{k}={v}" for k, v in sorted(bound.sizes.items()))
                                                  or "(none)")]
@@ -97,7 +106,7 @@ LOOP = Stage("loop", _loop, loop_ir=True)  # CPU targets: the scheduled loop IR
 GPU = replace(LOOP, name="gpu")  # GPU targets: the launches (blocks, threads, shared buffers, barriers)
 EMULATED = Stage("emulated", lambda c, func: emulate(lower_wmma(func)), loop_ir=True)  # GPU IR run on the CPU
 LLVM_RAW = Stage("llvm-raw", lambda c, func: emit_module(func, c.cpu))
-LLVM = Stage("llvm", lambda c, text: optimise(text, c.cpu))
+LLVM = Stage("llvm", lambda c, text: optimise(text, c.cpu, _unrolling_pays(c)))
 OBJECT = Stage("object", lambda c, module: emit_object(module, c.cpu), show=None)
 CUDA = Stage("cuda", lambda c, func: render_cuda(func), show=lambda source: str(source.text))
 

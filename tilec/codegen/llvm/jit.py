@@ -28,8 +28,10 @@ def _target_machine(cpu: CpuInfo) -> Any:
         return machine
 
 
-def optimise(llvm_ir: str, cpu: CpuInfo) -> Any:
-    """Parse, verify and run the O3 pipeline; returns the llvmlite ModuleRef.
+def optimise(llvm_ir: str, cpu: CpuInfo, unroll: bool = True) -> Any:
+    """Parse, verify and run the O3 pipeline; returns the llvmlite ModuleRef. Without `unroll`,
+    LLVM unrolls only the loops whose metadata asks for it (tilec.codegen.llvm.work.unrolling_pays
+    says where its own unrolling is worth its compile time).
 
     Each call leaks ~0.15 MiB inside llvmlite 0.50 (every pass builder allocates instrumentation
     callbacks it never frees, and a builder cannot be reused safely across runs); the disk cache
@@ -47,6 +49,7 @@ def optimise(llvm_ir: str, cpu: CpuInfo) -> Any:
         pto = llvm.create_pipeline_tuning_options(speed_level=3)
         pto.loop_vectorization = True
         pto.slp_vectorization = True
+        pto.loop_unrolling = unroll
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(module, pb)
         return module
