@@ -99,7 +99,7 @@ def erf_f32(b: ir.IRBuilder, module: ir.Module, x: ir.Value) -> ir.Value:
     small = b.fmul(x, horner(_ERF_SMALL, x2))
     magnitude = b.call(declare_intrinsic(module, "llvm.fabs", vt, 1), [x])
     t = b.fdiv(c(1.0), b.fadd(c(1.0), b.fmul(magnitude, c(0.5))))
-    tail = b.fmul(b.fmul(horner(_ERF_TAIL, t), t), exp_f32(b, module, b.fneg(x2)))
+    tail = b.fmul(b.fmul(horner(_ERF_TAIL, t), t), exp_f32(b, module, b.fneg(x2), ceiling=0.0))  # (-x^2 <= 0)
     large = b.call(declare_intrinsic(module, "llvm.copysign", vt, 2), [b.fsub(c(1.0), tail), x])
     return b.select(b.fcmp_ordered("<", magnitude, c(1.0)), small, large)
 
