@@ -29,6 +29,10 @@ torch = pytest.importorskip("torch")
 t = pytest.importorskip("transformers")
 
 LOSS_RTOL = 1e-5
+# MobileNetV2's loss passes through 17 blocks of depthwise convolutions and batch norms in training
+# mode; on an AVX2-only Zen 3 the two sides' float32 sums in different orders gave a loss 1.03e-5
+# apart (1.0736846 vs 1.0736957), while every gradient stayed within GRAD_TOL.
+LOSS_RTOL_OF = {"mobilenet_v2": 3e-5}
 GRAD_TOL = 1e-4  # of the norm of the whole gradient
 VOCAB, BATCH, LENGTH = 200, 4, 16
 DECODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -164,7 +168,7 @@ def test_a_transformers_model_trains_one_step_as_eager_does(name: str) -> None:
     backend.reset_coverage()
     loss = torch.compile(model, backend="tilec")(**batch).loss
     loss.backward()
-    assert loss.item() == pytest.approx(eager_loss.item(), rel=LOSS_RTOL)
+    assert loss.item() == pytest.approx(eager_loss.item(), rel=LOSS_RTOL_OF.get(name, LOSS_RTOL))
     pairs = [(n, p.grad, q.grad) for (n, p), q in zip(eager.named_parameters(), model.parameters())]
     assert all((g is None) == (h is None) for _, g, h in pairs)
     scale = torch.sqrt(sum(g.square().sum() for _, g, _ in pairs if g is not None)).item()
